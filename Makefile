@@ -1,0 +1,28 @@
+# Two commands on a fresh clone: `make demo` and `make test`. Both create .venv when missing, install
+# torch==2.13.0 first (a bare `torch` would pull a multi-GB CUDA build), then the package with its
+# dependencies, and skip the install when pyproject.toml has not changed (stamp keyed on its hash).
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+HASH := $(shell cat pyproject.toml Makefile | sha1sum | cut -c1-12)
+STAMP := $(VENV)/.installed-$(HASH)
+
+.PHONY: install test demo clean
+install: $(STAMP)
+
+$(STAMP):
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[dev]'
+	@rm -f $(VENV)/.installed-*
+	@touch $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider
+
+demo: $(STAMP)
+	$(VENV)/bin/codechat demo
+
+clean:
+	rm -rf $(VENV) runs build *.egg-info

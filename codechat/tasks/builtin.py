@@ -1,0 +1,34 @@
+"""Task sets shipped with codechat: `builtin` (= `builtin:basic`, hand-written problems in tasks/data/) and
+generated sets registered in GENERATED (e.g. the synthetic family used by the demo)."""
+from __future__ import annotations
+
+from importlib import resources
+from typing import Callable
+
+from codechat.tasks.model import Task, TaskFormatError
+
+# name -> function returning the tasks; generated families register here.
+GENERATED: dict[str, Callable[[], list[Task]]] = {}
+
+
+def builtin_names() -> list[str]:
+    files = [p.name[:-6] for p in resources.files("codechat.tasks").joinpath("data").iterdir()
+             if p.name.endswith(".jsonl")]
+    return sorted(set(files) | set(GENERATED))
+
+
+def load_builtin(spec: str = "builtin") -> list[Task]:
+    """`builtin` or `builtin:NAME`."""
+    from codechat.tasks.loaders import load_tasks_with_format
+
+    name = spec.split(":", 1)[1] if ":" in spec else "basic"
+    if name in GENERATED:
+        return GENERATED[name]()
+    data = resources.files("codechat.tasks").joinpath("data", f"{name}.jsonl")
+    if not data.is_file():
+        raise TaskFormatError(f"{spec}: no built-in task set '{name}' (valid: {', '.join(builtin_names())})")
+    with resources.as_file(data) as p:
+        tasks, _ = load_tasks_with_format(p, "codechat")
+    for t in tasks:
+        t.metadata["source"] = f"builtin:{name}"
+    return tasks

@@ -1,0 +1,233 @@
+"""Load task files into `Task`s, detecting the format from the fields of the records.
+
+Formats: `codechat` (our JSONL schema, see README), `mbpp` (mbpp.jsonl), `mbpp-sanitized` (sanitized-mbpp.json),
+`mbpp-originfmt` (evalplus MbppPlus-OriginFmt: asserts with baked expected results), `evalplus` (MBPP+ / HumanEval+
+main files: inputs only, reference and atol kept on the task), `humaneval` (prompt/test/entry_point with
+`check(candidate)`). Files may be JSONL or a JSON array, gzipped or plain.
+"""
+from __future__ import annotations
+
+import ast
+import gzip
+import json
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from codechat.tasks.model import Task, TaskFormatError
+
+FORMATS = ["codechat", "mbpp", "mbpp-sanitized", "mbpp-originfmt", "evalplus", "humaneval"]
+
+
+def read_records(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
+    """Read (line number, record) pairs from a JSONL or JSON-array file, gzip or plain."""
+    path = Path(path)
+    if not path.exists():
+        raise TaskFormatError(f"{path}: no such file")
+    if path.is_dir():
+        raise TaskFormatError(f"{path}: is a directory, expected a task file")
+    try:
+        raw = path.read_bytes()
+        text = (gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw).decode("utf-8")
+    except (OSError, EOFError, UnicodeDecodeError) as e:
+        raise TaskFormatError(f"{path}: cannot read: {e}") from None
+    if not text.strip():
+        raise TaskFormatError(f"{path}: empty file, no tasks")
+    if text.lstrip().startswith("["):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise TaskFormatError(f"{path}:{e.lineno}: malformed JSON: {e.msg}") from None
+        records = list(enumerate(data, 1))
+    else:
+        records = []
+        for lineno, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                records.append((lineno, json.loads(line)))
+            except json.JSONDecodeError as e:
+                raise TaskFormatError(f"{path}:{lineno}: malformed JSON: {e.msg}") from None
+    for where, rec in records:
+        if not isinstance(rec, dict):
+            raise TaskFormatError(f"{path}:{where}: expected a JSON object, got {type(rec).__name__}")
+    if not records:
+        raise TaskFormatError(f"{path}: empty file, no tasks")
+    return records
+
+
+def detect_format(rec: dict[str, Any]) -> str | None:
+    keys = set(rec)
+    if {"base_input", "plus_input"} <= keys:
+        return "evalplus"
+    if {"code", "test_list", "test"} <= keys:
+        return "mbpp-originfmt"
+    if {"code", "test_list", "test_imports"} <= keys:
+        return "mbpp-sanitized"
+    if {"text", "code", "test_list"} <= keys:
+        return "mbpp"
+    if {"prompt", "test", "entry_point"} <= keys:
+        return "humaneval"
+    if {"prompt", "tests"} <= keys:
+        return "codechat"
+    return None
+
+
+def _need(rec: dict, fields: Iterable[str], where: str) -> None:
+    for f in fields:
+        if f not in rec:
+            raise TaskFormatError(f"{where}: missing required field '{f}'")
+
+
+def _crlf(s: str) -> str:
+    return s.replace("\r\n", "\n")
+
+
+def _entry_point(code: str, tests: list[str]) -> str | None:
+    """The function the tests call: the first name called in the first assert that the code defines."""
+    defined: list[str] = []
+    try:
+        defined = [n.name for n in ast.walk(ast.parse(code)) if isinstance(n, ast.FunctionDef)]
+    except SyntaxError:
+        pass
+    for t in tests:
+        try:
+            calls = [n.func.id for n in ast.walk(ast.parse(t)) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)]
+        except SyntaxError:
+            continue
+        for name in calls:
+            if name in defined or not defined:
+                return name
+    return defined[-1] if defined else None
+
+
+def _mbpp_prompt(text: str, tests: list[str]) -> str:
+    # The MBPP paper's prompt shows the tests so the model knows the function name; we show the first one.
+    example = f"\nYour code should pass this test:\n{tests[0]}" if tests else ""
+    return f"{text.strip()}{example}\n"
+
+
+def _split_asserts(src: str) -> list[str]:
+    """Split test code into top-level statements so each assert counts on its own; imports stay in setup."""
+    try:
+        tree = ast.parse(src)
+    except SyntaxError:
+        return [src]
+    return [ast.get_source_segment(src, node) or "" for node in tree.body]
+
+
+def _from_codechat(rec: dict, where: str) -> Task:
+    _need(rec, ["task_id", "prompt", "tests"], where)
+    tests = rec["tests"]
+    if isinstance(tests, str):
+        tests = [tests]
+    if not isinstance(tests, list) or not all(isinstance(t, str) for t in tests):
+        raise TaskFormatError(f"{where}: field 'tests' must be a list of strings")
+    meta = dict(rec.get("metadata") or {})
+    if rec.get("solution"):
+        meta["solution"] = rec["solution"]
+    timeout = rec.get("timeout_s")
+    if timeout is not None and (not isinstance(timeout, (int, float)) or timeout <= 0):
+        raise TaskFormatError(f"{where}: field 'timeout_s' must be a positive number, got {timeout!r}")
+    return Task(str(rec["task_id"]), str(rec["prompt"]), tests, rec.get("entry_point"), rec.get("setup") or "",
+                timeout, meta)
+
+
+def _from_mbpp(rec: dict, where: str) -> Task:
+    _need(rec, ["task_id", "text", "code", "test_list"], where)
+    code, tests = _crlf(rec["code"]), list(rec["test_list"])
+    meta = {"solution": code, "challenge_tests": rec.get("challenge_test_list") or []}
+    return Task(str(rec["task_id"]), _mbpp_prompt(rec["text"], tests), tests, _entry_point(code, tests),
+                _crlf(rec.get("test_setup_code") or ""), None, meta)
+
+
+def _from_mbpp_sanitized(rec: dict, where: str) -> Task:
+    _need(rec, ["task_id", "prompt", "code", "test_list"], where)
+    code, tests = _crlf(rec["code"]), list(rec["test_list"])
+    return Task(str(rec["task_id"]), _mbpp_prompt(rec["prompt"], tests), tests, _entry_point(code, tests),
+                "\n".join(rec.get("test_imports") or []), None, {"solution": code})
+
+
+def _from_mbpp_originfmt(rec: dict, where: str) -> Task:
+    _need(rec, ["task_id", "prompt", "code", "test"], where)
+    code, shown = _crlf(rec["code"]), list(rec.get("test_list") or [])
+    # `test` is a self-contained script with expected results baked in; it runs as one test.
+    return Task(str(rec["task_id"]), _mbpp_prompt(rec["prompt"], shown), [rec["test"]],
+                _entry_point(code, shown), "\n".join(rec.get("test_imports") or []), None,
+                {"solution": code, "shown_tests": shown})
+
+
+def _from_evalplus(rec: dict, where: str) -> Task:
+    _need(rec, ["task_id", "prompt", "entry_point", "canonical_solution", "base_input", "plus_input"], where)
+    prompt = rec["prompt"]
+    is_mbpp = str(rec["task_id"]).startswith("Mbpp/")
+    # MBPP+ solutions are whole programs; HumanEval+ solutions continue the prompt.
+    solution = rec["canonical_solution"] if is_mbpp else prompt + rec["canonical_solution"]
+    if rec.get("assertion"):
+        tests = _split_asserts(rec["assertion"])
+    elif rec.get("test"):
+        tests = [rec["test"] + f"\ncheck({rec['entry_point']})\n"]
+    else:
+        tests = []
+    meta = {"solution": solution, "base_input": rec["base_input"], "plus_input": rec["plus_input"],
+            "atol": rec.get("atol", 0) or 0, "contract": rec.get("contract", "")}
+    return Task(str(rec["task_id"]), prompt, tests, rec["entry_point"], "", None, meta)
+
+
+def _from_humaneval(rec: dict, where: str) -> Task:
+    _need(rec, ["task_id", "prompt", "test", "entry_point"], where)
+    meta = {}
+    if rec.get("canonical_solution"):
+        meta["solution"] = rec["prompt"] + rec["canonical_solution"]
+    tests = [rec["test"] + f"\ncheck({rec['entry_point']})\n"]
+    return Task(str(rec["task_id"]), rec["prompt"], tests, rec["entry_point"], "", None, meta)
+
+
+_LOADERS: dict[str, Callable[[dict, str], Task]] = {
+    "codechat": _from_codechat, "mbpp": _from_mbpp, "mbpp-sanitized": _from_mbpp_sanitized,
+    "mbpp-originfmt": _from_mbpp_originfmt, "evalplus": _from_evalplus, "humaneval": _from_humaneval,
+}
+
+
+def load_tasks_with_format(path: str | Path, fmt: str | None = None) -> tuple[list[Task], str]:
+    """Load every task in `path`; returns (tasks, format). `fmt` forces a format instead of detecting it."""
+    if fmt is not None and fmt not in _LOADERS:
+        raise TaskFormatError(f"{path}: unknown format '{fmt}' (valid: {', '.join(FORMATS)})")
+    records = read_records(path)
+    first_line, first = records[0]
+    if fmt is None:
+        fmt = detect_format(first)
+        if fmt is None:
+            raise TaskFormatError(
+                f"{path}:{first_line}: unknown format: fields {sorted(first)} match none of {', '.join(FORMATS)}")
+    loader, tasks, seen = _LOADERS[fmt], [], {}
+    for lineno, rec in records:
+        where = f"{path}:{lineno}"
+        task = loader(rec, where)
+        task.metadata.setdefault("source", fmt)
+        if task.task_id in seen:
+            raise TaskFormatError(f"{where}: duplicate task_id '{task.task_id}' (first at line {seen[task.task_id]})")
+        seen[task.task_id] = lineno
+        tasks.append(task)
+    return tasks, fmt
+
+
+def load_tasks(path: str | Path, fmt: str | None = None) -> list[Task]:
+    """Load a task file (or `builtin` / `builtin:NAME` for a set shipped with codechat)."""
+    if str(path).startswith("builtin"):
+        from codechat.tasks.builtin import load_builtin
+        return load_builtin(str(path))
+    return load_tasks_with_format(path, fmt)[0]
+
+
+def save_tasks(tasks: Iterable[Task], path: str | Path) -> None:
+    """Write tasks in our own JSONL schema."""
+    with open(path, "w", encoding="utf-8") as f:
+        for t in tasks:
+            rec = {"task_id": t.task_id, "prompt": t.prompt, "tests": t.tests, "entry_point": t.entry_point,
+                   "setup": t.setup, "timeout_s": t.timeout_s}
+            meta = dict(t.metadata)
+            if "solution" in meta:
+                rec["solution"] = meta.pop("solution")
+            meta.pop("source", None)
+            rec["metadata"] = meta
+            f.write(json.dumps(rec, ensure_ascii=False) + "\n")
