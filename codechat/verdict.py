@@ -1,0 +1,46 @@
+"""`Verdict`: the typed result of running one completion against its task's tests.
+
+It is the boundary between the sandbox (which knows programs) and rewards/training (which know numbers).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+STATUSES = ("passed", "failed", "error", "syntax_error", "timeout", "memory", "no_code", "output_limit")
+"""The closed set of outcomes:
+passed        every test ran and passed (attested by the verifier, not by the program)
+failed        the code ran, at least one test's assertion failed
+error         an exception other than a failed assertion (NameError, TypeError, ...), or the program exited early
+syntax_error  the extracted code does not parse
+timeout       wall-clock or CPU limit reached
+memory        memory limit reached (MemoryError or the address-space cap)
+no_code       the completion holds no code to run
+output_limit  the program printed more than the output cap
+"""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    status: str
+    """One of STATUSES."""
+    passed: bool
+    """True only when status == 'passed'."""
+    reward: float
+    """1.0 if passed else 0.0 (rewards.py composes richer rewards from the other fields)."""
+    tests_passed: int = 0
+    """Tests that ran and passed (one per assert when the tests are asserts)."""
+    tests_total: int = 0
+    """Tests the task has."""
+    error_type: str | None = None
+    """Exception class name when the program raised, e.g. 'AssertionError', 'NameError'."""
+    message: str = ""
+    """Short human-readable detail (first line of the error, truncated)."""
+    duration_s: float = 0.0
+    """Wall-clock time the program ran."""
+    blocked: tuple[str, ...] = field(default_factory=tuple)
+    """Protections the program ran into: 'network', 'subprocess', 'signal', 'write_outside', ... (for safety rewards)."""
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["blocked"] = list(self.blocked)
+        return d
