@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import gzip
 import json
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -82,16 +83,22 @@ def _crlf(s: str) -> str:
     return s.replace("\r\n", "\n")
 
 
+def _parse(src: str) -> ast.Module:
+    with warnings.catch_warnings():  # MBPP code has invalid escapes like '\d' in plain strings
+        warnings.simplefilter("ignore")
+        return ast.parse(src)
+
+
 def _entry_point(code: str, tests: list[str]) -> str | None:
     """The function the tests call: the first name called in the first assert that the code defines."""
     defined: list[str] = []
     try:
-        defined = [n.name for n in ast.walk(ast.parse(code)) if isinstance(n, ast.FunctionDef)]
+        defined = [n.name for n in ast.walk(_parse(code)) if isinstance(n, ast.FunctionDef)]
     except SyntaxError:
         pass
     for t in tests:
         try:
-            calls = [n.func.id for n in ast.walk(ast.parse(t)) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)]
+            calls = [n.func.id for n in ast.walk(_parse(t)) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)]
         except SyntaxError:
             continue
         for name in calls:
@@ -109,7 +116,7 @@ def _mbpp_prompt(text: str, tests: list[str]) -> str:
 def _split_asserts(src: str) -> list[str]:
     """Split test code into top-level statements so each assert counts on its own; imports stay in setup."""
     try:
-        tree = ast.parse(src)
+        tree = _parse(src)
     except SyntaxError:
         return [src]
     return [ast.get_source_segment(src, node) or "" for node in tree.body]
