@@ -87,3 +87,170 @@ class SamplingConfig:
     """Stop strings; generation of a sample ends at the first one (it is kept in the text)."""
     seed: int = 0
     """Seed of the sampler's random generator."""
+
+
+# --- training -------------------------------------------------------------------------------------------------
+@dataclass
+class DataConfig:
+    train: str = "builtin"
+    """Training tasks: a task file or builtin[:NAME]. SFT uses their reference solutions; RL uses their tests."""
+    eval: str = ""
+    """Held-out tasks for periodic evaluation (empty = no evaluation)."""
+    extra_eval: list[str] = field(default_factory=list)
+    """Other task sets evaluated too (capability regression), each logged as its own metric."""
+    sft: str = ""
+    """SFT data when it differs from `train`: a task file / builtin set whose `solution`s are imitated."""
+    format: str = ""
+    """Force a task-file format (empty = detect)."""
+    max_eval_tasks: int = 0
+    """Evaluate on at most this many tasks (0 = all)."""
+
+
+@dataclass
+class SFTConfig:
+    steps: int = 100
+    """Optimizer steps."""
+    lr: float = 1e-3
+    """Peak learning rate (linear warmup, cosine decay to 10%)."""
+    batch_size: int = 16
+    """(prompt, solution) pairs per step."""
+    warmup: int = 10
+    """Warmup steps."""
+    epochs_per_round: float = 1.0
+    """RFT only: passes over the kept samples per improve round (SFT uses `steps`)."""
+
+
+@dataclass
+class RFTConfig:
+    rounds: int = 1
+    """Grow/improve rounds: sample, keep passing samples (deduplicated), fine-tune on them."""
+    prompts: int = 64
+    """Prompts sampled per round."""
+    group_size: int = 8
+    """Samples per prompt."""
+    steps: int = 50
+    """Fine-tuning steps per round."""
+    lr: float = 3e-4
+    """Learning rate of the improve step."""
+    batch_size: int = 16
+    """Kept samples per fine-tuning step."""
+    rest_em: bool = False
+    """ReST-EM: every improve step restarts from the stage's base checkpoint (on all samples kept so far)."""
+
+
+@dataclass
+class RLConfig:
+    steps: int = 50
+    """RL steps (one step = sample, verify, update)."""
+    lr: float = 1e-5
+    """Learning rate (constant after warmup)."""
+    warmup: int = 0
+    """Warmup steps."""
+    prompts_per_step: int = 4
+    """Prompts per step (P)."""
+    group_size: int = 8
+    """Samples per prompt (G)."""
+    epochs: int = 1
+    """Inner epochs (mu) over the same rollouts; >1 uses the old log-probs and the clip."""
+    minibatch_size: int = 0
+    """Samples per optimizer step; 0 = all samples of the step in one optimizer step."""
+    grad_accum: int = 1
+    """Micro-batches per minibatch (memory); gradients are accumulated."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping by global norm; 0 disables it."""
+    zero_variance: str = "keep"
+    """Groups whose samples all pass or all fail: keep (zero advantage), skip (drop from the loss), or resample."""
+    resample_cap: int = 2
+    """With zero_variance=resample: at most this many extra sampling rounds per step."""
+    mask_truncated: bool = False
+    """Drop samples that hit max_new_tokens from the loss (overlong masking)."""
+
+
+@dataclass
+class DPOConfig:
+    source: str = "online"
+    """`online` (pairs from fresh groups) or a rollout JSONL file saved by an earlier run (offline)."""
+    steps: int = 50
+    """DPO steps."""
+    lr: float = 1e-5
+    """Learning rate."""
+    prompts_per_step: int = 8
+    """Prompts sampled per step when online."""
+    group_size: int = 8
+    """Samples per prompt when online."""
+    pairs_per_step: int = 16
+    """Pairs per optimizer step."""
+
+
+@dataclass
+class EvalConfig:
+    every: int = 0
+    """Evaluate every N steps of a stage (0 = at stage ends only)."""
+    n: int = 4
+    """Samples per task for pass@k."""
+    k: list[int] = field(default_factory=lambda: [1])
+    """k values for pass@k."""
+    temperature: float = 1.0
+    """Sampling temperature for pass@k."""
+    greedy: bool = True
+    """Also report greedy pass@1."""
+    regression_margin: float = 0.05
+    """Warn when an extra eval set falls by more than this from its value at the stage start."""
+
+
+@dataclass
+class CheckpointConfig:
+    every: int = 50
+    """Save every N steps of a stage (and always at its end)."""
+    keep_last: int = 2
+    """Keep the last N checkpoints (plus the best by eval pass@1)."""
+
+
+@dataclass
+class LogConfig:
+    progress: bool = True
+    """Live progress display (rich)."""
+    tensorboard: bool = False
+    """Also log to TensorBoard (needs the tensorboard extra)."""
+    wandb: bool = False
+    """Also log to Weights & Biases (needs the wandb extra)."""
+    wandb_project: str = "codechat"
+    """W&B project name."""
+    plot: bool = True
+    """Write curves.png at the end of the run."""
+
+
+@dataclass
+class RunConfig:
+    """Everything one `codechat train` run needs; saved resolved as config.yaml in the run directory."""
+
+    run_dir: str = "runs/default"
+    """Where checkpoints, metrics.jsonl, config.yaml and plots go."""
+    seed: int = 0
+    """Seed of everything: data order, sampling, initialisation."""
+    stages: list[str] = field(default_factory=lambda: ["grpo"])
+    """Stages run in order: sft, rft, grpo, rloo, dpo."""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """Policy model."""
+    data: DataConfig = field(default_factory=DataConfig)
+    """Task sets."""
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    """Rollout sampling."""
+    verifier: VerifierConfig = field(default_factory=VerifierConfig)
+    """Sandboxed verifier."""
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    """Advantages, losses, KL, aggregation."""
+    sft: SFTConfig = field(default_factory=SFTConfig)
+    """Supervised fine-tuning stage."""
+    rft: RFTConfig = field(default_factory=RFTConfig)
+    """Rejection-sampling fine-tuning stage."""
+    rl: RLConfig = field(default_factory=RLConfig)
+    """GRPO / RLOO stages."""
+    dpo: DPOConfig = field(default_factory=DPOConfig)
+    """DPO stage."""
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    """Periodic evaluation."""
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    """Checkpointing."""
+    log: LogConfig = field(default_factory=LogConfig)
+    """Logging."""

@@ -7,4 +7,6 @@ To add a command, add a module here and one line to COMMANDS.
 COMMANDS = {
     # name: (module, one-line help)
     "tasks": ("codechat.commands.tasks", "inspect a task file: format, count, fields, examples, warnings"),
+    "train": ("codechat.commands.train", "train a policy: sft, rft, grpo, rloo, dpo stages from a YAML config"),
+    "plot": ("codechat.commands.plot", "plot a run's curves to a PNG"),
 }

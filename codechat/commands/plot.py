@@ -1,0 +1,18 @@
+"""`codechat plot RUN_DIR`: draw the main curves of a run to RUN_DIR/curves.png."""
+from __future__ import annotations
+
+import argparse
+
+HELP = "plot a run's curves (reward, pass rate, eval, KL, entropy, lengths) to a PNG"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_dir", help="a run directory holding metrics.jsonl")
+    p.add_argument("--out", help="output PNG (default RUN_DIR/curves.png)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from codechat.train.metrics import plot_run
+
+    print(plot_run(args.run_dir, args.out))
+    return 0

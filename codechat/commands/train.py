@@ -1,0 +1,24 @@
+"""`codechat train`: train with a YAML config and key=value overrides, or resume a run."""
+from __future__ import annotations
+
+import argparse
+
+HELP = "train a policy: sft, rft, grpo, rloo, dpo stages from a YAML config (resumable)"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", help="YAML config file (see configs/)")
+    p.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last complete checkpoint")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. rl.lr=3e-5 stages=[sft,grpo]")
+
+
+def run(args: argparse.Namespace) -> int:
+    from codechat.configio import load_config
+    from codechat.train import train
+
+    if args.resume:
+        run_dir = train(resume=args.resume, overrides=args.overrides)
+    else:
+        run_dir = train(load_config(args.config, args.overrides))
+    print(f"run finished: {run_dir} (metrics.jsonl, checkpoints/, curves.png)")
+    return 0

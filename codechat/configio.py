@@ -1,0 +1,150 @@
+"""Read, override, validate and save configs: YAML file + `key.sub=value` overrides -> a typed RunConfig.
+
+Unknown keys and values of the wrong type fail with one line naming the key and the valid choices.
+"""
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from codechat import CodechatError
+from codechat.config import RunConfig
+
+
+class ConfigError(CodechatError):
+    """A config file, key or value is invalid."""
+
+
+def _coerce(value: Any, tp: Any, key: str) -> Any:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if value is None:
+            return None
+        return _coerce(value, args[0], key)
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}: expected a mapping of {tp.__name__} fields, got {value!r}")
+        return _build(tp, value, key + ".")
+    if origin is list:
+        (inner,) = typing.get_args(tp) or (Any,)
+        if isinstance(value, str):
+            value = [v for v in value.split(",") if v.strip()] if not value.startswith("[") else yaml.safe_load(value)
+        if not isinstance(value, list):
+            raise ConfigError(f"{key}: expected a list, got {value!r}")
+        return [_coerce(v, inner, key) for v in value]
+    if origin is dict:
+        if isinstance(value, str):
+            value = yaml.safe_load(value)
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}: expected a mapping, got {value!r}")
+        _, vt = typing.get_args(tp) or (Any, Any)
+        return {str(k): _coerce(v, vt, f"{key}.{k}") for k, v in value.items()}
+    if tp is bool:
+        if isinstance(value, str) and value.lower() in ("true", "1", "yes", "on", "false", "0", "no", "off"):
+            return value.lower() in ("true", "1", "yes", "on")
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{key}: expected true/false, got {value!r}")
+    if tp in (int, float):
+        if isinstance(value, bool):
+            raise ConfigError(f"{key}: expected a number, got {value!r}")
+        try:
+            out = tp(value) if not isinstance(value, str) else tp(float(value) if tp is float else int(value))
+        except (TypeError, ValueError):
+            raise ConfigError(f"{key}: expected {'an integer' if tp is int else 'a number'}, got {value!r}") from None
+        if tp is int and isinstance(value, float) and value != int(value):
+            raise ConfigError(f"{key}: expected an integer, got {value!r}")
+        return out
+    if tp is str:
+        if isinstance(value, (dict, list)):
+            raise ConfigError(f"{key}: expected a string, got {value!r}")
+        return "" if value is None else str(value)
+    return value
+
+
+def _build(cls: type, values: dict, prefix: str = "") -> Any:
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    kwargs = {}
+    for k, v in values.items():
+        if k not in names:
+            raise ConfigError(f"unknown config key '{prefix}{k}' (valid: {', '.join(names)})")
+        kwargs[k] = _coerce(v, hints[k], prefix + k)
+    return cls(**kwargs)
+
+
+def to_dict(cfg: Any) -> dict:
+    return dataclasses.asdict(cfg)
+
+
+def apply_overrides(data: dict, overrides: list[str]) -> dict:
+    """Apply `a.b=value` strings (value parsed as YAML) to a nested dict."""
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override '{item}': expected key=value")
+        key, raw = item.split("=", 1)
+        try:
+            value = yaml.safe_load(raw) if raw != "" else ""
+        except yaml.YAMLError:
+            value = raw
+        node = data
+        parts = key.strip().split(".")
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override '{item}': '{p}' is not a section")
+        node[parts[-1]] = value
+    return data
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> RunConfig:
+    """YAML file (optional) + overrides -> validated RunConfig."""
+    data: dict = {}
+    if path:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"{p}: config file not found")
+        try:
+            data = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{p}: invalid YAML: {str(e).splitlines()[0]}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{p}: expected a mapping at the top level")
+    data = apply_overrides(data, overrides or [])
+    cfg = _build(RunConfig, data)
+    validate(cfg)
+    return cfg
+
+
+STAGES = ("sft", "rft", "grpo", "rloo", "dpo")
+
+
+def validate(cfg: RunConfig) -> None:
+    """Checks that types alone cannot express."""
+    for s in cfg.stages:
+        if s not in STAGES:
+            raise ConfigError(f"stages: unknown stage '{s}' (valid: {', '.join(STAGES)})")
+    checks = [
+        ("sampling.temperature", cfg.sampling.temperature >= 0), ("sampling.top_p", 0 < cfg.sampling.top_p <= 1),
+        ("sampling.max_new_tokens", cfg.sampling.max_new_tokens > 0),
+        ("rl.group_size", cfg.rl.group_size >= 2), ("rl.prompts_per_step", cfg.rl.prompts_per_step >= 1),
+        ("rl.epochs", cfg.rl.epochs >= 1), ("rl.lr", cfg.rl.lr > 0), ("sft.lr", cfg.sft.lr > 0),
+        ("sft.batch_size", cfg.sft.batch_size >= 1), ("rft.group_size", cfg.rft.group_size >= 1),
+        ("algo.kl_beta", cfg.algo.kl_beta >= 0), ("checkpoint.keep_last", cfg.checkpoint.keep_last >= 1),
+        ("rl.zero_variance", cfg.rl.zero_variance in ("keep", "skip", "resample")),
+        ("model.dtype", cfg.model.dtype in ("float32", "bfloat16", "float16")),
+        ("algo.kl_estimator", cfg.algo.kl_estimator in ("k1", "k2", "k3")),
+    ]
+    for key, ok in checks:
+        if not ok:
+            raise ConfigError(f"{key}: invalid value")
+
+
+def save_config(cfg: RunConfig, path: str | Path) -> None:
+    Path(path).write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))

@@ -1,0 +1,102 @@
+"""Evaluation: pass@k with the unbiased estimator of Chen et al. (2021), greedy pass@1, per-task results.
+
+pass@k for one task with n samples of which c pass is 1 - C(n-c, k) / C(n, k), computed as a running product
+(1 - k/i for i in n-c+1..n) so it never forms huge binomials.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+from codechat.config import SamplingConfig
+from codechat.tasks import Task
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k estimate for one task: n samples, c correct."""
+    if not 0 <= c <= n or k < 1:
+        raise ValueError(f"pass_at_k needs 0 <= c <= n and k >= 1, got n={n} c={c} k={k}")
+    if k > n:
+        raise ValueError(f"pass@{k} needs at least {k} samples per task, got n={n}")
+    if n - c < k:
+        return 1.0
+    prod = 1.0
+    for i in range(n - c + 1, n + 1):
+        prod *= 1.0 - k / i
+    return 1.0 - prod
+
+
+@dataclass
+class EvalReport:
+    """Results of evaluating one model on one task set."""
+
+    metrics: dict[str, float]
+    """pass@k, greedy_pass@1, status shares, mean length, tokens/s."""
+    per_task: dict[str, dict] = field(default_factory=dict)
+    """task_id -> {"n", "c", "greedy"}."""
+    samples: list[dict] = field(default_factory=list)
+    """One record per sample: task_id, sample, completion, verdict."""
+
+
+def summarize(records: list[dict], ks: list[int], greedy: dict[str, bool] | None = None) -> EvalReport:
+    """Turn per-sample records (task_id, passed, status, n_tokens) into pass@k and counts."""
+    per_task: dict[str, dict] = {}
+    for r in records:
+        t = per_task.setdefault(r["task_id"], {"n": 0, "c": 0})
+        t["n"] += 1
+        t["c"] += int(bool(r["passed"]))
+    metrics: dict[str, float] = {}
+    if per_task:
+        n_min = min(t["n"] for t in per_task.values())
+        for k in ks:
+            if k <= n_min:
+                metrics[f"pass@{k}"] = sum(pass_at_k(t["n"], t["c"], k) for t in per_task.values()) / len(per_task)
+    if greedy:
+        metrics["greedy_pass@1"] = sum(greedy.values()) / len(greedy)
+        for tid, ok in greedy.items():
+            per_task.setdefault(tid, {"n": 0, "c": 0})["greedy"] = bool(ok)
+    for status, c in Counter(r["status"] for r in records).items():
+        metrics[f"status/{status}"] = c / len(records)
+    if records and "n_tokens" in records[0]:
+        metrics["mean_len"] = sum(r["n_tokens"] for r in records) / len(records)
+    return EvalReport(metrics, per_task, records)
+
+
+def evaluate_policy(policy, verifier, tasks: list[Task], n: int = 4, ks: list[int] = (1,), temperature: float = 1.0,
+                    greedy: bool = True, sampling: SamplingConfig | None = None, seed: int = 1234,
+                    prompts_per_batch: int = 16) -> EvalReport:
+    """Sample n completions per task (and one greedy), verify, and compute pass@k."""
+    from codechat.policy import Sampler
+    from codechat.rollout import collect
+
+    sampling = sampling or SamplingConfig()
+    sampler = Sampler(policy)
+    records, greedy_ok, new_tokens, gen_s = [], {}, 0, 0.0
+    was_training = policy.model.training
+    policy.model.eval()
+    for start in range(0, len(tasks), prompts_per_batch):
+        chunk = tasks[start:start + prompts_per_batch]
+        runs = []
+        if n > 0:
+            runs.append(("sample", n, dataclasses.replace(sampling, temperature=temperature, seed=seed + start)))
+        if greedy:
+            runs.append(("greedy", 1, dataclasses.replace(sampling, temperature=0.0, seed=seed)))
+        for kind, count, cfg in runs:
+            r = collect(policy, sampler, verifier, chunk, count, cfg)
+            gen_s += r.sample_s
+            new_tokens += int(r.batch.n_tokens.sum())
+            for i, v in enumerate(r.verdicts):
+                task = r.task_of(i)
+                if kind == "greedy":
+                    greedy_ok[task.task_id] = v.passed
+                    continue
+                records.append({"task_id": task.task_id, "sample": i % count, "completion": r.batch.texts[i],
+                                "passed": v.passed, "status": v.status, "n_tokens": int(r.batch.n_tokens[i]),
+                                "verdict": v.to_dict()})
+    if was_training:
+        policy.model.train()
+    report = summarize(records, list(ks), greedy_ok if greedy else None)
+    report.metrics["tokens_per_s"] = new_tokens / max(gen_s, 1e-9)
+    return report

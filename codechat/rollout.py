@@ -1,0 +1,114 @@
+"""Tasks -> G completions each -> verdicts -> rewards: the data that every training stage and evaluation uses.
+
+Samplers know token ids, the verifier knows text; this module is where the two meet (STYLE habit 3).
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from codechat.config import SamplingConfig
+from codechat.tasks import Task
+from codechat.verdict import Verdict
+
+
+def prompt_text(task: Task) -> str:
+    """The text the model continues. Prompts that are code (HumanEval) are continued as they are."""
+    p = task.prompt
+    return p if p.endswith("\n") else p + "\n"
+
+
+@dataclass
+class Rollouts:
+    """P tasks x G samples each, verified and scored. Samples of a task are contiguous."""
+
+    tasks: list[Task]
+    """The P tasks."""
+    prompts: list[list[int]]
+    """Prompt token ids, one per task."""
+    batch: object
+    """The sampler's SampleBatch: prompt_index (N,), tokens (N,T), mask (N,T), logprobs (N,T), texts, ..."""
+    verdicts: list[Verdict]
+    """One per sample (N = P*G)."""
+    rewards: torch.Tensor
+    """(N,) total reward per sample."""
+    components: dict[str, torch.Tensor] = field(default_factory=dict)
+    """Reward component name -> (N,) values (before weighting)."""
+    sample_s: float = 0.0
+    """Seconds spent sampling."""
+    verify_s: float = 0.0
+    """Seconds spent verifying."""
+
+    @property
+    def group_ids(self) -> torch.Tensor:
+        return self.batch.prompt_index  # (N,)
+
+    @property
+    def passed(self) -> torch.Tensor:
+        return torch.tensor([v.passed for v in self.verdicts], dtype=torch.float32)  # (N,)
+
+    def task_of(self, i: int) -> Task:
+        return self.tasks[int(self.batch.prompt_index[i])]
+
+
+def score(tasks_per_sample: list[Task], texts: list[str], verdicts: list[Verdict], n_tokens: list[int],
+          truncated: list[bool], max_new_tokens: int, reward_weights: dict[str, float] | None):
+    """Rewards for each sample: (N,) totals and the per-component values."""
+    if not reward_weights or reward_weights == {"pass-all": 1.0}:
+        r = torch.tensor([v.reward for v in verdicts], dtype=torch.float32)
+        return r, {"pass-all": r.clone()}
+    from codechat.rewards import RewardContext, compose_rewards
+
+    totals, comps = [], {}
+    for task, text, v, n, tr in zip(tasks_per_sample, texts, verdicts, n_tokens, truncated):
+        ctx = RewardContext(n_tokens=n, max_new_tokens=max_new_tokens, truncated=tr)
+        total, parts = compose_rewards(reward_weights, task, text, v, ctx)
+        totals.append(total)
+        for k, val in parts.items():
+            comps.setdefault(k, []).append(val)
+    return torch.tensor(totals, dtype=torch.float32), {k: torch.tensor(v, dtype=torch.float32) for k, v in comps.items()}
+
+
+def collect(policy, sampler, verifier, tasks: list[Task], group_size: int, sampling: SamplingConfig,
+            reward_weights: dict[str, float] | None = None, seed: int | None = None) -> Rollouts:
+    """Sample `group_size` completions per task, verify them and score them."""
+    prompts = [policy.encode_prompt(prompt_text(t)) for t in tasks]
+    cfg = sampling if seed is None else dataclasses.replace(sampling, seed=seed)
+    t0 = time.perf_counter()
+    batch = sampler.sample(prompts, group_size, cfg)
+    t1 = time.perf_counter()
+    per_sample = [tasks[int(i)] for i in batch.prompt_index]
+    verdicts = verifier.verify_many(list(zip(per_sample, batch.texts)))
+    t2 = time.perf_counter()
+    n_tokens = [int(n) for n in batch.n_tokens]
+    truncated = [f == "length" for f in batch.finish_reason]
+    rewards, comps = score(per_sample, batch.texts, verdicts, n_tokens, truncated, cfg.max_new_tokens, reward_weights)
+    return Rollouts(tasks, prompts, batch, verdicts, rewards, comps, t1 - t0, t2 - t1)
+
+
+def rollout_metrics(r: Rollouts) -> dict[str, float]:
+    """Diagnostics of one batch of rollouts (reward, pass rate, group spread, lengths, statuses)."""
+    from collections import Counter
+
+    g = r.group_ids
+    n_groups = int(g.max()) + 1 if len(g) else 0
+    stds = [r.rewards[g == i].std(unbiased=False).item() for i in range(n_groups)]
+    lens = r.batch.n_tokens.float()
+    m = {"reward_mean": r.rewards.mean().item(), "pass_rate": r.passed.mean().item(),
+         "group_std_mean": sum(stds) / max(len(stds), 1),
+         "zero_var_frac": sum(s == 0 for s in stds) / max(len(stds), 1),
+         "response_len_mean": lens.mean().item(), "response_len_max": lens.max().item(),
+         "truncated_frac": sum(f == "length" for f in r.batch.finish_reason) / max(len(lens), 1),
+         "time/sample_s": r.sample_s, "time/verify_s": r.verify_s,
+         "new_tokens_per_s": lens.sum().item() / max(r.sample_s, 1e-9)}
+    for status, c in Counter(v.status for v in r.verdicts).items():
+        m[f"verdict/{status}"] = c / len(r.verdicts)
+    if len(r.components) > 1:
+        total = sum(abs(v.mean().item()) for v in r.components.values()) or 1.0
+        for k, v in r.components.items():
+            m[f"reward/{k}"] = v.mean().item()
+            m[f"reward_share/{k}"] = abs(v.mean().item()) / total
+    return m

@@ -1,0 +1,108 @@
+"""`codechat train`: run the configured stages (sft, rft, grpo, rloo, dpo) in order, with checkpoints and resume.
+
+    codechat train --config configs/grpo.yaml rl.lr=3e-5 run_dir=runs/x
+    codechat train --resume runs/x            # continues exactly from the last complete checkpoint
+"""
+from __future__ import annotations
+
+import dataclasses
+import random
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from codechat import CodechatError
+from codechat.config import RunConfig
+from codechat.configio import load_config, save_config
+from codechat.train.checkpoint import Checkpointer, TrainState
+from codechat.train.common import Context
+
+
+def stage_steps(cfg: RunConfig, stage: str) -> int:
+    return {"sft": cfg.sft.steps, "rft": cfg.rft.rounds * cfg.rft.steps, "grpo": cfg.rl.steps,
+            "rloo": cfg.rl.steps, "dpo": cfg.dpo.steps}[stage]
+
+
+def _stage_fn(stage: str):
+    from codechat.train.dpo import run_dpo
+    from codechat.train.rft import run_rft
+    from codechat.train.rl import run_rl
+    from codechat.train.sft import run_sft
+    return {"sft": run_sft, "rft": run_rft, "grpo": run_rl, "rloo": run_rl, "dpo": run_dpo}[stage]
+
+
+def _truncate_jsonl(path: Path, keep) -> None:
+    """Drop records written after the checkpoint we resume from (they will be written again)."""
+    import json
+    if path.is_file():
+        lines = [ln for ln in path.read_text().splitlines() if ln.strip() and keep(json.loads(ln))]
+        path.write_text("".join(ln + "\n" for ln in lines))
+
+
+def _load_task_sets(cfg: RunConfig):
+    from codechat.tasks import load_tasks
+
+    fmt = cfg.data.format or None
+    train = load_tasks(cfg.data.train, fmt)
+    evals = load_tasks(cfg.data.eval, fmt) if cfg.data.eval else []
+    extra = {Path(p).stem.replace(":", "_").replace(".", "_"): load_tasks(p) for p in cfg.data.extra_eval}
+    if cfg.data.max_eval_tasks:
+        evals = evals[:cfg.data.max_eval_tasks]
+        extra = {k: v[:cfg.data.max_eval_tasks] for k, v in extra.items()}
+    return train, evals, extra
+
+
+def train(cfg: RunConfig | None = None, resume: str | Path | None = None, overrides: list[str] | None = None) -> Path:
+    """Run (or resume) a training run; returns the run directory."""
+    from codechat.policy import load_policy
+    from codechat.train.metrics import MetricsLogger, plot_run
+    from codechat.verify import Verifier
+
+    state, trainer_state, model_path = TrainState(), None, None
+    if resume:
+        run_dir = Path(resume)
+        if not (run_dir / "config.yaml").is_file():
+            raise CodechatError(f"{run_dir}: not a run directory (no config.yaml) — cannot resume")
+        cfg = load_config(run_dir / "config.yaml", overrides)
+        cfg = dataclasses.replace(cfg, run_dir=str(run_dir))
+        ckpt = Checkpointer(run_dir).latest()
+        if ckpt is not None:
+            state, trainer_state = Checkpointer.load_state(ckpt)
+            model_path = str(ckpt / "model")
+            _truncate_jsonl(run_dir / "metrics.jsonl", lambda r: r.get("step", 0) <= state.global_step)
+            _truncate_jsonl(run_dir / "rollouts.jsonl", lambda r: r.get("step", 0) < state.global_step)
+    else:
+        cfg = cfg or load_config(None, overrides)
+        run_dir = Path(cfg.run_dir)
+        if Checkpointer(run_dir).latest() is not None:
+            raise CodechatError(f"{run_dir}: already holds checkpoints; use --resume {run_dir} or another run_dir")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    save_config(cfg, run_dir / "config.yaml")
+
+    random.seed(cfg.seed)
+    np.random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    model_cfg = cfg.model if model_path is None else dataclasses.replace(cfg.model, path=model_path)
+    policy = load_policy(model_cfg)
+    train_tasks, eval_tasks, extra = _load_task_sets(cfg)
+    total = sum(stage_steps(cfg, s) for s in cfg.stages)
+    logger = MetricsLogger(run_dir, cfg.log, total_steps=total, run_config=dataclasses.asdict(cfg))
+    ckpt = Checkpointer(run_dir, cfg.checkpoint.keep_last)
+    with Verifier(cfg.verifier) as verifier:
+        ctx = Context(cfg, policy, verifier, logger, ckpt, state, run_dir, train_tasks, eval_tasks, extra,
+                      resume=trainer_state)
+        try:
+            while state.stage_idx < len(cfg.stages):
+                if state.step < stage_steps(cfg, ctx.stage):
+                    _stage_fn(ctx.stage)(ctx)
+                    if ckpt.latest() is None or ckpt.latest().name != f"step-{state.global_step:07d}":
+                        ckpt.save(policy, state)
+                ctx.resume = None
+                state.stage_idx += 1
+                state.step, state.data_pos, state.extra = 0, 0, {}
+        finally:
+            logger.close()
+    if cfg.log.plot:
+        plot_run(run_dir)
+    return run_dir

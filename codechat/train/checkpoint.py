@@ -1,0 +1,116 @@
+"""Atomic checkpoints with the full training state, and resume.
+
+A checkpoint is a directory `checkpoints/step-XXXXXXX/` holding the model in Hugging Face format, `trainer.pt`
+(optimizer, scheduler, RNG states) and `state.json` (stage, step, data position, best metric). It is written
+into `*.tmp`, every file fsynced, then renamed: a run killed at any moment, mid-save included, resumes from the
+last complete checkpoint (leftover `*.tmp` directories are ignored and cleaned up).
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from codechat import CodechatError
+
+
+@dataclass
+class TrainState:
+    """Where a run is. Saved with every checkpoint."""
+
+    stage_idx: int = 0
+    """Index into cfg.stages of the stage in progress."""
+    step: int = 0
+    """Steps finished in the current stage."""
+    global_step: int = 0
+    """Steps finished over all stages (the x axis of metrics)."""
+    data_pos: int = 0
+    """Prompts consumed so far in the current stage (position in the seeded data order)."""
+    samples: int = 0
+    """Completions sampled so far over the run (for sample-budget comparisons)."""
+    best_metric: float = -1.0
+    """Best eval pass@1 seen so far."""
+    best_checkpoint: str = ""
+    """Name of the checkpoint holding best_metric (never deleted by rotation)."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Stage-specific values (e.g. the regression baselines at the stage start)."""
+
+
+def _fsync_tree(path: Path) -> None:
+    for p in sorted(path.rglob("*")):
+        if p.is_file():
+            with open(p, "rb") as f:
+                os.fsync(f.fileno())
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def rng_state() -> dict:
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+
+
+def set_rng_state(s: dict) -> None:
+    random.setstate(s["python"])
+    np.random.set_state(s["numpy"])
+    torch.set_rng_state(s["torch"])
+
+
+class Checkpointer:
+    def __init__(self, run_dir: str | Path, keep_last: int = 2):
+        self.dir = Path(run_dir) / "checkpoints"
+        self.keep_last = keep_last
+
+    def list(self) -> list[Path]:
+        if not self.dir.is_dir():
+            return []
+        return sorted(p for p in self.dir.iterdir() if p.is_dir() and p.name.startswith("step-")
+                      and not p.name.endswith(".tmp") and (p / "state.json").is_file())
+
+    def latest(self) -> Path | None:
+        ckpts = self.list()
+        return ckpts[-1] if ckpts else None
+
+    def save(self, policy, state: TrainState, optimizer=None, scheduler=None) -> Path:
+        name = f"step-{state.global_step:07d}"
+        final, tmp = self.dir / name, self.dir / f"{name}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        policy.save(tmp / "model")
+        torch.save({"optimizer": optimizer.state_dict() if optimizer else None,
+                    "scheduler": scheduler.state_dict() if scheduler else None,
+                    "rng": rng_state()}, tmp / "trainer.pt")
+        (tmp / "state.json").write_text(json.dumps(asdict(state), indent=1))
+        _fsync_tree(tmp)
+        if final.exists():  # re-saving the same step (e.g. stage end right after a periodic save)
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        _fsync_tree(self.dir)
+        self._rotate(state)
+        return final
+
+    def _rotate(self, state: TrainState) -> None:
+        for p in self.dir.glob("*.tmp"):
+            shutil.rmtree(p, ignore_errors=True)
+        ckpts = self.list()
+        for p in ckpts[:-self.keep_last]:
+            if p.name != state.best_checkpoint:
+                shutil.rmtree(p, ignore_errors=True)
+
+    @staticmethod
+    def load_state(ckpt: Path) -> tuple[TrainState, dict]:
+        try:
+            state = TrainState(**json.loads((ckpt / "state.json").read_text()))
+            trainer = torch.load(ckpt / "trainer.pt", weights_only=False)
+        except (OSError, ValueError, TypeError, RuntimeError) as e:
+            raise CodechatError(f"{ckpt}: unreadable checkpoint: {e}") from None
+        return state, trainer

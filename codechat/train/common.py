@@ -1,0 +1,185 @@
+"""What every stage shares: the run context, optimizer and schedule, seeded data order, padding, step end
+(log, evaluate, checkpoint), and the frozen reference model."""
+from __future__ import annotations
+
+import copy
+import math
+import random
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from codechat.config import RunConfig
+from codechat.tasks import Task
+from codechat.train.checkpoint import Checkpointer, TrainState, set_rng_state
+
+
+@dataclass
+class Context:
+    cfg: RunConfig
+    policy: Any
+    verifier: Any
+    logger: Any
+    ckpt: Checkpointer
+    state: TrainState
+    run_dir: Path
+    train_tasks: list[Task]
+    eval_tasks: list[Task] = field(default_factory=list)
+    extra_eval: dict[str, list[Task]] = field(default_factory=dict)
+    resume: dict | None = None
+    """trainer.pt of the checkpoint being resumed, consumed by the first stage that starts."""
+    eval_history: list[dict] = field(default_factory=list)
+
+    @property
+    def stage(self) -> str:
+        return self.cfg.stages[self.state.stage_idx]
+
+    @property
+    def device(self) -> torch.device:
+        return self.policy.device
+
+    def step_seed(self, salt: int = 0) -> int:
+        """A seed that depends only on (run seed, stage, step): resuming replays the same randomness."""
+        return (self.cfg.seed * 1_000_003 + self.state.stage_idx * 10_007 + self.state.step) * 31 + salt
+
+    def stage_start_dir(self) -> Path:
+        return self.run_dir / "stages" / f"{self.state.stage_idx}-{self.stage}-start"
+
+
+def make_optimizer(model: torch.nn.Module, lr: float, warmup: int, total: int, cosine: bool):
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
+
+    def factor(step: int) -> float:
+        if warmup and step < warmup:
+            return (step + 1) / warmup
+        if not cosine or total <= warmup:
+            return 1.0
+        t = (step - warmup) / max(total - warmup, 1)
+        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(t, 1.0)))
+
+    return opt, torch.optim.lr_scheduler.LambdaLR(opt, factor)
+
+
+def restore(ctx: Context, optimizer, scheduler) -> None:
+    """Load optimizer, scheduler and RNG state when resuming into the middle of this stage."""
+    if ctx.resume is None:
+        return
+    if ctx.resume.get("optimizer") and optimizer is not None:
+        optimizer.load_state_dict(ctx.resume["optimizer"])
+    if ctx.resume.get("scheduler") and scheduler is not None:
+        scheduler.load_state_dict(ctx.resume["scheduler"])
+    set_rng_state(ctx.resume["rng"])
+    ctx.resume = None
+
+
+def take(tasks: list[Task], seed: int, pos: int, count: int) -> list[Task]:
+    """Tasks at positions pos..pos+count of an endless sequence of seeded shuffles (one per epoch)."""
+    out, n = [], len(tasks)
+    for p in range(pos, pos + count):
+        epoch, i = divmod(p, n)
+        order = list(range(n))
+        random.Random(seed * 7919 + epoch).shuffle(order)
+        out.append(tasks[order[i]])
+    return out
+
+
+def pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-pad token lists -> tokens (B, T) long, mask (B, T) float."""
+    T = max((len(s) for s in seqs), default=1) or 1
+    tokens = torch.full((len(seqs), T), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), T))
+    for i, s in enumerate(seqs):
+        tokens[i, :len(s)] = torch.tensor(s, dtype=torch.long)
+        mask[i, :len(s)] = 1.0
+    return tokens, mask
+
+
+def grad_norm_clip(model: torch.nn.Module, max_norm: float) -> float:
+    params = [p for p in model.parameters() if p.grad is not None]
+    if not params:
+        return 0.0
+    if max_norm > 0:
+        return float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+    return float(torch.norm(torch.stack([p.grad.norm() for p in params])))
+
+
+def reference_model(ctx: Context):
+    """Frozen copy of the stage's starting weights (saved at the stage start so a resume finds them)."""
+    d = ctx.stage_start_dir()
+    if d.is_dir() and ctx.state.step > 0:
+        from codechat.config import ModelConfig
+        from codechat.policy import load_policy
+        ref = load_policy(ModelConfig(path=str(d), device=str(ctx.device), dtype=ctx.cfg.model.dtype)).model
+    else:
+        ref = copy.deepcopy(ctx.policy.model)
+    ref.eval()
+    for p in ref.parameters():
+        p.requires_grad_(False)
+    return ref
+
+
+def save_stage_start(ctx: Context) -> None:
+    d = ctx.stage_start_dir()
+    if ctx.state.step == 0 and not d.is_dir():
+        tmp = d.with_name(d.name + ".tmp")
+        ctx.policy.save(tmp)
+        tmp.rename(d)
+
+
+def evaluate_now(ctx: Context) -> dict[str, float]:
+    """Held-out greedy pass@1 and sampled pass@k, plus each extra set (capability regression)."""
+    from codechat.evaluate import evaluate_policy
+
+    e, out = ctx.cfg.eval, {}
+    sets = ([("eval", ctx.eval_tasks)] if ctx.eval_tasks else []) + [(f"eval_{k}", v) for k, v in ctx.extra_eval.items()]
+    for name, tasks in sets:
+        rep = evaluate_policy(ctx.policy, ctx.verifier, tasks, n=e.n, ks=e.k, temperature=e.temperature,
+                              greedy=e.greedy, sampling=ctx.cfg.sampling, seed=ctx.cfg.seed + 99)
+        for k, v in rep.metrics.items():
+            if k.startswith("pass@") or k == "greedy_pass@1":
+                out[f"{name}/{k}"] = v
+    base = ctx.state.extra.setdefault("stage_start_eval", {})
+    for k, v in out.items():
+        if k.startswith("eval_"):
+            start = base.setdefault(k, v)
+            if start - v > e.regression_margin:
+                warnings.warn(f"capability regression: {k} fell from {start:.3f} to {v:.3f} in stage {ctx.stage}")
+                out[f"{k}/regressed"] = 1.0
+    if out:
+        ctx.eval_history.append({"step": ctx.state.global_step, "stage": ctx.stage, **out})
+    return out
+
+
+def end_step(ctx: Context, metrics: dict, total_steps: int, optimizer=None, scheduler=None,
+             samples: int = 0) -> None:
+    """After an optimizer step: count it, evaluate and checkpoint when due, log."""
+    st, cfg = ctx.state, ctx.cfg
+    st.step += 1
+    st.global_step += 1
+    st.samples += samples
+    last = st.step >= total_steps
+    if ctx.eval_tasks or ctx.extra_eval:
+        if (cfg.eval.every and st.step % cfg.eval.every == 0) or last:
+            ev = evaluate_now(ctx)
+            metrics.update(ev)
+            p1 = ev.get("eval/greedy_pass@1", ev.get("eval/pass@1"))
+            if p1 is not None and p1 > st.best_metric:
+                st.best_metric = p1
+                st.best_checkpoint = f"step-{st.global_step:07d}"
+                save = True
+            else:
+                save = False
+        else:
+            save = False
+    else:
+        save = False
+    metrics.update({"stage": ctx.stage, "samples": st.samples})
+    if optimizer is not None:
+        metrics["lr"] = optimizer.param_groups[0]["lr"]
+    ctx.logger.log(metrics, st.global_step)
+    if save or last or (cfg.checkpoint.every and st.step % cfg.checkpoint.every == 0):
+        ctx.ckpt.save(ctx.policy, st, optimizer, scheduler)

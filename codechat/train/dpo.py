@@ -1,0 +1,121 @@
+"""DPO on (passing, failing) pairs from the same group: online from fresh rollouts, or offline from a
+rollouts.jsonl written by an earlier run (`dpo.source: PATH`). The reference is the stage's starting weights."""
+from __future__ import annotations
+
+import json
+import random
+import time
+from pathlib import Path
+
+import torch
+
+from codechat import CodechatError
+from codechat.rollout import collect, prompt_text, rollout_metrics
+from codechat.train.common import Context, end_step, make_optimizer, pad, reference_model, restore, \
+    save_stage_start, take
+from codechat.train.sft import answer_ids
+
+
+def pairs_from_groups(groups: dict[str, tuple[list[int], list[list[int]], list[list[int]]]], seed: int):
+    """(prompt ids, chosen ids, rejected ids): each passing sample paired with a failing one of its group."""
+    rng, out = random.Random(seed), []
+    for _, (prompt, good, bad) in sorted(groups.items()):
+        for g in good:
+            if bad:
+                out.append((prompt, g, rng.choice(bad)))
+    rng.shuffle(out)
+    return out
+
+
+def offline_pairs(ctx: Context, path: str):
+    p = Path(path)
+    if not p.is_file():
+        raise CodechatError(f"dpo.source: {p}: no such rollout file")
+    by_id = {t.task_id: t for t in ctx.train_tasks}
+    groups: dict[str, tuple[list[int], list, list]] = {}
+    for lineno, line in enumerate(p.read_text().splitlines(), 1):
+        try:
+            rec = json.loads(line)
+            task = by_id.get(str(rec["task_id"]))
+            key = f"{rec.get('step', 0)}/{rec['task_id']}"
+            completion, passed = rec["completion"], bool(rec["passed"])
+        except (json.JSONDecodeError, KeyError, TypeError) as e:
+            raise CodechatError(f"{p}:{lineno}: bad rollout record: {e}") from None
+        if task is None:
+            continue
+        g = groups.setdefault(key, (ctx.policy.encode_prompt(prompt_text(task)), [], []))
+        (g[1] if passed else g[2]).append(answer_ids(ctx.policy, completion))
+    pairs = pairs_from_groups(groups, ctx.cfg.seed)
+    if not pairs:
+        raise CodechatError(f"{p}: no (passing, failing) pair from the same group for tasks in {ctx.cfg.data.train}")
+    return pairs
+
+
+def online_pairs(ctx: Context, sampler) -> tuple[list, dict]:
+    c = ctx.cfg.dpo
+    tasks = take(ctx.train_tasks, ctx.cfg.seed + ctx.state.stage_idx, ctx.state.data_pos, c.prompts_per_step)
+    ctx.state.data_pos += len(tasks)
+    ctx.policy.model.eval()
+    r = collect(ctx.policy, sampler, ctx.verifier, tasks, c.group_size, ctx.cfg.sampling, seed=ctx.step_seed())
+    groups: dict[str, tuple[list[int], list, list]] = {}
+    for i, v in enumerate(r.verdicts):
+        gi = int(r.group_ids[i])
+        n = int(r.batch.mask[i].sum())
+        g = groups.setdefault(str(gi).zfill(4), (r.prompts[gi], [], []))
+        (g[1] if v.passed else g[2]).append(r.batch.tokens[i, :n].tolist())
+    m = rollout_metrics(r)
+    m["samples_drawn"] = len(r.verdicts)
+    return pairs_from_groups(groups, ctx.step_seed())[:c.pairs_per_step], m
+
+
+def seq_logp(model, prompts, answers, pad_id) -> torch.Tensor:
+    """Summed log-prob of each answer given its prompt -> (P,)."""
+    from codechat.policy import completion_logprobs
+
+    dev = next(model.parameters()).device
+    tokens, mask = pad(answers, pad_id)
+    idx = torch.arange(len(prompts), device=dev)
+    logp = completion_logprobs(model, prompts, idx, tokens.to(dev), mask.to(dev))  # (P, T)
+    return (logp * mask.to(dev)).sum(-1)
+
+
+def run_dpo(ctx: Context) -> None:
+    from codechat.algos import dpo_loss
+    from codechat.policy import Sampler
+
+    c, model = ctx.cfg.dpo, ctx.policy.model
+    save_stage_start(ctx)
+    ref = reference_model(ctx)
+    opt, sched = make_optimizer(model, c.lr, 0, c.steps, cosine=False)
+    restore(ctx, opt, sched)
+    offline = None if c.source == "online" else offline_pairs(ctx, c.source)
+    sampler, pad_id = Sampler(ctx.policy), ctx.policy.tokenizer.pad_token_id or 0
+    while ctx.state.step < c.steps:
+        metrics, samples = {}, 0
+        if offline is not None:
+            batch = take(offline, ctx.cfg.seed, ctx.state.step * c.pairs_per_step, c.pairs_per_step)
+        else:
+            batch, metrics = online_pairs(ctx, sampler)
+            samples = metrics.pop("samples_drawn")
+        t0 = time.perf_counter()
+        model.train()
+        if batch:
+            prompts = [b[0] for b in batch] * 2
+            answers = [b[1] for b in batch] + [b[2] for b in batch]
+            lp = seq_logp(model, prompts, answers, pad_id)  # (2P,)
+            with torch.no_grad():
+                ref_lp = seq_logp(ref, prompts, answers, pad_id)  # (2P,)
+            P = len(batch)
+            loss, m = dpo_loss(lp[:P], lp[P:], ref_lp[:P], ref_lp[P:], ctx.cfg.algo)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            m["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))
+            opt.step()
+            m["loss"] = loss.item()
+            metrics.update({f"dpo/{k}" if k not in ("loss", "grad_norm") else k: float(v) for k, v in m.items()})
+        else:
+            metrics["skipped_update"] = 1.0
+        sched.step()
+        metrics["dpo/pairs"] = len(batch)
+        metrics["time/update_s"] = time.perf_counter() - t0
+        end_step(ctx, metrics, c.steps, opt, sched, samples=samples)

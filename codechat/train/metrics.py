@@ -1,0 +1,117 @@
+"""Run diagnostics: metrics.jsonl always; TensorBoard and W&B when enabled and installed; a live rich line;
+`plot_run` draws the main curves to curves.png (also `codechat plot RUN_DIR`)."""
+from __future__ import annotations
+
+import json
+import math
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+from codechat.config import LogConfig
+
+
+def _clean(v: Any) -> Any:
+    if hasattr(v, "item"):
+        v = v.item()
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+class MetricsLogger:
+    def __init__(self, run_dir: str | Path, cfg: LogConfig, total_steps: int = 0, run_config: dict | None = None):
+        self.path = Path(run_dir) / "metrics.jsonl"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.file = open(self.path, "a", encoding="utf-8")
+        self.total_steps, self.t0 = total_steps, time.time()
+        self.tb = self.wandb = None
+        self.progress = cfg.progress
+        if cfg.tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+                self.tb = SummaryWriter(str(Path(run_dir) / "tb"))
+            except ImportError:
+                warnings.warn("log.tensorboard=true but tensorboard is not installed (pip install 'codechat[tensorboard]')")
+        if cfg.wandb:
+            try:
+                import wandb
+                self.wandb = wandb.init(project=cfg.wandb_project, dir=str(run_dir), config=run_config or {})
+            except ImportError:
+                warnings.warn("log.wandb=true but wandb is not installed (pip install 'codechat[wandb]')")
+
+    def log(self, metrics: dict[str, Any], step: int) -> None:
+        rec = {"step": step, "time": round(time.time() - self.t0, 3)}
+        rec.update({k: _clean(v) for k, v in metrics.items()})
+        self.file.write(json.dumps(rec) + "\n")
+        self.file.flush()
+        numeric = {k: v for k, v in rec.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        if self.tb:
+            for k, v in numeric.items():
+                self.tb.add_scalar(k, v, step)
+        if self.wandb:
+            self.wandb.log(numeric, step=step)
+        if self.progress:
+            self._print(rec, step)
+
+    def _print(self, rec: dict, step: int) -> None:
+        parts = [f"step {step}"]
+        if self.total_steps:
+            done = max(step, 1) / self.total_steps
+            eta = (time.time() - self.t0) * (1 - done) / done
+            parts[0] += f"/{self.total_steps} eta {eta:.0f}s"
+        for key, label in [("stage", ""), ("loss", "loss"), ("reward_mean", "reward"), ("pass_rate", "pass"),
+                           ("zero_var_frac", "zero-var"), ("kl", "kl"), ("eval/pass@1", "eval pass@1"),
+                           ("eval/greedy_pass@1", "greedy")]:
+            v = rec.get(key)
+            if v is not None:
+                parts.append(f"{label} {v:.3f}" if isinstance(v, float) else f"{label}{' ' if label else ''}{v}")
+        try:
+            from rich.console import Console
+            Console(stderr=True, highlight=False).print(" | ".join(parts))
+        except ImportError:  # pragma: no cover
+            print(" | ".join(parts))
+
+    def close(self) -> None:
+        self.file.close()
+        if self.tb:
+            self.tb.close()
+        if self.wandb:
+            self.wandb.finish()
+
+
+def read_metrics(run_dir: str | Path) -> list[dict]:
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.is_file():
+        from codechat import CodechatError
+        raise CodechatError(f"{run_dir}: no metrics.jsonl (not a codechat run directory?)")
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+PANELS = [("reward_mean", "pass_rate"), ("eval/pass@1", "eval/greedy_pass@1"), ("loss",), ("kl", "entropy"),
+          ("response_len_mean",), ("zero_var_frac", "clip_frac_low", "clip_frac_high")]
+
+
+def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
+    """Draw the main curves of a run to RUN_DIR/curves.png."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = read_metrics(run_dir)
+    out = Path(out or Path(run_dir) / "curves.png")
+    panels = [p for p in PANELS if any(k in r for r in rows for k in p)]
+    fig, axes = plt.subplots(1, max(len(panels), 1), figsize=(4 * max(len(panels), 1), 3.2), squeeze=False)
+    for ax, keys in zip(axes[0], panels):
+        for k in keys:
+            pts = [(r["step"], r[k]) for r in rows if r.get(k) is not None]
+            if pts:
+                ax.plot(*zip(*pts), marker="." if len(pts) < 30 else None, label=k)
+        ax.set_xlabel("step")
+        ax.legend(fontsize=7)
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out, dpi=90)
+    plt.close(fig)
+    return out

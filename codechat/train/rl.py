@@ -1,0 +1,202 @@
+"""GRPO / RLOO: on-policy RL from verifier rewards, one step read top to bottom:
+
+sample -> verify -> reward -> advantage -> (old, reference log-probs) -> loss -> step -> log -> save.
+
+Any advantage x policy loss of codechat.algos; stage `rloo` forces the rloo advantage. Inner epochs (mu > 1)
+reuse the rollouts with the old log-probs and the clip; minibatches and gradient accumulation bound memory.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import torch
+
+from codechat.rollout import Rollouts, collect, rollout_metrics
+from codechat.train.common import Context, end_step, grad_norm_clip, make_optimizer, reference_model, restore, \
+    save_stage_start, take
+
+
+def sample_groups(ctx: Context, sampler) -> tuple[Rollouts, dict]:
+    """P groups for this step; with zero_variance=resample, draw more prompts until P groups have signal."""
+    from codechat.algos import zero_variance_groups
+
+    c, st = ctx.cfg.rl, ctx.state
+    tasks = take(ctx.train_tasks, ctx.cfg.seed + st.stage_idx, st.data_pos, c.prompts_per_step)
+    st.data_pos += len(tasks)
+    r = collect(ctx.policy, sampler, ctx.verifier, tasks, c.group_size, ctx.cfg.sampling,
+                ctx.cfg.rewards.components, seed=ctx.step_seed())
+    extra = {"samples": len(r.verdicts)}
+    zv, frac = zero_variance_groups(r.rewards, r.group_ids)
+    extra["zero_var_frac"] = frac
+    if c.zero_variance == "resample":
+        rounds = 0
+        while zv.any() and rounds < c.resample_cap:
+            rounds += 1
+            more = take(ctx.train_tasks, ctx.cfg.seed + st.stage_idx, st.data_pos, c.prompts_per_step)
+            st.data_pos += len(more)
+            r2 = collect(ctx.policy, sampler, ctx.verifier, more, c.group_size, ctx.cfg.sampling,
+                         ctx.cfg.rewards.components, seed=ctx.step_seed(salt=rounds))
+            extra["samples"] += len(r2.verdicts)
+            r = merge_keep_signal(r, r2, c.prompts_per_step)
+            zv, _ = zero_variance_groups(r.rewards, r.group_ids)
+        extra["resample_rounds"] = rounds
+    return r, extra
+
+
+def merge_keep_signal(a: Rollouts, b: Rollouts, want: int) -> Rollouts:
+    """Concatenate two rollout sets, keeping groups with reward variance first, up to `want` groups."""
+    from codechat.algos import zero_variance_groups
+
+    groups = []  # (has_signal, rollouts, group index)
+    for r in (a, b):
+        zv, _ = zero_variance_groups(r.rewards, r.group_ids)
+        for gi in range(len(r.tasks)):
+            rows = (r.group_ids == gi).nonzero().flatten()
+            groups.append((not bool(zv[rows[0]]), r, gi, rows))
+    keep = sorted(groups, key=lambda g: not g[0])[:want]
+    return concat_groups(keep)
+
+
+def concat_groups(groups) -> Rollouts:
+    from codechat.train.common import pad
+
+    first = groups[0][1]
+    tasks, prompts, rows_meta = [], [], []
+    tok, lp, masks, pidx, texts, fin, ntok, verdicts, rewards = [], [], [], [], [], [], [], [], []
+    comps = {k: [] for k in first.components}
+    for new_gi, (_, r, gi, rows) in enumerate(groups):
+        tasks.append(r.tasks[gi])
+        prompts.append(r.prompts[gi])
+        for i in rows.tolist():
+            n = int(r.batch.mask[i].sum())
+            tok.append(r.batch.tokens[i, :n].tolist())
+            lp.append(r.batch.logprobs[i, :n].tolist())
+            pidx.append(new_gi)
+            texts.append(r.batch.texts[i])
+            fin.append(r.batch.finish_reason[i])
+            ntok.append(int(r.batch.n_tokens[i]))
+            verdicts.append(r.verdicts[i])
+            rewards.append(float(r.rewards[i]))
+            for k in comps:
+                comps[k].append(float(r.components[k][i]))
+    pad_id = int(first.batch.tokens[first.batch.mask == 0][0]) if (first.batch.mask == 0).any() else 0
+    tokens, mask = pad(tok, pad_id)
+    logprobs = torch.zeros_like(mask)
+    for i, row in enumerate(lp):
+        logprobs[i, :len(row)] = torch.tensor(row)
+    batch = dataclasses.replace(first.batch, prompt_index=torch.tensor(pidx), tokens=tokens,
+                                mask=mask.to(first.batch.mask.dtype), logprobs=logprobs, finish_reason=fin,
+                                texts=texts, n_tokens=torch.tensor(ntok))
+    return Rollouts(tasks, prompts, batch, verdicts, torch.tensor(rewards),
+                    {k: torch.tensor(v) for k, v in comps.items()},
+                    sum(g[1].sample_s for g in groups) / max(len(groups), 1),
+                    sum(g[1].verify_s for g in groups) / max(len(groups), 1))
+
+
+def logprobs_for(model, r: Rollouts, rows: torch.Tensor, temperature: float, with_entropy: bool = False):
+    from codechat.policy import completion_logprobs
+
+    dev = next(model.parameters()).device
+    b = r.batch
+    return completion_logprobs(model, r.prompts, b.prompt_index[rows].to(dev), b.tokens[rows].to(dev),
+                               b.mask[rows].to(dev).float(), temperature=max(temperature, 1e-6) if temperature else 1.0,
+                               with_entropy=with_entropy)
+
+
+def rl_update(ctx: Context, r: Rollouts, adv: torch.Tensor, rows: torch.Tensor, ref, opt, sched) -> dict:
+    """mu epochs x minibatches x grad-accumulation micro-batches of the policy loss (+ beta * KL)."""
+    from codechat.algos import agg_loss, kl_penalty, policy_loss
+
+    c, a, model = ctx.cfg.rl, ctx.cfg.algo, ctx.policy.model
+    temp, dev = ctx.cfg.sampling.temperature, ctx.device
+    mask = r.batch.mask[rows].to(dev).float()  # (N, T)
+    one_pass = c.epochs == 1 and (not c.minibatch_size or c.minibatch_size >= len(rows))
+    with torch.no_grad():
+        old = None if one_pass else logprobs_for(model, r, rows, temp)  # (N, T)
+        ref_lp = logprobs_for(ref, r, rows, temp) if ref is not None else None  # (N, T)
+    mb = c.minibatch_size or len(rows)
+    sums: dict[str, float] = {}
+    count, gen = 0, torch.Generator().manual_seed(ctx.step_seed(7))
+    for _ in range(c.epochs):
+        perm = torch.randperm(len(rows), generator=gen) if c.epochs > 1 or mb < len(rows) else torch.arange(len(rows))
+        for s in range(0, len(rows), mb):
+            mb_idx = perm[s:s + mb]
+            opt.zero_grad(set_to_none=True)
+            micro = mb_idx.chunk(max(1, min(c.grad_accum, len(mb_idx))))
+            for m_idx in micro:
+                logp, ent = logprobs_for(model, r, rows[m_idx], temp, with_entropy=True)  # (n, T)
+                m = mask[m_idx]
+                old_lp = logp.detach() if old is None else old[m_idx]
+                sampler_lp = r.batch.logprobs[rows[m_idx]].to(dev) if a.tis_cap > 0 else None
+                loss, met = policy_loss(a.loss, logp, old_lp, adv[m_idx].to(dev), m, a, sampler_logp=sampler_lp)
+                if ref_lp is not None:
+                    kl = kl_penalty(logp, ref_lp[m_idx], a.kl_estimator)  # (n, T)
+                    kl_term = agg_loss(kl, m, a.agg, a.agg_norm or ctx.cfg.sampling.max_new_tokens)
+                    loss = loss + a.kl_beta * kl_term
+                    met["kl"] = kl_term.item()
+                (loss / len(micro)).backward()
+                met["loss"] = loss.item()
+                met["entropy"] = ((ent * m).sum() / m.sum().clamp(min=1)).item()
+                for k, v in met.items():
+                    sums[k] = sums.get(k, 0.0) + float(v)
+                count += 1
+            sums["grad_norm"] = sums.get("grad_norm", 0.0) + grad_norm_clip(model, c.max_grad_norm) * len(micro)
+            opt.step()
+        sched.step()
+    return {k: v / max(count, 1) for k, v in sums.items()}
+
+
+def run_rl(ctx: Context) -> None:
+    from codechat.algos import compute_advantages, zero_variance_groups
+    from codechat.policy import Sampler
+
+    c = ctx.cfg.rl
+    if ctx.stage == "rloo":
+        ctx.cfg.algo = dataclasses.replace(ctx.cfg.algo, advantage="rloo")
+    a = ctx.cfg.algo
+    if a.kl_beta > 0:
+        save_stage_start(ctx)
+    ref = reference_model(ctx) if a.kl_beta > 0 else None
+    opt, sched = make_optimizer(ctx.policy.model, c.lr, c.warmup, c.steps, cosine=False)
+    restore(ctx, opt, sched)
+    sampler = Sampler(ctx.policy)
+    while ctx.state.step < c.steps:
+        # 1-3. sample, verify, reward
+        ctx.policy.model.eval()
+        r, extra = sample_groups(ctx, sampler)
+        metrics = rollout_metrics(r)
+        metrics.update(extra)
+        # 4. advantages (zero-variance groups: keep with zero advantage, or skip from the loss)
+        adv = compute_advantages(a.advantage, r.rewards, r.group_ids, a)  # (N,)
+        rows = torch.arange(len(r.verdicts))
+        if c.zero_variance != "keep":
+            zv, _ = zero_variance_groups(r.rewards, r.group_ids)
+            rows = rows[~zv]
+        if c.mask_truncated:
+            keep = torch.tensor([f != "length" for f in r.batch.finish_reason])
+            rows = rows[keep[rows]]
+        metrics["adv_abs_mean"] = adv.abs().mean().item()
+        # 5-6. loss and optimizer steps
+        t0 = time.perf_counter()
+        ctx.policy.model.train()
+        if len(rows):
+            metrics.update(rl_update(ctx, r, adv[rows], rows, ref, opt, sched))
+        else:
+            metrics["skipped_update"] = 1.0
+        metrics["time/update_s"] = time.perf_counter() - t0
+        save_rollouts(ctx, r)
+        # 7-8. log, evaluate, checkpoint
+        end_step(ctx, metrics, c.steps, opt, sched, samples=extra["samples"])
+
+
+def save_rollouts(ctx: Context, r: Rollouts) -> None:
+    """Append this step's samples to rollouts.jsonl (offline DPO and audits read it)."""
+    import json
+
+    with open(ctx.run_dir / "rollouts.jsonl", "a", encoding="utf-8") as f:
+        for i, v in enumerate(r.verdicts):
+            t = r.task_of(i)
+            f.write(json.dumps({"step": ctx.state.global_step, "task_id": t.task_id, "group": int(r.group_ids[i]),
+                                "completion": r.batch.texts[i], "reward": float(r.rewards[i]),
+                                "passed": v.passed, "status": v.status}) + "\n")
