@@ -100,3 +100,50 @@ def evaluate_policy(policy, verifier, tasks: list[Task], n: int = 4, ks: list[in
     report = summarize(records, list(ks), greedy_ok if greedy else None)
     report.metrics["tokens_per_s"] = new_tokens / max(gen_s, 1e-9)
     return report
+
+
+def read_completions(path: str, task_ids: set[str]) -> tuple[list[tuple[str, int, str]], list[str]]:
+    """(task_id, sample_id, completion) triples and a list of problems (bad lines, unknown ids)."""
+    import json
+    from pathlib import Path
+
+    from codechat import CodechatError
+
+    p = Path(path)
+    if not p.is_file():
+        raise CodechatError(f"{p}: no such completions file")
+    out, problems, counts = [], [], {}
+    for lineno, line in enumerate(p.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+            tid, comp = str(rec["task_id"]), rec["completion"]
+        except (json.JSONDecodeError, KeyError, TypeError) as e:
+            problems.append(f"{p}:{lineno}: skipped malformed line ({type(e).__name__}: {e})")
+            continue
+        if tid not in task_ids:
+            problems.append(f"{p}:{lineno}: skipped unknown task_id '{tid}'")
+            continue
+        sid = rec.get("sample_id", counts.get(tid, 0))
+        counts[tid] = counts.get(tid, 0) + 1
+        out.append((tid, sid, comp if isinstance(comp, str) else ""))
+    return out, problems
+
+
+def evaluate_completions(verifier, tasks: list[Task], path: str, ks: list[int]) -> EvalReport:
+    """Score completions that already exist (any model or tool) with the same verifier and estimator."""
+    import sys
+
+    by_id = {t.task_id: t for t in tasks}
+    triples, problems = read_completions(path, set(by_id))
+    for msg in problems[:20]:
+        print(f"warning: {msg}", file=sys.stderr)
+    if len(problems) > 20:
+        print(f"warning: ... and {len(problems) - 20} more", file=sys.stderr)
+    verdicts = verifier.verify_many([(by_id[t], c) for t, _, c in triples])
+    records = [{"task_id": t, "sample": s, "completion": c, "passed": v.passed, "status": v.status,
+                "verdict": v.to_dict()} for (t, s, c), v in zip(triples, verdicts)]
+    ks = [k for k in ks if records and k <= min(sum(1 for r in records if r["task_id"] == t)
+                                                for t in {r["task_id"] for r in records})]
+    return summarize(records, ks or [1])
