@@ -33,8 +33,8 @@ def group_stats(rewards: torch.Tensor, group_ids: torch.Tensor):
     _, idx = torch.unique(group_ids, return_inverse=True)  # (B,)
     K = int(idx.max()) + 1 if idx.numel() else 0
     count = torch.bincount(idx, minlength=K).to(rewards.dtype)  # (K,)
-    mean = torch.zeros(K, dtype=rewards.dtype).index_add_(0, idx, rewards) / count  # (K,)
-    sq = torch.zeros(K, dtype=rewards.dtype).index_add_(0, idx, (rewards - mean[idx]) ** 2)  # (K,)
+    mean = rewards.new_zeros(K).index_add_(0, idx, rewards) / count  # (K,)
+    sq = rewards.new_zeros(K).index_add_(0, idx, (rewards - mean[idx]) ** 2)  # (K,)
     std = torch.where(count > 1, (sq / (count - 1).clamp_min(1)).sqrt(), torch.zeros_like(sq))  # (K,)
     return idx, count, mean, std
 
@@ -96,7 +96,7 @@ def compute_advantages(name: str, rewards: torch.Tensor, group_ids: torch.Tensor
         raise ValueError(f"rewards and group_ids must be (B,), got {tuple(rewards.shape)}, {tuple(group_ids.shape)}")
     rewards = rewards.float() if not rewards.is_floating_point() else rewards
     adv = ADVANTAGES[name](rewards, group_ids, cfg)  # (B,)
-    return adv if weights is None else adv * weights.to(adv.dtype)
+    return adv if weights is None else adv * weights.to(adv)
 
 
 def zero_variance_groups(rewards: torch.Tensor, group_ids: torch.Tensor, tol: float = 1e-8):
@@ -108,8 +108,8 @@ def zero_variance_groups(rewards: torch.Tensor, group_ids: torch.Tensor, tol: fl
     rewards = rewards.float()
     _, idx = torch.unique(group_ids, return_inverse=True)  # (B,)
     K = int(idx.max()) + 1 if idx.numel() else 0
-    hi = torch.full((K,), -float("inf")).scatter_reduce(0, idx, rewards, "amax")  # (K,)
-    lo = torch.full((K,), float("inf")).scatter_reduce(0, idx, rewards, "amin")  # (K,)
+    hi = rewards.new_full((K,), -float("inf")).scatter_reduce(0, idx, rewards, "amax")  # (K,)
+    lo = rewards.new_full((K,), float("inf")).scatter_reduce(0, idx, rewards, "amin")  # (K,)
     flat = (hi - lo) <= tol  # (K,)
     return flat[idx], (flat.float().mean().item() if K else 0.0)
 
@@ -145,7 +145,7 @@ class DifficultyTracker:
             self.rates[t] = total / n if old is None else self.ema * old + (1 - self.ema) * total / n
 
     def weights(self, task_ids: Sequence[str]) -> torch.Tensor:
-        """(B,) weights (1 - p)^alpha normalised to mean 1 over the batch; all ones when alpha is 0."""
+        """(B,) weights (1 - p)^alpha normalised to mean 1 over the batch (1 - p floored at 1e-3); ones when alpha is 0."""
         hardness = torch.tensor([1.0 - self.pass_rate(t) for t in task_ids]).clamp_min(1e-3)  # (B,)
         if self.alpha == 0 or hardness.numel() == 0:
             return torch.ones(len(task_ids))
