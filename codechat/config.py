@@ -27,13 +27,19 @@ class VerifierConfig:
 @dataclass
 class AlgoConfig:
     advantage: str = "grpo"
-    """Advantage estimator: grpo, grpo-mean-only, rloo, filter."""
+    """Advantage estimator: grpo, grpo-mean-only (Dr. GRPO), rloo, filter (RFT), batch-mean."""
     std_scale: str = "group"
-    """Normalise advantages by the `group` std (GRPO), the `batch` std, or `none`."""
+    """grpo divides by the `group` std (DeepSeekMath), the `batch` std of the rewards, or `none`."""
     eps: float = 1e-6
     """Added to the std before dividing."""
+    filter_threshold: float = 1.0
+    """`filter` advantage: samples whose reward is at least this get 1, the rest 0."""
+    difficulty_alpha: float = 0.0
+    """Weight prompts by difficulty: advantages times (1 - running pass rate)^alpha, batch mean 1; 0 = off."""
+    difficulty_ema: float = 0.9
+    """Decay of the running per-prompt pass rate behind difficulty weighting."""
     loss: str = "ppo-clip"
-    """Policy loss: ppo-clip, reinforce."""
+    """Policy loss: ppo-clip, reinforce (DPO has its own signature: algos.dpo_loss)."""
     clip_low: float = 0.2
     """PPO lower clip epsilon: ratio is clipped below at 1 - clip_low."""
     clip_high: float = 0.2
@@ -41,7 +47,7 @@ class AlgoConfig:
     dual_clip: float = 0.0
     """Dual-clip constant c > 1 bounding the loss for negative advantages; 0 disables it."""
     tis_cap: float = 0.0
-    """Truncated importance-sampling cap for sampler/trainer log-prob mismatch; 0 disables it."""
+    """Truncated importance-sampling cap for sampler/trainer log-prob mismatch (e.g. 2); 0 disables it."""
     kl_beta: float = 0.0
     """Coefficient of the KL-to-reference term; 0 disables it and loads no reference model."""
     kl_estimator: str = "k3"
@@ -49,11 +55,26 @@ class AlgoConfig:
     agg: str = "token-mean"
     """Loss aggregation: token-mean, seq-mean-token-mean, seq-mean-token-sum, seq-mean-token-sum-norm."""
     agg_norm: float = 0.0
-    """Constant normaliser for seq-mean-token-sum-norm (Dr. GRPO); 0 = the max new tokens."""
+    """Constant normaliser for seq-mean-token-sum-norm (Dr. GRPO); set it to max_new_tokens; 0 = padded length T."""
     dpo_beta: float = 0.1
     """DPO temperature beta."""
     dpo_label_smoothing: float = 0.0
     """DPO label smoothing (conservative DPO); 0 = plain DPO."""
+
+
+# --- rewards --------------------------------------------------------------------------------------------------
+@dataclass
+class RewardConfig:
+    components: dict[str, float] = field(default_factory=lambda: {"pass-all": 1.0})
+    """Reward name -> weight; the reward is the weighted sum (pass-all, pass-fraction, format, overlong, length, safety)."""
+    format_fenced: bool = True
+    """`format` expects exactly one fenced code block; False = the completion continues the prompt's code."""
+    overlong_buffer: int = 0
+    """`overlong`: tokens before max_new_tokens where the penalty ramps 0 -> -1 (DAPO); 0 = a quarter of max."""
+    length_budget: int = 256
+    """`length`: tokens allowed before the per-token penalty starts."""
+    length_per_token: float = 0.001
+    """`length`: penalty per token beyond length_budget."""
 
 
 # --- policy and sampling --------------------------------------------------------------------------------------

@@ -1,0 +1,134 @@
+"""Policy losses (one signature, in POLICY_LOSSES), truncated importance sampling, and the DPO loss.
+
+    fn(logp (B,T), old_logp (B,T), advantages (B,), mask (B,T), cfg, *, sampler_logp=None) -> (loss, metrics)
+
+logp are the trainer's log-probs of the sampled tokens (with grad), old_logp the same before this step's updates
+(no grad; equal to logp.detach() on the first inner epoch), advantages one per sequence, mask 1 on completion
+tokens. The per-token loss is aggregated by cfg.agg (see aggregation.py); metrics are plain floats.
+    ppo-clip   max(-A r, -A clip(r, 1-clip_low, 1+clip_high)), r = exp(logp - old_logp); with dual_clip c > 1
+               the loss of A < 0 tokens is also capped at -A c. At r = 1 its gradient equals reinforce's.
+    reinforce  -A logp (plain policy gradient: no ratio, no clip; the seed design of RLOO)
+Truncated IS (cfg.tis_cap > 0, `sampler_logp` given): when rollouts come from another engine (vLLM) whose
+log-probs differ from the trainer's, each token's loss is weighted by min(exp(old_logp - sampler_logp), cap),
+detached. Gap metrics are reported whenever sampler_logp is given, even with the correction off.
+Padding never contributes: masked entries are zeroed before any arithmetic, and log-ratios are clamped to
++-20 before exp, so finite inputs always give a finite loss and gradients.
+
+DPO works on sequence-level pairs, not on (B, T) tokens, so it is a separate function: `dpo_loss`.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from codechat.algos.aggregation import agg_loss, masked_mean
+from codechat.algos.kl import LOG_RATIO_CLAMP
+from codechat.algos.registry import Registry
+
+POLICY_LOSSES = Registry("policy loss", ("logp", "old_logp", "advantages", "mask", "cfg", "sampler_logp"))
+
+
+def _zero_padding(mask: torch.Tensor, *xs: torch.Tensor) -> list[torch.Tensor]:
+    m = mask > 0  # (B, T)
+    return [torch.where(m, x, torch.zeros_like(x)) for x in xs]
+
+
+def truncated_is(old_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.Tensor,
+                 cap: float) -> tuple[torch.Tensor | None, dict[str, float]]:
+    """-> (per-token weights min(pi_old / pi_sampler, cap) (B, T), detached; None when cap is 0), gap metrics."""
+    old_logp, sampler_logp = _zero_padding(mask, old_logp.detach(), sampler_logp.detach())
+    gap = old_logp - sampler_logp  # (B, T)
+    ratio = torch.exp(gap.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))  # (B, T)
+    m = mask > 0
+    metrics = {
+        "tis_ratio_mean": masked_mean(ratio, mask).item(),
+        "tis_clipped_frac": masked_mean((ratio > cap).float(), mask).item() if cap > 0 else 0.0,
+        "logp_gap_max": gap.abs().max().item() if m.any() else 0.0,
+        "logp_gap_mean": masked_mean(gap.abs(), mask).item(),
+    }
+    return (ratio.clamp(max=cap) if cap > 0 else None), metrics
+
+
+def _finish(loss_mat: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor, cfg,
+            sampler_logp: torch.Tensor | None, metrics: dict[str, float]) -> tuple[torch.Tensor, dict[str, float]]:
+    """Apply truncated IS when asked, aggregate by cfg.agg, add the gap metrics and the loss value."""
+    if sampler_logp is not None:
+        w, tis_metrics = truncated_is(old_logp, sampler_logp, mask, cfg.tis_cap)
+        if w is not None:
+            loss_mat = loss_mat * w  # (B, T)
+        metrics.update(tis_metrics)
+    loss = agg_loss(loss_mat, mask, cfg.agg, cfg.agg_norm)
+    metrics["pg_loss"] = loss.item()
+    return loss, metrics
+
+
+@POLICY_LOSSES.register("ppo-clip")
+def ppo_clip(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, cfg,
+             *, sampler_logp: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+    logp, old = _zero_padding(mask, logp, old_logp.detach())
+    log_ratio = (logp - old).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)  # (B, T)
+    ratio = torch.exp(log_ratio)  # (B, T)
+    A = advantages.detach()[:, None]  # (B, 1)
+    lo, hi = 1 - cfg.clip_low, 1 + cfg.clip_high
+    surr = -A * ratio  # (B, T)
+    surr_clipped = -A * ratio.clamp(lo, hi)  # (B, T)
+    loss_mat = torch.where(surr_clipped > surr, surr_clipped, surr)  # (B, T) the pessimistic bound
+    if cfg.dual_clip > 0:
+        bound = -A * cfg.dual_clip  # (B, 1) caps the loss of A < 0 tokens whose ratio exploded
+        dual = (A < 0) & (loss_mat > bound)  # (B, T)
+        loss_mat = torch.where(dual, bound.expand_as(loss_mat), loss_mat)
+    r = ratio.detach()
+    metrics = {
+        "clip_frac_low": masked_mean(((r < lo) & (A < 0)).float(), mask).item(),
+        "clip_frac_high": masked_mean(((r > hi) & (A > 0)).float(), mask).item(),
+        "ratio_mean": masked_mean(r, mask).item(),
+        "approx_kl_old": masked_mean(-log_ratio.detach(), mask).item(),
+    }
+    if cfg.dual_clip > 0:
+        metrics["dual_clip_frac"] = masked_mean(dual.float(), mask).item()
+    return _finish(loss_mat, old_logp, mask, cfg, sampler_logp, metrics)
+
+
+@POLICY_LOSSES.register("reinforce")
+def reinforce(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, cfg,
+              *, sampler_logp: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+    logp, old = _zero_padding(mask, logp, old_logp.detach())
+    loss_mat = -advantages.detach()[:, None] * logp  # (B, T)
+    ratio = torch.exp((logp.detach() - old).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))  # (B, T) for monitoring
+    return _finish(loss_mat, old_logp, mask, cfg, sampler_logp, {"ratio_mean": masked_mean(ratio, mask).item()})
+
+
+def policy_loss(name: str, logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
+                mask: torch.Tensor, cfg, *, sampler_logp: torch.Tensor | None = None):
+    """POLICY_LOSSES[name](...) -> (scalar loss, metrics dict[str, float])."""
+    if logp.dim() != 2 or logp.shape != old_logp.shape or logp.shape != mask.shape:
+        raise ValueError(f"logp, old_logp and mask must share a (B, T) shape, got {tuple(logp.shape)}, "
+                         f"{tuple(old_logp.shape)}, {tuple(mask.shape)}")
+    if advantages.shape != logp.shape[:1]:
+        raise ValueError(f"advantages must be (B,) = {tuple(logp.shape[:1])}, got {tuple(advantages.shape)}")
+    return POLICY_LOSSES[name](logp, old_logp, advantages, mask, cfg, sampler_logp=sampler_logp)
+
+
+def dpo_loss(chosen_logp: torch.Tensor, rejected_logp: torch.Tensor, ref_chosen_logp: torch.Tensor,
+             ref_rejected_logp: torch.Tensor, cfg) -> tuple[torch.Tensor, dict[str, float]]:
+    """DPO on P pairs of sequence-level (summed over tokens) log-probs (P,) each; beta = cfg.dpo_beta.
+
+    h = beta ((chosen - ref_chosen) - (rejected - ref_rejected));
+    loss = mean( -(1 - ls) log sigmoid(h) - ls log sigmoid(-h) ), ls = cfg.dpo_label_smoothing (cDPO).
+    """
+    beta, ls = cfg.dpo_beta, cfg.dpo_label_smoothing
+    chosen_reward = beta * (chosen_logp - ref_chosen_logp)  # (P,)
+    rejected_reward = beta * (rejected_logp - ref_rejected_logp)  # (P,)
+    h = chosen_reward - rejected_reward  # (P,)
+    losses = -(1 - ls) * F.logsigmoid(h) - ls * F.logsigmoid(-h)  # (P,)
+    loss = losses.mean() if losses.numel() else losses.sum()
+    cr, rr = chosen_reward.detach(), rejected_reward.detach()
+    n = max(losses.numel(), 1)
+    metrics = {
+        "dpo_loss": loss.item(),
+        "dpo_reward_chosen": cr.sum().item() / n,
+        "dpo_reward_rejected": rr.sum().item() / n,
+        "dpo_reward_margin": (cr - rr).sum().item() / n,
+        "dpo_reward_accuracy": (cr > rr).float().sum().item() / n,
+    }
+    return loss, metrics
