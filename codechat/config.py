@@ -261,6 +261,8 @@ class RunConfig:
     """Sandboxed verifier."""
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     """Advantages, losses, KL, aggregation."""
+    rewards: RewardConfig = field(default_factory=RewardConfig)
+    """Reward components and their weights (`rewards: {pass-all: 1.0, format: 0.1}` is short for `components`)."""
     sft: SFTConfig = field(default_factory=SFTConfig)
     """Supervised fine-tuning stage."""
     rft: RFTConfig = field(default_factory=RFTConfig)

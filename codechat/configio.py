@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 
 from codechat import CodechatError
-from codechat.config import RunConfig
+from codechat.config import RewardConfig, RunConfig
 
 
 class ConfigError(CodechatError):
@@ -117,6 +117,9 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         if not isinstance(data, dict):
             raise ConfigError(f"{p}: expected a mapping at the top level")
     data = apply_overrides(data, overrides or [])
+    rewards = data.get("rewards")
+    if isinstance(rewards, dict) and rewards and not set(rewards) & {f.name for f in dataclasses.fields(RewardConfig)}:
+        data["rewards"] = {"components": rewards}  # the short form: a mapping of component -> weight
     cfg = _build(RunConfig, data)
     validate(cfg)
     return cfg
@@ -144,6 +147,13 @@ def validate(cfg: RunConfig) -> None:
     for key, ok in checks:
         if not ok:
             raise ConfigError(f"{key}: invalid value")
+    from codechat.algos import check_config
+    from codechat.rewards import check_components
+    try:
+        check_config(cfg.algo)
+        check_components(cfg.rewards.components)
+    except (ValueError, KeyError, TypeError) as e:
+        raise ConfigError(str(e).strip("'\"")) from None
 
 
 def save_config(cfg: RunConfig, path: str | Path) -> None:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from codechat.config import SamplingConfig
+from codechat.config import RewardConfig, SamplingConfig
 from codechat.tasks import Task
 from codechat.verdict import Verdict
 
@@ -55,17 +55,17 @@ class Rollouts:
 
 
 def score(tasks_per_sample: list[Task], texts: list[str], verdicts: list[Verdict], n_tokens: list[int],
-          truncated: list[bool], max_new_tokens: int, reward_weights: dict[str, float] | None):
-    """Rewards for each sample: (N,) totals and the per-component values."""
-    if not reward_weights or reward_weights == {"pass-all": 1.0}:
+          truncated: list[bool], max_new_tokens: int, rewards: RewardConfig | None):
+    """Rewards for each sample: (N,) totals and the weighted per-component values."""
+    if rewards is None or rewards.components == {"pass-all": 1.0}:
         r = torch.tensor([v.reward for v in verdicts], dtype=torch.float32)
         return r, {"pass-all": r.clone()}
     from codechat.rewards import RewardContext, compose_rewards
 
     totals, comps = [], {}
     for task, text, v, n, tr in zip(tasks_per_sample, texts, verdicts, n_tokens, truncated):
-        ctx = RewardContext(n_tokens=n, max_new_tokens=max_new_tokens, truncated=tr)
-        total, parts = compose_rewards(reward_weights, task, text, v, ctx)
+        ctx = RewardContext(n_tokens=n, max_new_tokens=max_new_tokens, truncated=tr, cfg=rewards)
+        total, parts = compose_rewards(rewards.components, task, text, v, ctx)
         totals.append(total)
         for k, val in parts.items():
             comps.setdefault(k, []).append(val)
@@ -73,7 +73,7 @@ def score(tasks_per_sample: list[Task], texts: list[str], verdicts: list[Verdict
 
 
 def collect(policy, sampler, verifier, tasks: list[Task], group_size: int, sampling: SamplingConfig,
-            reward_weights: dict[str, float] | None = None, seed: int | None = None) -> Rollouts:
+            rewards: RewardConfig | None = None, seed: int | None = None) -> Rollouts:
     """Sample `group_size` completions per task, verify them and score them."""
     prompts = [policy.encode_prompt(prompt_text(t)) for t in tasks]
     cfg = sampling if seed is None else dataclasses.replace(sampling, seed=seed)
@@ -85,7 +85,7 @@ def collect(policy, sampler, verifier, tasks: list[Task], group_size: int, sampl
     t2 = time.perf_counter()
     n_tokens = [int(n) for n in batch.n_tokens]
     truncated = [f == "length" for f in batch.finish_reason]
-    rewards, comps = score(per_sample, batch.texts, verdicts, n_tokens, truncated, cfg.max_new_tokens, reward_weights)
+    rewards, comps = score(per_sample, batch.texts, verdicts, n_tokens, truncated, cfg.max_new_tokens, rewards)
     return Rollouts(tasks, prompts, batch, verdicts, rewards, comps, t1 - t0, t2 - t1)
 
 
@@ -106,9 +106,7 @@ def rollout_metrics(r: Rollouts) -> dict[str, float]:
          "new_tokens_per_s": lens.sum().item() / max(r.sample_s, 1e-9)}
     for status, c in Counter(v.status for v in r.verdicts).items():
         m[f"verdict/{status}"] = c / len(r.verdicts)
-    if len(r.components) > 1:
-        total = sum(abs(v.mean().item()) for v in r.components.values()) or 1.0
-        for k, v in r.components.items():
-            m[f"reward/{k}"] = v.mean().item()
-            m[f"reward_share/{k}"] = abs(v.mean().item()) / total
+    if len(r.components) > 1:  # each component's mean and share of the total, to see when one dominates
+        from codechat.rewards import reward_metrics
+        m.update(reward_metrics([{k: float(v[i]) for k, v in r.components.items()} for i in range(len(r.rewards))]))
     return m

@@ -25,7 +25,7 @@ def sample_groups(ctx: Context, sampler) -> tuple[Rollouts, dict]:
     tasks = take(ctx.train_tasks, ctx.cfg.seed + st.stage_idx, st.data_pos, c.prompts_per_step)
     st.data_pos += len(tasks)
     r = collect(ctx.policy, sampler, ctx.verifier, tasks, c.group_size, ctx.cfg.sampling,
-                ctx.cfg.rewards.components, seed=ctx.step_seed())
+                ctx.cfg.rewards, seed=ctx.step_seed())
     extra = {"samples": len(r.verdicts)}
     zv, frac = zero_variance_groups(r.rewards, r.group_ids)
     extra["zero_var_frac"] = frac
@@ -36,7 +36,7 @@ def sample_groups(ctx: Context, sampler) -> tuple[Rollouts, dict]:
             more = take(ctx.train_tasks, ctx.cfg.seed + st.stage_idx, st.data_pos, c.prompts_per_step)
             st.data_pos += len(more)
             r2 = collect(ctx.policy, sampler, ctx.verifier, more, c.group_size, ctx.cfg.sampling,
-                         ctx.cfg.rewards.components, seed=ctx.step_seed(salt=rounds))
+                         ctx.cfg.rewards, seed=ctx.step_seed(salt=rounds))
             extra["samples"] += len(r2.verdicts)
             r = merge_keep_signal(r, r2, c.prompts_per_step)
             zv, _ = zero_variance_groups(r.rewards, r.group_ids)
@@ -132,7 +132,7 @@ def rl_update(ctx: Context, r: Rollouts, adv: torch.Tensor, rows: torch.Tensor, 
                 loss, met = policy_loss(a.loss, logp, old_lp, adv[m_idx].to(dev), m, a, sampler_logp=sampler_lp)
                 if ref_lp is not None:
                     kl = kl_penalty(logp, ref_lp[m_idx], a.kl_estimator)  # (n, T)
-                    kl_term = agg_loss(kl, m, a.agg, a.agg_norm or ctx.cfg.sampling.max_new_tokens)
+                    kl_term = agg_loss(kl, m, a.agg, a.agg_norm)
                     loss = loss + a.kl_beta * kl_term
                     met["kl"] = kl_term.item()
                 (loss / len(micro)).backward()
@@ -154,6 +154,8 @@ def run_rl(ctx: Context) -> None:
     c = ctx.cfg.rl
     if ctx.stage == "rloo":
         ctx.cfg.algo = dataclasses.replace(ctx.cfg.algo, advantage="rloo")
+    if ctx.cfg.algo.agg_norm == 0:  # Dr. GRPO's constant normaliser: the generation budget
+        ctx.cfg.algo = dataclasses.replace(ctx.cfg.algo, agg_norm=float(ctx.cfg.sampling.max_new_tokens))
     a = ctx.cfg.algo
     if a.kl_beta > 0:
         save_stage_start(ctx)
