@@ -110,6 +110,17 @@ class SamplingConfig:
     """Seed of the sampler's random generator."""
 
 
+@dataclass
+class RolloutConfig:
+    engine: str = "hf"
+    """Rollout engine: `hf` (codechat's KV-cache sampler on the training model) or `vllm` (colocated vLLM engine,
+    weights pushed in memory after each update; needs the vllm extra)."""
+    vllm_gpu_memory_utilization: float = 0.3
+    """Share of GPU memory vLLM may take for weights + KV cache when colocated with the trainer."""
+    vllm_dtype: str = "auto"
+    """vLLM weight dtype (`auto` follows the model; `float32` on CPU)."""
+
+
 # --- training -------------------------------------------------------------------------------------------------
 @dataclass
 class DataConfig:
@@ -257,6 +268,8 @@ class RunConfig:
     """Task sets."""
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     """Rollout sampling."""
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    """Rollout engine."""
     verifier: VerifierConfig = field(default_factory=VerifierConfig)
     """Sandboxed verifier."""
     algo: AlgoConfig = field(default_factory=AlgoConfig)
