@@ -16,7 +16,8 @@ from codechat.tasks.synthetic.primitives import (NUM_MAPS, NUM_PREDS, NUM_REDUCE
 
 BUG_KINDS = {
     "off_by_one": "the loop misses one element: `xs[1:]` / `s[1:]` skips the first, `range(1, n)` stops before n",
-    "boundary": "a strict comparison swapped with a non-strict one: `>` for `>=`, `<=` for `<` (and back)",
+    "boundary": "a strict comparison swapped with a non-strict one: `>` for `>=`, `<=` for `<` (and back), "
+                "`x >= 0` for positive, `x <= 0` for negative",
     "wrong_constant": "the first constant of the problem is one too large (`x > 4` for `x > 3`, `x % 5` for `x % 4`)",
     "wrong_init": "largest/smallest starts from 0 instead of 'no value yet', wrong when all values are negative "
                   "(largest) or positive (smallest)",
@@ -24,6 +25,7 @@ BUG_KINDS = {
 """Plausible-but-wrong reference solutions: what a scraped, untested snippet typically gets wrong."""
 
 _SWAP = {"gt": "ge", "ge": "gt", "lt": "le", "le": "lt"}
+_SIGN_SWAP = {"pos": ["ge", 0], "neg": ["le", 0]}   # "positive" written `x >= 0`, "negative" written `x <= 0`
 
 
 def tables(spec: dict) -> tuple[dict, dict, dict]:
@@ -101,9 +103,13 @@ def with_bug(spec: dict, kind: str) -> dict | None:
         slot = spec[s]
         if slot is None:
             continue
-        if kind == "boundary" and slot[0] in _SWAP:
-            bug[s] = [_SWAP[slot[0]], slot[1]]
-            return bug
+        if kind == "boundary" and s in ("filter", "cond") and spec["family"] != "str":
+            if slot[0] in _SWAP:
+                bug[s] = [_SWAP[slot[0]], slot[1]]
+                return bug
+            if slot[0] in _SIGN_SWAP:
+                bug[s] = list(_SIGN_SWAP[slot[0]])
+                return bug
         if kind == "wrong_constant" and slot[1] is not None:
             bug[s] = [slot[0], slot[1] + 1]
             return bug
