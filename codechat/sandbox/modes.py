@@ -138,8 +138,8 @@ def run_calls(chan: Channel, ns: dict, job: dict) -> dict:
 MODES = {"tests": run_tests, "io": run_io, "call": run_calls}
 
 
-def main(sock_fd: int, payload_fd: int, result_fd: int, max_bytes: int) -> None:
-    """Entry point in the judge child: read the job, wait for the program to load, run the mode, report."""
+def judge(sock_fd: int, payload_fd: int, max_bytes: int) -> bytes:
+    """One job in the judge: read the tests, wait for the program to load, run the mode; returns the record."""
     job = pickle.loads(wire.recv(payload_fd, 1 << 30))  # written by the parent: trusted
     chan = Channel(sock_fd, max_bytes)
     try:
@@ -158,4 +158,4 @@ def main(sock_fd: int, payload_fd: int, result_fd: int, max_bytes: int) -> None:
         else:
             result = {"status": "error", "error_type": "EarlyExit", "message": "malformed hello"}
     result.setdefault("tests_passed", 0)
-    wire.send(result_fd, wire.dumps(result))
+    return wire.dumps(result)

@@ -43,7 +43,6 @@ class Job:
     limits: Limits = field(default_factory=Limits)
     max_output_bytes: int = 65536
     max_result_bytes: int = 16 << 20
-    judge_memory_mb: int = 4096
 
 
 @dataclass
@@ -83,7 +82,7 @@ class Zygote:
         judge_r, judge_w = os.pipe()
         try:
             ctl = pickle.dumps({k: getattr(job, k) for k in ("mode", "timeout_s", "limits", "max_output_bytes",
-                                                               "max_result_bytes", "judge_memory_mb")})
+                                                               "max_result_bytes")})
             self.sock.settimeout(job.timeout_s + 30)
             socket.send_fds(self.sock, [struct.pack(">I", len(ctl)) + ctl], [cand_r, judge_r])
             os.close(cand_r)
@@ -133,8 +132,8 @@ def _write_quietly(fd: int, data: bytes) -> None:
 
 def merge(raw: dict | None) -> RunResult:
     """Combine the zygote's observations with the judge's result record into one RunResult."""
-    if raw is None:
-        return RunResult("error", "SandboxError", "the sandbox process failed")
+    if raw is None or "fatal" in raw:
+        return RunResult("error", "SandboxError", f"the sandbox failed: {(raw or {}).get('fatal', 'no reply')}")
     base = dict(duration_s=raw["duration_s"], blocked=tuple(raw["blocked"]), output_head=raw["output_head"])
     if raw["output_over"]:
         return RunResult("output_limit", None, "output exceeded the cap", **base)

@@ -15,8 +15,10 @@ Forking from here costs about a millisecond; exec-ing a fresh interpreter costs 
 from __future__ import annotations
 
 import ctypes
+import gc
 import os
 import pickle
+import resource
 import select
 import shutil
 import signal
@@ -35,8 +37,11 @@ import operator, random, re, statistics, string, typing, dataclasses, enum, arra
 PR_SET_CHILD_SUBREAPER, PR_SET_PDEATHSIG = 36, 1
 
 
+_libc = ctypes.CDLL(None)
+
+
 def _die_with_parent() -> None:
-    ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
 def _child_fds(keep: list[int]) -> None:
@@ -70,17 +75,59 @@ def _candidate_child(job: dict, tmp: str, uid: int | None, sc: int, cand_r: int,
         pass
 
 
-def _judge_child(job: dict, sj: int, judge_r: int, res_w: int) -> None:
+class JudgeProc:
+    """The judge: a long-lived child that runs tests for one job at a time. It never runs program code, so it
+    is reused across jobs; it is replaced after a timeout, an output overflow, or `max_jobs` jobs."""
+    max_jobs = 500
+
+    def __init__(self, memory_mb: int):
+        self.sock, child = socket.socketpair()
+        self.pid = os.fork()
+        if self.pid == 0:
+            code = 0
+            try:
+                self.sock.close()
+                _judge_server(child, memory_mb)
+            except BaseException:  # noqa: BLE001
+                code = 70
+            os._exit(code)
+        child.close()
+        self.jobs = 0
+
+    def submit(self, sj: int, judge_r: int, max_bytes: int) -> None:
+        self.jobs += 1
+        socket.send_fds(self.sock, [struct.pack(">I", max_bytes)], [sj, judge_r])
+
+    def kill(self) -> None:
+        _kill(self.pid)
+        os.waitpid(self.pid, 0)
+        self.sock.close()
+
+
+def _judge_server(sock: socket.socket, memory_mb: int) -> None:
     os.setpgid(0, 0)
     _die_with_parent()
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
-    _child_fds([sj, judge_r, res_w])
-    isolation.apply_limits(isolation.Limits(cpu_s=job["limits"].cpu_s + 2, memory_mb=job["judge_memory_mb"],
-                                            nproc=4096, nofile=256, fsize_mb=1))
+    _child_fds([sock.fileno()])
+    sock = socket.socket(fileno=3)
+    # Address space only: the judge runs trusted tests, but decodes values the program chose.
+    resource.setrlimit(resource.RLIMIT_AS, (memory_mb << 20, memory_mb << 20))
     os.environ.clear()
-    modes.main(3, 4, 5, job["max_result_bytes"])
+    while True:
+        head, fds, _, _ = socket.recv_fds(sock, 4, 2)
+        if not head:
+            return
+        head += _recv_exact(sock, 4 - len(head))
+        (max_bytes,) = struct.unpack(">I", head)
+        try:
+            rec = modes.judge(fds[0], fds[1], max_bytes)
+        except BaseException as e:  # noqa: BLE001 - report, and stay up for the next job
+            rec = wire.dumps({"status": "error", "error_type": "JudgeError", "message": f"{type(e).__name__}: {e}"[:300]})
+        for fd in fds:
+            os.close(fd)
+        sock.sendall(struct.pack(">I", len(rec)) + rec)
 
 
 def _fork(fn, *args) -> int:
@@ -95,26 +142,69 @@ def _fork(fn, *args) -> int:
     return pid
 
 
-def run_job(job: dict, cand_r: int, judge_r: int, uid: int | None) -> dict:
+def _children() -> list[int] | None:
+    try:
+        with open(f"/proc/self/task/{os.getpid()}/children") as f:
+            return [int(p) for p in f.read().split()]
+    except OSError:
+        return None
+
+
+def kill_program(cpid: int, uid: int | None, judge_pid: int) -> int:
+    """Kill the program and every descendant; returns the program's wait status.
+
+    The zygote is a child subreaper, so descendants orphaned by a dying parent (double fork + setsid) are
+    re-parented here and show up as our children: kill those until none is left. When any escaped, also
+    kill everything the sandbox uid still runs anywhere (isolation.reap_uid)."""
+    try:
+        os.killpg(cpid, signal.SIGKILL)
+    except OSError:
+        pass
+    status = os.waitpid(cpid, 0)[1]
+    escaped = False
+    for _ in range(1000):
+        kids = _children()
+        if kids is None:
+            escaped = True
+            break
+        kids = [k for k in kids if k != judge_pid]
+        if not kids:
+            break
+        escaped = True
+        for k in kids:
+            _kill(k)
+        for k in kids:
+            try:
+                os.waitpid(k, 0)
+            except ChildProcessError:
+                pass
+    if escaped:
+        isolation.reap_uid(uid, cpid)
+        _reap_orphans()
+    return status
+
+
+def run_job(job: dict, cand_r: int, judge_r: int, uid: int | None, judge: JudgeProc) -> tuple[dict, bool]:
+    """Run one job; returns (record for the parent, whether the judge must be replaced)."""
     t0 = time.monotonic()
     tmp = tempfile.mkdtemp(prefix="codechat-")
     if uid is not None:
         os.chown(tmp, uid, uid)
     sc, sj = socket.socketpair()
     out_r, out_w = os.pipe()
-    res_r, res_w = os.pipe()
     ev_r, ev_w = os.pipe()
     cpid = _fork(_candidate_child, job, tmp, uid, sc.fileno(), cand_r, out_w, ev_w)
-    jpid = _fork(_judge_child, job, sj.fileno(), judge_r, res_w)
-    for fd in (out_w, res_w, ev_w, cand_r, judge_r):
+    judge.submit(sj.fileno(), judge_r, job["max_result_bytes"])
+    for fd in (out_w, ev_w, cand_r, judge_r):
         os.close(fd)
     sc.close()
     sj.close()
     deadline = t0 + job["timeout_s"]
     out_head, out_total, events, res = b"", 0, b"", b""
     timed_out = over = res_done = False
-    watch = [out_r, res_r, ev_r]
-    while watch and not res_done:
+    jfd = judge.sock.fileno()
+    watch = [out_r, jfd, ev_r]
+    while not res_done:
         left = deadline - time.monotonic()
         if left <= 0:
             timed_out = True
@@ -130,29 +220,25 @@ def run_job(job: dict, cand_r: int, judge_r: int, uid: int | None) -> dict:
                 events += chunk[:4096]
             else:
                 res += chunk
-                res_done = not chunk
-                over = over or len(res) > job["max_result_bytes"] + 64
-            if not chunk:
+                res_done = not chunk or (len(res) >= 4 and len(res) >= 4 + struct.unpack(">I", res[:4])[0])
+            if not chunk and fd != jfd:
                 watch.remove(fd)
         if over:
             break
     duration = time.monotonic() - t0
-    isolation.reap_uid(uid, cpid)
-    _kill(jpid)
-    c_status = os.waitpid(cpid, 0)[1]
-    os.waitpid(jpid, 0)
-    _reap_orphans()
+    c_status = kill_program(cpid, uid, judge.pid)
     events += _drain(ev_r)
-    for fd in (out_r, res_r, ev_r):
+    for fd in (out_r, ev_r):
         os.close(fd)
     shutil.rmtree(tmp, ignore_errors=True)
     blocked = {e for e in events.decode(errors="replace").split() if e}
     if isolation.clean_scratch(uid):
         blocked.add("write_outside")
     c_signal = os.WTERMSIG(c_status) if os.WIFSIGNALED(c_status) else None
-    return {"timed_out": timed_out, "output_over": over, "output_head": out_head.decode(errors="replace"),
-            "c_signal": c_signal, "judge": res if res_done else None, "duration_s": duration,
-            "blocked": sorted(blocked)}
+    rec = {"timed_out": timed_out, "output_over": over, "output_head": out_head.decode(errors="replace"),
+           "c_signal": c_signal, "judge": res if res_done else None, "duration_s": duration,
+           "blocked": sorted(blocked)}
+    return rec, not res_done or over or judge.jobs >= judge.max_jobs
 
 
 def _kill(pid: int) -> None:
@@ -193,10 +279,13 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
 def serve(sock: socket.socket) -> None:
     hello = pickle.loads(wire.recv(sock.fileno()))
     active = isolation.enter_namespaces(tuple(hello.get("hide_paths", ())))
-    ctypes.CDLL(None).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     uid = isolation.sandbox_uid()
     if uid is not None:
         active.append("own_uid")
+    judge_mb = int(hello.get("judge_memory_mb", 4096))  # address space of the judge, which decodes values
+    judge = JudgeProc(judge_mb)
+    gc.freeze()  # keep imported objects out of the children's GC passes: fewer copy-on-write page faults
     wire.send(sock.fileno(), pickle.dumps({"pid": os.getpid(), "active": active}))
     while True:
         try:
@@ -208,7 +297,13 @@ def serve(sock: socket.socket) -> None:
             job = pickle.loads(_recv_exact(sock, n))
         except (EOFError, OSError):
             return
-        result = run_job(job, fds[0], fds[1], uid)
+        try:
+            result, replace_judge = run_job(job, fds[0], fds[1], uid, judge)
+        except Exception as e:  # noqa: BLE001 - keep serving; the parent sees an error for this job
+            result, replace_judge = {"fatal": f"{type(e).__name__}: {e}"}, True
+        if replace_judge:
+            judge.kill()
+            judge = JudgeProc(judge_mb)
         wire.send(sock.fileno(), pickle.dumps(result))
 
 
