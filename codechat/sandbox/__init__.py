@@ -5,7 +5,15 @@ Layout: `isolation` (namespaces, rlimits, uid, reaping), `wire` (plain-data enco
 `zygote` (warm pre-imported forker), `pool` (parent side: `SandboxPool`, `Job`, `RunResult`).
 This package knows nothing of RL or tasks; `codechat.verify` builds on it.
 """
-from codechat.sandbox.isolation import Limits
-from codechat.sandbox.pool import Job, RunResult, SandboxPool
-
 __all__ = ["Job", "Limits", "RunResult", "SandboxPool"]
+
+
+def __getattr__(name: str):
+    # Lazy: the zygote imports submodules of this package, and every module it imports makes each fork slower.
+    if name == "Limits":
+        from codechat.sandbox.isolation import Limits
+        return Limits
+    if name in ("Job", "RunResult", "SandboxPool"):
+        from codechat.sandbox import pool
+        return getattr(pool, name)
+    raise AttributeError(name)

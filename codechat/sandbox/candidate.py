@@ -14,9 +14,9 @@ loads native code, or writes outside its working directory (Verdict.blocked); it
 from __future__ import annotations
 
 import builtins
+import io
 import os
 import pickle
-import random
 import sys
 import types
 
@@ -66,6 +66,13 @@ def _install_audit_hook(events_fd: int, cwd: str) -> None:
     sys.addaudithook(hook)
 
 
+class _Unpickler(pickle.Unpickler):
+    server: "_Server"
+
+    def persistent_load(self, pid):  # a judge-side proxy: the object it stands for lives here
+        return self.server.resolve(pid)
+
+
 class _Server:
     def __init__(self, sock_fd: int, module: types.ModuleType):
         self.fd = sock_fd
@@ -86,14 +93,9 @@ class _Server:
         return self.objects[key]
 
     def unpickle(self, data: bytes):
-        server = self
-
-        class _Unpickler(pickle.Unpickler):
-            def persistent_load(self, pid):
-                return server.resolve(pid)
-
-        import io
-        return _Unpickler(io.BytesIO(data)).load()
+        u = _Unpickler(io.BytesIO(data))
+        u.server = self
+        return u.load()
 
     def reply(self, msg: list) -> None:
         try:
@@ -164,7 +166,7 @@ def serve(sock_fd: int, payload_fd: int, events_fd: int) -> None:
     """Entry point in the sandboxed child; returns when the judge closes the channel."""
     payload = pickle.loads(wire.recv(payload_fd))  # written by the parent: trusted
     os.close(payload_fd)
-    random.seed()  # forked children would otherwise share the zygote's random state
+    # (the zygote does not import `random`, so each program that does gets a fresh seed)
     mod = types.ModuleType("__sandbox__")
     mod.__dict__["__builtins__"] = builtins
     sys.modules["__sandbox__"] = mod

@@ -19,7 +19,6 @@ import resource
 import signal
 import stat
 import sys
-from dataclasses import dataclass
 
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET = 0x00020000, 0x10000000, 0x40000000
 MS_RDONLY, MS_BIND, MS_REMOUNT, MS_REC, MS_PRIVATE = 0x1, 0x1000, 0x20, 0x4000, 0x40000
@@ -28,14 +27,38 @@ SCRATCH_DIRS = ("/tmp", "/dev/shm", "/var/tmp")
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
-@dataclass
 class Limits:
-    """Per-program resource limits (rlimits are per process; nproc is per uid when the uid is our own)."""
-    cpu_s: int = 6
-    memory_mb: int = 1024
-    nproc: int = 64
-    nofile: int = 64
-    fsize_mb: int = 16
+    """Per-program resource limits (rlimits are per process; nproc is per uid when the uid is our own).
+    A plain class, not a dataclass: `dataclasses` imports `inspect`, and the zygote keeps its imports small."""
+
+    def __init__(self, cpu_s: int = 6, memory_mb: int = 1024, nproc: int = 64, nofile: int = 64, fsize_mb: int = 16):
+        self.cpu_s, self.memory_mb, self.nproc, self.nofile, self.fsize_mb = cpu_s, memory_mb, nproc, nofile, fsize_mb
+
+    def __repr__(self) -> str:
+        return f"Limits({self.__dict__})"
+
+
+def rmtree(path: str) -> None:
+    """shutil.rmtree without importing shutil (which loads bz2/lzma into the zygote); never follows links."""
+    try:
+        entries = list(os.scandir(path))
+    except NotADirectoryError:
+        os.unlink(path)
+        return
+    except OSError:
+        return
+    for e in entries:
+        try:
+            if e.is_dir(follow_symlinks=False):
+                rmtree(e.path)
+            else:
+                os.unlink(e.path)
+        except OSError:
+            pass
+    try:
+        os.rmdir(path)
+    except OSError:
+        pass
 
 
 def _unshare(flags: int) -> bool:
@@ -163,9 +186,8 @@ def reap_uid(uid: int | None, pgid: int) -> None:
     os.waitpid(pid, 0)
 
 
-def clean_scratch(uid: int | None) -> bool:
-    """Remove what the uid left in the shared scratch dirs; True if it had written there."""
-    import shutil
+def clean_scratch(uid: int | None, keep: str = "") -> bool:
+    """Remove what the uid left in the shared scratch dirs (except `keep`); True if it had written there."""
     found = False
     if uid is None:
         return False
@@ -176,12 +198,9 @@ def clean_scratch(uid: int | None) -> bool:
             continue
         for e in entries:
             try:
-                if e.stat(follow_symlinks=False).st_uid == uid:
+                if e.path != keep and e.stat(follow_symlinks=False).st_uid == uid:
                     found = True
-                    if e.is_dir(follow_symlinks=False):
-                        shutil.rmtree(e.path, ignore_errors=True)
-                    else:
-                        os.unlink(e.path)
+                    rmtree(e.path) if e.is_dir(follow_symlinks=False) else os.unlink(e.path)
             except OSError:
                 pass
     return found

@@ -56,6 +56,11 @@ def candidate_exception(name: str, msg: str) -> Exception:
     return cls(msg)
 
 
+class _Pickler(pickle.Pickler):
+    def persistent_id(self, obj):  # proxies travel as references to the candidate's own objects
+        return obj._ref if type(obj) is Remote else None
+
+
 class Channel:
     def __init__(self, fd: int, max_bytes: int):
         self.fd, self.max_bytes, self.calls = fd, max_bytes, 0
@@ -75,8 +80,7 @@ class Channel:
     def request(self, op: str, ref: tuple, *args, **kwargs):
         self.calls += 1
         buf = io.BytesIO()
-        pickler = pickle.Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL)
-        pickler.persistent_id = lambda obj: obj._ref if type(obj) is Remote else None
+        pickler = _Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL)
         try:
             pickler.dump((op, ref, args, kwargs))
         except (pickle.PicklingError, TypeError, AttributeError) as e:
@@ -156,9 +160,23 @@ class _CountAsserts(ast.NodeTransformer):
         return [ast.copy_location(hit, node), node]
 
 
+_COMPILED: dict[tuple[str, str], types.CodeType] = {}
+
+
 def instrument(src: str, name: str) -> types.CodeType:
-    tree = _CountAsserts().visit(ast.parse(src))
-    return compile(ast.fix_missing_locations(tree), name, "exec", dont_inherit=True, optimize=0)
+    """Compile a test with every assert counted; cached, since RL verifies the same task many times."""
+    key = (src, name)
+    code = _COMPILED.get(key)
+    if code is None:
+        tree = _CountAsserts().visit(ast.parse(src))
+        code = compile(ast.fix_missing_locations(tree), name, "exec", dont_inherit=True, optimize=0)
+        if len(_COMPILED) > 20000:
+            _COMPILED.clear()
+        _COMPILED[key] = code
+    return code
+
+
+_STDLIB = frozenset(sys.stdlib_module_names) | {"numpy"}
 
 
 def build_namespace(chan: Channel, names: list, entry_point: str | None) -> dict:
@@ -167,7 +185,7 @@ def build_namespace(chan: Channel, names: list, entry_point: str | None) -> dict
     sys.modules["__sandbox__"] = mod  # so pickled instances of setup-defined classes resolve on both sides
     ns = mod.__dict__
     ns["__builtins__"] = builtins
-    stdlib = set(sys.stdlib_module_names) | {"numpy"}
+    stdlib = _STDLIB
     for item in names:
         if not (isinstance(item, list) and len(item) == 3 and isinstance(item[0], str)):
             continue

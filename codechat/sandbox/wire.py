@@ -11,10 +11,7 @@ Framing is a 4-byte big-endian length, then the payload; `recv` refuses payloads
 """
 from __future__ import annotations
 
-import base64
 import collections
-import decimal
-import fractions
 import json
 import math
 import os
@@ -73,7 +70,7 @@ def to_plain(x: Any, handle: Callable[[Any], int] | None = None, depth: int = 0)
     if isinstance(x, complex):
         return {"$c": [to_plain(x.real), to_plain(x.imag)]}
     if isinstance(x, (bytes, bytearray)):
-        return {"$b": base64.b64encode(bytes(x)).decode(), "ba": isinstance(x, bytearray)}
+        return {"$b": bytes(x).hex(), "ba": isinstance(x, bytearray)}
     if isinstance(x, collections.OrderedDict):
         return {"$od": [[to_plain(k, handle, d), to_plain(v, handle, d)] for k, v in dict.items(x)]}
     if isinstance(x, collections.Counter):
@@ -92,10 +89,11 @@ def to_plain(x: Any, handle: Callable[[Any], int] | None = None, depth: int = 0)
         return {"$dq": [to_plain(v, handle, d) for v in x]}
     if isinstance(x, range):
         return {"$r": [x.start, x.stop, x.step]}
-    if isinstance(x, decimal.Decimal):
+    mod = type(x).__module__
+    if mod == "decimal" and type(x).__name__ == "Decimal":  # by name: importing decimal costs every fork
         return {"$dec": str(x)}
-    if isinstance(x, fractions.Fraction):
-        return {"$fr": [x.numerator, x.denominator]}
+    if mod == "fractions" and type(x).__name__ == "Fraction":
+        return {"$fr": [int(x.numerator), int(x.denominator)]}
     np_value = _numpy_to_plain(x, handle, d)
     if np_value is not None:
         return np_value
@@ -144,15 +142,17 @@ def from_plain(x: Any, handle: Callable[[int, str], Any] | None = None) -> Any:
         if tag == "$c":
             return complex(from_plain(v[0]), from_plain(v[1]))
         if tag == "$b":
-            raw = base64.b64decode(v)
+            raw = bytes.fromhex(v)
             return bytearray(raw) if x.get("ba") else raw
         if tag == "$dq":
             return collections.deque(dec(v))
         if tag == "$r":
             return range(int(v[0]), int(v[1]), int(v[2]))
         if tag == "$dec":
+            import decimal
             return decimal.Decimal(str(v))
         if tag == "$fr":
+            import fractions
             return fractions.Fraction(int(v[0]), int(v[1]))
         if tag == "$nd":
             return _ndarray(dec(v) if isinstance(v, list) else from_plain(v, handle), str(x.get("dtype")))

@@ -1,16 +1,17 @@
-"""The zygote: a warm, pre-imported process that forks one candidate + one judge per job and cleans up after.
+"""The zygote: a warm, pre-imported process that runs one program at a time, judged by its judge child.
 
 Started by `pool.py` as `python -m codechat.sandbox.zygote FD` with a scrubbed environment, it enters its own
-network and mount namespaces once (`isolation.enter_namespaces`), then serves jobs on a unix socket:
+network and mount namespaces once (`isolation.enter_namespaces`), forks its judge, then serves jobs on a unix
+socket:
   parent -> zygote: a small control record (limits, timeout) plus two pipe fds, one holding the program's
       payload and one holding the judge's payload. The zygote never reads either payload, so no later child
       can find earlier tests in inherited memory.
   zygote -> parent: what it observed (timeout, output over the cap, exit signal, protections hit) plus the
       judge's result record, still encoded.
-Per job: a fresh temp dir (owned by the sandbox uid, removed afterwards); the candidate in its own session,
-with rlimits and the sandbox uid, stdout+stderr to a capped pipe; the judge as a separate child; a wall-clock
-deadline; then everything the uid runs is killed and the zygote reaps orphans (it is a child subreaper).
-Forking from here costs about a millisecond; exec-ing a fresh interpreter costs tens.
+Per job, a pre-forked candidate (`procs.Spare`: own session, fresh temp dir owned by the sandbox uid) gets its
+limits and payload; the judge gets the tests; a wall-clock deadline runs; then the program and everything it
+created is killed, the temp dir removed, and the next spare forked while the parent reads the result.
+Forking from here costs well under a millisecond; exec-ing a fresh interpreter costs tens.
 """
 from __future__ import annotations
 
@@ -18,192 +19,40 @@ import ctypes
 import gc
 import os
 import pickle
-import resource
 import select
-import shutil
 import signal
 import socket
 import struct
 import sys
-import tempfile
 import time
 
-from codechat.sandbox import candidate, isolation, modes, wire
+from codechat.sandbox import isolation, procs, wire
+from codechat.sandbox.procs import JudgeProc, Spare, recv_exact
 
 # Imported once here so that forked programs do not pay for them (copy-on-write after fork).
-import bisect, collections, copy as _copy, datetime, decimal, fractions, functools, heapq, itertools, json, math  # noqa: E401,F401,E501
-import operator, random, re, statistics, string, typing, dataclasses, enum, array, cmath  # noqa: E401,F401
+# Only small, common ones: each extension module adds mappings, and fork time grows with them (random and
+# tempfile pull in OpenSSL through hashlib and make every fork ~0.3 ms slower; a program importing them pays once).
+import bisect, collections, copy as _copy, functools, heapq, itertools, math, operator, re, string, typing  # noqa: E401,F401,E501
 
-PR_SET_CHILD_SUBREAPER, PR_SET_PDEATHSIG = 36, 1
-
-
-_libc = ctypes.CDLL(None)
+PR_SET_CHILD_SUBREAPER = 36
 
 
-def _die_with_parent() -> None:
-    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-
-
-def _child_fds(keep: list[int]) -> None:
-    """Move `keep` to fds 3, 4, 5, ... in order and close everything else above 2."""
-    tmp = [os.dup(fd) for fd in keep]
-    for i, fd in enumerate(tmp):
-        os.dup2(fd, 3 + i)
-    os.closerange(3 + len(keep), 65536)
-
-
-def _candidate_child(job: dict, tmp: str, uid: int | None, sc: int, cand_r: int, out_w: int, ev_w: int) -> None:
-    os.setsid()
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
-    os.dup2(out_w, 1)
-    os.dup2(out_w, 2)
-    _child_fds([sc, cand_r, ev_w])
-    os.chdir(tmp)
-    isolation.apply_limits(job["limits"])
-    isolation.drop_privileges(uid)
-    _die_with_parent()  # after setuid, which clears it
-    os.environ.clear()
-    os.environ.update({"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": tmp, "TMPDIR": tmp, "LANG": "C.UTF-8"})
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    sys.stdout = open(1, "w", buffering=1, closefd=False)  # line-buffered: floods hit the output cap early
-    sys.stderr = open(2, "w", buffering=1, closefd=False)
-    candidate.serve(3, 4, 5)
-    try:
-        sys.stdout.flush()
-    except BaseException:  # noqa: BLE001
-        pass
-
-
-class JudgeProc:
-    """The judge: a long-lived child that runs tests for one job at a time. It never runs program code, so it
-    is reused across jobs; it is replaced after a timeout, an output overflow, or `max_jobs` jobs."""
-    max_jobs = 500
-
-    def __init__(self, memory_mb: int):
-        self.sock, child = socket.socketpair()
-        self.pid = os.fork()
-        if self.pid == 0:
-            code = 0
-            try:
-                self.sock.close()
-                _judge_server(child, memory_mb)
-            except BaseException:  # noqa: BLE001
-                code = 70
-            os._exit(code)
-        child.close()
-        self.jobs = 0
-
-    def submit(self, sj: int, judge_r: int, max_bytes: int) -> None:
-        self.jobs += 1
-        socket.send_fds(self.sock, [struct.pack(">I", max_bytes)], [sj, judge_r])
-
-    def kill(self) -> None:
-        _kill(self.pid)
-        os.waitpid(self.pid, 0)
-        self.sock.close()
-
-
-def _judge_server(sock: socket.socket, memory_mb: int) -> None:
-    os.setpgid(0, 0)
-    _die_with_parent()
-    devnull = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):
-        os.dup2(devnull, fd)
-    _child_fds([sock.fileno()])
-    sock = socket.socket(fileno=3)
-    # Address space only: the judge runs trusted tests, but decodes values the program chose.
-    resource.setrlimit(resource.RLIMIT_AS, (memory_mb << 20, memory_mb << 20))
-    os.environ.clear()
-    while True:
-        head, fds, _, _ = socket.recv_fds(sock, 4, 2)
-        if not head:
-            return
-        head += _recv_exact(sock, 4 - len(head))
-        (max_bytes,) = struct.unpack(">I", head)
-        try:
-            rec = modes.judge(fds[0], fds[1], max_bytes)
-        except BaseException as e:  # noqa: BLE001 - report, and stay up for the next job
-            rec = wire.dumps({"status": "error", "error_type": "JudgeError", "message": f"{type(e).__name__}: {e}"[:300]})
-        for fd in fds:
-            os.close(fd)
-        sock.sendall(struct.pack(">I", len(rec)) + rec)
-
-
-def _fork(fn, *args) -> int:
-    pid = os.fork()
-    if pid == 0:
-        code = 0
-        try:
-            fn(*args)
-        except BaseException:  # noqa: BLE001 - a child must never return into the zygote's loop
-            code = 70
-        os._exit(code)
-    return pid
-
-
-def _children() -> list[int] | None:
-    try:
-        with open(f"/proc/self/task/{os.getpid()}/children") as f:
-            return [int(p) for p in f.read().split()]
-    except OSError:
-        return None
-
-
-def kill_program(cpid: int, uid: int | None, judge_pid: int) -> int:
-    """Kill the program and every descendant; returns the program's wait status.
-
-    The zygote is a child subreaper, so descendants orphaned by a dying parent (double fork + setsid) are
-    re-parented here and show up as our children: kill those until none is left. When any escaped, also
-    kill everything the sandbox uid still runs anywhere (isolation.reap_uid)."""
-    try:
-        os.killpg(cpid, signal.SIGKILL)
-    except OSError:
-        pass
-    status = os.waitpid(cpid, 0)[1]
-    escaped = False
-    for _ in range(1000):
-        kids = _children()
-        if kids is None:
-            escaped = True
-            break
-        kids = [k for k in kids if k != judge_pid]
-        if not kids:
-            break
-        escaped = True
-        for k in kids:
-            _kill(k)
-        for k in kids:
-            try:
-                os.waitpid(k, 0)
-            except ChildProcessError:
-                pass
-    if escaped:
-        isolation.reap_uid(uid, cpid)
-        _reap_orphans()
-    return status
-
-
-def run_job(job: dict, cand_r: int, judge_r: int, uid: int | None, judge: JudgeProc) -> tuple[dict, bool]:
-    """Run one job; returns (record for the parent, whether the judge must be replaced)."""
+def run_job(job: dict, spare: Spare, cand_r: int, judge_r: int, judge: JudgeProc) -> tuple[dict, bool]:
+    """Run one job on `spare`; returns (record for the parent, whether the judge must be replaced).
+    The caller must call `finish_job` after replying."""
     t0 = time.monotonic()
-    tmp = tempfile.mkdtemp(prefix="codechat-")
-    if uid is not None:
-        os.chown(tmp, uid, uid)
-    sc, sj = socket.socketpair()
-    out_r, out_w = os.pipe()
-    ev_r, ev_w = os.pipe()
-    cpid = _fork(_candidate_child, job, tmp, uid, sc.fileno(), cand_r, out_w, ev_w)
-    judge.submit(sj.fileno(), judge_r, job["max_result_bytes"])
-    for fd in (out_w, ev_w, cand_r, judge_r):
+    try:
+        spare.start(job["limits"], cand_r)
+    except OSError:
+        pass  # the spare died early: the judge sees the channel close and reports it
+    judge.submit(spare.sj.fileno(), judge_r, job["max_result_bytes"])
+    for fd in (cand_r, judge_r):
         os.close(fd)
-    sc.close()
-    sj.close()
     deadline = t0 + job["timeout_s"]
     out_head, out_total, events, res = b"", 0, b"", b""
     timed_out = over = res_done = False
     jfd = judge.sock.fileno()
-    watch = [out_r, jfd, ev_r]
+    watch = [spare.out_r, jfd, spare.ev_r]
     while not res_done:
         left = deadline - time.monotonic()
         if left <= 0:
@@ -212,11 +61,11 @@ def run_job(job: dict, cand_r: int, judge_r: int, uid: int | None, judge: JudgeP
         ready, _, _ = select.select(watch, [], [], left)
         for fd in ready:
             chunk = os.read(fd, 1 << 16)
-            if fd == out_r:
+            if fd == spare.out_r:
                 out_total += len(chunk)
                 out_head = (out_head + chunk)[:2048] if len(out_head) < 2048 else out_head
                 over = out_total > job["max_output_bytes"]
-            elif fd == ev_r:
+            elif fd == spare.ev_r:
                 events += chunk[:4096]
             else:
                 res += chunk
@@ -226,13 +75,19 @@ def run_job(job: dict, cand_r: int, judge_r: int, uid: int | None, judge: JudgeP
         if over:
             break
     duration = time.monotonic() - t0
-    c_status = kill_program(cpid, uid, judge.pid)
-    events += _drain(ev_r)
-    for fd in (out_r, ev_r):
-        os.close(fd)
-    shutil.rmtree(tmp, ignore_errors=True)
+    clean = procs.stop_program(spare.pid, judge.pid)
+    c_status = 0
+    if not (clean and res_done and not over and b'"EarlyExit"' not in res):
+        # slow path: wait for the program (its exit status explains an early end) and reap every descendant
+        c_status = procs.reap_program(spare.pid, spare.uid, judge.pid)
+        spare.pid = 0
+    os.set_blocking(spare.ev_r, False)
+    try:
+        events += os.read(spare.ev_r, 4096)
+    except OSError:
+        pass
     blocked = {e for e in events.decode(errors="replace").split() if e}
-    if isolation.clean_scratch(uid):
+    if isolation.clean_scratch(spare.uid, keep=spare.tmp):
         blocked.add("write_outside")
     c_signal = os.WTERMSIG(c_status) if os.WIFSIGNALED(c_status) else None
     rec = {"timed_out": timed_out, "output_over": over, "output_head": out_head.decode(errors="replace"),
@@ -241,70 +96,47 @@ def run_job(job: dict, cand_r: int, judge_r: int, uid: int | None, judge: JudgeP
     return rec, not res_done or over or judge.jobs >= judge.max_jobs
 
 
-def _kill(pid: int) -> None:
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-
-
-def _reap_orphans() -> None:
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-
-
-def _drain(fd: int) -> bytes:
-    os.set_blocking(fd, False)
-    try:
-        return os.read(fd, 4096)
-    except (BlockingIOError, OSError):
-        return b""
-
-
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    buf = b""
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise EOFError
-        buf += chunk
-    return buf
+def finish_job(spare: Spare, judge_pid: int) -> None:
+    """After the reply: wait for the (already killed) program, remove its temp dir."""
+    if spare.pid:
+        procs.reap_program(spare.pid, spare.uid, judge_pid)
+    spare.close()
 
 
 def serve(sock: socket.socket) -> None:
     hello = pickle.loads(wire.recv(sock.fileno()))
     active = isolation.enter_namespaces(tuple(hello.get("hide_paths", ())))
-    _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    ctypes.CDLL(None).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     uid = isolation.sandbox_uid()
     if uid is not None:
         active.append("own_uid")
     judge_mb = int(hello.get("judge_memory_mb", 4096))  # address space of the judge, which decodes values
     judge = JudgeProc(judge_mb)
     gc.freeze()  # keep imported objects out of the children's GC passes: fewer copy-on-write page faults
+    spare = Spare(uid)
     wire.send(sock.fileno(), pickle.dumps({"pid": os.getpid(), "active": active}))
     while True:
         try:
             head, fds, _, _ = socket.recv_fds(sock, 4, 2)
             if not head:
-                return
-            head += _recv_exact(sock, 4 - len(head))
-            (n,) = struct.unpack(">I", head)
-            job = pickle.loads(_recv_exact(sock, n))
+                break
+            head += recv_exact(sock, 4 - len(head))
+            job = pickle.loads(recv_exact(sock, struct.unpack(">I", head)[0]))
         except (EOFError, OSError):
-            return
+            break
         try:
-            result, replace_judge = run_job(job, fds[0], fds[1], uid, judge)
+            result, replace_judge = run_job(job, spare, fds[0], fds[1], judge)
         except Exception as e:  # noqa: BLE001 - keep serving; the parent sees an error for this job
             result, replace_judge = {"fatal": f"{type(e).__name__}: {e}"}, True
+        wire.send(sock.fileno(), pickle.dumps(result))
+        finish_job(spare, judge.pid)
         if replace_judge:
             judge.kill()
             judge = JudgeProc(judge_mb)
-        wire.send(sock.fileno(), pickle.dumps(result))
+        spare = Spare(uid)
+    procs.reap_program(spare.pid, uid, judge.pid)
+    spare.close()
+    judge.kill()
 
 
 if __name__ == "__main__":
