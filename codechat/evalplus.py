@@ -1,0 +1,83 @@
+"""MBPP+ / HumanEval+ scoring as evalplus does it: the main evalplus files hold test inputs only, so expected
+outputs come from running the reference solution on them in the sandbox (once; cached on disk), and a candidate
+passes `base` when it matches on the original inputs and `plus` when it matches on base + extra inputs, floats
+within the task's `atol`. Outputs are compared as plain data in the verifier's judge, never by the candidate.
+
+Simplification: one time limit per task for all its inputs (the larger of the verifier's limit and 4x + 2 s the
+reference's time), where evalplus times each input.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from codechat import CodechatError
+from codechat.sandbox.wire import dumps, loads
+from codechat.tasks import Task
+from codechat.verdict import Verdict
+
+REFERENCE_TIMEOUT_S = 180.0
+"""Time limit for running a reference solution on all its inputs (MBPP+ tasks 255 and 599 take ~40 s)."""
+
+
+def is_evalplus(task: Task) -> bool:
+    return "base_input" in task.metadata and "plus_input" in task.metadata
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("CODECHAT_CACHE") or Path.home() / ".cache" / "codechat"
+    return Path(root) / "evalplus"
+
+
+def _key(task: Task) -> str:
+    h = hashlib.sha256()
+    for part in (task.task_id, task.solution or "", task.entry_point or "",
+                 json.dumps([task.metadata["base_input"], task.metadata["plus_input"]], default=repr)):
+        h.update(part.encode())
+    return h.hexdigest()[:24]
+
+
+def expected_outputs(verifier, task: Task) -> dict:
+    """{"base": [...], "plus": [...], "ref_s": seconds} for a task, from the cache or by running its reference."""
+    path = cache_dir() / f"{_key(task)}.json"
+    if path.is_file():
+        return loads(path.read_bytes())
+    if not task.solution:
+        raise CodechatError(f"task {task.task_id}: evalplus task without a reference solution")
+    base, plus = task.metadata["base_input"], task.metadata["plus_input"]
+    r = verifier.call_function(task.solution, task.entry_point, base + plus, timeout_s=REFERENCE_TIMEOUT_S)
+    if r.status != "ok" or any(e is not None for e in r.errors):
+        bad = next((e for e in r.errors if e), r.message)
+        raise CodechatError(f"task {task.task_id}: reference solution failed on its own inputs ({r.status}: {bad})")
+    out = {"base": r.outputs[:len(base)], "plus": r.outputs[len(base):], "ref_s": r.duration_s}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_bytes(dumps(out))
+    tmp.replace(path)
+    return out
+
+
+def verify_base_plus(verifier, task: Task, completion: str, expected: dict) -> tuple[Verdict, Verdict]:
+    """(base verdict, plus verdict); plus runs only when base passed (it includes the base inputs)."""
+    atol = float(task.metadata.get("atol") or 0.0)
+    timeout = max(verifier.cfg.timeout_s, 4 * expected.get("ref_s", 0.0) + 2.0)
+    import dataclasses
+    timed = dataclasses.replace(task, timeout_s=timeout)
+    base = verifier.verify_io(timed, completion, task.metadata["base_input"], expected["base"], atol)
+    if not base.passed or not task.metadata["plus_input"]:
+        return base, base
+    inputs = task.metadata["base_input"] + task.metadata["plus_input"]
+    plus = verifier.verify_io(timed, completion, inputs, expected["base"] + expected["plus"], atol)
+    return base, plus
+
+
+def score_evalplus(verifier, pairs: list[tuple[Task, str]]) -> list[tuple[Verdict, Verdict]]:
+    """Base and plus verdicts for (task, completion) pairs, expected outputs computed once per task."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    tasks = {t.task_id: t for t, _ in pairs}
+    with ThreadPoolExecutor(verifier.workers) as ex:
+        expected = dict(zip(tasks, ex.map(lambda t: expected_outputs(verifier, t), tasks.values())))
+        return list(ex.map(lambda p: verify_base_plus(verifier, p[0], p[1], expected[p[0].task_id]), pairs))
