@@ -260,6 +260,10 @@ class LogConfig:
     """W&B project name."""
     plot: bool = True
     """Write curves.png at the end of the run."""
+    audit: bool = True
+    """Keep top-reward and suspicious samples of every RL step in audit.jsonl (`codechat audit RUN_DIR`)."""
+    audit_top_k: int = 2
+    """Highest-reward samples kept per step besides the suspicious ones."""
 
 
 @dataclass

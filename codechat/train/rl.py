@@ -188,6 +188,9 @@ def run_rl(ctx: Context) -> None:
             metrics["skipped_update"] = 1.0
         metrics["time/update_s"] = time.perf_counter() - t0
         save_rollouts(ctx, r)
+        if ctx.cfg.log.audit:
+            from codechat.audit import append_audit, audit_rollouts
+            append_audit(ctx.run_dir, audit_rollouts(r, ctx.state.global_step, ctx.cfg.log.audit_top_k))
         # 7-8. log, evaluate, checkpoint
         end_step(ctx, metrics, c.steps, opt, sched, samples=extra["samples"])
 
