@@ -149,11 +149,12 @@ def verify_base_plus(verifier, task: Task, completion: str, expected: dict) -> t
     if code is not None and task.entry_point in SET_EQ | NOT_NONE:
         completion = with_oracle(code, task)
     base_in = task_inputs(task, "base_input")
-    base = verifier.verify_io(timed, completion, base_in, expected["base"], atol)
+    base = verifier.verify_io(timed, completion, base_in, expected["base"], atol, REFERENCE_MEMORY_MB)
     if not base.passed or not task.metadata["plus_input"]:
         return base, base
     inputs = base_in + task_inputs(task, "plus_input")
-    plus = verifier.verify_io(timed, completion, inputs, expected["base"] + expected["plus"], atol)
+    plus = verifier.verify_io(timed, completion, inputs, expected["base"] + expected["plus"], atol,
+                              REFERENCE_MEMORY_MB)
     return base, plus
 
 

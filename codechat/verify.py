@@ -155,14 +155,14 @@ class Verifier:
                 yield pending.popleft().result()
 
     def verify_io(self, task: Task, completion: str, inputs: list[list], expected: list,
-                  atol: float = 0.0) -> Verdict:
+                  atol: float = 0.0, memory_mb: int | None = None) -> Verdict:
         """Pass iff entry_point(*inputs[i]) matches expected[i] for all i; compared in the judge, not the program."""
         code = extract_code(completion, task)
         if code is None:
             return Verdict("no_code", False, 0.0, tests_total=len(inputs), message="no code in the completion")
         if len(inputs) != len(expected):
             raise CodechatError(f"verify_io: {len(inputs)} inputs but {len(expected)} expected outputs")
-        job = self._job("io", code, task.timeout_s, setup=task.setup, entry_point=task.entry_point,
+        job = self._job("io", code, task.timeout_s, memory_mb, setup=task.setup, entry_point=task.entry_point,
                         inputs=[list(a) for a in inputs], expected=list(expected), atol=float(atol or 0))
         return self._verdict(self.pool.run(job), len(inputs))
 
