@@ -11,6 +11,21 @@ from codechat.tasks.model import Task, TaskFormatError
 GENERATED: dict[str, Callable[[], list[Task]]] = {}
 
 
+def _synthetic(split: str) -> Callable[[], list[Task]]:
+    def load() -> list[Task]:
+        from codechat.tasks import synthetic  # imported on use: loading `builtin` stays light
+        n = synthetic.TRAIN_SIZE if split == "train" else synthetic.HELDOUT_SIZE
+        tasks = synthetic.generate_tasks(split, n, seed=synthetic.SEED)
+        for t in tasks:
+            t.metadata["source"] = f"builtin:synthetic-{split}"
+        return tasks
+    return load
+
+
+GENERATED["synthetic-train"] = _synthetic("train")
+GENERATED["synthetic-heldout"] = _synthetic("heldout")
+
+
 def builtin_names() -> list[str]:
     files = [p.name[:-6] for p in resources.files("codechat.tasks").joinpath("data").iterdir()
              if p.name.endswith(".jsonl")]

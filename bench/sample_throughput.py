@@ -1,0 +1,113 @@
+"""New tokens per second: codechat's Sampler vs transformers' `model.generate`, same run, same model.
+
+Both get the same P prompts x G samples (generate: each prompt repeated G times, left-padded, one batch), the
+same max_new_tokens and sampling settings, and both are warmed up once before timing. New tokens are counted
+as produced: up to and including the first EOS of each sample (generate pads after it), so neither side is
+credited for padding. Ends with one JSON line {"ours_tok_s", "hf_tok_s", "ratio"}.
+
+    PYTHONPATH=. python bench/sample_throughput.py --preset tiny -P 4 -G 8 --new 64
+    PYTHONPATH=. python bench/sample_throughput.py --model /path/to/hf_dir --threads 2
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+
+from codechat.config import ModelConfig, SamplingConfig
+from codechat.policy import Sampler, load_policy
+
+PROMPTS = [
+    "Write a function `reverse_string(s)` that returns the string s reversed.\ndef reverse_string(s):\n",
+    "def count_evens(xs):\n    \"\"\"Return how many numbers in the list xs are even.\"\"\"\n",
+    "Write a function `sum_of_squares(n)` returning 1*1 + 2*2 + ... + n*n.\n",
+    "def is_palindrome(s: str) -> bool:\n    \"\"\"True when s reads the same backwards, ignoring case.\"\"\"\n",
+    "def merge_sorted(a, b):\n    \"\"\"Merge two sorted lists into one sorted list.\"\"\"\n",
+    "Write a function `fizzbuzz(n)` that returns a list of strings for 1..n.\n",
+    "def flatten(nested):\n    \"\"\"Flatten a list of lists by one level.\"\"\"\n",
+    "def word_count(text):\n    \"\"\"Return a dict from each word in text to how often it occurs.\"\"\"\n",
+]
+
+
+def count_new(seqs: torch.Tensor, eos: set[int]) -> int:
+    """New tokens up to and including each row's first EOS (all of them when there is none)."""
+    total = 0
+    for row in seqs.tolist():
+        n = len(row)
+        for i, t in enumerate(row):
+            if t in eos:
+                n = i + 1
+                break
+        total += n
+    return total
+
+
+def run_ours(sampler, prompts, G, cfg):
+    t0 = time.perf_counter()
+    batch = sampler.sample(prompts, G, cfg)
+    return int(batch.n_tokens.sum()), time.perf_counter() - t0
+
+
+@torch.no_grad()
+def run_hf(policy, prompts, G, cfg):
+    pad = policy.tokenizer.pad_token_id
+    Lp = max(len(p) for p in prompts)
+    rows = [p for p in prompts for _ in range(G)]
+    ids = torch.tensor([[pad] * (Lp - len(p)) + p for p in rows], device=policy.device)
+    attn = torch.tensor([[0] * (Lp - len(p)) + [1] * len(p) for p in rows], device=policy.device)
+    torch.manual_seed(cfg.seed)
+    t0 = time.perf_counter()
+    out = policy.model.generate(
+        input_ids=ids, attention_mask=attn, do_sample=cfg.temperature > 0, temperature=cfg.temperature or None,
+        top_p=cfg.top_p, top_k=cfg.top_k, max_new_tokens=cfg.max_new_tokens, pad_token_id=pad,
+        eos_token_id=list(policy.eos_token_ids))
+    dt = time.perf_counter() - t0
+    return count_new(out[:, Lp:], set(policy.eos_token_ids)), dt
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--preset", default="tiny", help="preset name (tiny, small); ignored with --model")
+    ap.add_argument("--model", default=None, help="local Hugging Face model directory")
+    ap.add_argument("-P", type=int, default=4, help="prompts")
+    ap.add_argument("-G", type=int, default=8, help="samples per prompt")
+    ap.add_argument("--new", type=int, default=64, help="max new tokens")
+    ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--top-p", type=float, default=1.0)
+    ap.add_argument("--top-k", type=int, default=0)
+    ap.add_argument("--repeats", type=int, default=1, help="timed runs per side (median reported)")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads; 0 = torch's default")
+    ap.add_argument("--device", default="cpu")
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    policy = load_policy(ModelConfig(path=args.model or args.preset, device=args.device))
+    prompts = [policy.encode_prompt(PROMPTS[i % len(PROMPTS)]) for i in range(args.P)]
+    cfg = SamplingConfig(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
+                         max_new_tokens=args.new, seed=0)
+    sampler = Sampler(policy)
+    n_params = sum(p.numel() for p in policy.model.parameters())
+    print(f"model {args.model or args.preset} ({n_params / 1e6:.1f}M params), P={args.P} G={args.G} "
+          f"new={args.new} T={args.temperature} top_p={args.top_p} top_k={args.top_k} "
+          f"threads={torch.get_num_threads()} prompt tokens={[len(p) for p in prompts]}")
+    warm = SamplingConfig(**{**cfg.__dict__, "max_new_tokens": 4})
+    run_ours(sampler, prompts, args.G, warm)
+    run_hf(policy, prompts, args.G, warm)
+    ours, hf = [], []
+    for _ in range(args.repeats):  # interleaved, so background load hits both sides alike
+        n, dt = run_ours(sampler, prompts, args.G, cfg)
+        ours.append(n / dt)
+        print(f"ours: {n} new tokens in {dt:.3f} s = {n / dt:.0f} tok/s")
+        n, dt = run_hf(policy, prompts, args.G, cfg)
+        hf.append(n / dt)
+        print(f"hf generate: {n} new tokens in {dt:.3f} s = {n / dt:.0f} tok/s")
+    o, h = statistics.median(ours), statistics.median(hf)
+    print(json.dumps({"ours_tok_s": round(o, 1), "hf_tok_s": round(h, 1), "ratio": round(o / h, 2)}))
+
+
+if __name__ == "__main__":
+    main()

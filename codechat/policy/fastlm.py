@@ -1,0 +1,204 @@
+"""A lean functional forward over the modules of a Llama-family Hugging Face model (Llama, Qwen2, Qwen3, Mistral
+without an active sliding window).
+
+Why: on small models transformers' per-call machinery (mask building, cache objects, output classes, generate's
+processors) costs more than the arithmetic. This module calls the model's own submodules (projections, norms,
+MLP, rotary embedding, LM head), so the weights are the model's, PEFT's LoRA layers stay active, and autograd
+works; only attention, masking and the KV cache are done here:
+
+- `forward(ids, pos, key_valid, past)`: rows of new tokens attending to an optional per-row past KV (e.g. a
+  prompt's KV gathered for each of its completions) plus themselves, causally. Differentiable; used for
+  prefill and for `completion_logprobs`.
+- `decode(tok, pos, cache, key_valid, col)`: one token per row against a preallocated static KV cache.
+
+Padding: prompts are left-padded; pad keys are masked out, and a pad query attends to itself (so no row of the
+softmax is empty and nothing turns NaN). Position ids count real tokens only, as in transformers.
+
+`FastLM.check()` compares logits with the model's own forward once; a model that fails (or an architecture not
+listed) falls back to transformers' forward in the callers. Simplification: no sliding window, no rope
+variants beyond what the model's own rotary module computes.
+"""
+from __future__ import annotations
+
+import weakref
+
+import torch
+import torch.nn.functional as F
+
+SUPPORTED = ("llama", "qwen2", "qwen3", "mistral")
+_CHECKED: "weakref.WeakKeyDictionary[object, bool]" = weakref.WeakKeyDictionary()
+
+
+def usable(model) -> bool:
+    """The model is a supported architecture and FastLM.check() passed on it (checked once per model)."""
+    if not FastLM.supports(model):
+        return False
+    lm = unwrap(model)
+    if lm not in _CHECKED:
+        _CHECKED[lm] = FastLM(model).check()
+    return _CHECKED[lm]
+
+
+def unwrap(model):
+    """PeftModel -> the underlying *ForCausalLM (LoRA layers still injected)."""
+    if hasattr(model, "get_base_model") and hasattr(model, "peft_config"):
+        return model.get_base_model()
+    return model
+
+
+def rotate_half(x):
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+class FastLM:
+    def __init__(self, model):
+        lm = unwrap(model)
+        self.lm, self.inner = lm, lm.model
+        cfg = lm.config
+        attn = self.inner.layers[0].self_attn
+        self.n_heads = cfg.num_attention_heads
+        self.n_kv = cfg.num_key_value_heads
+        self.head_dim = attn.head_dim
+        self.scaling = attn.scaling
+        self.qk_norm = hasattr(attn, "q_norm")
+        self.fused: list | None = None  # per layer (w_qkv, b_qkv, w_gate_up), set by fuse()
+
+    @torch.no_grad()
+    def fuse(self, max_params: int = 500_000_000) -> bool:
+        """For inference only: concatenate q/k/v and gate/up weights per layer (2 matmuls instead of 5), when
+        every projection is a plain nn.Linear (not LoRA), the MLP is SwiGLU, and the model is small enough that
+        the copy is cheap. Weights are copied now: call again after the model changes."""
+        layers = self.inner.layers
+        if sum(p.numel() for p in self.lm.parameters()) > max_params:
+            return False
+        for layer in layers:
+            a, m = layer.self_attn, layer.mlp
+            mods = [a.q_proj, a.k_proj, a.v_proj, getattr(m, "gate_proj", None), getattr(m, "up_proj", None)]
+            if any(type(x) is not torch.nn.Linear for x in mods) or not isinstance(m.act_fn, torch.nn.SiLU):
+                return False
+            if m.gate_proj.bias is not None or m.up_proj.bias is not None:
+                return False
+        self.fused = []
+        for layer in layers:
+            a, m = layer.self_attn, layer.mlp
+            qkv = [a.q_proj, a.k_proj, a.v_proj]
+            b = torch.cat([x.bias for x in qkv]) if all(x.bias is not None for x in qkv) else None
+            if b is None and any(x.bias is not None for x in qkv):
+                self.fused = None
+                return False
+            self.fused.append((torch.cat([x.weight for x in qkv]), b,
+                               torch.cat([m.gate_proj.weight, m.up_proj.weight])))
+        return True
+
+    @staticmethod
+    def supports(model) -> bool:
+        lm = unwrap(model)
+        cfg = getattr(lm, "config", None)
+        if cfg is None or getattr(cfg, "model_type", None) not in SUPPORTED:
+            return False
+        if any(t != "full_attention" for t in (getattr(cfg, "layer_types", None) or [])):
+            return False
+        if cfg.model_type == "mistral" and getattr(cfg, "sliding_window", None):
+            return False
+        return hasattr(lm, "model") and hasattr(lm.model, "rotary_emb") and hasattr(lm, "lm_head")
+
+    # --- pieces -----------------------------------------------------------------------------------------------
+    def _qkv(self, attn, x, pos, i: int = -1):
+        B, L, _ = x.shape  # x (B, L, C)
+        if self.fused is not None and i >= 0:
+            nq, nk = self.n_heads * self.head_dim, self.n_kv * self.head_dim
+            q, k, v = F.linear(x, self.fused[i][0], self.fused[i][1]).split([nq, nk, nk], dim=-1)
+            q = q.reshape(B, L, self.n_heads, self.head_dim)
+            k = k.reshape(B, L, self.n_kv, self.head_dim)
+            v = v.reshape(B, L, self.n_kv, self.head_dim)
+        else:
+            q = attn.q_proj(x).view(B, L, self.n_heads, self.head_dim)
+            k = attn.k_proj(x).view(B, L, self.n_kv, self.head_dim)
+            v = attn.v_proj(x).view(B, L, self.n_kv, self.head_dim)
+        if self.qk_norm:
+            q, k = attn.q_norm(q), attn.k_norm(k)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H, L, D), (B, Hkv, L, D)
+        cos, sin = self.inner.rotary_emb(x, pos)  # (B, L, D)
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin, v
+
+    def _attend(self, attn, q, k, v, mask):
+        # q (B, H, L, D); k, v (B, Hkv, S, D); mask (B, 1, L, S) bool, True = may attend
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scaling,
+                                           enable_gqa=self.n_kv != self.n_heads)
+        B, _, L, _ = q.shape
+        return attn.o_proj(o.transpose(1, 2).reshape(B, L, self.n_heads * self.head_dim))
+
+    def _mlp(self, layer, x, i: int = -1):
+        if self.fused is not None and i >= 0:
+            g, u = F.linear(x, self.fused[i][2]).chunk(2, dim=-1)
+            return layer.mlp.down_proj(F.silu(g) * u)
+        return layer.mlp(x)
+
+    def logits(self, h):
+        """Final norm + LM head: (..., C) -> (..., V)."""
+        return self.lm.lm_head(self.inner.norm(h))
+
+    # --- differentiable forward over new tokens with an optional past -----------------------------------------
+    def forward(self, ids, pos, valid, past=None, past_valid=None):
+        """ids, pos, valid (B, L); past: per layer (k, v) each (B, Hkv, S, D); past_valid (B, S) bool.
+        Returns pre-norm hidden states (B, L, C) and this call's per-layer (k, v), each (B, Hkv, L, D)."""
+        B, L = ids.shape
+        causal = torch.ones(L, L, dtype=torch.bool, device=ids.device).tril()  # (L, L)
+        mask = causal[None] & valid[:, None, :]  # (B, L, L): real keys at or before the query
+        mask = mask | torch.eye(L, dtype=torch.bool, device=ids.device)[None]  # pad queries see themselves
+        if past is not None:
+            mask = torch.cat([past_valid[:, None, :].expand(B, L, -1), mask], dim=2)  # (B, L, S + L)
+        mask = mask[:, None]  # (B, 1, L, S + L)
+        h = self.inner.embed_tokens(ids)  # (B, L, C)
+        new_kv = []
+        for i, layer in enumerate(self.inner.layers):
+            attn = layer.self_attn
+            q, k, v = self._qkv(attn, layer.input_layernorm(h), pos, i)
+            new_kv.append((k, v))
+            if past is not None:
+                k, v = torch.cat([past[i][0], k], dim=2), torch.cat([past[i][1], v], dim=2)
+            h = h + self._attend(attn, q, k, v, mask)
+            h = h + self._mlp(layer, layer.post_attention_layernorm(h), i)
+        return h, new_kv
+
+    # --- one decoding step against a static cache -------------------------------------------------------------
+    def new_cache(self, batch: int, length: int, dtype, device):
+        """Per layer (k, v) buffers, each (B, Hkv, T, D)."""
+        shape = (batch, self.n_kv, length, self.head_dim)
+        return [(torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
+                for _ in self.inner.layers]
+
+    def decode(self, tok, pos, cache, key_valid, col: int):
+        """tok, pos (B,); writes this step's k, v at column `col` of the cache; key_valid (B, T) bool.
+        Returns logits (B, V)."""
+        h = self.inner.embed_tokens(tok[:, None])  # (B, 1, C)
+        pos = pos[:, None]  # (B, 1)
+        mask = key_valid[:, None, None, : col + 1]  # (B, 1, 1, col + 1)
+        for i, layer in enumerate(self.inner.layers):
+            attn = layer.self_attn
+            q, k, v = self._qkv(attn, layer.input_layernorm(h), pos, i)
+            ck, cv = cache[i]
+            ck[:, :, col : col + 1] = k
+            cv[:, :, col : col + 1] = v
+            h = h + self._attend(attn, q, ck[:, :, : col + 1], cv[:, :, : col + 1], mask)
+            h = h + self._mlp(layer, layer.post_attention_layernorm(h), i)
+        return self.logits(h[:, 0])
+
+    # --- self-check against the model's own forward -----------------------------------------------------------
+    @torch.no_grad()
+    def check(self, atol: float = 1e-3) -> bool:
+        """True when our logits match the model's on a small left-padded batch (run once per model)."""
+        dev = self.lm.lm_head.weight.device
+        g = torch.Generator().manual_seed(0)
+        ids = torch.randint(0, self.lm.config.vocab_size, (2, 7), generator=g).to(dev)
+        valid = torch.ones(2, 7, dtype=torch.bool, device=dev)
+        valid[1, :3] = False
+        pos = (valid.long().cumsum(1) - 1).clamp(min=0)
+        ref = self.lm(input_ids=ids, attention_mask=valid.long(), position_ids=pos).logits.float()
+        h, _ = self.forward(ids, pos, valid)
+        ours = self.logits(h).float()
+        err = (ref - ours)[valid].abs().max().item()
+        scale = 1.0 if ref.dtype == torch.float32 and self.lm.dtype == torch.float32 else 30.0
+        return err <= atol * scale

@@ -1,0 +1,147 @@
+"""Policies: a Hugging Face causal LM + its tokenizer, loaded from a local directory or a built-in preset.
+
+`load_policy(ModelConfig(path=...))` accepts a preset name (`tiny`, `small`; built once into the cache, see
+presets.py) or a local model directory. No hub access: `local_files_only=True` everywhere, and a path that
+does not exist is an error, never a hub id.
+
+Errors (CodechatError, one line naming the path): missing path, a directory without config.json, a config.json
+that is not a causal LM, a directory without a tokenizer. Documented fix-up: a tokenizer without a pad token
+gets pad = eos (a warning says so); a tokenizer with neither is an error.
+
+Prompts: `encode_prompt(text)` applies the tokenizer's chat template (one user turn, generation prompt added)
+when `ModelConfig.chat`, else encodes `text` as a plain continuation (with BOS if the tokenizer adds one).
+"""
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from codechat import CodechatError
+from codechat.config import ModelConfig
+
+log = logging.getLogger(__name__)
+
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+@dataclass
+class Policy:
+    model: object
+    """The causal LM (`transformers.PreTrainedModel`, or a `peft.PeftModel` when LoRA is on)."""
+    tokenizer: object
+    """Its tokenizer; pad_token_id is always set."""
+    device: object
+    """`torch.device` the model lives on."""
+    config: ModelConfig
+    """The config it was loaded with."""
+    eos_token_ids: tuple[int, ...] = ()
+    """Token ids that end a sample: the tokenizer's EOS plus generation_config.eos_token_id."""
+
+    def encode_prompt(self, text: str) -> list[int]:
+        """Chat template (one user turn + generation prompt) when config.chat, else plain continuation."""
+        tok = self.tokenizer
+        if self.config.chat:
+            if not getattr(tok, "chat_template", None):
+                raise CodechatError(f"{self.config.path}: chat=true but the tokenizer has no chat template")
+            ids = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
+                                          tokenize=True)
+            if isinstance(ids, dict) or hasattr(ids, "keys"):  # BatchEncoding in transformers 5
+                ids = ids["input_ids"]
+            return list(ids)
+        return list(tok(text, add_special_tokens=True)["input_ids"])
+
+    def decode(self, ids) -> str:
+        """Text of token ids, special tokens (EOS, pad, chat markers) dropped."""
+        if hasattr(ids, "tolist"):
+            ids = ids.tolist()
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def save(self, out_dir) -> Path:
+        """Save in HF format (LoRA adapters merged into a copy), loadable by load_policy and from_pretrained."""
+        from codechat.policy.presets import save_tokenizer
+
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        model = self.model
+        if hasattr(model, "merge_and_unload"):  # PEFT: save a merged copy, keep training the adapters
+            import copy
+
+            model = copy.deepcopy(model).merge_and_unload()
+        model.save_pretrained(out)
+        save_tokenizer(self.tokenizer, out)
+        return out
+
+
+def resolve_path(path: str) -> Path:
+    """Preset name -> cached build; otherwise a local directory that must exist."""
+    from codechat.policy.presets import PRESETS, preset_dir
+
+    if path in PRESETS and not Path(path).exists():
+        return preset_dir(path)
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise CodechatError(f"{path}: no such model directory (and not a preset: {', '.join(PRESETS)})")
+    if not p.is_dir():
+        raise CodechatError(f"{path}: not a directory; expected a Hugging Face model directory")
+    cfg = p / "config.json"
+    if not cfg.is_file():
+        raise CodechatError(f"{path}: not a model directory (no config.json)")
+    try:
+        arch = json.loads(cfg.read_text()).get("architectures") or []
+    except (OSError, ValueError) as e:
+        raise CodechatError(f"{path}: unreadable config.json ({e})") from None
+    if arch and not any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in arch):
+        raise CodechatError(f"{path}: not a causal LM (architectures: {', '.join(arch)})")
+    return p
+
+
+def pick_device(name: str):
+    import torch
+
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise CodechatError(f"device '{name}': CUDA is not available on this machine")
+    return torch.device(name)
+
+
+def load_tokenizer(path: Path, label: str):
+    from transformers import AutoTokenizer
+
+    try:
+        tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except (OSError, ValueError, TypeError) as e:
+        raise CodechatError(f"{label}: no usable tokenizer in the directory ({str(e).splitlines()[0]})") from None
+    if tok.pad_token_id is None:
+        if tok.eos_token_id is None:
+            raise CodechatError(f"{label}: tokenizer has neither a pad nor an eos token; set pad_token")
+        log.warning("%s: tokenizer has no pad token; using eos (%r) as pad", label, tok.eos_token)
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def load_policy(cfg: ModelConfig) -> Policy:
+    """Load model + tokenizer from `cfg.path` (preset or local dir), in eval mode, on `cfg.device`."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    if cfg.dtype not in DTYPES:
+        raise CodechatError(f"dtype '{cfg.dtype}': expected one of {', '.join(DTYPES)}")
+    path = resolve_path(cfg.path)
+    device = pick_device(cfg.device)
+    tok = load_tokenizer(path, cfg.path)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, cfg.dtype), local_files_only=True)
+    except (OSError, ValueError, KeyError) as e:
+        raise CodechatError(f"{cfg.path}: cannot load the model ({str(e).splitlines()[0]})") from None
+    model.to(device).eval()
+    eos = {tok.eos_token_id} if tok.eos_token_id is not None else set()
+    gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    eos |= set(gen_eos if isinstance(gen_eos, (list, tuple)) else [] if gen_eos is None else [gen_eos])
+    if cfg.lora_r > 0:
+        from codechat.policy.lora import add_lora
+
+        model = add_lora(model, cfg)
+    return Policy(model=model, tokenizer=tok, device=device, config=cfg, eos_token_ids=tuple(sorted(eos)))

@@ -1,0 +1,87 @@
+"""Token log-probs of given completions under a model, differentiable: what the trainer and the reference model
+compute for the sampler's samples.
+
+Fast path (Llama-family models, see fastlm.py): each distinct prompt runs once (P rows), and its per-layer KV is
+gathered for its n completions (a differentiable index, so gradients of the prompt part are summed over its
+completions, exactly as in a full forward); the completions then run attending to that KV. Compared with a
+forward over every [prompt + completion] row this saves (n - 1) / n of the prompt's compute.
+
+Reference path (any causal LM, and wrapped models such as DDP): one forward over [prompt + completion] rows,
+right-padded. Tests check the two agree in values and gradients.
+
+Simplification: the (N, T, V) logits are materialised; for very large vocabularies x batch, chunk the batch.
+"""
+from __future__ import annotations
+
+import torch
+
+from codechat.policy.decoding import positions
+from codechat.policy.fastlm import FastLM, usable
+
+
+def _left_pad(prompts: list[list[int]], pad: int, device):
+    P, Lp = len(prompts), max(len(p) for p in prompts)
+    ids = torch.full((P, Lp), pad, dtype=torch.long)
+    valid = torch.zeros(P, Lp, dtype=torch.bool)
+    for i, p in enumerate(prompts):
+        ids[i, Lp - len(p):] = torch.tensor(p, dtype=torch.long)
+        valid[i, Lp - len(p):] = True
+    return ids.to(device), valid.to(device)
+
+
+def _device(model):
+    return next(model.parameters()).device
+
+
+def completion_logprobs(model, prompts: list[list[int]], prompt_index, tokens, mask, temperature: float = 1.0,
+                        with_entropy: bool = False, fast: bool | None = None):
+    """Log-probs (N, T) of `tokens` (N, T) after prompt prompts[prompt_index[i]]; 0 where mask (N, T) is 0.
+    With with_entropy, also the entropy (N, T) of each next-token distribution. Logits are divided by
+    `temperature` first. fast: None = fast path when usable, False = reference path."""
+    dev = _device(model)
+    tokens, mask = tokens.to(dev), mask.to(dev)
+    index = torch.as_tensor(prompt_index, device=dev).long()  # (N,)
+    if fast or (fast is None and usable(model)):
+        logits = _fast_logits(model, prompts, index, tokens, mask)
+    else:
+        logits = _reference_logits(model, prompts, index, tokens, mask)
+    logits = logits.float()  # (N, T, V)
+    if temperature != 1.0:
+        logits = logits / temperature
+    logp_all = torch.log_softmax(logits, dim=-1)  # (N, T, V)
+    m = mask.to(logp_all.dtype)
+    logp = logp_all.gather(2, tokens[..., None])[..., 0] * m  # (N, T)
+    if not with_entropy:
+        return logp
+    entropy = -(logp_all.exp() * logp_all).sum(-1) * m  # (N, T)
+    return logp, entropy
+
+
+def _fast_logits(model, prompts, index, tokens, mask):
+    fl = FastLM(model)
+    ids, valid = _left_pad(prompts, 0, tokens.device)  # (P, Lp); pad id irrelevant (masked)
+    hp, kv = fl.forward(ids, positions(valid), valid)  # hp (P, Lp, C); kv per layer (P, Hkv, Lp, D)
+    past = [(k[index], v[index]) for k, v in kv]  # each (N, Hkv, Lp, D)
+    T = tokens.shape[1]
+    cpos = valid.long().sum(1)[index][:, None] + torch.arange(T, device=tokens.device)  # (N, T)
+    hc, _ = fl.forward(tokens, cpos, mask.bool(), past, valid[index])  # (N, T, C)
+    h = torch.cat([hp[index, -1:], hc[:, :-1]], dim=1)  # (N, T, C): the state predicting each new token
+    return fl.logits(h)
+
+
+def _reference_logits(model, prompts, index, tokens, mask):
+    dev = tokens.device
+    N, T = tokens.shape
+    lens = torch.tensor([len(p) for p in prompts], device=dev)[index]  # (N,)
+    L = int(lens.max()) + T
+    ids = torch.zeros(N, L, dtype=torch.long, device=dev)
+    attn = torch.zeros(N, L, dtype=torch.long, device=dev)
+    for i in range(N):  # row = prompt + completion + right padding
+        p = prompts[int(index[i])]
+        ids[i, : len(p)] = torch.tensor(p, device=dev)
+        ids[i, len(p) : len(p) + T] = tokens[i]
+        attn[i, : len(p)] = 1
+        attn[i, len(p) : len(p) + T] = mask[i].long()
+    out = model(input_ids=ids, attention_mask=attn, position_ids=positions(attn.bool())).logits  # (N, L, V)
+    at = lens[:, None] - 1 + torch.arange(T, device=dev)  # (N, T) position predicting each new token
+    return out.gather(1, at[..., None].expand(-1, -1, out.shape[-1]))  # (N, T, V)

@@ -1,0 +1,174 @@
+"""The batched KV-cache sampler: P prompts x n samples, each prompt prefilled once and its KV shared by its n
+samples; temperature, top-k, top-p, stop strings and EOS, per-sequence early stop, seeded.
+
+Recorded log-probs are those of the distribution actually sampled from: logits / temperature, then top-k (ties
+with the k-th logit are kept, as in transformers), then
+top-p truncation (tokens outside the nucleus get probability 0, the rest are renormalised), then log-softmax at
+the chosen token. So at temperature 1 without top-k/top-p they equal the model's log-probs (what
+`completion_logprobs` computes); with temperature T != 1 they equal `completion_logprobs(..., temperature=T)`
+only without truncation; truncation raises them (renormalisation). Greedy (temperature 0) records the model's
+untempered, untruncated log-prob of the argmax token.
+
+Stops: a sample ends at an EOS token (the policy's eos ids; the token is kept, mask 1, not in the text) or when
+its text contains a stop string (the token that completed it is the last one; the text is cut just after the
+stop string, which is kept), else at max_new_tokens ('length'). Decoding stops when every sample has finished,
+and finished rows are dropped from the batch as they accumulate.
+
+Reproducible: a `torch.Generator` seeded with `cfg.seed` draws one uniform per sample per step (inverse-CDF
+sampling), so a sample's tokens depend on the seed, its index and the model's logits only - not on which other
+rows share the batch, nor on when finished rows are dropped.
+
+    sampler = Sampler(policy); batch = sampler.sample([policy.encode_prompt("def add(a, b):")], 4, cfg)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from codechat import CodechatError
+from codechat.config import SamplingConfig
+from codechat.policy.decoding import make_decoder
+from codechat.policy.stops import StopChecker
+
+
+@dataclass
+class SampleBatch:
+    prompt_index: torch.Tensor
+    """(N,) long: the prompt each sample came from; the n samples of a prompt are contiguous."""
+    tokens: torch.Tensor
+    """(N, T) long: new tokens, right-padded with the pad id; T = the longest sample."""
+    mask: torch.Tensor
+    """(N, T) float: 1 on real new tokens (including the final EOS/stop token), 0 on padding."""
+    logprobs: torch.Tensor
+    """(N, T) float: log-prob of each token under the distribution it was sampled from; 0 on padding."""
+    finish_reason: list[str]
+    """Per sample: 'stop' (EOS or stop string) or 'length' (max_new_tokens)."""
+    texts: list[str]
+    """Per sample: decoded completion (special tokens dropped), cut just after the stop string."""
+    n_tokens: torch.Tensor
+    """(N,) long: real new tokens per sample."""
+
+
+def process_logits(logits, cfg: SamplingConfig):
+    """Raw logits (B, V) -> log-probs (B, V) of the distribution sampled from (see module docstring)."""
+    logits = logits.float()
+    if cfg.temperature <= 0:
+        return torch.log_softmax(logits, dim=-1)
+    logits = logits / cfg.temperature
+    if cfg.top_k and 0 < cfg.top_k < logits.shape[-1]:
+        kth = torch.topk(logits, cfg.top_k, dim=-1).values[:, -1:]  # (B, 1)
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if cfg.top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)  # (B, V)
+        probs = torch.softmax(sorted_logits, dim=-1)
+        before = probs.cumsum(-1) - probs  # mass strictly before each token
+        drop_sorted = before >= cfg.top_p  # keep the smallest prefix reaching top_p (always the top token)
+        drop = torch.zeros_like(drop_sorted).scatter(1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    return torch.log_softmax(logits, dim=-1)
+
+
+def choose(logp, cfg: SamplingConfig, u):
+    """Log-probs (B, V) and uniforms u (B,) in [0, 1) -> tokens (B,) and their log-probs (B,)."""
+    if cfg.temperature <= 0:
+        tok = logp.argmax(-1)
+    else:  # inverse CDF with one uniform per row (torch.multinomial draws an exponential per vocabulary entry)
+        cdf = logp.exp().cumsum(-1, dtype=torch.float64)  # (B, V)
+        x = u.to(torch.float64)[:, None] * cdf[:, -1:]  # (B, 1)
+        tok = torch.searchsorted(cdf, x, right=True)[:, 0].clamp_(max=cdf.shape[1] - 1)  # never a 0-prob token
+    return tok, logp.gather(1, tok[:, None])[:, 0]
+
+
+def validate(cfg: SamplingConfig) -> None:
+    if cfg.temperature < 0 or not 0 < cfg.top_p <= 1 or cfg.top_k < 0 or cfg.max_new_tokens < 1:
+        raise CodechatError(f"sampling: need temperature >= 0, 0 < top_p <= 1, top_k >= 0, max_new_tokens >= 1 "
+                            f"(got {cfg.temperature}, {cfg.top_p}, {cfg.top_k}, {cfg.max_new_tokens})")
+
+
+class Sampler:
+    def __init__(self, policy, fast: bool | None = None, compact_every: float = 0.25):
+        """fast: None = lean forward when supported (else transformers' forward), False = always transformers'.
+        compact_every: drop finished rows once they are this fraction of the batch."""
+        self.policy = policy
+        self.fast = fast
+        self.compact_every = compact_every
+        self.stops = StopChecker(policy.tokenizer)
+
+    @torch.no_grad()
+    def sample(self, prompts: list[list[int]], n: int, cfg: SamplingConfig) -> SampleBatch:
+        validate(cfg)
+        if not prompts or any(len(p) == 0 for p in prompts) or n < 1:
+            raise CodechatError("sampler: need at least one non-empty prompt and n >= 1")
+        pol, dev = self.policy, self.policy.device
+        pad = pol.tokenizer.pad_token_id
+        P, N, Tn = len(prompts), len(prompts) * n, cfg.max_new_tokens
+        Lp = max(len(p) for p in prompts)
+        ids = torch.full((P, Lp), pad, dtype=torch.long)
+        valid = torch.zeros(P, Lp, dtype=torch.bool)
+        for i, p in enumerate(prompts):  # left padding
+            ids[i, Lp - len(p):] = torch.tensor(p, dtype=torch.long)
+            valid[i, Lp - len(p):] = True
+        ids, valid = ids.to(dev), valid.to(dev)
+        index = torch.arange(P, device=dev).repeat_interleave(n)  # (N,)
+        gen = torch.Generator(device=dev).manual_seed(cfg.seed)
+        eos = torch.tensor(pol.eos_token_ids or [-1], device=dev)
+        stop_state = self.stops.start(N, cfg.stop)
+
+        was_training = pol.model.training
+        pol.model.eval()
+        try:
+            dec = make_decoder(pol.model, self.fast)
+            logits = dec.prefill(ids, valid, index, Tn)  # (N, V)
+            out_tok = torch.full((N + 1, Tn), pad, dtype=torch.long, device=dev)  # row N: scratch for rows
+            out_logp = torch.zeros(N + 1, Tn, device=dev)  # that finished but are still in the batch
+            n_tok = [0] * N
+            reason = ["length"] * N
+            rows = torch.arange(N, device=dev)  # (B,) output row of each batch row, N once finished
+            for t in range(Tn):
+                # one uniform per sample and step, whatever the batch holds: tokens do not depend on batching
+                u = torch.rand(N + 1, generator=gen, device=dev)[rows]  # (B,)
+                tok, logp = choose(process_logits(logits, cfg), cfg, u)  # (B,), (B,)
+                out_tok[rows, t] = tok
+                out_logp[rows, t] = logp
+                rows_list = rows.tolist()
+                done = torch.isin(tok, eos)  # (B,)
+                if stop_state is not None:
+                    done |= torch.tensor(self.stops.update(stop_state, rows_list, tok.tolist()), device=dev)
+                for r, d in zip(rows_list, done.tolist()):
+                    if r < N:
+                        n_tok[r] = t + 1
+                        if d:
+                            reason[r] = "stop"
+                rows = rows.masked_fill(done, N)
+                n_live = int((rows < N).sum())
+                if n_live == 0 or t == Tn - 1:
+                    break
+                if rows.numel() - n_live >= max(1, self.compact_every * rows.numel()):
+                    keep = (rows < N).nonzero()[:, 0]
+                    dec.select(keep)
+                    rows, tok = rows[keep], tok[keep]
+                logits = dec.step(tok)
+        finally:
+            pol.model.train(was_training)
+        out_tok, out_logp, n_tok = out_tok[:N], out_logp[:N], torch.tensor(n_tok, dtype=torch.long)
+        return self._finish(index, out_tok, out_logp, n_tok, reason, cfg)
+
+    def _finish(self, index, out_tok, out_logp, n_tok, reason, cfg) -> SampleBatch:
+        T = max(1, int(n_tok.max()))
+        n_dev = n_tok.to(out_tok.device)
+        mask = (torch.arange(T, device=out_tok.device)[None] < n_dev[:, None]).float()  # (N, T)
+        tokens = out_tok[:, :T].masked_fill(mask == 0, self.policy.tokenizer.pad_token_id)
+        logprobs = out_logp[:, :T] * mask
+        texts = []
+        for i in range(tokens.shape[0]):
+            text = self.policy.decode(tokens[i, : int(n_tok[i])])
+            texts.append(cut_at_stop(text, cfg.stop) if reason[i] == "stop" else text)
+        return SampleBatch(prompt_index=index, tokens=tokens, mask=mask, logprobs=logprobs,
+                           finish_reason=reason, texts=texts, n_tokens=n_dev)
+
+
+def cut_at_stop(text: str, stops: list[str]) -> str:
+    """Cut `text` just after the earliest stop string (kept); unchanged when none occurs."""
+    ends = [text.find(s) + len(s) for s in stops if s and s in text]
+    return text[: min(ends)] if ends else text

@@ -1,0 +1,24 @@
+"""Shared by tests/test_policy*.py and tests/test_sampler*.py: one tiny local model per test session."""
+from __future__ import annotations
+
+from pathlib import Path
+
+_BUILT: dict[str, Path] = {}
+
+# 2 layers, 1k vocabulary trained on ~300 kB: builds in well under a second.
+TINY = dict(num_layers=2, vocab_size=1024, corpus_bytes=300_000)
+
+
+def tiny_dir(tmp_path_factory) -> Path:
+    from codechat.policy import build_preset
+
+    if "tiny" not in _BUILT:
+        _BUILT["tiny"] = build_preset("tiny", tmp_path_factory.mktemp("tiny"), seed=0, **TINY)
+    return _BUILT["tiny"]
+
+
+def tiny_policy(tmp_path_factory, **kw):
+    from codechat.config import ModelConfig
+    from codechat.policy import load_policy
+
+    return load_policy(ModelConfig(path=str(tiny_dir(tmp_path_factory)), device="cpu", **kw))

@@ -1,0 +1,174 @@
+"""The sampler: shapes, seeds, stops and EOS, truncation, and agreement with the trainer's log-probs."""
+import pytest
+import torch
+
+from codechat import CodechatError
+from codechat.config import SamplingConfig
+from codechat.policy import Sampler, completion_logprobs
+from codechat.policy.sampler import cut_at_stop, process_logits
+from codechat.policy.stops import StopChecker
+from policy_helpers import tiny_policy
+
+
+@pytest.fixture(scope="module")
+def pol(tmp_path_factory):
+    return tiny_policy(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def prompts(pol):
+    # different lengths, so left padding is exercised
+    return [pol.encode_prompt(t) for t in ["def add(a, b):\n", "x = [1, 2, 3]\nfor i in x:\n    print(i)\n",
+                                           "Write a function `f(s)` that reverses s.\n"]]
+
+
+def test_shapes_and_invariants(pol, prompts):
+    b = Sampler(pol).sample(prompts, 4, SamplingConfig(max_new_tokens=9, seed=1))
+    N = 12
+    assert b.prompt_index.tolist() == [0] * 4 + [1] * 4 + [2] * 4
+    assert b.tokens.shape == b.mask.shape == b.logprobs.shape == (N, 9)
+    assert b.tokens.dtype == torch.long and b.n_tokens.tolist() == b.mask.sum(1).long().tolist()
+    assert (b.tokens[b.mask == 0] == pol.tokenizer.pad_token_id).all()
+    assert (b.logprobs[b.mask == 1] < 0).all() and (b.logprobs[b.mask == 0] == 0).all()
+    assert len(b.texts) == len(b.finish_reason) == N
+    for i in range(N):
+        if b.finish_reason[i] == "length":
+            assert b.n_tokens[i] == 9
+            assert b.texts[i] == pol.decode(b.tokens[i, : b.n_tokens[i]])
+
+
+def test_same_seed_same_tokens_other_seed_other_tokens(pol, prompts):
+    cfg = SamplingConfig(max_new_tokens=12, seed=7, top_p=0.9, top_k=50, temperature=0.8)
+    a = Sampler(pol).sample(prompts, 3, cfg)
+    b = Sampler(pol).sample(prompts, 3, cfg)
+    c = Sampler(pol).sample(prompts, 3, SamplingConfig(**{**cfg.__dict__, "seed": 8}))
+    assert torch.equal(a.tokens, b.tokens) and torch.equal(a.logprobs, b.logprobs)
+    assert not torch.equal(a.tokens, c.tokens)
+    assert len({tuple(t) for t in a.tokens[:3].tolist()}) > 1  # a prompt's samples differ
+
+
+def test_fast_path_matches_transformers_forward(pol, prompts):
+    cfg = SamplingConfig(max_new_tokens=10, seed=3)
+    fast = Sampler(pol).sample(prompts, 2, cfg)
+    slow = Sampler(pol, fast=False).sample(prompts, 2, cfg)
+    assert torch.equal(fast.tokens, slow.tokens)
+    assert (fast.logprobs - slow.logprobs).abs().max() < 1e-4
+
+
+def test_sampler_logprobs_agree_with_trainer(pol, prompts):
+    b = Sampler(pol).sample(prompts, 3, SamplingConfig(max_new_tokens=16, seed=0))
+    for fast in (None, False):
+        lp = completion_logprobs(pol.model, prompts, b.prompt_index, b.tokens, b.mask, fast=fast)
+        assert (lp - b.logprobs).abs().max() < 1e-4
+
+
+def test_temperature_logprobs_are_of_the_tempered_distribution(pol, prompts):
+    b = Sampler(pol).sample(prompts, 2, SamplingConfig(max_new_tokens=8, temperature=0.7, seed=0))
+    with torch.no_grad():
+        lp = completion_logprobs(pol.model, prompts, b.prompt_index, b.tokens, b.mask, temperature=0.7)
+    assert (lp - b.logprobs).abs().max() < 1e-4
+
+
+def test_greedy_and_top_k_1_agree(pol, prompts):
+    g = Sampler(pol).sample(prompts, 2, SamplingConfig(max_new_tokens=8, temperature=0.0, seed=0))
+    k = Sampler(pol).sample(prompts, 2, SamplingConfig(max_new_tokens=8, top_k=1, seed=5))
+    assert torch.equal(g.tokens, k.tokens)
+    assert torch.equal(g.tokens[0], g.tokens[1])  # greedy: the n samples of a prompt are equal
+    assert (k.logprobs == 0).all()  # a one-token distribution
+    lp = completion_logprobs(pol.model, prompts, g.prompt_index, g.tokens, g.mask)  # greedy records T=1
+    assert (lp - g.logprobs).abs().max() < 1e-4
+
+
+def test_top_p_and_top_k_against_brute_force():
+    logits = torch.tensor([[2.0, 1.0, 0.5, 0.0, -1.0], [0.0, 0.0, 0.0, 0.0, 5.0]])
+    for top_p in (0.3, 0.6, 0.8, 0.95, 1.0):
+        for top_k in (0, 2, 3):
+            lp = process_logits(logits, SamplingConfig(top_p=top_p, top_k=top_k))
+            for row in range(2):
+                order = logits[row].argsort(descending=True).tolist()
+                kth = logits[row, order[top_k - 1]] if top_k else -float("inf")
+                keep = [i for i in order if logits[row, i] >= kth]  # ties with the k-th are kept, as in HF
+                probs = torch.softmax(logits[row, keep], 0)
+                n = int((probs.cumsum(0) - probs < top_p).sum())  # smallest prefix reaching top_p
+                kept = keep[:n]
+                want = torch.full((5,), float("-inf"))
+                want[kept] = torch.log_softmax(logits[row, kept], 0)
+                assert torch.allclose(lp[row], want), (top_p, top_k, row)
+
+
+def test_eos_ends_samples_early_and_batches_shrink(pol, prompts):
+    eos = tuple(range(100, 300))  # ~20% of the vocabulary counts as EOS: samples end at various steps
+    early = type(pol)(**{**pol.__dict__, "eos_token_ids": eos})
+    cfg = SamplingConfig(max_new_tokens=30, seed=2)
+    b = Sampler(early).sample(prompts, 4, cfg)
+    keep_all = Sampler(early, compact_every=2.0).sample(prompts, 4, cfg)  # never drop finished rows
+    assert torch.equal(b.tokens, keep_all.tokens)  # tokens do not depend on batching
+    assert len(set(b.n_tokens.tolist())) > 2
+    for i in range(b.tokens.shape[0]):
+        n = int(b.n_tokens[i])
+        toks = b.tokens[i, :n].tolist()
+        if b.finish_reason[i] == "stop":
+            assert toks[-1] in eos and not set(toks[:-1]) & set(eos)
+        else:
+            assert n == 30 and not set(toks) & set(eos)
+    lp = completion_logprobs(pol.model, prompts, b.prompt_index, b.tokens, b.mask)
+    assert (lp - b.logprobs).abs().max() < 1e-4
+
+
+@pytest.mark.parametrize("byte_level", [True, False])
+def test_stop_strings(pol, prompts, byte_level):
+    s = Sampler(pol)
+    if not byte_level:
+        s.stops = StopChecker(pol.tokenizer)
+        s.stops._table = None  # force the decode-everything fallback
+    stops = ["e", "\n"]
+    b = s.sample(prompts, 4, SamplingConfig(max_new_tokens=40, stop=stops, seed=4))
+    assert b.finish_reason.count("stop") >= 10
+    for i in range(b.tokens.shape[0]):
+        n = int(b.n_tokens[i])
+        full, before = pol.decode(b.tokens[i, :n]), pol.decode(b.tokens[i, : n - 1])
+        if b.finish_reason[i] == "stop":
+            assert any(x in full for x in stops) and not any(x in before for x in stops)
+            assert b.texts[i] == cut_at_stop(full, stops) and b.texts[i].endswith(tuple(stops))
+            assert not any(x in b.texts[i][:-1] for x in stops)
+        else:
+            assert not any(x in full for x in stops)
+
+
+def test_cut_at_stop():
+    assert cut_at_stop("abc\ndef g", ["\ndef", "g"]) == "abc\ndef"
+    assert cut_at_stop("abc", ["x"]) == "abc"
+
+
+def test_one_token_and_bad_inputs(pol, prompts):
+    b = Sampler(pol).sample(prompts[:1], 2, SamplingConfig(max_new_tokens=1))
+    assert b.tokens.shape == (2, 1) and b.finish_reason in (["length"] * 2, ["stop"] * 2, ["length", "stop"],
+                                                            ["stop", "length"])
+    with pytest.raises(CodechatError):
+        Sampler(pol).sample([[]], 2, SamplingConfig())
+    with pytest.raises(CodechatError, match="top_p"):
+        Sampler(pol).sample(prompts, 2, SamplingConfig(top_p=0.0))
+
+
+def test_fast_logprobs_match_reference_in_values_and_gradients(pol, prompts):
+    torch.manual_seed(0)
+    idx = torch.tensor([0, 0, 1, 2, 2, 2])
+    tokens = torch.randint(4, 1000, (6, 7))
+    mask = torch.ones(6, 7)
+    mask[1, 4:] = 0
+    mask[3, 1:] = 0
+    tokens[mask == 0] = pol.tokenizer.pad_token_id
+    params = [p for p in pol.model.parameters() if p.requires_grad]
+    out = {}
+    for fast in (True, False):
+        pol.model.zero_grad()
+        logp, ent = completion_logprobs(pol.model, prompts, idx, tokens, mask, temperature=0.9, with_entropy=True,
+                                        fast=fast)
+        (logp.sum() + 0.1 * ent.sum()).backward()
+        out[fast] = (logp.detach(), ent.detach(), [p.grad.clone() for p in params])
+    (a, ea, ga), (b, eb, gb) = out[True], out[False]
+    assert (a - b).abs().max() < 1e-4 and (ea - eb).abs().max() < 1e-4
+    assert (a[mask == 0] == 0).all() and (ea[mask == 0] == 0).all()
+    for x, y in zip(ga, gb):
+        assert torch.allclose(x, y, atol=1e-4, rtol=1e-3)
+    pol.model.zero_grad()
