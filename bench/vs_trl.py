@@ -17,7 +17,10 @@ the reference copy). The last line is JSON:
 Fairness choices (flags change them): TRL runs with gradient checkpointing off (GRPOConfig defaults it on, which
 trades ~30% more compute for memory; codechat has none), its reward function runs the programs on as many
 threads as there are CPUs (codechat's verifier uses one worker per CPU by default), and both use the same torch
-thread count. Simplified: a random model rarely passes, so advantages are mostly zero; both systems still do the
+thread count: one by default. On a small or shared machine, torch's OpenMP threads wait for each other at every
+op and a descheduled thread costs a scheduler time slice (~4 ms) per op: with 2 threads on 2 busy cores a 64-token
+decode took 14 s instead of 1 s, measuring the scheduler, not the systems. Raise --threads on a quiet machine with
+cores to spare (the reward / sandbox processes need some too). Simplified: a random model rarely passes, so advantages are mostly zero; both systems still do the
 full forward/backward, the KL term and the optimizer step. CPU only.
 """
 from __future__ import annotations
@@ -177,7 +180,7 @@ def child_trl(a: argparse.Namespace) -> dict:
     tok = AutoTokenizer.from_pretrained(a.model)
     trainer = GRPOTrainer(model=model, reward_funcs=pass_reward, args=cfg, train_dataset=ds, processing_class=tok,
                           callbacks=[StepTimer()])
-    generate = trainer._generate  # sampling (tokenize, generate, decode); wrapped only to time it
+    generate = trainer._generate  # TRL 1.x: tokenize, generate, decode; wrapped only to time it
 
     def timed_generate(*args, **kw):
         t0 = time.perf_counter()
@@ -276,7 +279,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--steps", type=int, default=6, help="RL steps per system (the first is not timed)")
     ap.add_argument("--keep", action="store_true", help="keep the work directory (model, tasks, logs, runs)")
     ap.add_argument("--only", choices=["trl", "codechat"], help="run one system (no ratio)")
-    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads in each child")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads in each child (see the docstring)")
     ap.add_argument("--trl-grad-ckpt", action="store_true", help="TRL with gradient checkpointing (its default)")
     ap.add_argument("--override", action="append", default=[], help="extra codechat config override key=value")
     ap.add_argument("--child", choices=["trl", "codechat"], help=argparse.SUPPRESS)
