@@ -21,6 +21,16 @@ class VerifierConfig:
     """Captured stdout+stderr per program; more ends the program as `output_limit`."""
     backend: str = "local"
     """`local` (process pool on this machine) or `ray` (sandbox pools on Ray workers)."""
+    nproc: int = 64
+    """Processes+threads the program may have at once (RLIMIT_NPROC under its own uid): stops fork bombs."""
+    nofile: int = 64
+    """Open file descriptors per program process."""
+    fsize_mb: int = 16
+    """Largest file the program may write, in MiB."""
+    max_result_mb: int = 16
+    """Largest single value the program may return to the judge, in MiB (encoded)."""
+    hide_paths: list[str] = field(default_factory=list)
+    """Directories covered by an empty tmpfs inside the sandbox (e.g. where task files live on disk)."""
 
 
 # --- algorithms -----------------------------------------------------------------------------------------------

@@ -26,6 +26,17 @@ GENERATED["synthetic-train"] = _synthetic("train")
 GENERATED["synthetic-heldout"] = _synthetic("heldout")
 
 
+def _toy(buggy: bool) -> Callable[[], list[Task]]:
+    def load() -> list[Task]:
+        from codechat.tasks.toy import toy_tasks
+        return toy_tasks(buggy)
+    return load
+
+
+GENERATED["toy"] = _toy(False)
+GENERATED["toy-sft"] = _toy(True)
+
+
 def builtin_names() -> list[str]:
     files = [p.name[:-6] for p in resources.files("codechat.tasks").joinpath("data").iterdir()
              if p.name.endswith(".jsonl")]

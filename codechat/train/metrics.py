@@ -69,7 +69,7 @@ class MetricsLogger:
                 parts.append(f"{label} {v:.3f}" if isinstance(v, float) else f"{label}{' ' if label else ''}{v}")
         try:
             from rich.console import Console
-            Console(stderr=True, highlight=False).print(" | ".join(parts))
+            Console(stderr=True, highlight=False, soft_wrap=True).print(" | ".join(parts))
         except ImportError:  # pragma: no cover
             print(" | ".join(parts))
 

@@ -1,0 +1,19 @@
+"""Run untrusted Python under isolation and limits, and judge it from a process it never touches.
+
+Layout: `isolation` (namespaces, rlimits, uid, reaping), `wire` (plain-data encoding and framing),
+`candidate` (runs the program, answers calls), `judge` + `modes` (run the tests / compare outputs),
+`zygote` (warm pre-imported forker), `pool` (parent side: `SandboxPool`, `Job`, `RunResult`).
+This package knows nothing of RL or tasks; `codechat.verify` builds on it.
+"""
+__all__ = ["Job", "Limits", "RunResult", "SandboxPool"]
+
+
+def __getattr__(name: str):
+    # Lazy: the zygote imports submodules of this package, and every module it imports makes each fork slower.
+    if name == "Limits":
+        from codechat.sandbox.isolation import Limits
+        return Limits
+    if name in ("Job", "RunResult", "SandboxPool"):
+        from codechat.sandbox import pool
+        return getattr(pool, name)
+    raise AttributeError(name)

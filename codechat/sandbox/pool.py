@@ -1,0 +1,216 @@
+"""Parent side of the sandbox: a pool of zygotes, one job at a time each, and the typed result of a job.
+
+`SandboxPool(workers).run(Job(...)) -> RunResult` is thread-safe: each call borrows an idle zygote. A zygote
+that dies or stops answering is killed and replaced; the job gets status `error`. When some protection is not
+available on this machine, one warning lists which ones are active.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import queue
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from codechat.sandbox import wire
+from codechat.sandbox.isolation import Limits
+
+ALL_PROTECTIONS = ("network", "private_tmp", "hidden_paths", "own_uid")
+_warned = False
+
+
+@dataclass
+class Job:
+    """One program to run: the candidate's code (+ setup) and what the judge does with it."""
+    mode: str
+    """`tests` (run task tests), `io` (compare outputs with `expected`), `call` (return outputs)."""
+    code: str
+    setup: str = ""
+    entry_point: str | None = None
+    tests: list[str] = field(default_factory=list)
+    inputs: list[list] = field(default_factory=list)
+    expected: list = field(default_factory=list)
+    atol: float = 0.0
+    timeout_s: float = 5.0
+    limits: Limits = field(default_factory=Limits)
+    max_output_bytes: int = 65536
+    max_result_bytes: int = 16 << 20
+
+
+@dataclass
+class RunResult:
+    """What happened, merged from the zygote's observations and the judge's record."""
+    status: str
+    error_type: str | None = None
+    message: str = ""
+    tests_passed: int = 0
+    duration_s: float = 0.0
+    blocked: tuple[str, ...] = ()
+    outputs: list[Any] = field(default_factory=list)
+    errors: list[str | None] = field(default_factory=list)
+    output_head: str = ""
+
+
+class Zygote:
+    def __init__(self, hide_paths: tuple[str, ...]):
+        parent, child = socket.socketpair()
+        # -S: no `site` (its .pth processing imports pathlib, urllib, ...: a bigger zygote forks slower);
+        # the package root and the site-packages dirs go on PYTHONPATH instead.
+        import site
+        paths = [str(Path(__file__).resolve().parents[2])] + [p for p in site.getsitepackages() if os.path.isdir(p)]
+        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "PYTHONPATH": os.pathsep.join(paths), "LANG": "C.UTF-8",
+               "PYTHONDONTWRITEBYTECODE": "1"}
+        self.proc = subprocess.Popen([sys.executable, "-S", "-m", "codechat.sandbox.zygote", str(child.fileno())],
+                                     pass_fds=(child.fileno(),), env=env, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, start_new_session=True, cwd="/")
+        child.close()
+        self.sock = parent
+        self.sock.settimeout(60)
+        msg = pickle.dumps({"hide_paths": list(hide_paths)})
+        self.sock.sendall(struct.pack(">I", len(msg)) + msg)
+        hello = pickle.loads(self._recv())
+        self.active: list[str] = hello["active"]
+
+    def run(self, job: Job) -> dict:
+        """Send the job; returns the zygote's raw record. Raises OSError/EOFError if the zygote is broken."""
+        cand_r, cand_w = os.pipe()
+        judge_r, judge_w = os.pipe()
+        try:
+            ctl = pickle.dumps({k: getattr(job, k) for k in ("mode", "timeout_s", "limits", "max_output_bytes",
+                                                               "max_result_bytes")})
+            self.sock.settimeout(job.timeout_s + 30)
+            socket.send_fds(self.sock, [struct.pack(">I", len(ctl)) + ctl], [cand_r, judge_r])
+            os.close(cand_r)
+            os.close(judge_r)
+            cand_r = judge_r = -1
+            # Each payload goes down its own pipe: only the candidate reads the code, only the judge the tests.
+            _write_quietly(cand_w, pickle.dumps({"code": job.code, "setup": job.setup}))
+            _write_quietly(judge_w, pickle.dumps({
+                "mode": job.mode, "setup": job.setup, "entry_point": job.entry_point, "tests": job.tests,
+                "inputs": job.inputs, "expected": job.expected, "atol": job.atol}))
+        finally:
+            for fd in (cand_r, judge_r, cand_w, judge_w):
+                if fd >= 0:
+                    os.close(fd)
+        return pickle.loads(self._recv())
+
+    def _recv(self) -> bytes:
+        (n,) = struct.unpack(">I", self._recv_exact(4))
+        return self._recv_exact(n)
+
+    def _recv_exact(self, n: int) -> bytes:
+        buf = bytearray()
+        while len(buf) < n:
+            chunk = self.sock.recv(min(n - len(buf), 1 << 20))
+            if not chunk:
+                raise EOFError("zygote closed the connection")
+            buf += chunk
+        return bytes(buf)
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        except OSError:
+            pass
+
+
+def _write_quietly(fd: int, data: bytes) -> None:
+    try:
+        wire.send(fd, data)
+    except (BrokenPipeError, OSError):
+        pass  # the reader died before reading: the zygote reports what happened
+
+
+def merge(raw: dict | None) -> RunResult:
+    """Combine the zygote's observations with the judge's result record into one RunResult."""
+    if raw is None or "fatal" in raw:
+        return RunResult("error", "SandboxError", f"the sandbox failed: {(raw or {}).get('fatal', 'no reply')}")
+    base = dict(duration_s=raw["duration_s"], blocked=tuple(raw["blocked"]), output_head=raw["output_head"])
+    if raw["output_over"]:
+        return RunResult("output_limit", None, "output exceeded the cap", **base)
+    if raw["timed_out"] or raw["c_signal"] == signal.SIGXCPU:
+        return RunResult("timeout", None, "time limit reached", **base)
+    if raw["judge"] is None:
+        return RunResult("error", "JudgeError", "the judge produced no result", **base)
+    try:
+        (n,) = struct.unpack(">I", raw["judge"][:4])
+        rec = wire.loads(raw["judge"][4:4 + n])
+    except (wire.WireError, struct.error):
+        return RunResult("error", "JudgeError", "unreadable judge result", **base)
+    msg = rec.get("message") or ""
+    if rec.get("error_type") == "EarlyExit" and raw["c_signal"] not in (None, signal.SIGKILL):
+        msg += f" (killed by {signal.Signals(raw['c_signal']).name})"
+    return RunResult(rec["status"], rec.get("error_type"), msg[:300], int(rec.get("tests_passed", 0)),
+                     outputs=rec.get("outputs", []), errors=rec.get("errors", []), **base)
+
+
+class SandboxPool:
+    def __init__(self, workers: int, hide_paths: tuple[str, ...] = ()):
+        self.workers = workers
+        self.hide_paths = hide_paths
+        self._idle: queue.Queue[Zygote] = queue.Queue()
+        self._all: list[Zygote] = []
+        self._lock = threading.Lock()
+        self._closed = False
+        self.active: list[str] = []
+        for _ in range(workers):
+            self._idle.put(self._start())
+        self._warn_once()
+
+    def _start(self) -> Zygote:
+        z = Zygote(self.hide_paths)
+        with self._lock:
+            self._all.append(z)
+            self.active = z.active
+        return z
+
+    def _warn_once(self) -> None:
+        global _warned
+        missing = [p for p in ALL_PROTECTIONS if p not in self.active]
+        if missing and not _warned:
+            _warned = True
+            warnings.warn(f"codechat sandbox: reduced isolation on this machine; active: "
+                          f"{', '.join(self.active) or 'none'} (+ rlimits, own session, scrubbed env, temp cwd); "
+                          f"missing: {', '.join(missing)}", RuntimeWarning, stacklevel=3)
+
+    def run(self, job: Job) -> RunResult:
+        if self._closed:
+            raise RuntimeError("the sandbox pool is closed")
+        z = self._idle.get()
+        try:
+            raw = z.run(job)
+        except (OSError, EOFError, wire.WireError, pickle.UnpicklingError):
+            self._discard(z)
+            z = self._start()
+            raw = None
+        finally:
+            self._idle.put(z)
+        return merge(raw)
+
+    def _discard(self, z: Zygote) -> None:
+        with self._lock:
+            self._all.remove(z)
+        try:
+            os.killpg(z.proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        z.close()
+
+    def close(self) -> None:
+        self._closed = True
+        with self._lock:
+            zs, self._all = list(self._all), []
+        for z in zs:
+            z.close()

@@ -1,0 +1,184 @@
+"""Plain-data wire format between sandbox processes: framing, and a tagged JSON encoding of Python values.
+
+Values produced by untrusted code travel as *plain data*: JSON where every JSON object is a type tag, decoded
+back into builtin values only (int, float, str, bytes, bool, None, list, tuple, dict, set, frozenset, complex,
+and a few stdlib containers). Decoding never runs code and never builds a user-defined object, so a value's
+`__eq__` is always the builtin one: an "always equal" object cannot survive the trip. Objects that are not
+plain data (class instances, functions, generators) travel as a *handle*: an id that only means something in
+the process that owns the object.
+
+Framing is a 4-byte big-endian length, then the payload; `recv` refuses payloads over a size cap.
+"""
+from __future__ import annotations
+
+import collections
+import json
+import math
+import os
+import struct
+from typing import Any, Callable
+
+MAX_DEPTH = 200
+"""Nesting depth an encoded value may have (deeper = not plain data)."""
+
+
+class WireError(Exception):
+    """A message could not be read, was too large, or was not valid plain data."""
+
+
+# --- framing ---------------------------------------------------------------------------------------------------
+def send(fd: int, payload: bytes) -> None:
+    data = struct.pack(">I", len(payload)) + payload
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def _read_exact(fd: int, n: int) -> bytes:
+    chunks, left = [], n
+    while left:
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            raise WireError("channel closed")
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def recv(fd: int, max_bytes: int = 1 << 26) -> bytes:
+    (n,) = struct.unpack(">I", _read_exact(fd, 4))
+    if n > max_bytes:
+        raise WireError(f"message of {n} bytes exceeds the {max_bytes}-byte cap")
+    return _read_exact(fd, n)
+
+
+# --- values -> plain data ----------------------------------------------------------------------------------------
+def to_plain(x: Any, handle: Callable[[Any], int] | None = None, depth: int = 0) -> Any:
+    """Encode `x` as JSON-able tagged data. Non-plain objects become {"$h": id} via `handle`, else raise."""
+    if depth > MAX_DEPTH:
+        raise WireError("value nested too deeply")
+    d = depth + 1
+    if x is None or isinstance(x, (bool, str)):
+        # bool/str subclasses are reduced to the builtin value: only fidelity is at stake, never safety
+        return x if type(x) in (bool, str, type(None)) else (bool(x) if isinstance(x, bool) else str.__str__(x))
+    if isinstance(x, int):
+        return int.__index__(x) if type(x) is not int else x
+    if isinstance(x, float):
+        v = float.__float__(x)
+        return v if math.isfinite(v) else {"$f": repr(v)}
+    if isinstance(x, complex):
+        return {"$c": [to_plain(x.real), to_plain(x.imag)]}
+    if isinstance(x, (bytes, bytearray)):
+        return {"$b": bytes(x).hex(), "ba": isinstance(x, bytearray)}
+    if isinstance(x, collections.OrderedDict):
+        return {"$od": [[to_plain(k, handle, d), to_plain(v, handle, d)] for k, v in dict.items(x)]}
+    if isinstance(x, collections.Counter):
+        return {"$ctr": [[to_plain(k, handle, d), to_plain(v, handle, d)] for k, v in dict.items(x)]}
+    if isinstance(x, dict):
+        return {"$d": [[to_plain(k, handle, d), to_plain(v, handle, d)] for k, v in dict.items(x)]}
+    if isinstance(x, list):
+        return [to_plain(v, handle, d) for v in list.__iter__(x)]
+    if isinstance(x, tuple):  # namedtuples compare as tuples
+        return {"$t": [to_plain(v, handle, d) for v in tuple.__iter__(x)]}
+    if isinstance(x, frozenset):
+        return {"$fs": [to_plain(v, handle, d) for v in frozenset.__iter__(x)]}
+    if isinstance(x, set):
+        return {"$s": [to_plain(v, handle, d) for v in set.__iter__(x)]}
+    if isinstance(x, collections.deque):
+        return {"$dq": [to_plain(v, handle, d) for v in x]}
+    if isinstance(x, range):
+        return {"$r": [x.start, x.stop, x.step]}
+    mod = type(x).__module__
+    if mod == "decimal" and type(x).__name__ == "Decimal":  # by name: importing decimal costs every fork
+        return {"$dec": str(x)}
+    if mod == "fractions" and type(x).__name__ == "Fraction":
+        return {"$fr": [int(x.numerator), int(x.denominator)]}
+    np_value = _numpy_to_plain(x, handle, d)
+    if np_value is not None:
+        return np_value
+    if handle is None:
+        raise WireError(f"not plain data: {type(x).__name__}")
+    return {"$h": handle(x), "type": type(x).__name__}
+
+
+def _numpy_to_plain(x: Any, handle, depth: int) -> Any:
+    mod = type(x).__module__
+    if not mod.startswith("numpy"):
+        return None
+    import numpy as np  # only loaded when the value already is a numpy object
+    if isinstance(x, np.generic):
+        return to_plain(x.item(), handle, depth)
+    if isinstance(x, np.ndarray):
+        return {"$nd": to_plain(x.tolist(), handle, depth), "dtype": str(x.dtype)}
+    return None
+
+
+# --- plain data -> values ----------------------------------------------------------------------------------------
+def from_plain(x: Any, handle: Callable[[int, str], Any] | None = None) -> Any:
+    """Decode tagged data into builtin values; {"$h": id} becomes `handle(id, type_name)` (or an error)."""
+    if x is None or isinstance(x, (bool, int, float, str)):
+        return x
+    if isinstance(x, list):
+        return [from_plain(v, handle) for v in x]
+    if not isinstance(x, dict) or len(x) == 0:
+        raise WireError(f"malformed plain data: {type(x).__name__}")
+    tag = next(iter(x))
+    v = x[tag]
+    dec = lambda items: [from_plain(i, handle) for i in items]  # noqa: E731
+    try:
+        if tag == "$t":
+            return tuple(dec(v))
+        if tag == "$s":
+            return set(dec(v))
+        if tag == "$fs":
+            return frozenset(dec(v))
+        if tag in ("$d", "$od", "$ctr"):
+            pairs = [(from_plain(k, handle), from_plain(val, handle)) for k, val in v]
+            cls = {"$d": dict, "$od": collections.OrderedDict, "$ctr": collections.Counter}[tag]
+            return cls(pairs) if tag != "$ctr" else collections.Counter(dict(pairs))
+        if tag == "$f":
+            return float({"nan": "nan", "inf": "inf", "-inf": "-inf"}[v])
+        if tag == "$c":
+            return complex(from_plain(v[0]), from_plain(v[1]))
+        if tag == "$b":
+            raw = bytes.fromhex(v)
+            return bytearray(raw) if x.get("ba") else raw
+        if tag == "$dq":
+            return collections.deque(dec(v))
+        if tag == "$r":
+            return range(int(v[0]), int(v[1]), int(v[2]))
+        if tag == "$dec":
+            import decimal
+            return decimal.Decimal(str(v))
+        if tag == "$fr":
+            import fractions
+            return fractions.Fraction(int(v[0]), int(v[1]))
+        if tag == "$nd":
+            return _ndarray(dec(v) if isinstance(v, list) else from_plain(v, handle), str(x.get("dtype")))
+        if tag == "$h" and handle is not None:
+            return handle(int(v), str(x.get("type", "object")))
+    except WireError:
+        raise
+    except Exception as e:  # unhashable set member, bad base64, ...: the sender broke the format
+        raise WireError(f"malformed plain data under {tag}: {type(e).__name__}") from None
+    raise WireError(f"unknown tag {tag!r}")
+
+
+def _ndarray(data: Any, dtype: str) -> Any:
+    try:
+        import numpy as np
+    except ImportError:
+        return data
+    return np.array(data, dtype=dtype if dtype in np.sctypeDict else None)
+
+
+def dumps(x: Any, handle=None) -> bytes:
+    return json.dumps(to_plain(x, handle), separators=(",", ":")).encode()
+
+
+def loads(b: bytes, handle=None) -> Any:
+    try:
+        return from_plain(json.loads(b), handle)
+    except (ValueError, RecursionError) as e:
+        raise WireError(f"malformed message: {type(e).__name__}") from None

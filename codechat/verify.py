@@ -1,0 +1,177 @@
+"""Verify completions: extract the code, run it against the task's tests in the sandbox, return a `Verdict`.
+
+    from codechat.verify import Verifier, extract_code
+    with Verifier(VerifierConfig(workers=2)) as v:
+        verdicts = v.verify_many([(task, completion), ...])   # same order, parallel across workers
+
+Design (why a pass can be trusted): the program runs in one sandboxed process, the tests in another (the
+judge) that the program never touches. The judge calls the program's functions by RPC and receives only
+*plain data* (builtin values decoded from JSON), so every comparison uses builtin `__eq__` in a clean process;
+the program never sees the tests or the expected values. A pass means: every test ran in the judge, each
+executed at least one assertion and called the program, and all passed. See codechat/sandbox/judge.py for the
+attack list this defeats, codechat/sandbox/isolation.py for the OS isolation, docs/verifier.md for limits.
+
+Also: `call_function` (outputs of a reference on given inputs, as plain data, for MBPP+/HumanEval+ expected
+outputs) and `verify_io` (compare a candidate's outputs with expected ones in the judge, atol for floats).
+"""
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator
+
+from codechat import CodechatError
+from codechat.config import VerifierConfig
+from codechat.sandbox import Job, Limits, RunResult, SandboxPool
+from codechat.tasks import Task
+from codechat.verdict import Verdict
+
+_FENCE = re.compile(r"```[ \t]*([\w+#.-]*)[^\n]*\n(.*?)(?:```|\Z)", re.S)
+_PY_LANGS = {"", "python", "py", "python3", "py3"}
+_CODE_START = re.compile(r"^(def |class |import |from |@|async def )")
+_LOOKS_LIKE_CODE = re.compile(r"^(\s|#|def |class |import |from |@|async |if |for |while |return |print\(|"
+                              r"[A-Za-z_][\w.]*\s*(=|\(|\[))")
+
+
+def _defines(code: str, name: str | None) -> bool:
+    return bool(name) and re.search(rf"^\s*(async\s+)?(def|class)\s+{re.escape(name)}\b", code, re.M) is not None
+
+
+def extract_code(completion: str, task: Task) -> str | None:
+    """The program to run, or None when the completion holds no code.
+
+    Fenced blocks (```python or bare ```): the last one that defines the entry point, else the last Python
+    block. Unfenced text is taken as code, minus leading prose lines. HumanEval-style continuation: when the
+    prompt itself defines the entry point, the completion continues the prompt (prompt + completion); if the
+    completion redefines the function, the prompt still comes first so its imports apply.
+    """
+    if not completion or not completion.strip():
+        return None
+    blocks = [(lang.lower(), body) for lang, body in _FENCE.findall(completion)]
+    if blocks:
+        py = [b for lang, b in blocks if lang in _PY_LANGS] or [b for _, b in blocks]
+        defining = [b for b in py if _defines(b, task.entry_point)]
+        code = (defining or py)[-1]
+    else:
+        code = completion
+        lines = code.splitlines(keepends=True)
+        first = next((i for i, ln in enumerate(lines) if ln.strip()), 0)
+        if not _LOOKS_LIKE_CODE.match(lines[first]):  # leading prose ("Here is the solution:")
+            start = next((i for i in range(first, len(lines)) if _CODE_START.match(lines[i])), None)
+            code = "".join(lines[start:]) if start is not None else code
+    if not code.strip():
+        return None
+    if task.entry_point and _defines(task.prompt, task.entry_point):
+        # HumanEval-style: the prompt is code ending in the signature + docstring; the completion continues it.
+        # A completion that redefines the function still comes after the prompt, so the prompt's imports apply.
+        return task.prompt + ("\n" + code if _defines(code, task.entry_point) else code)
+    return code
+
+
+@dataclass
+class CallResult:
+    """Outputs of `entry_point(*args)` for each input list, as plain data."""
+    outputs: list[Any]
+    """One value per input (None where the call raised)."""
+    errors: list[str | None]
+    """Per input: None, or 'ExceptionType: message'."""
+    status: str
+    """`ok` when the program loaded and every call was attempted; else a Verdict status (timeout, ...)."""
+    message: str = ""
+    duration_s: float = 0.0
+    blocked: tuple[str, ...] = field(default_factory=tuple)
+
+
+class Verifier:
+    """Runs completions against tests in a pool of sandbox workers. Create once, reuse; `close()` when done."""
+
+    def __init__(self, cfg: VerifierConfig | None = None):
+        self.cfg = cfg or VerifierConfig()
+        if self.cfg.backend != "local":
+            raise CodechatError(f"verifier backend '{self.cfg.backend}' is not available (valid: local)")
+        self.workers = self.cfg.workers or os.cpu_count() or 1
+        self._pool: SandboxPool | None = None
+
+    # --- lifecycle ---------------------------------------------------------------------------------------------
+    @property
+    def pool(self) -> SandboxPool:
+        if self._pool is None:  # lazy: creating a Verifier costs nothing until the first program
+            self._pool = SandboxPool(self.workers, tuple(self.cfg.hide_paths))
+        return self._pool
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+    def __enter__(self) -> "Verifier":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # --- jobs --------------------------------------------------------------------------------------------------
+    def _job(self, mode: str, code: str, timeout_s: float | None, **kw) -> Job:
+        timeout = float(timeout_s or self.cfg.timeout_s)
+        limits = Limits(cpu_s=int(math.ceil(timeout)) + 1, memory_mb=self.cfg.memory_mb, nproc=self.cfg.nproc,
+                        nofile=self.cfg.nofile, fsize_mb=self.cfg.fsize_mb)
+        return Job(mode, code, timeout_s=timeout, limits=limits, max_output_bytes=self.cfg.max_output_bytes,
+                   max_result_bytes=self.cfg.max_result_mb << 20, **kw)
+
+    def _verdict(self, r: RunResult, total: int) -> Verdict:
+        passed = r.status == "passed"
+        return Verdict(status=r.status, passed=passed, reward=1.0 if passed else 0.0,
+                       tests_passed=r.tests_passed, tests_total=total, error_type=r.error_type,
+                       message=r.message, duration_s=round(r.duration_s, 4), blocked=r.blocked)
+
+    def verify(self, task: Task, completion: str) -> Verdict:
+        code = extract_code(completion, task)
+        total = len(task.tests)
+        if code is None:
+            return Verdict("no_code", False, 0.0, tests_total=total, message="no code in the completion")
+        if not task.tests:
+            return Verdict("error", False, 0.0, error_type="NoTests", message=f"task {task.task_id} has no tests")
+        job = self._job("tests", code, task.timeout_s, setup=task.setup, entry_point=task.entry_point,
+                        tests=list(task.tests))
+        return self._verdict(self.pool.run(job), total)
+
+    def verify_many(self, pairs: Iterable[tuple[Task, str]]) -> list[Verdict]:
+        return list(self.imap(pairs))
+
+    def imap(self, pairs: Iterable[tuple[Task, str]]) -> Iterator[Verdict]:
+        """Verdicts in input order, computed in parallel with a bounded number in flight."""
+        with ThreadPoolExecutor(self.workers) as ex:
+            pending: deque = deque()
+            for task, completion in pairs:
+                pending.append(ex.submit(self.verify, task, completion))
+                if len(pending) >= 2 * self.workers:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+
+    def verify_io(self, task: Task, completion: str, inputs: list[list], expected: list,
+                  atol: float = 0.0) -> Verdict:
+        """Pass iff entry_point(*inputs[i]) matches expected[i] for all i; compared in the judge, not the program."""
+        code = extract_code(completion, task)
+        if code is None:
+            return Verdict("no_code", False, 0.0, tests_total=len(inputs), message="no code in the completion")
+        if len(inputs) != len(expected):
+            raise CodechatError(f"verify_io: {len(inputs)} inputs but {len(expected)} expected outputs")
+        job = self._job("io", code, task.timeout_s, setup=task.setup, entry_point=task.entry_point,
+                        inputs=[list(a) for a in inputs], expected=list(expected), atol=float(atol or 0))
+        return self._verdict(self.pool.run(job), len(inputs))
+
+    def call_function(self, code: str, entry_point: str, inputs: list[list], timeout_s: float | None = None,
+                      setup: str = "") -> CallResult:
+        """Run `code` in the sandbox and return entry_point(*args) for each input, as plain data."""
+        job = self._job("call", code, timeout_s, setup=setup, entry_point=entry_point,
+                        inputs=[list(a) for a in inputs])
+        r = self.pool.run(job)
+        n = len(inputs)
+        outputs = (list(r.outputs) + [None] * n)[:n]
+        errors = (list(r.errors) + [f"{r.status}: {r.message}"] * n)[:n]
+        return CallResult(outputs, errors, r.status, r.message, r.duration_s, r.blocked)
