@@ -2,6 +2,7 @@
 
     python bench/vs_trl.py                 # 6 steps each; ends with one JSON line
     python bench/vs_trl.py --steps 2 --keep --only trl
+    python bench/vs_trl.py --rounds 2      # trl, codechat, codechat, trl: less sensitive to load drift
 
 Workload (issue 6): a randomly initialised Qwen2-architecture model (hidden 256, 4 layers, 4 heads, intermediate
 688, tied embeddings) with a 1,024-token byte-level BPE tokenizer trained here on Python's own stdlib sources (no
@@ -245,6 +246,7 @@ def child_main(a: argparse.Namespace) -> None:
 
 # --- parent ---------------------------------------------------------------------------------------------------
 def run_child(system: str, a: argparse.Namespace, model: Path, tasks: Path, workdir: Path) -> dict:
+    workdir.mkdir(parents=True)
     log = workdir / f"{system}.log"
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", system, "--model", str(model),
            "--tasks", str(tasks), "--workdir", str(workdir), "--steps", str(a.steps), "--threads", str(a.threads)]
@@ -267,16 +269,21 @@ def run_child(system: str, a: argparse.Namespace, model: Path, tasks: Path, work
     return res
 
 
-def per_step(res: dict) -> tuple[float, dict]:
-    """Median step time and median phases over the steps after the first (all steps when there is only one)."""
-    steps, phases = res["step_s"][1:] or res["step_s"], res["phases"][1:] or res["phases"]
-    med = {k: statistics.median(p[k] for p in phases) for k in ("sample_s", "verify_s", "update_s")} if phases else {}
-    return statistics.median(steps), med
+def pooled(runs: list[dict]) -> dict:
+    """One system's rounds -> median s/step and phases over every round's steps after its first; peak = max."""
+    steps = [s for r in runs for s in r["step_s"][1:]]
+    phases = [p for r in runs for p in r["phases"][1:]]
+    return {"s_per_step": statistics.median(steps),
+            **{k: statistics.median(p[k] for p in phases) for k in ("sample_s", "verify_s", "update_s")},
+            "peak_mb": max(r["peak_mb"] for r in runs), "version": runs[0]["version"],
+            "reward": statistics.fmean(r["reward_mean"] or 0.0 for r in runs), "wall_s": sum(r["wall_s"] for r in runs)}
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=6, help="RL steps per system (the first is not timed)")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="run the pair this many times, alternating which goes first; medians pool all rounds")
     ap.add_argument("--keep", action="store_true", help="keep the work directory (model, tasks, logs, runs)")
     ap.add_argument("--only", choices=["trl", "codechat"], help="run one system (no ratio)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads in each child (see the docstring)")
@@ -289,8 +296,8 @@ def main(argv: list[str] | None = None) -> None:
     a = ap.parse_args(argv)
     if a.child:
         return child_main(a)
-    if a.steps < 2:
-        ap.error("--steps must be at least 2 (the first step is not timed)")
+    if a.steps < 2 or a.rounds < 1:
+        ap.error("--steps must be at least 2 (the first step is not timed) and --rounds at least 1")
 
     workdir = Path(tempfile.mkdtemp(prefix="codechat-vs-trl-"))
     t0 = time.perf_counter()
@@ -298,7 +305,11 @@ def main(argv: list[str] | None = None) -> None:
     tasks = write_tasks(workdir / "tasks.jsonl")
     print(f"[vs_trl] workload built in {time.perf_counter() - t0:.1f}s in {workdir}", file=sys.stderr)
     try:
-        results = {s: run_child(s, a, model, tasks, workdir) for s in (["trl", "codechat"] if not a.only else [a.only])}
+        systems = [a.only] if a.only else ["trl", "codechat"]
+        runs: dict[str, list[dict]] = {s: [] for s in systems}
+        for i in range(a.rounds):  # alternate the order so a drift in machine load hits both alike
+            for s in (systems if i % 2 == 0 else systems[::-1]):
+                runs[s].append(run_child(s, a, model, tasks, workdir / f"{s}-{i}"))
     finally:
         if not a.keep:
             import shutil
@@ -306,14 +317,13 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{'system':<10}{'version':>9}{'s/step':>9}{'sample':>9}{'verify':>9}{'update':>9}{'peak MB':>9}"
           f"{'reward':>8}{'wall s':>8}", file=sys.stderr)
     out = {}
-    for s, r in results.items():
-        sps, ph = per_step(r)
-        out[f"{s}_s_per_step"] = round(sps, 3)
+    for s in systems:
+        r = pooled(runs[s])
+        out[f"{s}_s_per_step"] = round(r["s_per_step"], 3)
         out[f"{s}_peak_mb"] = r["peak_mb"]
-        print(f"{s:<10}{r['version']:>9}{sps:>9.3f}{ph.get('sample_s', 0):>9.3f}{ph.get('verify_s', 0):>9.3f}"
-              f"{ph.get('update_s', 0):>9.3f}{r['peak_mb']:>9.0f}{(r['reward_mean'] or 0):>8.3f}{r['wall_s']:>8.1f}",
-              file=sys.stderr)
-    if len(results) == 2:
+        print(f"{s:<10}{r['version']:>9}{r['s_per_step']:>9.3f}{r['sample_s']:>9.3f}{r['verify_s']:>9.3f}"
+              f"{r['update_s']:>9.3f}{r['peak_mb']:>9.0f}{r['reward']:>8.3f}{r['wall_s']:>8.1f}", file=sys.stderr)
+    if len(systems) == 2:
         final = {"codechat_s_per_step": out["codechat_s_per_step"], "trl_s_per_step": out["trl_s_per_step"],
                  "ratio": round(out["codechat_s_per_step"] / out["trl_s_per_step"], 3),
                  "codechat_peak_mb": out["codechat_peak_mb"], "trl_peak_mb": out["trl_peak_mb"]}
