@@ -12,8 +12,10 @@ asserts run as a program in a subprocess (pass = 1, else 0). The parent builds t
 file once, then runs each system in its own child process (`--child trl|codechat`), so each peak RSS
 (`ru_maxrss` of that child; reward/sandbox subprocesses are not counted for either) is its own. Seconds/step is
 the median wall time between consecutive step ends, over the steps after the first (warm-up: allocator, caches,
-the reference copy). The last line is JSON:
-`{"codechat_s_per_step", "trl_s_per_step", "ratio" (codechat/trl), "codechat_peak_mb", "trl_peak_mb"}`.
+the reference copy). The table before it splits a step into sample / verify / update (TRL: its `_generate`, the
+reward function, the rest) and adds `cpu s`, the training process's own CPU seconds per step (median), which a
+busy machine disturbs far less than wall time (it leaves out the reward / sandbox subprocesses). The last line is
+JSON: `{"codechat_s_per_step", "trl_s_per_step", "ratio" (codechat/trl), "codechat_peak_mb", "trl_peak_mb"}`.
 
 Fairness choices (flags change them): TRL runs with gradient checkpointing off (GRPOConfig defaults it on, which
 trades ~30% more compute for memory; codechat has none), its reward function runs the programs on as many
@@ -121,6 +123,16 @@ def peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
 
 
+def clocks() -> tuple[float, float]:
+    """(wall seconds, CPU seconds of this process: all its threads, none of its subprocesses)."""
+    return time.perf_counter(), time.process_time()
+
+
+def deltas(ends: list[tuple[float, float]]) -> tuple[list[float], list[float]]:
+    """Clock readings at the start and at each step end -> per-step wall and CPU seconds."""
+    return [e[0] - b[0] for b, e in zip(ends, ends[1:])], [e[1] - b[1] for b, e in zip(ends, ends[1:])]
+
+
 def run_program(code: str, timeout_s: float = 5.0) -> float:
     """1.0 when `python -` given `code` on stdin exits 0 within the time limit, else 0.0 (stdin, not `-c`:
     sampled text may hold NUL bytes, which argv cannot carry)."""
@@ -155,18 +167,18 @@ def child_trl(a: argparse.Namespace) -> dict:
         phase["verify_s"] += time.perf_counter() - t0
         return out
 
-    ends: list[float] = []
+    ends: list[tuple[float, float]] = []  # (wall, this process's CPU) at train start and at each step end
     phases: list[dict] = []
 
     class StepTimer(TrainerCallback):
         def on_train_begin(self, args, state, control, **kw):
-            ends.append(time.perf_counter())
+            ends.append(clocks())
 
         def on_step_begin(self, args, state, control, **kw):
             phase.update(sample_s=0.0, verify_s=0.0)
 
         def on_step_end(self, args, state, control, **kw):
-            ends.append(time.perf_counter())
+            ends.append(clocks())
             phases.append(dict(phase))
 
     W = WORKLOAD
@@ -192,11 +204,11 @@ def child_trl(a: argparse.Namespace) -> dict:
 
     trainer._generate = timed_generate
     trainer.train()
-    steps = [e - b for b, e in zip(ends, ends[1:])]
+    steps, cpu = deltas(ends)
     for p, s in zip(phases, steps):
         p["update_s"] = s - p["sample_s"] - p["verify_s"]
     rewards = [h["reward"] for h in trainer.state.log_history if "reward" in h]
-    return {"system": "trl", "version": trl.__version__, "step_s": steps, "phases": phases,
+    return {"system": "trl", "version": trl.__version__, "step_s": steps, "cpu_s": cpu, "phases": phases,
             "reward_mean": statistics.fmean(rewards) if rewards else None}
 
 
@@ -206,6 +218,7 @@ def child_codechat(a: argparse.Namespace) -> dict:
     try:
         from codechat.configio import load_config
         from codechat.train import train
+        from codechat.train.metrics import MetricsLogger
         import codechat.policy  # noqa: F401  (the trainer imports these lazily; fail early and clearly)
         import codechat.verify  # noqa: F401
     except ImportError as e:
@@ -222,15 +235,21 @@ def child_codechat(a: argparse.Namespace) -> dict:
         f"sampling.max_new_tokens={W['max_new_tokens']}", f"sampling.temperature={W['temperature']}",
         f"algo.kl_beta={W['beta']}", "log.progress=false", "log.plot=false", "checkpoint.every=0",
     ] + list(a.override)
+    ends = [clocks()]  # then one per step: the trainer logs each step once, right after its optimizer step
+    log = MetricsLogger.log
+
+    def clocked_log(self, metrics, step):
+        ends.append(clocks())
+        return log(self, metrics, step)
+
+    MetricsLogger.log = clocked_log
     train(load_config(None, overrides))
     recs = [json.loads(ln) for ln in (run_dir / "metrics.jsonl").read_text().splitlines() if ln.strip()]
-    recs = [r for r in recs if "time" in r]
-    times = [0.0] + [r["time"] for r in recs]  # logger clock starts before the first step (includes its setup)
-    steps = [e - b for b, e in zip(times, times[1:])]
+    steps, cpu = deltas(ends)
     phases = [{k.split("/")[1]: r.get(k, 0.0) for k in ("time/sample_s", "time/verify_s", "time/update_s")}
               for r in recs]
     rewards = [r["reward_mean"] for r in recs if "reward_mean" in r]
-    return {"system": "codechat", "version": codechat.__version__, "step_s": steps, "phases": phases,
+    return {"system": "codechat", "version": codechat.__version__, "step_s": steps, "cpu_s": cpu, "phases": phases,
             "reward_mean": statistics.fmean(rewards) if rewards else None}
 
 
@@ -273,7 +292,8 @@ def pooled(runs: list[dict]) -> dict:
     """One system's rounds -> median s/step and phases over every round's steps after its first; peak = max."""
     steps = [s for r in runs for s in r["step_s"][1:]]
     phases = [p for r in runs for p in r["phases"][1:]]
-    return {"s_per_step": statistics.median(steps),
+    cpu = [s for r in runs for s in r["cpu_s"][1:]]
+    return {"s_per_step": statistics.median(steps), "cpu_s": statistics.median(cpu),
             **{k: statistics.median(p[k] for p in phases) for k in ("sample_s", "verify_s", "update_s")},
             "peak_mb": max(r["peak_mb"] for r in runs), "version": runs[0]["version"],
             "reward": statistics.fmean(r["reward_mean"] or 0.0 for r in runs), "wall_s": sum(r["wall_s"] for r in runs)}
@@ -315,14 +335,14 @@ def main(argv: list[str] | None = None) -> None:
             import shutil
             shutil.rmtree(workdir, ignore_errors=True)
     print(f"{'system':<10}{'version':>9}{'s/step':>9}{'sample':>9}{'verify':>9}{'update':>9}{'peak MB':>9}"
-          f"{'reward':>8}{'wall s':>8}", file=sys.stderr)
+          f"{'cpu s':>8}{'reward':>8}{'wall s':>8}", file=sys.stderr)
     out = {}
     for s in systems:
         r = pooled(runs[s])
         out[f"{s}_s_per_step"] = round(r["s_per_step"], 3)
         out[f"{s}_peak_mb"] = r["peak_mb"]
         print(f"{s:<10}{r['version']:>9}{r['s_per_step']:>9.3f}{r['sample_s']:>9.3f}{r['verify_s']:>9.3f}"
-              f"{r['update_s']:>9.3f}{r['peak_mb']:>9.0f}{r['reward']:>8.3f}{r['wall_s']:>8.1f}", file=sys.stderr)
+              f"{r['update_s']:>9.3f}{r['peak_mb']:>9.0f}{r['cpu_s']:>8.3f}{r['reward']:>8.3f}{r['wall_s']:>8.1f}", file=sys.stderr)
     if len(systems) == 2:
         final = {"codechat_s_per_step": out["codechat_s_per_step"], "trl_s_per_step": out["trl_s_per_step"],
                  "ratio": round(out["codechat_s_per_step"] / out["trl_s_per_step"], 3),
