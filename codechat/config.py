@@ -129,6 +129,14 @@ class RolloutConfig:
     """Share of GPU memory vLLM may take for weights + KV cache when colocated with the trainer."""
     vllm_dtype: str = "auto"
     """vLLM weight dtype (`auto` follows the model; `float32` on CPU)."""
+    vllm_max_model_len: int = 0
+    """Longest prompt + completion the vLLM engine accepts; 0 = the model's max_position_embeddings."""
+    vllm_kv_cache_gib: float = 0.0
+    """KV-cache size for vLLM in GiB (overrides the memory share; the way to size it on CPU); 0 = vLLM's choice."""
+    vllm_enforce_eager: bool = True
+    """Run vLLM eagerly (no CUDA graphs / torch.compile): starts in seconds; set false on GPU for faster decoding."""
+    vllm_prefix_caching: bool = True
+    """Let vLLM reuse the KV of shared prompt prefixes (reset after every weight push)."""
 
 
 # --- training -------------------------------------------------------------------------------------------------
@@ -260,6 +268,10 @@ class LogConfig:
     """W&B project name."""
     plot: bool = True
     """Write curves.png at the end of the run."""
+    audit: bool = True
+    """Keep top-reward and suspicious samples of every RL step in audit.jsonl (`codechat audit RUN_DIR`)."""
+    audit_top_k: int = 2
+    """Highest-reward samples kept per step besides the suspicious ones."""
 
 
 @dataclass

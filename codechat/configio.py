@@ -143,6 +143,7 @@ def validate(cfg: RunConfig) -> None:
         ("rl.zero_variance", cfg.rl.zero_variance in ("keep", "skip", "resample")),
         ("model.dtype", cfg.model.dtype in ("float32", "bfloat16", "float16")),
         ("algo.kl_estimator", cfg.algo.kl_estimator in ("k1", "k2", "k3")),
+        ("rollout.engine", cfg.rollout.engine in ("hf", "vllm")),
     ]
     for key, ok in checks:
         if not ok:

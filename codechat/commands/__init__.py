@@ -9,5 +9,6 @@ COMMANDS = {
     "tasks": ("codechat.commands.tasks", "inspect a task file: format, count, fields, examples, warnings"),
     "train": ("codechat.commands.train", "train a policy: sft, rft, grpo, rloo, dpo stages from a YAML config"),
     "plot": ("codechat.commands.plot", "plot a run's curves to a PNG"),
+    "audit": ("codechat.commands.audit", "review a run's flagged and top-reward samples (reward-hack audit)"),
     "eval": ("codechat.commands.eval", "evaluate pass@k of a model or a completions file; compare two evaluations"),
 }

@@ -71,7 +71,8 @@ def train(cfg: RunConfig | None = None, resume: str | Path | None = None, overri
             state, trainer_state = Checkpointer.load_state(ckpt)
             model_path = str(ckpt / "model")
             _truncate_jsonl(run_dir / "metrics.jsonl", lambda r: r.get("step", 0) <= state.global_step)
-            _truncate_jsonl(run_dir / "rollouts.jsonl", lambda r: r.get("step", 0) < state.global_step)
+            for name in ("rollouts.jsonl", "audit.jsonl"):
+                _truncate_jsonl(run_dir / name, lambda r: r.get("step", 0) < state.global_step)
     else:
         cfg = cfg or load_config(None, overrides)
         run_dir = Path(cfg.run_dir)

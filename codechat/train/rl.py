@@ -147,9 +147,17 @@ def rl_update(ctx: Context, r: Rollouts, adv: torch.Tensor, rows: torch.Tensor, 
     return {k: v / max(count, 1) for k, v in sums.items()}
 
 
+def make_sampler(ctx: Context):
+    """The rollout engine: codechat's sampler on the training model, or a colocated vLLM engine."""
+    if ctx.cfg.rollout.engine == "vllm":
+        from codechat.engines.vllm_engine import VLLMSampler
+        return VLLMSampler(ctx.policy, ctx.cfg.rollout, ctx.cfg.sampling)
+    from codechat.policy import Sampler
+    return Sampler(ctx.policy)
+
+
 def run_rl(ctx: Context) -> None:
     from codechat.algos import compute_advantages, zero_variance_groups
-    from codechat.policy import Sampler
 
     c = ctx.cfg.rl
     if ctx.stage == "rloo":
@@ -162,7 +170,7 @@ def run_rl(ctx: Context) -> None:
     ref = reference_model(ctx) if a.kl_beta > 0 else None
     opt, sched = make_optimizer(ctx.policy.model, c.lr, c.warmup, c.steps, cosine=False)
     restore(ctx, opt, sched)
-    sampler = Sampler(ctx.policy)
+    sampler = make_sampler(ctx)
     while ctx.state.step < c.steps:
         # 1-3. sample, verify, reward
         ctx.policy.model.eval()
@@ -186,8 +194,13 @@ def run_rl(ctx: Context) -> None:
             metrics.update(rl_update(ctx, r, adv[rows], rows, ref, opt, sched))
         else:
             metrics["skipped_update"] = 1.0
+        if hasattr(sampler, "update_weights"):  # vLLM: push the new weights in memory, no disk round trip
+            sampler.update_weights(ctx.policy.model)
         metrics["time/update_s"] = time.perf_counter() - t0
         save_rollouts(ctx, r)
+        if ctx.cfg.log.audit:
+            from codechat.audit import append_audit, audit_rollouts
+            append_audit(ctx.run_dir, audit_rollouts(r, ctx.state.global_step, ctx.cfg.log.audit_top_k))
         # 7-8. log, evaluate, checkpoint
         end_step(ctx, metrics, c.steps, opt, sched, samples=extra["samples"])
 
