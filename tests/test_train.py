@@ -114,3 +114,11 @@ def test_config_file_errors(tmp_path):
     bad.write_text("rl: [1, 2\n")
     with pytest.raises(ConfigError, match="invalid YAML"):
         load_config(bad)
+
+
+def test_grpo_with_lora_uses_adapters_off_as_reference(tmp_path, sft_model):
+    pytest.importorskip("peft")
+    run, rows = run_stage(tmp_path, sft_model, "grpo", ["rl.steps=1", "rl.lr=1e-3", "algo.kl_beta=0.04",
+                                                        "model.lora_r=4"])
+    assert rows[-1]["kl"] == pytest.approx(0.0, abs=1e-6)  # first step: adapters start at zero effect
+    assert not (run / "stages").exists()  # no copy of the weights was saved for the reference

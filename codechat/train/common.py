@@ -108,7 +108,13 @@ def grad_norm_clip(model: torch.nn.Module, max_norm: float) -> float:
 
 
 def reference_model(ctx: Context):
-    """Frozen copy of the stage's starting weights (saved at the stage start so a resume finds them)."""
+    """Frozen copy of the stage's starting weights (saved at the stage start so a resume finds them). With LoRA
+    the reference is the policy itself with adapters disabled (use it inside `codechat.policy.reference(model)`),
+    so no second copy of the weights is held."""
+    from codechat.policy.lora import is_lora
+
+    if is_lora(ctx.policy.model):
+        return ctx.policy.model
     d = ctx.stage_start_dir()
     if d.is_dir() and ctx.state.step > 0:
         from codechat.config import ModelConfig
@@ -123,7 +129,11 @@ def reference_model(ctx: Context):
 
 
 def save_stage_start(ctx: Context) -> None:
+    from codechat.policy.lora import is_lora
+
     d = ctx.stage_start_dir()
+    if is_lora(ctx.policy.model) and not ctx.cfg.rft.rest_em:
+        return  # the base weights are the reference
     if ctx.state.step == 0 and not d.is_dir():
         tmp = d.with_name(d.name + ".tmp")
         ctx.policy.save(tmp)

@@ -103,7 +103,8 @@ def run_dpo(ctx: Context) -> None:
             prompts = [b[0] for b in batch] * 2
             answers = [b[1] for b in batch] + [b[2] for b in batch]
             lp = seq_logp(model, prompts, answers, pad_id)  # (2P,)
-            with torch.no_grad():
+            from codechat.policy import reference
+            with torch.no_grad(), reference(ref):
                 ref_lp = seq_logp(ref, prompts, answers, pad_id)  # (2P,)
             P = len(batch)
             loss, m = dpo_loss(lp[:P], lp[P:], ref_lp[:P], ref_lp[P:], ctx.cfg.algo)

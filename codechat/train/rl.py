@@ -112,9 +112,13 @@ def rl_update(ctx: Context, r: Rollouts, adv: torch.Tensor, rows: torch.Tensor, 
     temp, dev = ctx.cfg.sampling.temperature, ctx.device
     mask = r.batch.mask[rows].to(dev).float()  # (N, T)
     one_pass = c.epochs == 1 and (not c.minibatch_size or c.minibatch_size >= len(rows))
+    from codechat.policy import reference
     with torch.no_grad():
         old = None if one_pass else logprobs_for(model, r, rows, temp)  # (N, T)
-        ref_lp = logprobs_for(ref, r, rows, temp) if ref is not None else None  # (N, T)
+        ref_lp = None
+        if ref is not None:
+            with reference(ref):  # LoRA: adapters off; a frozen copy: no-op
+                ref_lp = logprobs_for(ref, r, rows, temp)  # (N, T)
     mb = c.minibatch_size or len(rows)
     sums: dict[str, float] = {}
     count, gen = 0, torch.Generator().manual_seed(ctx.step_seed(7))
