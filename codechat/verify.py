@@ -62,7 +62,9 @@ def extract_code(completion: str, task: Task) -> str | None:
         first = next((i for i, ln in enumerate(lines) if ln.strip()), 0)
         if not _LOOKS_LIKE_CODE.match(lines[first]):  # leading prose ("Here is the solution:")
             start = next((i for i in range(first, len(lines)) if _CODE_START.match(lines[i])), None)
-            code = "".join(lines[start:]) if start is not None else code
+            if start is None:
+                return None  # prose only
+            code = "".join(lines[start:])
     if not code.strip():
         return None
     if task.entry_point and _defines(task.prompt, task.entry_point):

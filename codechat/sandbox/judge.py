@@ -123,7 +123,17 @@ class Remote:
         return self._chan.request("getitem", self._ref, key)
 
     def __len__(self) -> int:
-        return int(self._chan.request("len", self._ref))
+        n = self._chan.request("len", self._ref)
+        if type(n) is not int:
+            raise TypeError("len() of a sandboxed object did not return an int")
+        return n
+
+    def __bool__(self) -> bool:
+        # truth of a program-made object (e.g. a re.Match) is the program's to decide, as in a plain run
+        b = self._chan.request("bool", self._ref)
+        if type(b) is not bool:
+            raise TypeError("bool() of a sandboxed object did not return a bool")
+        return b
 
     def __iter__(self):
         it = self._chan.request("iter", self._ref)
