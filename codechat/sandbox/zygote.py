@@ -114,7 +114,7 @@ def serve(sock: socket.socket) -> None:
     judge = JudgeProc(judge_mb)
     gc.freeze()  # keep imported objects out of the children's GC passes: fewer copy-on-write page faults
     spare = Spare(uid)
-    wire.send(sock.fileno(), pickle.dumps({"pid": os.getpid(), "active": active}))
+    wire.send(sock.fileno(), pickle.dumps({"pid": os.getpid(), "active": active, "uid": uid}))
     while True:
         try:
             head, fds, _, _ = socket.recv_fds(sock, 4, 2)
