@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import threading
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -97,18 +98,22 @@ class Verifier:
             raise CodechatError(f"verifier backend '{self.cfg.backend}' is not available (valid: local)")
         self.workers = self.cfg.workers or os.cpu_count() or 1
         self._pool: SandboxPool | None = None
+        self._lock = threading.Lock()
 
     # --- lifecycle ---------------------------------------------------------------------------------------------
     @property
     def pool(self) -> SandboxPool:
         if self._pool is None:  # lazy: creating a Verifier costs nothing until the first program
-            self._pool = SandboxPool(self.workers, tuple(self.cfg.hide_paths))
+            with self._lock:  # verify() runs in several threads: start exactly one pool
+                if self._pool is None:
+                    self._pool = SandboxPool(self.workers, tuple(self.cfg.hide_paths))
         return self._pool
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.close()
-            self._pool = None
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
 
     def __enter__(self) -> "Verifier":
         return self

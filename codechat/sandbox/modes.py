@@ -117,20 +117,16 @@ def run_io(chan: Channel, ns: dict, job: dict) -> dict:
 
 
 def run_calls(chan: Channel, ns: dict, job: dict) -> dict:
-    outputs: list = []
+    outputs: list = [None] * len(job["inputs"])
 
     def keep(i, value):
         if isinstance(value, Remote):
-            outputs.append(None)
             return ("error", "NotPlainData", f"returned a {value._type} object")
-        outputs.append(value)
+        outputs[i] = value
         return ("passed", None, "")
 
     results = _call_each(chan, ns, job, keep)
-    errors = []
-    for status, etype, msg in results:
-        errors.append(None if status == "passed" else f"{etype}: {msg}")
-    outputs += [None] * (len(results) - len(outputs))
+    errors = [None if status == "passed" else f"{etype}: {msg}" for status, etype, msg in results]
     return {"status": "ok", "outputs": outputs, "errors": errors,
             "tests_passed": sum(e is None for e in errors)}
 
