@@ -33,7 +33,7 @@ MIX = [  # (program, should pass)
     ("import threading, time\nthreading.Thread(target=lambda: time.sleep(60)).start()\n" + GOOD, True),
     ("def f(x):\n    print('x' * 200000)\n", False),
     ("def f(x):\n    return f(x)\n", False),
-    ("def f(x):\n    a = []\n    while True:\n        a.append(' ' * (1 << 20))\n", False),
+    ("def f(x):\n    a = []\n    while True:\n        a.append(bytearray(64 << 20))\n", False),
     ("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n", False),
     ("def f(x):\n    while True:\n        pass\n", False),
     ("def f(x:\n", False),

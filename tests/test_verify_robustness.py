@@ -42,7 +42,7 @@ def test_long_sleep(verifier):
 
 
 def test_memory_bomb(verifier):
-    check(verifier, "def f(x):\n    a = []\n    while True:\n        a.append(' ' * (1 << 20))\n", ("memory",))
+    check(verifier, "def f(x):\n    a = []\n    while True:\n        a.append(bytearray(64 << 20))\n", ("memory",))
 
 
 def test_huge_output(verifier):
