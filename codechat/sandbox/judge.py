@@ -217,6 +217,7 @@ def build_namespace(chan: Channel, names: list, entry_point: str | None) -> dict
         else:
             ns[name] = Remote(chan, ("n", name), str(kind))
     if entry_point and entry_point.isidentifier() and entry_point not in ns:
+        # the function under test is always the program's, even when named like a builtin (MBPP 126: `sum`)
         ns[entry_point] = Remote(chan, ("n", entry_point), "function")
     return ns
 
