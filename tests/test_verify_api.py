@@ -125,3 +125,14 @@ def test_close_leaves_no_process_or_fd_behind():
         v.verify_many([(ADD, GOOD), (ADD, "import os\nos.fork()\n" + GOOD)] * 3)
     time.sleep(0.05)
     assert _children() == before_kids and _fds() == before_fds
+
+
+def test_pool_replaces_a_dead_zygote():
+    with Verifier(VerifierConfig(workers=1, timeout_s=2)) as v:
+        assert v.verify(ADD, GOOD).passed
+        zygote = v.pool._all[0]
+        os.kill(zygote.proc.pid, 9)
+        zygote.proc.wait()
+        first = v.verify(ADD, GOOD)  # the job on the dead zygote is an error, never a pass
+        assert first.passed or first.status == "error"
+        assert v.verify(ADD, GOOD).passed and v.verify(ADD, WRONG).status == "failed"

@@ -171,7 +171,7 @@ class SandboxPool:
     def __init__(self, workers: int, hide_paths: tuple[str, ...] = ()):
         self.workers = workers
         self.hide_paths = hide_paths
-        self._idle: queue.Queue[Zygote] = queue.Queue()
+        self._idle: queue.Queue[Zygote | None] = queue.Queue()  # None: a slot whose zygote must be (re)started
         self._all: list[Zygote] = []
         self._lock = threading.Lock()
         self._closed = False
@@ -203,12 +203,15 @@ class SandboxPool:
         if self._closed:
             raise RuntimeError("the sandbox pool is closed")
         z = self._idle.get()
+        raw = None
         try:
+            if z is None:
+                z = self._start()
             raw = z.run(job)
         except (OSError, EOFError, wire.WireError, pickle.UnpicklingError):
-            self._discard(z)
-            z = self._start()
-            raw = None
+            if z is not None:
+                self._discard(z)  # broken or hung: the next job on this slot starts a fresh zygote
+            z = None
         finally:
             self._idle.put(z)
         return merge(raw)
