@@ -20,6 +20,7 @@ from codechat.config import VerifierConfig
 from codechat.tasks import Task
 from codechat.verify import Verifier
 
+OURS = "/tmp/codechat-[0-9]*-" + "[0-9a-f]" * 12  # procs.Spare temp dirs (only on the host without a mount namespace)
 T = Task("f", "", ["assert f(2) == 4", "assert f(0) == 0", "assert f(-3) == -6"], "f")
 GOOD = "def f(x):\n    return 2 * x\n"
 MIX = [  # (program, should pass)
@@ -65,7 +66,7 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--timeout", type=float, default=0.5)
     a = ap.parse_args()
-    kids0, fds0, tmp0 = children(), len(os.listdir("/proc/self/fd")), set(glob.glob("/tmp/codechat-*"))
+    kids0, fds0, tmp0 = children(), len(os.listdir("/proc/self/fd")), set(glob.glob(OURS))
     pairs = [LOOP if i % 100 == 99 else MIX[i % len(MIX)] for i in range(a.n)]
     t0 = time.time()
     with Verifier(VerifierConfig(workers=a.workers, timeout_s=a.timeout, memory_mb=512)) as v:
@@ -78,7 +79,7 @@ def main() -> int:
     elapsed = time.time() - t0
     time.sleep(0.2)
     left = {"children": sorted(children() - kids0), "uid_processes": uid_processes(uids),
-            "fds": len(os.listdir("/proc/self/fd")) - fds0, "tmp": sorted(set(glob.glob("/tmp/codechat-*")) - tmp0)}
+            "fds": len(os.listdir("/proc/self/fd")) - fds0, "tmp": sorted(set(glob.glob(OURS)) - tmp0)}
     clean = not left["children"] and not left["uid_processes"] and left["fds"] == 0 and not left["tmp"]
     print(json.dumps({"programs": a.n, "seconds": round(elapsed, 1), "per_s": round(a.n / elapsed, 1),
                       "wrong_verdicts": wrong, "statuses": dict(statuses), "left_behind": left, "clean": clean}))
