@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import threading
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -62,7 +63,9 @@ def extract_code(completion: str, task: Task) -> str | None:
         first = next((i for i, ln in enumerate(lines) if ln.strip()), 0)
         if not _LOOKS_LIKE_CODE.match(lines[first]):  # leading prose ("Here is the solution:")
             start = next((i for i in range(first, len(lines)) if _CODE_START.match(lines[i])), None)
-            code = "".join(lines[start:]) if start is not None else code
+            if start is None:
+                return None  # prose only
+            code = "".join(lines[start:])
     if not code.strip():
         return None
     if task.entry_point and _defines(task.prompt, task.entry_point):
@@ -95,18 +98,22 @@ class Verifier:
             raise CodechatError(f"verifier backend '{self.cfg.backend}' is not available (valid: local)")
         self.workers = self.cfg.workers or os.cpu_count() or 1
         self._pool: SandboxPool | None = None
+        self._lock = threading.Lock()
 
     # --- lifecycle ---------------------------------------------------------------------------------------------
     @property
     def pool(self) -> SandboxPool:
         if self._pool is None:  # lazy: creating a Verifier costs nothing until the first program
-            self._pool = SandboxPool(self.workers, tuple(self.cfg.hide_paths))
+            with self._lock:  # verify() runs in several threads: start exactly one pool
+                if self._pool is None:
+                    self._pool = SandboxPool(self.workers, tuple(self.cfg.hide_paths))
         return self._pool
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.close()
-            self._pool = None
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
 
     def __enter__(self) -> "Verifier":
         return self

@@ -7,6 +7,7 @@ To add a command, add a module here and one line to COMMANDS.
 COMMANDS = {
     # name: (module, one-line help)
     "tasks": ("codechat.commands.tasks", "inspect a task file: format, count, fields, examples, warnings"),
+    "verify": ("codechat.commands.verify", "run completions against task tests in the sandbox, or replay attacks"),
     "train": ("codechat.commands.train", "train a policy: sft, rft, grpo, rloo, dpo stages from a YAML config"),
     "plot": ("codechat.commands.plot", "plot a run's curves to a PNG"),
     "audit": ("codechat.commands.audit", "review a run's flagged and top-reward samples (reward-hack audit)"),
