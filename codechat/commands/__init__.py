@@ -10,4 +10,5 @@ COMMANDS = {
     "train": ("codechat.commands.train", "train a policy: sft, rft, grpo, rloo, dpo stages from a YAML config"),
     "plot": ("codechat.commands.plot", "plot a run's curves to a PNG"),
     "eval": ("codechat.commands.eval", "evaluate pass@k of a model or a completions file; compare two evaluations"),
+    "chat": ("codechat.commands.chat", "chat with a model in the terminal; /run and /test its answers in the sandbox"),
 }
