@@ -149,31 +149,37 @@ class ChatSession:
             turn.finish = turn.finish or "interrupted"
 
     def _stream(self, prompt: list[int], cfg: SamplingConfig, turn: Turn) -> Iterator[str]:
+        """Text pieces as tokens arrive; returns the finish reason. Holds back an incomplete UTF-8 character and
+        the start of a possible stop string until the next tokens decide."""
         stops = [PLAIN_STOP] if self.prompt_format == "plain" else []
         eos = set(self.policy.eos_token_ids)
         ids: list[int] = []
+
+        def emit(text: str, upto: int) -> str:
+            if not text.startswith(turn.answer) or upto <= len(turn.answer):
+                return ""
+            piece, turn.answer = text[len(turn.answer):upto], text[:upto]
+            return piece
+
+        reason = "length"
         for tok in self.tokens(prompt, cfg):
             if tok in eos:
-                return "stop"
+                reason = "stop"
+                break
             ids.append(tok)
             text = self.policy.decode(ids)
             hit = min((text.find(s) for s in stops if s in text), default=-1)
-            if hit >= 0:
-                text = text[:hit]
-            safe = len(text) if hit >= 0 else len(text) - held_back(text, stops)
-            if text.startswith(turn.answer) and safe > len(turn.answer):
-                piece = text[len(turn.answer):safe]
-                turn.answer = text[:safe]
+            piece = emit(text, hit if hit >= 0 else len(text) - held_back(text, stops))
+            if piece:
                 yield piece
             if hit >= 0:
                 return "stop"
             if self.cancel.is_set():
                 return "interrupted"
-        text = self.policy.decode(ids)  # held-back characters
-        if text.startswith(turn.answer) and len(text) > len(turn.answer):
-            piece, turn.answer = text[len(turn.answer):], text
+        piece = emit(self.policy.decode(ids), 1 << 62)  # what was held back
+        if piece:
             yield piece
-        return "length"
+        return reason
 
     def tokens(self, prompt: list[int], cfg: SamplingConfig) -> Iterator[int]:
         """New token ids, one at a time, until max_new_tokens (the caller stops at EOS)."""

@@ -98,6 +98,9 @@ def test_plain_format_stops_at_the_next_user_turn(policy):
     assert "".join(s.ask("q")) == " x = 1\nprint(x)"
     assert s.turns[-1].finish == "stop"
     assert held_back("abc\nUs", ["\nUser:"]) == 3 and held_back("ab\ufffd", []) == 1
+    ids = policy.tokenizer("done\nUs", add_special_tokens=False)["input_ids"] + [policy.eos_token_ids[0]]
+    s.tokens = lambda prompt, cfg: iter(ids)
+    assert "".join(s.ask("q")) == "done\nUs" and s.turns[-1].finish == "stop"  # held back, then shown at EOS
 
 
 def test_stopping_keeps_the_partial_answer_and_the_session_goes_on(policy):
@@ -287,11 +290,17 @@ def test_once_answers_on_stdout_with_the_tiny_preset(policy, capsys):
 def test_missing_or_broken_model_is_one_clear_line(tmp_path, capsys):
     rc, _, err = cli(["chat", str(tmp_path / "nope"), "--once", "hi"], capsys)
     assert rc == 2 and err.startswith("codechat: error: ") and "no such model directory" in err
+    import shutil
+
+    from codechat.policy import preset_dir
     broken = tmp_path / "broken"
-    broken.mkdir()
-    (broken / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama"}))
+    shutil.copytree(preset_dir("tiny"), broken)
+    (broken / "model.safetensors").write_bytes(b"not a checkpoint")
     rc, _, err = cli(["chat", str(broken), "--once", "hi"], capsys)
-    assert rc == 2 and str(broken) in err and err.count("\n") == 1
+    assert rc == 2 and f"{broken}: cannot load the model" in err and err.count("\n") == 1
+    (broken / "config.json").write_text("{")
+    rc, _, err = cli(["chat", str(broken), "--once", "hi"], capsys)
+    assert rc == 2 and "unreadable config.json" in err
     run_dir = tmp_path / "run"
     (run_dir / "checkpoints").mkdir(parents=True)
     rc, _, err = cli(["chat", str(run_dir), "--once", "hi"], capsys)

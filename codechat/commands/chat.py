@@ -51,9 +51,9 @@ def open_session(args: argparse.Namespace):
     if args.timeout:
         vcfg.timeout_s = args.timeout
     path = resolve_model(args.model)
+    from transformers.utils import logging as hf_logging
+    hf_logging.disable_progress_bar()
     try:
-        from transformers.utils import logging as hf_logging
-        hf_logging.disable_progress_bar()
         policy = load_policy(ModelConfig(path=path, device=args.device, dtype=args.dtype))
     except CodechatError:
         raise
@@ -108,6 +108,15 @@ def setup_readline():
     return path
 
 
+def read_more(prompt: str) -> str:
+    """A continuation line (/test); Ctrl-D ends the paste like an empty line."""
+    try:
+        return input(prompt)
+    except EOFError:
+        print()
+        return ""
+
+
 def repl(session) -> int:
     from codechat import CodechatError
 
@@ -127,7 +136,7 @@ def repl(session) -> int:
             continue
         try:
             if line.startswith("/"):
-                text = session.handle(line, read_line=input)
+                text = session.handle(line, read_line=read_more)
                 if text:
                     print(text)
             else:
