@@ -193,18 +193,19 @@ class ChatSession:
             self._decoder = make_decoder(pol.model)
         was_training = pol.model.training
         pol.model.eval()
-        try:
+        try:  # no_grad around each model call only: grad mode is global, and this generator yields to the caller
+            ids = torch.tensor([prompt], dtype=torch.long, device=dev)  # (1, L)
+            index = torch.zeros(1, dtype=torch.long, device=dev)
             with torch.no_grad():
-                ids = torch.tensor([prompt], dtype=torch.long, device=dev)  # (1, L)
-                index = torch.zeros(1, dtype=torch.long, device=dev)
                 logits = self._decoder.prefill(ids, torch.ones_like(ids, dtype=torch.bool), index,
                                                cfg.max_new_tokens)  # (1, V)
-                gen = torch.Generator(device=dev).manual_seed(cfg.seed)
-                for t in range(cfg.max_new_tokens):
-                    u = torch.rand(2, generator=gen, device=dev)[:1]  # (1,) drawn as Sampler does for n=1
-                    tok, _ = choose(process_logits(logits, cfg), cfg, u)  # (1,)
-                    yield int(tok[0])
-                    if t + 1 < cfg.max_new_tokens:
+            gen = torch.Generator(device=dev).manual_seed(cfg.seed)
+            for t in range(cfg.max_new_tokens):
+                u = torch.rand(2, generator=gen, device=dev)[:1]  # (1,) drawn as Sampler does for n=1
+                tok, _ = choose(process_logits(logits, cfg), cfg, u)  # (1,)
+                yield int(tok[0])
+                if t + 1 < cfg.max_new_tokens:
+                    with torch.no_grad():
                         logits = self._decoder.step(tok)
         finally:
             pol.model.train(was_training)

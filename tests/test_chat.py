@@ -107,6 +107,8 @@ def test_stopping_keeps_the_partial_answer_and_the_session_goes_on(policy):
     s = ChatSession(policy, SamplingConfig(temperature=0, max_new_tokens=10))
     gen = s.ask("q")
     got = [next(gen) for _ in range(3)]
+    import torch
+    assert torch.is_grad_enabled()  # a suspended answer leaves no global state behind
     gen.close()  # what the terminal does on Ctrl-C
     assert s.turns[-1].finish == "interrupted" and s.turns[-1].answer == "".join(got)
 
