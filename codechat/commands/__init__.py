@@ -12,4 +12,5 @@ COMMANDS = {
     "plot": ("codechat.commands.plot", "plot a run's curves to a PNG"),
     "audit": ("codechat.commands.audit", "review a run's flagged and top-reward samples (reward-hack audit)"),
     "eval": ("codechat.commands.eval", "evaluate pass@k of a model or a completions file; compare two evaluations"),
+    "chat": ("codechat.commands.chat", "chat with a model in the terminal; /run and /test its answers in the sandbox"),
 }
