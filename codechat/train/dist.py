@@ -123,7 +123,8 @@ def check(cfg) -> None:
     sizes = {"sft": [("sft.batch_size", cfg.sft.batch_size)], "rft": [("rft.prompts", cfg.rft.prompts)],
              "grpo": [("rl.prompts_per_step", cfg.rl.prompts_per_step)],
              "rloo": [("rl.prompts_per_step", cfg.rl.prompts_per_step)],
-             "dpo": [("dpo.prompts_per_step", cfg.dpo.prompts_per_step), ("dpo.pairs_per_step", cfg.dpo.pairs_per_step)]}
+             "dpo": [("dpo.prompts_per_step", cfg.dpo.prompts_per_step),
+                     ("dpo.pairs_per_step", cfg.dpo.pairs_per_step)]}
     for stage in cfg.stages:
         for name, size in sizes.get(stage, []):
             if size < world():
@@ -171,14 +172,23 @@ def sync_grads(model: torch.nn.Module, bucket_mb: int = 64) -> None:
 
 # What agg_loss divides by, per aggregation mode (codechat/algos/aggregation.py): the global count of these is
 # the normaliser of the whole batch.
-_UNITS = {"token-mean": lambda m: (m > 0).sum(), "seq-mean-token-mean": lambda m: (m > 0).any(-1).sum(),
-          "seq-mean-token-sum": lambda m: (m > 0).any(-1).sum(), "seq-mean-token-sum-norm": lambda m: (m > 0).any(-1).sum()}
+def _tokens(m: torch.Tensor) -> torch.Tensor:
+    return (m > 0).sum()
+
+
+def _sequences(m: torch.Tensor) -> torch.Tensor:
+    return (m > 0).any(-1).sum()  # sequences with at least one token, as aggregation._n_rows
+
+
+_UNITS = {"token-mean": _tokens, "seq-mean-token-mean": _sequences, "seq-mean-token-sum": _sequences,
+          "seq-mean-token-sum-norm": _sequences}
 
 
 def loss_units(mask: torch.Tensor, agg: str) -> float:
     """Count that agg_loss(., mask (B, T), agg) divides by: tokens (token-mean) or non-empty sequences."""
     if agg not in _UNITS:
-        raise CodechatError(f"loss aggregation '{agg}' has no unit count for data parallelism (valid: {', '.join(_UNITS)})")
+        raise CodechatError(f"loss aggregation '{agg}' has no unit count for data parallelism "
+                            f"(valid: {', '.join(_UNITS)})")
     return float(_UNITS[agg](mask))
 
 
