@@ -96,7 +96,8 @@ class RayPool:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         root = str(Path(__file__).resolve().parents[1])  # this codechat first on the actor's path
-        env = {"PYTHONPATH": os.pathsep.join([root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
+        path = [root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        env = {"PYTHONPATH": os.pathsep.join(path)}
         cls = ray.remote(_NodePool).options(
             num_cpus=0, max_concurrency=self.sizes[i] + 1, max_restarts=0, runtime_env={"env_vars": env},
             scheduling_strategy=NodeAffinitySchedulingStrategy(self.nodes[i]["NodeID"], soft=False))

@@ -15,8 +15,8 @@ from codechat.verify_ray import make_verifier
 
 ray = pytest.importorskip("ray")
 
-TASK = Task(task_id="add", prompt="Write add(a, b) that returns the sum.", tests=["assert add(1, 2) == 3", "assert add(-1, 1) == 0"],
-            entry_point="add")
+TASK = Task(task_id="add", prompt="Write add(a, b) that returns the sum.",
+            tests=["assert add(1, 2) == 3", "assert add(-1, 1) == 0"], entry_point="add")
 SLOW = "def add(a, b):\n    import time\n    time.sleep(0.6)\n    return a + b\n"
 COMPLETIONS = ["```python\ndef add(a, b):\n    return a + b\n```", "def add(a, b):\n    return a - b\n",
                "   ", "def add(a, b):\n    while True:\n        pass\n",
