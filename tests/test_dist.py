@@ -14,6 +14,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
+from codechat.algos import AGG_MODES
 from codechat.config import ModelConfig, RunConfig
 from codechat.rollout import Rollouts
 from codechat.train import dist
@@ -141,7 +142,8 @@ def test_torchrun_train_writes_from_rank_zero_only(tmp_path):
     run = tmp_path / "run"
     args = ["data.train=builtin:toy", "sampling.max_new_tokens=8", "log.progress=false", "log.plot=false",
             "verifier.workers=1", "rl.prompts_per_step=2", "rl.group_size=2", "rl.steps=1", "checkpoint.every=1",
-            "stages=[sft,grpo]", "data.sft=builtin:toy-sft", "sft.steps=1", "sft.batch_size=2", "dist.backend=gloo", f"run_dir={run}"]
+            "stages=[sft,grpo]", "data.sft=builtin:toy-sft", "sft.steps=1", "sft.batch_size=2", "dist.backend=gloo",
+            f"run_dir={run}"]
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     cmd = [torchrun, "--nproc_per_node", "2", "--master_port", str(free_port()), "-m", "codechat", "train", *args]
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
@@ -155,3 +157,20 @@ def test_torchrun_train_writes_from_rank_zero_only(tmp_path):
                        capture_output=True, text=True, timeout=240)
     assert p.returncode == 0, p.stderr[-3000:]
     assert json.loads((run / "checkpoints" / "step-0000003" / "state.json").read_text())["data_pos"] == 4
+
+
+@pytest.mark.parametrize("mode", sorted(AGG_MODES))
+def test_loss_units_split_any_batch_exactly(mode):
+    """For every aggregation mode: parts weighted by units(part) / units(all) sum to the loss of the whole batch
+    (also with an empty row and an empty part). A new mode in AGG_MODES must get its unit count here."""
+    from codechat.algos import agg_loss
+    g = torch.Generator().manual_seed(1)
+    L = torch.randn(6, 5, generator=g)  # (B, T)
+    m = (torch.rand(6, 5, generator=g) > 0.4).float()
+    m[2] = 0  # a row masked out whole
+    whole = agg_loss(L, m, mode, 5.0)
+    total = dist.loss_units(m, mode)
+    for cuts in ([0, 3, 6], [0, 0, 2, 6], [0, 1, 2, 3, 4, 5, 6]):
+        parts = sum(agg_loss(L[a:b], m[a:b], mode, 5.0) * dist.loss_units(m[a:b], mode) / total
+                    for a, b in zip(cuts, cuts[1:]) if b > a)
+        assert torch.allclose(parts, whole, atol=1e-6), (mode, cuts)
