@@ -31,6 +31,10 @@ class VerifierConfig:
     """Largest single value the program may return to the judge, in MiB (encoded)."""
     hide_paths: list[str] = field(default_factory=list)
     """Directories covered by an empty tmpfs inside the sandbox (e.g. where task files live on disk)."""
+    ray_address: str = ""
+    """backend=ray: the cluster to join (`auto`, `ray://host:10001`); empty = RAY_ADDRESS, else a local instance."""
+    ray_grace_s: float = 30.0
+    """backend=ray: a job not back within its timeout + this many seconds marks its node pool hung: replaced."""
 
 
 # --- algorithms -----------------------------------------------------------------------------------------------
@@ -275,6 +279,18 @@ class LogConfig:
 
 
 @dataclass
+class DistConfig:
+    """Data parallelism under `torchrun --nproc_per_node N -m codechat train ...` (ignored in one process)."""
+
+    parallel: str = "ddp"
+    """`ddp`: each rank holds the whole model, gradients are averaged once per optimizer step (see train/dist.py)."""
+    backend: str = "auto"
+    """torch.distributed backend: `auto` (nccl when CUDA is available, else gloo), `nccl` or `gloo`."""
+    timeout_s: int = 1800
+    """Collective timeout: a rank that waits longer for the others fails the run instead of hanging it."""
+
+
+@dataclass
 class RunConfig:
     """Everything one `codechat train` run needs; saved resolved as config.yaml in the run directory."""
 
@@ -312,3 +328,5 @@ class RunConfig:
     """Checkpointing."""
     log: LogConfig = field(default_factory=LogConfig)
     """Logging."""
+    dist: DistConfig = field(default_factory=DistConfig)
+    """Data-parallel training across processes (torchrun)."""
