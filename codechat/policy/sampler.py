@@ -95,11 +95,22 @@ class Sampler:
         self.compact_every = compact_every
         self.stops = StopChecker(policy.tokenizer)
 
-    @torch.no_grad()
     def sample(self, prompts: list[list[int]], n: int, cfg: SamplingConfig) -> SampleBatch:
         validate(cfg)
         if not prompts or any(len(p) == 0 for p in prompts) or n < 1:
             raise CodechatError("sampler: need at least one non-empty prompt and n >= 1")
+        model = self.policy.model
+        was_training = model.training
+        model.eval()
+        try:
+            index, out_tok, out_logp, n_tok, reason = self._generate(prompts, n, cfg)
+        finally:
+            model.train(was_training)
+        # leave inference mode: the trainer indexes and multiplies with these under autograd
+        return self._finish(index.clone(), out_tok.clone(), out_logp.clone(), n_tok, reason, cfg)
+
+    @torch.inference_mode()
+    def _generate(self, prompts, n, cfg):
         pol, dev = self.policy, self.policy.device
         pad = pol.tokenizer.pad_token_id
         P, N, Tn = len(prompts), len(prompts) * n, cfg.max_new_tokens
@@ -115,44 +126,38 @@ class Sampler:
         eos = torch.tensor(pol.eos_token_ids or [-1], device=dev)
         stop_state = self.stops.start(N, cfg.stop)
 
-        was_training = pol.model.training
-        pol.model.eval()
-        try:
-            dec = make_decoder(pol.model, self.fast)
-            logits = dec.prefill(ids, valid, index, Tn)  # (N, V)
-            out_tok = torch.full((N + 1, Tn), pad, dtype=torch.long, device=dev)  # row N: scratch for rows
-            out_logp = torch.zeros(N + 1, Tn, device=dev)  # that finished but are still in the batch
-            n_tok = [0] * N
-            reason = ["length"] * N
-            rows = torch.arange(N, device=dev)  # (B,) output row of each batch row, N once finished
-            for t in range(Tn):
-                # one uniform per sample and step, whatever the batch holds: tokens do not depend on batching
-                u = torch.rand(N + 1, generator=gen, device=dev)[rows]  # (B,)
-                tok, logp = choose(process_logits(logits, cfg), cfg, u)  # (B,), (B,)
-                out_tok[rows, t] = tok
-                out_logp[rows, t] = logp
-                rows_list = rows.tolist()
-                done = torch.isin(tok, eos)  # (B,)
-                if stop_state is not None:
-                    done |= torch.tensor(self.stops.update(stop_state, rows_list, tok.tolist()), device=dev)
-                for r, d in zip(rows_list, done.tolist()):
-                    if r < N:
-                        n_tok[r] = t + 1
-                        if d:
-                            reason[r] = "stop"
-                rows = rows.masked_fill(done, N)
-                n_live = int((rows < N).sum())
-                if n_live == 0 or t == Tn - 1:
-                    break
-                if rows.numel() - n_live >= max(1, self.compact_every * rows.numel()):
-                    keep = (rows < N).nonzero()[:, 0]
-                    dec.select(keep)
-                    rows, tok = rows[keep], tok[keep]
-                logits = dec.step(tok)
-        finally:
-            pol.model.train(was_training)
-        out_tok, out_logp, n_tok = out_tok[:N], out_logp[:N], torch.tensor(n_tok, dtype=torch.long)
-        return self._finish(index, out_tok, out_logp, n_tok, reason, cfg)
+        dec = make_decoder(pol.model, self.fast)
+        logits = dec.prefill(ids, valid, index, Tn)  # (N, V)
+        out_tok = torch.full((N + 1, Tn), pad, dtype=torch.long, device=dev)  # row N: scratch for rows that
+        out_logp = torch.zeros(N + 1, Tn, device=dev)  # finished but are still in the batch
+        n_tok = [0] * N
+        reason = ["length"] * N
+        rows = torch.arange(N, device=dev)  # (B,) output row of each batch row, N once finished
+        for t in range(Tn):
+            # one uniform per sample and step, whatever the batch holds: tokens do not depend on batching
+            u = torch.rand(N + 1, generator=gen, device=dev)[rows]  # (B,)
+            tok, logp = choose(process_logits(logits, cfg), cfg, u)  # (B,), (B,)
+            out_tok[rows, t] = tok
+            out_logp[rows, t] = logp
+            rows_list = rows.tolist()
+            done = torch.isin(tok, eos)  # (B,)
+            if stop_state is not None:
+                done |= torch.tensor(self.stops.update(stop_state, rows_list, tok.tolist()), device=dev)
+            for r, d in zip(rows_list, done.tolist()):
+                if r < N:
+                    n_tok[r] = t + 1
+                    if d:
+                        reason[r] = "stop"
+            rows = rows.masked_fill(done, N)
+            n_live = int((rows < N).sum())
+            if n_live == 0 or t == Tn - 1:
+                break
+            if rows.numel() - n_live >= max(1, self.compact_every * rows.numel()):
+                keep = (rows < N).nonzero()[:, 0]
+                dec.select(keep)
+                rows, tok = rows[keep], tok[keep]
+            logits = dec.step(tok)
+        return index, out_tok[:N], out_logp[:N], torch.tensor(n_tok, dtype=torch.long), reason
 
     def _finish(self, index, out_tok, out_logp, n_tok, reason, cfg) -> SampleBatch:
         T = max(1, int(n_tok.max()))
