@@ -172,3 +172,10 @@ def test_fast_logprobs_match_reference_in_values_and_gradients(pol, prompts):
     for x, y in zip(ga, gb):
         assert torch.allclose(x, y, atol=1e-4, rtol=1e-3)
     pol.model.zero_grad()
+
+
+def test_fast_path_is_active_for_presets(pol):
+    from codechat.policy.fastlm import FastLM, usable
+
+    assert usable(pol.model)  # matches the model's own forward
+    assert FastLM(pol.model).fuse()  # q/k/v and gate/up concatenated for decoding

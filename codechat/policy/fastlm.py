@@ -76,7 +76,8 @@ class FastLM:
         for layer in layers:
             a, m = layer.self_attn, layer.mlp
             mods = [a.q_proj, a.k_proj, a.v_proj, getattr(m, "gate_proj", None), getattr(m, "up_proj", None)]
-            if any(type(x) is not torch.nn.Linear for x in mods) or not isinstance(m.act_fn, torch.nn.SiLU):
+            act = type(getattr(m, "act_fn", None)).__name__
+            if any(type(x) is not torch.nn.Linear for x in mods) or act not in ("SiLU", "SiLUActivation"):
                 return False
             if m.gate_proj.bias is not None or m.up_proj.bias is not None:
                 return False

@@ -55,7 +55,8 @@ def process_logits(logits, cfg: SamplingConfig):
     logits = logits.float()
     if cfg.temperature <= 0:
         return torch.log_softmax(logits, dim=-1)
-    logits = logits / cfg.temperature
+    if cfg.temperature != 1.0:
+        logits = logits / cfg.temperature
     if cfg.top_k and 0 < cfg.top_k < logits.shape[-1]:
         kth = torch.topk(logits, cfg.top_k, dim=-1).values[:, -1:]  # (B, 1)
         logits = logits.masked_fill(logits < kth, float("-inf"))
