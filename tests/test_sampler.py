@@ -179,3 +179,13 @@ def test_fast_path_is_active_for_presets(pol):
 
     assert usable(pol.model)  # matches the model's own forward
     assert FastLM(pol.model).fuse()  # q/k/v and gate/up concatenated for decoding
+
+
+def test_loss_mask_holes_do_not_change_other_logprobs(pol, prompts):
+    b = Sampler(pol).sample(prompts[:2], 2, SamplingConfig(max_new_tokens=10, seed=1))
+    holes = b.mask.clone()
+    holes[:, 2] = 0  # e.g. a token excluded from the loss
+    for fast in (None, False):
+        lp = completion_logprobs(pol.model, prompts[:2], b.prompt_index, b.tokens, holes, fast=fast)
+        assert (lp[:, 2] == 0).all()
+        assert (lp - b.logprobs * holes).abs().max() < 1e-4
