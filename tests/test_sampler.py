@@ -189,3 +189,10 @@ def test_loss_mask_holes_do_not_change_other_logprobs(pol, prompts):
         lp = completion_logprobs(pol.model, prompts[:2], b.prompt_index, b.tokens, holes, fast=fast)
         assert (lp[:, 2] == 0).all()
         assert (lp - b.logprobs * holes).abs().max() < 1e-4
+
+
+def test_logprobs_of_a_minibatch_of_rows(pol, prompts):
+    b = Sampler(pol).sample(prompts, 2, SamplingConfig(max_new_tokens=6, seed=2))
+    rows = torch.tensor([5, 1, 4])  # prompts 2, 0, 2: prompt 1 is not used
+    lp = completion_logprobs(pol.model, prompts, b.prompt_index[rows], b.tokens[rows], b.mask[rows])
+    assert (lp - b.logprobs[rows]).abs().max() < 1e-4

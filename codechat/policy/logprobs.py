@@ -42,6 +42,8 @@ def completion_logprobs(model, prompts: list[list[int]], prompt_index, tokens, m
     dev = _device(model)
     tokens, mask = tokens.to(dev), mask.to(dev)
     index = torch.as_tensor(prompt_index, device=dev).long()  # (N,)
+    used, index = torch.unique(index, return_inverse=True)  # run only the prompts these rows use (minibatches)
+    prompts = [prompts[i] for i in used.tolist()]
     # tokens up to each row's last masked-in one are real (attended to); a 0 before it only drops the token's
     # log-prob, e.g. a loss mask with holes. Zeros after it are padding.
     real = mask.flip(1).cumsum(1).flip(1) > 0  # (N, T) bool
