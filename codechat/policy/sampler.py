@@ -4,8 +4,9 @@ samples; temperature, top-k, top-p, stop strings and EOS, per-sequence early sto
 Recorded log-probs are those of the distribution actually sampled from: logits / temperature, then top-k (ties
 with the k-th logit are kept, as in transformers), then top-p truncation (tokens outside the nucleus get
 probability 0, the rest are renormalised), then log-softmax at the chosen token. So at temperature 1 without
-top-k/top-p they equal the model's log-probs (what `completion_logprobs` computes); with temperature T != 1 they equal `completion_logprobs(..., temperature=T)`
-only without truncation; truncation raises them (renormalisation). Greedy (temperature 0) records the model's
+top-k/top-p they equal the model's log-probs (what `completion_logprobs` computes); at temperature T != 1 they
+equal `completion_logprobs(..., temperature=T)` only without truncation; truncation raises them
+(renormalisation). Greedy (temperature 0) records the model's
 untempered, untruncated log-prob of the argmax token.
 
 Stops: a sample ends at an EOS token (the policy's eos ids; the token is kept, mask 1, not in the text) or when
