@@ -196,3 +196,16 @@ def test_logprobs_of_a_minibatch_of_rows(pol, prompts):
     rows = torch.tensor([5, 1, 4])  # prompts 2, 0, 2: prompt 1 is not used
     lp = completion_logprobs(pol.model, prompts, b.prompt_index[rows], b.tokens[rows], b.mask[rows])
     assert (lp - b.logprobs[rows]).abs().max() < 1e-4
+
+
+def test_choose_never_picks_a_zero_probability_token():
+    from codechat.policy.sampler import choose
+
+    logits = torch.tensor([[0.0, 1.0, float("-inf"), float("-inf")], [float("-inf"), 2.0, 0.5, float("-inf")]])
+    u = torch.tensor([1.0 - 1e-12, 0.0]).float()  # rounds to 1.0 in float32: the top edge of the CDF
+    cfg = SamplingConfig()
+    for uu in (u, torch.zeros(2), torch.full((2,), 0.999999), torch.rand(2)):
+        tok, logp = choose(logits, cfg, uu)
+        assert torch.isfinite(logits.gather(1, tok[:, None])).all() and torch.isfinite(logp).all()
+    tok, _ = choose(logits, cfg, torch.tensor([1.0, 1.0]))
+    assert tok.tolist() == [1, 2]

@@ -50,11 +50,12 @@ class SampleBatch:
     """(N,) long: real new tokens per sample."""
 
 
-def process_logits(logits, cfg: SamplingConfig):
-    """Raw logits (B, V) -> log-probs (B, V) of the distribution sampled from (see module docstring)."""
+def truncate(logits, cfg: SamplingConfig):
+    """Raw logits (B, V) -> float logits of the distribution sampled from: tempered, -inf outside top-k/top-p.
+    Greedy (temperature 0) leaves them as they are."""
     logits = logits.float()
     if cfg.temperature <= 0:
-        return torch.log_softmax(logits, dim=-1)
+        return logits
     if cfg.temperature != 1.0:
         logits = logits / cfg.temperature
     if cfg.top_k and 0 < cfg.top_k < logits.shape[-1]:
@@ -67,18 +68,29 @@ def process_logits(logits, cfg: SamplingConfig):
         drop_sorted = before >= cfg.top_p  # keep the smallest prefix reaching top_p (always the top token)
         drop = torch.zeros_like(drop_sorted).scatter(1, order, drop_sorted)
         logits = logits.masked_fill(drop, float("-inf"))
-    return torch.log_softmax(logits, dim=-1)
+    return logits
 
 
-def choose(logp, cfg: SamplingConfig, u):
-    """Log-probs (B, V) and uniforms u (B,) in [0, 1) -> tokens (B,) and their log-probs (B,)."""
+def process_logits(logits, cfg: SamplingConfig):
+    """Raw logits (B, V) -> log-probs (B, V) of the distribution sampled from (see module docstring)."""
+    return torch.log_softmax(truncate(logits, cfg), dim=-1)
+
+
+def choose(logits, cfg: SamplingConfig, u):
+    """Truncated logits (B, V) and uniforms u (B,) in [0, 1) -> tokens (B,) and their log-probs (B,)."""
     if cfg.temperature <= 0:
-        tok = logp.argmax(-1)
-    else:  # inverse CDF with one uniform per row (torch.multinomial draws an exponential per vocabulary entry)
-        cdf = logp.exp().cumsum(-1, dtype=torch.float64)  # (B, V)
-        x = u.to(torch.float64)[:, None] * cdf[:, -1:]  # (B, 1)
-        tok = torch.searchsorted(cdf, x, right=True)[:, 0].clamp_(max=cdf.shape[1] - 1)  # never a 0-prob token
-    return tok, logp.gather(1, tok[:, None])[:, 0]
+        tok = logits.argmax(-1)
+        return tok, logits.gather(1, tok[:, None])[:, 0] - torch.logsumexp(logits, dim=-1)
+    # inverse CDF, one uniform per row (torch.multinomial draws an exponential per vocabulary entry)
+    probs = torch.softmax(logits, dim=-1)  # (B, V)
+    cdf = probs.cumsum(-1)  # (B, V); a 0-probability token repeats its predecessor's value exactly
+    x = u[:, None] * cdf[:, -1:]  # (B, 1)
+    tok = torch.searchsorted(cdf, x, right=True)[:, 0]  # first cdf > x: never a 0-probability token ...
+    V = cdf.shape[1]
+    if bool((tok == V).any()):  # ... unless x rounded up to the total: take the last token with mass
+        last = V - 1 - (probs.flip(-1) > 0).int().argmax(-1)  # (B,)
+        tok = torch.where(tok == V, last, tok)
+    return tok, probs.gather(1, tok[:, None])[:, 0].log()
 
 
 def validate(cfg: SamplingConfig) -> None:
@@ -137,7 +149,7 @@ class Sampler:
         for t in range(Tn):
             # one uniform per sample and step, whatever the batch holds: tokens do not depend on batching
             u = torch.rand(N + 1, generator=gen, device=dev)[rows]  # (B,)
-            tok, logp = choose(process_logits(logits, cfg), cfg, u)  # (B,), (B,)
+            tok, logp = choose(truncate(logits, cfg), cfg, u)  # (B,), (B,)
             out_tok[rows, t] = tok
             out_logp[rows, t] = logp
             rows_list = rows.tolist()
