@@ -9,7 +9,9 @@ works; only attention, masking and the KV cache are done here:
 - `forward(ids, pos, key_valid, past)`: rows of new tokens attending to an optional per-row past KV (e.g. a
   prompt's KV gathered for each of its completions) plus themselves, causally. Differentiable; used for
   prefill and for `completion_logprobs`.
-- `decode(tok, pos, cache, key_valid, col)`: one token per row against a preallocated static KV cache.
+- `decode(tok, pos, cache, t)`: one token per row. Each prompt's KV is stored once and shared by its samples
+  (attention over it runs per prompt, on a prompt x sample grid); each sample's generated KV sits in a
+  preallocated static cache.
 
 Padding: prompts are left-padded; pad keys are masked out, and a pad query attends to itself (so no row of the
 softmax is empty and nothing turns NaN). Position ids count real tokens only, as in transformers.
@@ -177,29 +179,48 @@ class FastLM:
             h = h + self._mlp(layer, self._norm(layer.post_attention_layernorm, h), i)
         return h, new_kv
 
-    # --- one decoding step against a static cache -------------------------------------------------------------
+    # --- one decoding step: prompt KV shared by its samples, generated KV per sample ---------------------------
     def new_cache(self, batch: int, length: int, dtype, device):
         """Per layer (k, v) buffers, each (B, Hkv, T, D)."""
         shape = (batch, self.n_kv, length, self.head_dim)
         return [(torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
                 for _ in self.inner.layers]
 
-    def decode(self, tok, pos, cache, key_valid, col: int):
-        """tok, pos (B,); writes this step's k, v at column `col` of the cache; key_valid (B, T) bool.
+    def decode(self, tok, pos, c, t: int):
+        """tok, pos (B,); c: a decoding.SharedCache; writes this step's k, v at column t of c.gen.
         Returns logits (B, V)."""
         h = self.inner.embed_tokens(tok[:, None])  # (B, 1, C)
-        pos = pos[:, None]  # (B, 1)
-        mask = key_valid[:, None, None, : col + 1]  # (B, 1, 1, col + 1)
-        rope = self._rope(h, pos)
+        rope = self._rope(h, pos[:, None])
         for i, layer in enumerate(self.inner.layers):
             attn = layer.self_attn
-            q, k, v = self._qkv(attn, self._norm(layer.input_layernorm, h), rope, i)
-            ck, cv = cache[i]
-            ck[:, :, col : col + 1] = k
-            cv[:, :, col : col + 1] = v
-            h = h + self._attend(attn, q, ck[:, :, : col + 1], cv[:, :, : col + 1], mask)
+            q, k, v = self._qkv(attn, self._norm(layer.input_layernorm, h), rope, i)  # (B, H|Hkv, 1, D)
+            gk, gv = c.gen[i]
+            gk[:, :, t : t + 1] = k
+            gv[:, :, t : t + 1] = v
+            o = self._attend_shared(q, c.prompt[i], gk[:, :, : t + 1], gv[:, :, : t + 1], c)  # (B, 1, H * D)
+            h = h + attn.o_proj(o)
             h = h + self._mlp(layer, self._norm(layer.post_attention_layernorm, h), i)
         return self.logits(h[:, 0])
+
+    def _attend_shared(self, q, prompt_kv, gk, gv, c):
+        """Attention of one new token per row over its prompt's KV (stored once per prompt, P rows) and its own
+        generated KV. The prompt part runs on a (prompt, sample) grid: one matmul per prompt for all its
+        samples, reading the prompt's keys once instead of once per sample."""
+        B, H, _, D = q.shape
+        Hkv, grp = self.n_kv, self.n_heads // self.n_kv
+        pk, pv = prompt_kv  # (P, Hkv, Lp, D)
+        P, Lp, G = pk.shape[0], pk.shape[2], c.gmax
+        qr = q.reshape(B, Hkv, grp, D)
+        to_grid = lambda x: torch.cat([x, x.new_zeros(1, *x.shape[1:])])[c.slot].view(  # noqa: E731
+            P, G, Hkv, grp, x.shape[-1]).transpose(1, 2).reshape(P, Hkv, G * grp, x.shape[-1])
+        to_rows = lambda x: x.view(P, Hkv, G, grp, x.shape[-1]).transpose(1, 2).reshape(  # noqa: E731
+            P * G, Hkv, grp, x.shape[-1])[c.flat]
+        sp = to_rows(torch.matmul(to_grid(qr), pk.transpose(2, 3)) * self.scaling + c.pmask)  # (B, Hkv, grp, Lp)
+        sg = torch.matmul(qr, gk.transpose(2, 3)) * self.scaling  # (B, Hkv, grp, t + 1)
+        p = torch.softmax(torch.cat([sp, sg], dim=-1).float(), dim=-1).to(q.dtype)
+        pp, pg = p.split([Lp, p.shape[-1] - Lp], dim=-1)
+        o = to_rows(torch.matmul(to_grid(pp), pv)) + torch.matmul(pg, gv)  # (B, Hkv, grp, D)
+        return o.reshape(B, 1, H * D)
 
     # --- self-check against the model's own forward -----------------------------------------------------------
     @torch.no_grad()
