@@ -94,8 +94,8 @@ class Verifier:
 
     def __init__(self, cfg: VerifierConfig | None = None):
         self.cfg = cfg or VerifierConfig()
-        if self.cfg.backend != "local":
-            raise CodechatError(f"verifier backend '{self.cfg.backend}' is not available (valid: local)")
+        if self.cfg.backend not in ("local", "ray"):  # ray: RayVerifier, built by verify_ray.make_verifier
+            raise CodechatError(f"verifier backend '{self.cfg.backend}' is not available (valid: local, ray)")
         self.workers = self.cfg.workers or os.cpu_count() or 1
         self._pool: SandboxPool | None = None
         self._lock = threading.Lock()

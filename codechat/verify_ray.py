@@ -152,7 +152,7 @@ class RayVerifier(Verifier):
     """`Verifier` whose programs run on Ray nodes; everything else (extraction, jobs, verdicts) is inherited."""
 
     def __init__(self, cfg: VerifierConfig):
-        self.cfg = cfg
+        super().__init__(cfg)
         self._pool: RayPool | None = RayPool(cfg)  # eager: fail at start when the cluster is unreachable
         self.workers = self._pool.workers
 

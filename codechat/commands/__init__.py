@@ -13,4 +13,5 @@ COMMANDS = {
     "audit": ("codechat.commands.audit", "review a run's flagged and top-reward samples (reward-hack audit)"),
     "eval": ("codechat.commands.eval", "evaluate pass@k of a model or a completions file; compare two evaluations"),
     "chat": ("codechat.commands.chat", "chat with a model in the terminal; /run and /test its answers in the sandbox"),
+    "model": ("codechat.commands.model", "create a preset model, describe a model directory, sample from a model"),
 }
