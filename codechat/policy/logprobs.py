@@ -37,7 +37,7 @@ def completion_logprobs(model, prompts: list[list[int]], prompt_index, tokens, m
                         with_entropy: bool = False, fast: bool | None = None):
     """Log-probs (N, T) of `tokens` (N, T) after prompt prompts[prompt_index[i]]; 0 where mask (N, T) is 0.
     Tokens up to a row's last 1 in mask are its completion (a 0 before it drops only that token's log-prob).
-    With with_entropy, also the entropy (N, T) of each next-token distribution. Logits are divided by
+    With with_entropy, also the entropy (N, T) of each next-token distribution (detached: for logging). Logits are divided by
     `temperature` first. fast: None = fast path when usable, False = reference path."""
     dev = _device(model)
     tokens, mask = tokens.to(dev), mask.to(dev)
@@ -59,7 +59,8 @@ def completion_logprobs(model, prompts: list[list[int]], prompt_index, tokens, m
     logp = logp_all.gather(2, tokens[..., None])[..., 0] * m  # (N, T)
     if not with_entropy:
         return logp
-    entropy = -(logp_all.exp() * logp_all).sum(-1) * m  # (N, T)
+    with torch.no_grad():  # a diagnostic: no graph, so it costs no memory or time in the backward pass
+        entropy = -(logp_all.exp() * logp_all).sum(-1) * m  # (N, T)
     return logp, entropy
 
 
