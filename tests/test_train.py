@@ -122,3 +122,11 @@ def test_grpo_with_lora_uses_adapters_off_as_reference(tmp_path, sft_model):
                                                         "model.lora_r=4"])
     assert rows[-1]["kl"] == pytest.approx(0.0, abs=1e-6)  # first step: adapters start at zero effect
     assert not (run / "stages").exists()  # no copy of the weights was saved for the reference
+
+
+def test_capability_regression_eval_is_logged(tmp_path, sft_model):
+    _, rows = run_stage(tmp_path, sft_model, "grpo", ["rl.steps=1", "data.eval=builtin:toy",
+                                                      "data.extra_eval=[builtin:basic]", "data.max_eval_tasks=3",
+                                                      "eval.n=2", "eval.k=[1,2]"])
+    last = rows[-1]
+    assert {"eval/pass@1", "eval/pass@2", "eval/greedy_pass@1", "eval_basic/pass@1"} <= set(last), sorted(last)

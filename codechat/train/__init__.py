@@ -40,13 +40,19 @@ def _truncate_jsonl(path: Path, keep) -> None:
         path.write_text("".join(ln + "\n" for ln in lines))
 
 
+def _set_name(spec: str) -> str:
+    """Metric prefix of an extra eval set: builtin:basic -> basic, data/mbpp.jsonl.gz -> mbpp."""
+    name = spec.split(":", 1)[1] if spec.startswith("builtin:") else Path(spec).name.split(".")[0]
+    return name.replace("-", "_") or "extra"
+
+
 def _load_task_sets(cfg: RunConfig):
     from codechat.tasks import load_tasks
 
     fmt = cfg.data.format or None
     train = load_tasks(cfg.data.train, fmt)
     evals = load_tasks(cfg.data.eval, fmt) if cfg.data.eval else []
-    extra = {Path(p).stem.replace(":", "_").replace(".", "_"): load_tasks(p) for p in cfg.data.extra_eval}
+    extra = {_set_name(p): load_tasks(p) for p in cfg.data.extra_eval}
     if cfg.data.max_eval_tasks:
         evals = evals[:cfg.data.max_eval_tasks]
         extra = {k: v[:cfg.data.max_eval_tasks] for k, v in extra.items()}
