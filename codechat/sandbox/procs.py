@@ -15,16 +15,23 @@ import resource
 import signal
 import socket
 import struct
+import _socket
 import sys
 
 from codechat.sandbox import candidate, isolation, wire
 
 PR_SET_PDEATHSIG = 1
 _libc = ctypes.CDLL(None)
+# Resolved here, once: the first attribute access on a CDLL builds a function object, and doing that in every
+# forked child costs it dozens of copy-on-write page faults.
+_prctl = _libc.prctl
+_SIGKILL = int(signal.SIGKILL)
+_LIMITS = struct.Struct("=7q")  # cpu_s, memory_mb, nproc, nofile, fsize_mb, max payload bytes, (reserved)
+_FD = struct.Struct("=i")
 
 
 def die_with_parent() -> None:
-    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    _prctl(PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0)
 
 
 def _child_fds(keep: list[int]) -> None:
@@ -64,28 +71,81 @@ def _fork(fn, *args) -> int:
     return pid
 
 
-class Spare:
-    """A candidate process forked ahead of time, waiting for its job."""
+_devnull = -1
+_SPARE_FDS = 4  # sc, cz, out_w, ev_w: the candidate's ends, created by the supervisor, forked with by the zygote
+_REQ = struct.Struct("=cq")  # op, pid
+_REPLY = struct.Struct("=q")
 
-    def __init__(self, uid: int | None):
+
+class Forker:
+    """The supervisor's handle on the zygote, which does nothing but fork spares and wait for them.
+
+    Requests (SOCK_SEQPACKET: one message each, fds attached): b"F" + tmp path with the spare's four fds ->
+    reply: its pid; b"W" pid: wait for a program already killed and shown to have left nothing (no reply);
+    b"R" pid: kill and reap the program and every process it left -> reply: its wait status."""
+
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+
+    def fork(self, tmp: str, fds: list[int]) -> None:
+        self.sock.sendmsg([_REQ.pack(b"F", 0) + tmp.encode()],
+                          [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack(f"={len(fds)}i", *fds))])
+
+    def wait(self, pid: int) -> None:
+        self.sock.send(_REQ.pack(b"W", pid))
+
+    def reap(self, pid: int) -> int:
+        self.sock.send(_REQ.pack(b"R", pid))
+        return self.reply()
+
+    def reply(self) -> int:
+        data = self.sock.recv(_REPLY.size)
+        if len(data) != _REPLY.size:
+            raise EOFError("the zygote is gone")
+        return _REPLY.unpack(data)[0]
+
+
+class Spare:
+    """A candidate process forked ahead of time (by the zygote, on the supervisor's request), waiting for its job.
+    Its pid is read from the zygote's reply when first needed."""
+
+    def __init__(self, uid: int | None, forker: Forker):
         self.uid = uid
+        self.forker = forker
         self.tmp = f"/tmp/codechat-{os.getpid()}-{os.urandom(6).hex()}"  # (tempfile imports random: slow forks)
         os.mkdir(self.tmp, 0o700)
         if uid is not None:
             os.chown(self.tmp, uid, uid)
         sc, self.sj = socket.socketpair()  # candidate <-> judge
-        self.ctl, cz = socket.socketpair()  # zygote -> candidate: one control message
+        self.ctl, cz = socket.socketpair()  # supervisor -> candidate: one control message
         self.out_r, out_w = os.pipe()
         self.ev_r, ev_w = os.pipe()
-        self.pid = _fork(_candidate_main, self.tmp, uid, sc.fileno(), cz.fileno(), out_w, ev_w)
+        forker.fork(self.tmp, [sc.fileno(), cz.fileno(), out_w, ev_w])
         for fd in (out_w, ev_w):
             os.close(fd)
         sc.close()
         cz.close()
+        self._pid: int | None = None
+        self.collected = False
+
+    @property
+    def pid(self) -> int:
+        if self._pid is None:
+            self._pid = self.forker.reply()
+        return self._pid
+
+    def collect(self, clean: bool) -> int:
+        """After `stop_program`: have the zygote wait for the program (`clean`: nothing else to do, no reply)
+        or reap it and everything it left; returns its wait status (0 when clean)."""
+        self.collected = True
+        if clean:
+            self.forker.wait(self.pid)
+            return 0
+        return self.forker.reap(self.pid)
 
     def start(self, limits: isolation.Limits, cand_r: int) -> None:
-        msg = pickle.dumps(limits)
-        socket.send_fds(self.ctl, [struct.pack(">I", len(msg)) + msg], [cand_r])
+        msg = _LIMITS.pack(limits.cpu_s, limits.memory_mb, limits.nproc, limits.nofile, limits.fsize_mb, 0, 0)
+        socket.send_fds(self.ctl, [msg], [cand_r])
 
     def close(self) -> None:
         for fd in (self.out_r, self.ev_r):
@@ -95,33 +155,82 @@ class Spare:
         isolation.rmtree(self.tmp)
 
 
+def serve_forks(sock: socket.socket, uid: int | None, keep: int) -> None:
+    """The zygote's loop: fork spares and wait for programs, as the supervisor (`keep`, never killed) asks.
+
+    Deliberately small: every page this process writes while a spare is alive is copied (the spare shares it),
+    so all the per-job work (select loop, output, /proc checks, temp dirs, replies) lives in the supervisor."""
+    global _devnull
+    _devnull = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+    environ = os.environ
+    fork, waitpid, close, recvmsg, send = os.fork, os.waitpid, os.close, sock.recvmsg, sock.send
+    space = socket.CMSG_SPACE(_SPARE_FDS * 4)
+    fds_fmt = f"={_SPARE_FDS}i"
+    pack, unpack_from, size = _REPLY.pack, _REQ.unpack_from, _REQ.size
+    while True:
+        msg, anc, _, _ = recvmsg(4096, space)
+        if len(msg) < size:
+            return
+        op, pid = unpack_from(msg)
+        if op == b"F":
+            fds = struct.unpack(fds_fmt, anc[0][2]) if anc and len(anc[0][2]) == _SPARE_FDS * 4 else ()
+            if len(fds) != _SPARE_FDS:
+                return
+            tmp = msg[size:].decode()
+            # the zygote's environment is scrubbed (pool.py builds it from nothing): only HOME and TMPDIR vary
+            environ["HOME"] = environ["TMPDIR"] = tmp
+            pid = fork()
+            if pid == 0:
+                code = 0
+                try:
+                    _candidate_main(tmp, uid, *fds)
+                except BaseException:  # noqa: BLE001 - a child must never return into the zygote's loop
+                    code = 70
+                os._exit(code)
+            for fd in fds:
+                close(fd)
+            send(pack(pid))
+        elif op == b"W":
+            try:
+                waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+        elif op == b"R":
+            status = reap_program(pid, uid, keep) if pid > 0 else 0
+            send(pack(status))
+        else:
+            return
+
+
 def _candidate_main(tmp: str, uid: int | None, sc: int, cz: int, out_w: int, ev_w: int) -> None:
+    # Kept flat and C-level on purpose: this runs in every child, where each Python-level function or object
+    # touched for the first time copies a page of the zygote.
     os.setsid()
-    die_with_parent()
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
+    _prctl(PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0)
+    os.dup2(_devnull, 0)
     os.dup2(out_w, 1)
     os.dup2(out_w, 2)
     _child_fds([sc, cz, ev_w])
     os.chdir(tmp)
-    # The zygote's own environment is already scrubbed (pool.py builds it from nothing); only point HOME and
-    # TMPDIR here. sys.stdout/stderr are the zygote's objects, now writing to the capped pipe.
-    os.environ["HOME"] = os.environ["TMPDIR"] = tmp
-    ctl = socket.socket(fileno=4)
-    head, fds, _, _ = socket.recv_fds(ctl, 4, 1)
-    if not head or not fds:
+    # sys.stdout/stderr are the zygote's objects, now writing to the capped pipe.
+    # One control message: the limits and the payload pipe (read with recvmsg: no socket.py wrappers).
+    ctl = _socket.socket(fileno=4)
+    msg, anc, _, _ = ctl.recvmsg(_LIMITS.size, _CMSG_FD_SPACE)
+    if len(msg) != _LIMITS.size or not anc or len(anc[0][2]) < _FD.size:
         return  # the zygote is shutting down
-    head += recv_exact(ctl, 4 - len(head))
-    limits = pickle.loads(recv_exact(ctl, struct.unpack(">I", head)[0]))
+    payload_fd = _FD.unpack_from(anc[0][2])[0]
     ctl.close()
-    isolation.apply_limits(limits)
+    isolation.apply_limits(isolation.Limits(*_LIMITS.unpack(msg)[:5]))
     isolation.drop_privileges(uid)
-    die_with_parent()  # setuid cleared it
-    candidate.serve(3, fds[0], 5)
+    _prctl(PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0)  # setuid cleared it
+    candidate.serve(3, payload_fd, 5)
     try:
         sys.stdout.flush()
     except BaseException:  # noqa: BLE001
         pass
+
+
+_CMSG_FD_SPACE = socket.CMSG_SPACE(_FD.size)
 
 
 class JudgeProc:
@@ -186,7 +295,7 @@ def _children(pid: int) -> list[int] | None:
         return None
 
 
-def stop_program(cpid: int, judge_pid: int) -> bool:
+def stop_program(cpid: int, zygote_pid: int, supervisor_pid: int) -> bool:
     """SIGKILL the program's group; True if it provably left no other process (the common, fast case).
 
     After the kill returns, the program cannot create processes any more (fork checks for a pending fatal
@@ -196,13 +305,14 @@ def stop_program(cpid: int, judge_pid: int) -> bool:
         os.killpg(cpid, signal.SIGKILL)
     except OSError:
         pass
-    mine = _children(os.getpid())
+    mine = _children(zygote_pid)
     theirs = _children(cpid)
-    return mine is not None and theirs == [] and set(mine) <= {cpid, judge_pid}
+    return mine is not None and theirs == [] and set(mine) <= {cpid, supervisor_pid}
 
 
-def reap_program(cpid: int, uid: int | None, judge_pid: int) -> int:
-    """Wait for the program and kill every remaining descendant; returns the program's wait status."""
+def reap_program(cpid: int, uid: int | None, keep: int) -> int:
+    """In the zygote: wait for the program and kill every remaining descendant (all our children but `keep`,
+    the supervisor); returns the program's wait status."""
     _kill(cpid)
     status = os.waitpid(cpid, 0)[1]
     escaped = False
@@ -211,7 +321,7 @@ def reap_program(cpid: int, uid: int | None, judge_pid: int) -> int:
         if kids is None:
             escaped = True
             break
-        kids = [k for k in kids if k != judge_pid]
+        kids = [k for k in kids if k != keep]
         if not kids:
             break
         escaped = True

@@ -173,12 +173,28 @@ def _ndarray(data: Any, dtype: str) -> Any:
     return np.array(data, dtype=dtype if dtype in np.sctypeDict else None)
 
 
+def _no_default(o: Any) -> Any:
+    raise TypeError(f"not JSON serializable: {type(o).__name__}")
+
+
+# One C encoder, built once (json.dumps with separators builds a JSONEncoder and a C encoder on every call).
+# No circular-reference markers: to_plain's output is a fresh tree, and its depth is capped.
+_encode = json.encoder.c_make_encoder(None, _no_default, json.encoder.encode_basestring_ascii, None, ":", ",",
+                                      False, False, True) if json.encoder.c_make_encoder else None
+
+
 def dumps(x: Any, handle=None) -> bytes:
-    return json.dumps(to_plain(x, handle), separators=(",", ":")).encode()
+    plain = to_plain(x, handle)
+    if _encode is None:
+        return json.dumps(plain, separators=(",", ":")).encode()
+    return "".join(_encode(plain, 0)).encode()
+
+
+_decode = json.JSONDecoder().decode
 
 
 def loads(b: bytes, handle=None) -> Any:
     try:
-        return from_plain(json.loads(b), handle)
+        return from_plain(_decode(b.decode()), handle)
     except (ValueError, RecursionError) as e:
         raise WireError(f"malformed message: {type(e).__name__}") from None

@@ -1,13 +1,16 @@
-"""The zygote: a warm, pre-imported process that runs one program at a time, judged by its judge child.
+"""The zygote: a warm, pre-imported process that forks one program at a time; its supervisor runs the job.
 
 Started by `pool.py` as `python -m codechat.sandbox.zygote FD` with a scrubbed environment, it enters its own
-network and mount namespaces once (`isolation.enter_namespaces`), forks its judge, then serves jobs on a unix
-socket:
-  parent -> zygote: a small control record (limits, timeout) plus two pipe fds, one holding the program's
-      payload and one holding the judge's payload. The zygote never reads either payload, so no later child
-      can find earlier tests in inherited memory.
-  zygote -> parent: what it observed (timeout, output over the cap, exit signal, protections hit) plus the
-      judge's result record, still encoded.
+network and mount namespaces once (`isolation.enter_namespaces`), becomes a child subreaper, and forks its
+supervisor, which owns the socket to the parent and forks the judge. From then on the zygote only forks spares
+and waits for programs, as the supervisor asks (`procs.serve_forks`): every page a process writes while a child
+shares it is copied, so the process that forks must do as little as possible between forks.
+  parent -> supervisor: a small control record (limits, timeout) plus two pipe fds, one holding the program's
+      payload and one holding the judge's payload. Neither the supervisor nor the zygote reads either
+      payload, so no later child can find earlier tests in memory it inherits (the zygote does not even see
+      the records of earlier jobs).
+  supervisor -> parent: what it observed (timeout, output over the cap, exit signal, protections hit) plus
+      the judge's result record, still encoded.
 Per job, a pre-forked candidate (`procs.Spare`: own session, fresh temp dir owned by the sandbox uid) gets its
 limits and payload; the judge gets the tests; a wall-clock deadline runs; then the program and everything it
 created is killed, the temp dir removed, and the next spare forked while the parent reads the result.
@@ -37,9 +40,10 @@ import bisect, collections, copy as _copy, functools, heapq, itertools, math, op
 PR_SET_CHILD_SUBREAPER = 36
 
 
-def run_job(job: dict, spare: Spare, cand_r: int, judge_r: int, judge: JudgeProc) -> tuple[dict, bool]:
+def run_job(job: dict, spare: Spare, cand_r: int, judge_r: int, judge: JudgeProc, zygote_pid: int
+            ) -> tuple[dict, bool]:
     """Run one job on `spare`; returns (record for the parent, whether the judge must be replaced).
-    The caller must call `finish_job` after replying."""
+    The program is collected by the zygote before this returns; the caller closes the spare after replying."""
     t0 = time.monotonic()
     try:
         spare.start(job["limits"], cand_r)
@@ -75,12 +79,10 @@ def run_job(job: dict, spare: Spare, cand_r: int, judge_r: int, judge: JudgeProc
         if over:
             break
     duration = time.monotonic() - t0
-    clean = procs.stop_program(spare.pid, judge.pid)
-    c_status = 0
-    if not (clean and res_done and not over and b'"EarlyExit"' not in res):
-        # slow path: wait for the program (its exit status explains an early end) and reap every descendant
-        c_status = procs.reap_program(spare.pid, spare.uid, judge.pid)
-        spare.pid = 0
+    clean = procs.stop_program(spare.pid, zygote_pid, os.getpid())
+    # fast path: the zygote only collects the (killed) program; slow path: it waits for the program (its exit
+    # status explains an early end) and reaps every descendant
+    c_status = spare.collect(clean and res_done and not over and b'"EarlyExit"' not in res)
     os.set_blocking(spare.ev_r, False)
     try:
         events += os.read(spare.ev_r, 4096)
@@ -96,27 +98,14 @@ def run_job(job: dict, spare: Spare, cand_r: int, judge_r: int, judge: JudgeProc
     return rec, not res_done or over or judge.jobs >= judge.max_jobs
 
 
-def finish_job(spare: Spare, judge_pid: int) -> None:
-    """After the reply: wait for the (already killed) program, remove its temp dir."""
-    if spare.pid:
-        procs.reap_program(spare.pid, spare.uid, judge_pid)
-    spare.close()
-
-
-def serve(sock: socket.socket) -> None:
-    hello = pickle.loads(wire.recv(sock.fileno()))
-    active = isolation.enter_namespaces(tuple(hello.get("hide_paths", ())))
-    ctypes.CDLL(None).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-    uid = isolation.sandbox_uid()
-    if uid is not None:
-        active.append("own_uid")
-    judge_mb = int(hello.get("judge_memory_mb", 4096))  # address space of the judge, which decodes values
+def supervise(sock: socket.socket, zsock: socket.socket, uid: int | None, judge_mb: int, active: list[str]) -> None:
+    """The supervisor (a child of the zygote): serves the parent's jobs, one at a time."""
+    procs.die_with_parent()
+    zygote_pid = os.getppid()
+    forker = procs.Forker(zsock)
     judge = JudgeProc(judge_mb)
-    gc.collect()
-    gc.freeze()  # keep imported objects out of the children's GC passes: fewer copy-on-write page faults
-    ctypes.CDLL(None).malloc_trim(0)  # hand free heap back to the OS: fewer page-table entries to copy per fork
-    spare = Spare(uid)
-    wire.send(sock.fileno(), pickle.dumps({"pid": os.getpid(), "active": active, "uid": uid}))
+    spare = Spare(uid, forker)
+    wire.send(sock.fileno(), pickle.dumps({"pid": zygote_pid, "active": active, "uid": uid}))
     while True:
         try:
             head, fds, _, _ = socket.recv_fds(sock, 4, 2)
@@ -127,18 +116,52 @@ def serve(sock: socket.socket) -> None:
         except (EOFError, OSError):
             break
         try:
-            result, replace_judge = run_job(job, spare, fds[0], fds[1], judge)
+            result, replace_judge = run_job(job, spare, fds[0], fds[1], judge, zygote_pid)
         except Exception as e:  # noqa: BLE001 - keep serving; the parent sees an error for this job
             result, replace_judge = {"fatal": f"{type(e).__name__}: {e}"}, True
+            try:
+                if not spare.collected:
+                    spare.collect(False)
+            except (OSError, EOFError):  # the zygote is gone: nothing more can run here
+                wire.send(sock.fileno(), pickle.dumps(result))
+                break
         wire.send(sock.fileno(), pickle.dumps(result))
-        finish_job(spare, judge.pid)
+        spare.close()
         if replace_judge:
             judge.kill()
             judge = JudgeProc(judge_mb)
-        spare = Spare(uid)
-    procs.reap_program(spare.pid, uid, judge.pid)
+        spare = Spare(uid, forker)
+    try:
+        if not spare.collected:
+            spare.collect(False)
+    except (OSError, EOFError):
+        pass
     spare.close()
     judge.kill()
+
+
+def serve(sock: socket.socket) -> None:
+    hello = pickle.loads(wire.recv(sock.fileno()))
+    active = isolation.enter_namespaces(tuple(hello.get("hide_paths", ())))
+    ctypes.CDLL(None).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    uid = isolation.sandbox_uid()
+    if uid is not None:
+        active.append("own_uid")
+    judge_mb = int(hello.get("judge_memory_mb", 4096))  # address space of the judge, which decodes values
+    zsock, ssock = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    sup = procs._fork(lambda: (zsock.close(), supervise(sock, ssock, uid, judge_mb, active)))
+    sock.close()
+    ssock.close()
+    del hello
+    gc.collect()
+    gc.freeze()  # keep imported objects out of the children's GC passes: fewer copy-on-write page faults
+    ctypes.CDLL(None).malloc_trim(0)  # hand free heap back to the OS: fewer page-table entries to copy per fork
+    try:
+        procs.serve_forks(zsock, uid, sup)
+    except (OSError, EOFError):
+        pass
+    # the supervisor is gone (the parent closed the connection, or it failed): leave nothing behind
+    procs.reap_program(sup, uid, 0)
 
 
 if __name__ == "__main__":
