@@ -93,7 +93,9 @@ class _Server:
         return self.objects[key]
 
     def unpickle(self, data: bytes):
-        u = _Unpickler(io.BytesIO(data))
+        if data[:1] == b"p":  # no proxies inside (the judge, trusted, says so): plain C unpickling
+            return pickle.loads(data[1:])
+        u = _Unpickler(io.BytesIO(data[1:]))
         u.server = self
         return u.load()
 

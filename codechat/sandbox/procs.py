@@ -256,7 +256,7 @@ class JudgeProc:
 
 
 def _judge_server(sock: socket.socket, memory_mb: int) -> None:
-    from codechat.sandbox import modes  # here, not in the zygote: it pulls in ast, importlib, ...
+    from codechat.sandbox import modes  # not in the zygote (ast, importlib, ...); the supervisor has it already
     os.setpgid(0, 0)
     die_with_parent()
     devnull = os.open(os.devnull, os.O_RDWR)
@@ -288,8 +288,14 @@ def _children(pid: int) -> list[int] | None:
     try:
         kids: list[int] = []
         for tid in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{tid}/children") as f:
-                kids += [int(p) for p in f.read().split()]
+            fd = os.open(f"/proc/{pid}/task/{tid}/children", os.O_RDONLY)  # (no io stack: this runs per job)
+            try:
+                data = b""
+                while chunk := os.read(fd, 65536):
+                    data += chunk
+            finally:
+                os.close(fd)
+            kids += [int(p) for p in data.split()]
         return kids
     except OSError:
         return None

@@ -101,6 +101,7 @@ def run_job(job: dict, spare: Spare, cand_r: int, judge_r: int, judge: JudgeProc
 def supervise(sock: socket.socket, zsock: socket.socket, uid: int | None, judge_mb: int, active: list[str]) -> None:
     """The supervisor (a child of the zygote): serves the parent's jobs, one at a time."""
     procs.die_with_parent()
+    from codechat.sandbox import modes  # noqa: F401 - for the judges forked from here (not in the zygote)
     zygote_pid = os.getppid()
     forker = procs.Forker(zsock)
     judge = JudgeProc(judge_mb)
