@@ -6,6 +6,7 @@ available on this machine, one warning lists which ones are active.
 """
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import queue
@@ -77,7 +78,7 @@ class Zygote:
         child.close()
         self.sock = parent
         self.sock.settimeout(60)
-        msg = pickle.dumps({"hide_paths": list(hide_paths)})
+        msg = json.dumps({"hide_paths": list(hide_paths)}).encode()  # (the zygote does not import pickle)
         self.sock.sendall(struct.pack(">I", len(msg)) + msg)
         hello = pickle.loads(self._recv())
         self.active: list[str] = hello["active"]
