@@ -78,6 +78,7 @@ class _Server:
         self.fd = sock_fd
         self.mod = module
         self.objects: dict[int, object] = {}
+        self.reader = wire.Reader(sock_fd)
 
     def handle(self, obj: object) -> int:
         self.objects[id(obj)] = obj
@@ -109,7 +110,7 @@ class _Server:
     def serve(self) -> None:
         while True:
             try:
-                op, ref, args, kwargs = self.unpickle(wire.recv(self.fd))
+                op, ref, args, kwargs = self.unpickle(self.reader.recv())
             except wire.WireError:
                 return  # the judge is done
             try:

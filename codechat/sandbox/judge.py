@@ -64,13 +64,14 @@ class _Pickler(pickle.Pickler):
 class Channel:
     def __init__(self, fd: int, max_bytes: int):
         self.fd, self.max_bytes, self.calls = fd, max_bytes, 0
+        self.reader = wire.Reader(fd)
 
     def _decode_handle(self, hid: int, type_name: str) -> "Remote":
         return Remote(self, ("h", hid), type_name)
 
     def recv(self) -> list:
         try:
-            msg = wire.loads(wire.recv(self.fd, self.max_bytes), handle=self._decode_handle)
+            msg = wire.loads(self.reader.recv(self.max_bytes), handle=self._decode_handle)
         except (wire.WireError, OSError) as e:
             raise CandidateGone(str(e)) from None
         if not isinstance(msg, list) or not msg or not isinstance(msg[0], str):

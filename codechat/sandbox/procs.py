@@ -144,11 +144,12 @@ def _candidate_main(tmp: str, uid: int | None, sc: int, cz: int, out_w: int, ev_
 _CMSG_FD_SPACE = _socket.CMSG_SPACE(_FD.size)
 
 
-def _children(pid: int) -> list[int] | None:
-    """Children of every thread of `pid` (needs /proc/PID/task/TID/children), or None if unknown."""
+def _children(pid: int, single_threaded: bool = False) -> list[int] | None:
+    """Children of every thread of `pid` (needs /proc/PID/task/TID/children), or None if unknown.
+    `single_threaded`: `pid` is one of ours that never starts a thread (the zygote): skip listing its threads."""
     try:
         kids: list[int] = []
-        for tid in os.listdir(f"/proc/{pid}/task"):
+        for tid in [pid] if single_threaded else os.listdir(f"/proc/{pid}/task"):
             fd = os.open(f"/proc/{pid}/task/{tid}/children", os.O_RDONLY)  # (no io stack: this runs per job)
             try:
                 data = b""

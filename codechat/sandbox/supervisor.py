@@ -14,6 +14,7 @@ import resource
 import select
 import signal
 import socket
+import _socket
 import struct
 import time
 
@@ -70,8 +71,9 @@ class Spare:
         os.mkdir(self.tmp, 0o700)
         if uid is not None:
             os.chown(self.tmp, uid, uid)
-        sc, self.sj = socket.socketpair()  # candidate <-> judge
-        self.ctl, cz = socket.socketpair()  # supervisor -> candidate: one control message
+        # (bare _socket pairs: socket.socketpair re-wraps each end, one getsockname per end)
+        sc, self.sj = _socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)  # candidate <-> judge
+        self.ctl, cz = _socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)  # supervisor -> candidate
         self.out_r, out_w = os.pipe()
         self.ev_r, ev_w = os.pipe()
         forker.fork(self.tmp, [sc.fileno(), cz.fileno(), out_w, ev_w])
@@ -168,7 +170,7 @@ def stop_program(cpid: int, zygote_pid: int, supervisor_pid: int) -> bool:
         os.killpg(cpid, signal.SIGKILL)
     except OSError:
         pass
-    mine = procs._children(zygote_pid)
+    mine = procs._children(zygote_pid, single_threaded=True)
     theirs = procs._children(cpid)
     return mine is not None and theirs == [] and set(mine) <= {cpid, supervisor_pid}
 
