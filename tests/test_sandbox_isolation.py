@@ -149,3 +149,23 @@ def test_wall_clock_limit_is_kept(verifier):
     t0 = time.monotonic()
     v = run(verifier, "time.sleep(30)\nreturn 'ok'")
     assert v.status == "timeout" and time.monotonic() - t0 < 3 + 1
+
+
+def test_cleanup_does_not_follow_a_link_planted_at_the_temp_dir():
+    # the program moves its temp dir away and leaves a link to a directory of ours in its place; removing
+    # "the temp dir" afterwards (as root) must remove the link, never what it points to
+    victim = Path("/run") / f"codechat-victim-{os.getpid()}"
+    victim.mkdir(mode=0o755)
+    (victim / "precious.txt").write_text("keep me")
+    code = ("import os\ncwd = os.getcwd()\nos.chdir('/')\nos.rename(cwd, cwd + '-moved')\n"
+            f"os.symlink({str(victim)!r}, cwd)\n"
+            "def probe():\n    return 'ok'\n")
+    try:
+        with Verifier(VerifierConfig(workers=1, timeout_s=3)) as v:
+            v.verify(T, code)
+            assert run(v, "return 'ok' if os.listdir('.') == [] else 'dirty'").passed  # the next cwd is fresh
+        assert (victim / "precious.txt").read_text() == "keep me"
+    finally:
+        for p in victim.iterdir():
+            p.unlink()
+        victim.rmdir()

@@ -38,25 +38,37 @@ class Limits:
         return f"Limits({self.__dict__})"
 
 
-def rmtree(path: str) -> None:
-    """shutil.rmtree without importing shutil (which loads bz2/lzma into the zygote); never follows links."""
+def rmtree(path: str, dir_fd: int | None = None) -> None:
+    """shutil.rmtree without importing shutil (which loads bz2/lzma into the zygote). Never follows a symlink,
+    not even at `path` itself: a program can replace its own temp dir by a link to a directory of ours, and
+    this runs as root. Each directory is opened with O_NOFOLLOW and emptied through its fd."""
     try:
-        entries = list(os.scandir(path))
-    except NotADirectoryError:
-        os.unlink(path)
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    except FileNotFoundError:
         return
-    except OSError:
-        return
-    for e in entries:
+    except OSError:  # not a directory, or a symlink (ELOOP): remove the entry itself
         try:
-            if e.is_dir(follow_symlinks=False):
-                rmtree(e.path)
-            else:
-                os.unlink(e.path)
+            os.unlink(path, dir_fd=dir_fd)
         except OSError:
             pass
+        return
     try:
-        os.rmdir(path)
+        with os.scandir(fd) as it:
+            entries = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
+        for name, is_dir in entries:
+            try:
+                if is_dir:
+                    rmtree(name, dir_fd=fd)
+                else:
+                    os.unlink(name, dir_fd=fd)
+            except OSError:
+                pass
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    try:
+        os.rmdir(path, dir_fd=dir_fd)
     except OSError:
         pass
 

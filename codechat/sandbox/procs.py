@@ -66,14 +66,22 @@ _REQ = struct.Struct("=cq")  # op, pid
 _REPLY = struct.Struct("=q")
 
 
-def serve_forks(sock: _socket.socket, uid: int | None, keep: int) -> None:
+def spare_dir() -> str:
+    """The temp dir (cwd, HOME, TMPDIR) of this zygote's programs: one path, made afresh for each program.
+    Fixed per zygote, so that the zygote sets HOME and TMPDIR once: glibc's setenv keeps every distinct value
+    it was ever given, so a new path per program would grow the zygote (and every fork) without end."""
+    return f"/tmp/codechat-{os.getpid()}-{os.urandom(6).hex()}"  # (tempfile imports random: slow forks)
+
+
+def serve_forks(sock: _socket.socket, uid: int | None, keep: int, tmp: str) -> None:
     """The zygote's loop: fork spares and wait for programs, as the supervisor (`keep`, never killed) asks.
 
     Deliberately small: every page this process writes while a spare is alive is copied (the spare shares it),
     so all the per-job work (select loop, output, /proc checks, temp dirs, replies) lives in the supervisor."""
     global _devnull
     _devnull = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
-    environ = os.environ
+    # the zygote's environment is scrubbed (pool.py builds it from nothing): only HOME and TMPDIR are added
+    os.environ["HOME"] = os.environ["TMPDIR"] = tmp
     fork, waitpid, close, recvmsg, send = os.fork, os.waitpid, os.close, sock.recvmsg, sock.send
     space = _socket.CMSG_SPACE(_SPARE_FDS * 4)
     fds_fmt = f"={_SPARE_FDS}i"
@@ -87,9 +95,6 @@ def serve_forks(sock: _socket.socket, uid: int | None, keep: int) -> None:
             fds = struct.unpack(fds_fmt, anc[0][2]) if anc and len(anc[0][2]) == _SPARE_FDS * 4 else ()
             if len(fds) != _SPARE_FDS:
                 return
-            tmp = msg[size:].decode()
-            # the zygote's environment is scrubbed (pool.py builds it from nothing): only HOME and TMPDIR vary
-            environ["HOME"] = environ["TMPDIR"] = tmp
             pid = fork()
             if pid == 0:
                 code = 0

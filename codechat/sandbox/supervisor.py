@@ -35,15 +35,15 @@ def recv_exact(sock: socket.socket, n: int) -> bytes:
 class Forker:
     """The supervisor's handle on the zygote, which does nothing but fork spares and wait for them.
 
-    Requests (SOCK_SEQPACKET: one message each, fds attached): b"F" + tmp path with the spare's four fds ->
+    Requests (SOCK_SEQPACKET: one message each, fds attached): b"F" with the spare's four fds (its temp dir, at the zygote's fixed path, made ready) ->
     reply: its pid; b"W" pid: wait for a program already killed and shown to have left nothing (no reply);
     b"R" pid: kill and reap the program and every process it left -> reply: its wait status."""
 
     def __init__(self, sock: socket.socket):
         self.sock = sock
 
-    def fork(self, tmp: str, fds: list[int]) -> None:
-        self.sock.sendmsg([_REQ.pack(b"F", 0) + tmp.encode()],
+    def fork(self, fds: list[int]) -> None:
+        self.sock.sendmsg([_REQ.pack(b"F", 0)],
                           [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack(f"={len(fds)}i", *fds))])
 
     def wait(self, pid: int) -> None:
@@ -64,11 +64,15 @@ class Spare:
     """A candidate process forked ahead of time (by the zygote, on the supervisor's request), waiting for its job.
     Its pid is read from the zygote's reply when first needed."""
 
-    def __init__(self, uid: int | None, forker: Forker):
+    def __init__(self, uid: int | None, forker: Forker, tmp: str):
         self.uid = uid
         self.forker = forker
-        self.tmp = f"/tmp/codechat-{os.getpid()}-{os.urandom(6).hex()}"  # (tempfile imports random: slow forks)
-        os.mkdir(self.tmp, 0o700)
+        self.tmp = tmp  # the same path for every program of this zygote, removed after each (see spare_dir)
+        try:
+            os.mkdir(tmp, 0o700)
+        except FileExistsError:  # left by the previous program (a link planted there, ...): remove, no follow
+            isolation.rmtree(tmp)
+            os.mkdir(tmp, 0o700)
         if uid is not None:
             os.chown(self.tmp, uid, uid)
         # (bare _socket pairs: socket.socketpair re-wraps each end, one getsockname per end)
@@ -76,7 +80,7 @@ class Spare:
         self.ctl, cz = _socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)  # supervisor -> candidate
         self.out_r, out_w = os.pipe()
         self.ev_r, ev_w = os.pipe()
-        forker.fork(self.tmp, [sc.fileno(), cz.fileno(), out_w, ev_w])
+        forker.fork([sc.fileno(), cz.fileno(), out_w, ev_w])
         for fd in (out_w, ev_w):
             os.close(fd)
         sc.close()
@@ -233,14 +237,15 @@ def run_job(job: dict, spare: Spare, cand_r: int, judge_r: int, judge: JudgeProc
     return rec, not res_done or over or judge.jobs >= judge.max_jobs
 
 
-def supervise(sock: socket.socket, zsock: socket.socket, uid: int | None, judge_mb: int, active: list[str]) -> None:
+def supervise(sock: socket.socket, zsock: socket.socket, uid: int | None, judge_mb: int, active: list[str],
+              tmp: str) -> None:
     """The supervisor (a child of the zygote): serves the parent's jobs, one at a time."""
     die_with_parent()
     sock = socket.socket(fileno=sock.detach())  # the zygote uses bare _socket objects
     zygote_pid = os.getppid()
     forker = Forker(zsock)
     judge = JudgeProc(judge_mb)
-    spare = Spare(uid, forker)
+    spare = Spare(uid, forker, tmp)
     wire.send(sock.fileno(), pickle.dumps({"pid": zygote_pid, "active": active, "uid": uid}))
     while True:
         try:
@@ -266,7 +271,7 @@ def supervise(sock: socket.socket, zsock: socket.socket, uid: int | None, judge_
         if replace_judge:
             judge.kill()
             judge = JudgeProc(judge_mb)
-        spare = Spare(uid, forker)
+        spare = Spare(uid, forker, tmp)
     try:
         if not spare.collected:
             spare.collect(False)

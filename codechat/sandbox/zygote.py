@@ -43,8 +43,9 @@ def serve(sock: _socket.socket) -> None:
     if uid is not None:
         active.append("own_uid")
     judge_mb = int(hello.get("judge_memory_mb", 4096))  # address space of the judge, which decodes values
+    tmp = procs.spare_dir()
     zsock, ssock = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
-    sup = procs._fork(_supervisor_main, zsock, sock, ssock, uid, judge_mb, active)
+    sup = procs._fork(_supervisor_main, zsock, sock, ssock, uid, judge_mb, active, tmp)
     sock.close()
     ssock.close()
     del hello
@@ -52,17 +53,17 @@ def serve(sock: _socket.socket) -> None:
     gc.freeze()  # keep imported objects out of the children's GC passes: fewer copy-on-write page faults
     ctypes.CDLL(None).malloc_trim(0)  # hand free heap back to the OS: fewer page-table entries to copy per fork
     try:
-        procs.serve_forks(zsock, uid, sup)
+        procs.serve_forks(zsock, uid, sup, tmp)
     except (OSError, EOFError):
         pass
     # the supervisor is gone (the parent closed the connection, or it failed): leave nothing behind
     procs.reap_program(sup, uid, 0)
 
 
-def _supervisor_main(zsock, sock, ssock, uid, judge_mb, active) -> None:
+def _supervisor_main(zsock, sock, ssock, uid, judge_mb, active, tmp) -> None:
     zsock.close()
     from codechat.sandbox import supervisor  # imported after the fork: the zygote never loads it
-    supervisor.supervise(sock, ssock, uid, judge_mb, active)
+    supervisor.supervise(sock, ssock, uid, judge_mb, active, tmp)
 
 
 if __name__ == "__main__":
