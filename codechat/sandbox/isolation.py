@@ -153,14 +153,29 @@ def sandbox_uid() -> int | None:
     return 1_000_000 + os.getpid() if os.geteuid() == 0 else None
 
 
-def apply_limits(lim: Limits) -> None:
+def rlimits(lim: Limits) -> list[int]:
+    """The program's rlimits as a flat list (resource, soft, hard, resource, ...), computed by the supervisor so
+    that the forked child only has to apply them (`apply_rlimits`)."""
     mib = 1 << 20
-    resource.setrlimit(resource.RLIMIT_CPU, (lim.cpu_s, lim.cpu_s + 1))
-    resource.setrlimit(resource.RLIMIT_AS, (lim.memory_mb * mib, lim.memory_mb * mib))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (lim.fsize_mb * mib, lim.fsize_mb * mib))
-    resource.setrlimit(resource.RLIMIT_NOFILE, (lim.nofile, lim.nofile))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    resource.setrlimit(resource.RLIMIT_NPROC, (lim.nproc, lim.nproc))
+    return [resource.RLIMIT_CPU, lim.cpu_s, lim.cpu_s + 1,
+            resource.RLIMIT_AS, lim.memory_mb * mib, lim.memory_mb * mib,
+            resource.RLIMIT_FSIZE, lim.fsize_mb * mib, lim.fsize_mb * mib,
+            resource.RLIMIT_NOFILE, lim.nofile, lim.nofile,
+            resource.RLIMIT_CORE, 0, 0,
+            resource.RLIMIT_NPROC, lim.nproc, lim.nproc]
+
+
+N_RLIMITS = 6
+
+
+def apply_rlimits(flat) -> None:
+    setrlimit = resource.setrlimit
+    for i in range(0, 3 * N_RLIMITS, 3):
+        setrlimit(flat[i], (flat[i + 1], flat[i + 2]))
+
+
+def apply_limits(lim: Limits) -> None:
+    apply_rlimits(rlimits(lim))
 
 
 def drop_privileges(uid: int | None) -> None:

@@ -7,6 +7,7 @@ available on this machine, one warning lists which ones are active.
 from __future__ import annotations
 
 import json
+import marshal
 import os
 import pickle
 import queue
@@ -102,7 +103,7 @@ class Zygote:
             os.close(judge_r)
             cand_r = judge_r = -1
             # Each payload goes down its own pipe: only the candidate reads the code, only the judge the tests.
-            _write_quietly(cand_w, pickle.dumps({"code": job.code, "setup": job.setup}))
+            _write_quietly(cand_w, marshal.dumps({"code": str(job.code), "setup": str(job.setup)}))
             _write_quietly(judge_w, pickle.dumps({
                 "mode": job.mode, "setup": job.setup, "entry_point": job.entry_point, "tests": job.tests,
                 "inputs": job.inputs, "expected": job.expected, "atol": job.atol}))

@@ -25,7 +25,7 @@ _libc = ctypes.CDLL(None)
 # forked child costs it dozens of copy-on-write page faults.
 _prctl = _libc.prctl
 _SIGKILL = int(signal.SIGKILL)
-_LIMITS = struct.Struct("=7q")  # cpu_s, memory_mb, nproc, nofile, fsize_mb, max payload bytes, (reserved)
+_LIMITS = struct.Struct(f"={3 * isolation.N_RLIMITS}q")  # isolation.rlimits(): (resource, soft, hard) * 6
 _FD = struct.Struct("=i")
 
 
@@ -136,7 +136,7 @@ def _candidate_main(tmp: str, uid: int | None, sc: int, cz: int, out_w: int, ev_
         return  # the zygote is shutting down
     payload_fd = _FD.unpack_from(anc[0][2])[0]
     ctl.close()
-    isolation.apply_limits(isolation.Limits(*_LIMITS.unpack(msg)[:5]))
+    isolation.apply_rlimits(_LIMITS.unpack(msg))
     isolation.drop_privileges(uid)
     _prctl(PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0)  # setuid cleared it
     candidate.serve(3, payload_fd, 5)

@@ -104,7 +104,7 @@ class Spare:
         return self.forker.reap(self.pid)
 
     def start(self, limits: isolation.Limits, cand_r: int) -> None:
-        msg = _LIMITS.pack(limits.cpu_s, limits.memory_mb, limits.nproc, limits.nofile, limits.fsize_mb, 0, 0)
+        msg = _LIMITS.pack(*isolation.rlimits(limits))
         socket.send_fds(self.ctl, [msg], [cand_r])
 
     def close(self) -> None:
