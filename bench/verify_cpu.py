@@ -2,10 +2,11 @@
 
     PYTHONPATH=. python bench/verify_cpu.py [--n 500] [--workers 2]
 
-Wall-clock programs/s are noisy on a shared machine; CPU seconds are not. Ours: this process (all threads) +
-every zygote (its own time + its reaped children, i.e. the candidates) + each zygote's live children (the
-judge, the spare). Baseline: this process + all reaped children (the Manager and Process per program).
-Prints ms of CPU per program for each side (user/sys split) and one JSON line with the CPU ratio.
+Wall-clock programs/s are noisy on a shared machine; CPU seconds much less so. Ours: this process (all threads)
++ every zygote and each of its live descendants (supervisor, judge, spare), each with its reaped children (the
+programs). Baseline: this process + all reaped children (the Manager and Process per program). Prints ms of CPU
+per program for each side (the user/sys split is tick-sampled: rough) and page faults per program for ours
+(deterministic: the best signal for fork/copy-on-write work), then one JSON line with the CPU ratio.
 """
 from __future__ import annotations
 
