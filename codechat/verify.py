@@ -21,7 +21,6 @@ import os
 import re
 import threading
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
@@ -136,30 +135,40 @@ class Verifier:
                        tests_passed=r.tests_passed, tests_total=total, error_type=r.error_type,
                        message=r.message, duration_s=round(r.duration_s, 4), blocked=r.blocked)
 
-    def verify(self, task: Task, completion: str) -> Verdict:
+    def _tests_job(self, task: Task, completion: str) -> Job | Verdict:
+        """The job that verifies `completion`, or the verdict when there is nothing to run."""
         code = extract_code(completion, task)
         total = len(task.tests)
         if code is None:
             return Verdict("no_code", False, 0.0, tests_total=total, message="no code in the completion")
         if not task.tests:
             return Verdict("error", False, 0.0, error_type="NoTests", message=f"task {task.task_id} has no tests")
-        job = self._job("tests", code, task.timeout_s, setup=task.setup, entry_point=task.entry_point,
-                        tests=list(task.tests))
-        return self._verdict(self.pool.run(job), total)
+        return self._job("tests", code, task.timeout_s, setup=task.setup, entry_point=task.entry_point,
+                         tests=list(task.tests))
+
+    def verify(self, task: Task, completion: str) -> Verdict:
+        job = self._tests_job(task, completion)
+        if isinstance(job, Verdict):
+            return job
+        return self._verdict(self.pool.run(job), len(task.tests))
 
     def verify_many(self, pairs: Iterable[tuple[Task, str]]) -> list[Verdict]:
         return list(self.imap(pairs))
 
     def imap(self, pairs: Iterable[tuple[Task, str]]) -> Iterator[Verdict]:
-        """Verdicts in input order, computed in parallel with a bounded number in flight."""
-        with ThreadPoolExecutor(self.workers) as ex:
-            pending: deque = deque()
+        """Verdicts in input order, computed in parallel on all workers with a bounded number in flight
+        (one thread drives every worker: no thread pool)."""
+        early: deque = deque()  # per input: the verdict when nothing runs, else the number of tests
+
+        def jobs():
             for task, completion in pairs:
-                pending.append(ex.submit(self.verify, task, completion))
-                if len(pending) >= 2 * self.workers:
-                    yield pending.popleft().result()
-            while pending:
-                yield pending.popleft().result()
+                job = self._tests_job(task, completion)
+                early.append(job if isinstance(job, Verdict) else len(task.tests))
+                yield None if isinstance(job, Verdict) else job
+
+        for r in self.pool.run_many(jobs()):
+            e = early.popleft()
+            yield e if r is None else self._verdict(r, e)
 
     def verify_io(self, task: Task, completion: str, inputs: list[list], expected: list,
                   atol: float = 0.0, memory_mb: int | None = None) -> Verdict:

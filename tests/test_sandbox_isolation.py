@@ -3,6 +3,7 @@
 Each program returns what it could observe, or raises; the verdict's message carries it back. Tests that
 need root (own uid, namespaces) skip elsewhere; the fallback warning is tested on its own.
 """
+import hashlib
 import os
 import time
 from pathlib import Path
@@ -149,3 +150,50 @@ def test_wall_clock_limit_is_kept(verifier):
     t0 = time.monotonic()
     v = run(verifier, "time.sleep(30)\nreturn 'ok'")
     assert v.status == "timeout" and time.monotonic() - t0 < 3 + 1
+
+
+def test_cleanup_does_not_follow_a_link_planted_at_the_temp_dir():
+    # the program moves its temp dir away and leaves a link to a directory of ours in its place; removing
+    # "the temp dir" afterwards (as root) must remove the link, never what it points to
+    victim = Path("/run") / f"codechat-victim-{os.getpid()}"
+    victim.mkdir(mode=0o755)
+    (victim / "precious.txt").write_text("keep me")
+    code = ("import os\ncwd = os.getcwd()\nos.chdir('/')\nos.rename(cwd, cwd + '-moved')\n"
+            f"os.symlink({str(victim)!r}, cwd)\n"
+            "def probe():\n    return 'ok'\n")
+    try:
+        with Verifier(VerifierConfig(workers=1, timeout_s=3)) as v:
+            v.verify(T, code)
+            assert run(v, "return 'ok' if os.listdir('.') == [] else 'dirty'").passed  # the next cwd is fresh
+        assert (victim / "precious.txt").read_text() == "keep me"
+    finally:
+        for p in victim.iterdir():
+            p.unlink()
+        victim.rmdir()
+
+
+def test_a_program_cannot_find_the_previous_programs_output_in_its_memory():
+    # the process that forks programs (the zygote) never handles job data (output, results, tests): that is
+    # the supervisor's, which no program is forked from. Program 2 scans its anonymous memory for what
+    # program 1 printed, reassembling the marker at run time so that its own code does not contain it.
+    token = os.urandom(8).hex()
+    first = f"print('LEAK' + 'MARK-{token}')\ndef probe():\n    return 'ok'\n"
+    digest = hashlib.sha256(token.encode()).hexdigest()  # program 2 knows only this, not the token
+    second = ("import ctypes, hashlib\n"
+              "def probe():\n"
+              "    prefix, found = ('LEAK' + 'MARK-').encode(), 0\n"
+              "    for line in open('/proc/self/maps'):\n"  # anonymous memory: heap, arenas, stack
+              "        f = line.split()\n"
+              "        if f[1][0] != 'r' or (len(f) > 5 and f[5] not in ('[heap]', '[stack]')):\n"
+              "            continue\n"
+              "        a, b = (int(x, 16) for x in f[0].split('-'))\n"
+              "        mem = ctypes.string_at(a, b - a)\n"
+              "        i = mem.find(prefix)\n"
+              "        while i >= 0:\n"
+              f"            found += hashlib.sha256(mem[i + 9:i + 25]).hexdigest() == {digest!r}\n"
+              "            i = mem.find(prefix, i + 1)\n"
+              "    return 'ok' if found == 0 else f'found {found}'\n")
+    with Verifier(VerifierConfig(workers=1, timeout_s=10, memory_mb=1024)) as v:
+        assert v.verify(T, first).passed
+        verdict = v.verify(T, second)
+    assert verdict.passed, verdict.message

@@ -54,3 +54,20 @@ def test_too_deep_value_is_refused():
         x = [x]
     with pytest.raises(wire.WireError):
         wire.dumps(x)
+
+
+def test_reader_keeps_frame_boundaries_across_reads():
+    import os
+    r, w = os.pipe()
+    try:
+        os.write(w, b"\x00\x00\x00\x02hi\x00\x00\x00\x03abc\x00\x00")  # two frames and half a header
+        reader = wire.Reader(r)
+        assert reader.recv() == b"hi" and reader.recv() == b"abc"
+        os.write(w, b"\x00\x05" + b"x" * 5)
+        assert reader.recv() == b"xxxxx"
+        os.write(w, b"\x00\x00\x01\x00")
+        with pytest.raises(wire.WireError):
+            reader.recv(max_bytes=100)
+    finally:
+        os.close(r)
+        os.close(w)

@@ -14,9 +14,10 @@ loads native code, or writes outside its working directory (Verdict.blocked); it
 from __future__ import annotations
 
 import builtins
+import _pickle
 import io
+import marshal
 import os
-import pickle
 import sys
 import types
 
@@ -66,7 +67,7 @@ def _install_audit_hook(events_fd: int, cwd: str) -> None:
     sys.addaudithook(hook)
 
 
-class _Unpickler(pickle.Unpickler):
+class _Unpickler(_pickle.Unpickler):  # (_pickle: the zygote does not import pickle.py)
     server: "_Server"
 
     def persistent_load(self, pid):  # a judge-side proxy: the object it stands for lives here
@@ -93,7 +94,9 @@ class _Server:
         return self.objects[key]
 
     def unpickle(self, data: bytes):
-        u = _Unpickler(io.BytesIO(data))
+        if data[:1] == b"p":  # no proxies inside (the judge, trusted, says so): plain C unpickling
+            return _pickle.loads(data[1:])
+        u = _Unpickler(io.BytesIO(data[1:]))
         u.server = self
         return u.load()
 
@@ -107,7 +110,7 @@ class _Server:
     def serve(self) -> None:
         while True:
             try:
-                op, ref, args, kwargs = self.unpickle(wire.recv(self.fd))
+                op, ref, args, kwargs = self.unpickle(wire.recv(self.fd))  # (not wire.Reader: fewer pages)
             except wire.WireError:
                 return  # the judge is done
             try:
@@ -166,7 +169,7 @@ def _describe(name: str, value: object) -> list:
 
 def serve(sock_fd: int, payload_fd: int, events_fd: int) -> None:
     """Entry point in the sandboxed child; returns when the judge closes the channel."""
-    payload = pickle.loads(wire.recv(payload_fd))  # written by the parent: trusted
+    payload = marshal.loads(wire.recv(payload_fd))  # written by the parent (marshal: less to touch than pickle)
     os.close(payload_fd)
     # (the zygote does not import `random`, so each program that does gets a fresh seed)
     mod = types.ModuleType("__sandbox__")

@@ -38,25 +38,37 @@ class Limits:
         return f"Limits({self.__dict__})"
 
 
-def rmtree(path: str) -> None:
-    """shutil.rmtree without importing shutil (which loads bz2/lzma into the zygote); never follows links."""
+def rmtree(path: str, dir_fd: int | None = None) -> None:
+    """shutil.rmtree without importing shutil (which loads bz2/lzma into the zygote). Never follows a symlink,
+    not even at `path` itself: a program can replace its own temp dir by a link to a directory of ours, and
+    this runs as root. Each directory is opened with O_NOFOLLOW and emptied through its fd."""
     try:
-        entries = list(os.scandir(path))
-    except NotADirectoryError:
-        os.unlink(path)
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    except FileNotFoundError:
         return
-    except OSError:
-        return
-    for e in entries:
+    except OSError:  # not a directory, or a symlink (ELOOP): remove the entry itself
         try:
-            if e.is_dir(follow_symlinks=False):
-                rmtree(e.path)
-            else:
-                os.unlink(e.path)
+            os.unlink(path, dir_fd=dir_fd)
         except OSError:
             pass
+        return
     try:
-        os.rmdir(path)
+        with os.scandir(fd) as it:
+            entries = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
+        for name, is_dir in entries:
+            try:
+                if is_dir:
+                    rmtree(name, dir_fd=fd)
+                else:
+                    os.unlink(name, dir_fd=fd)
+            except OSError:
+                pass
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    try:
+        os.rmdir(path, dir_fd=dir_fd)
     except OSError:
         pass
 
@@ -141,14 +153,29 @@ def sandbox_uid() -> int | None:
     return 1_000_000 + os.getpid() if os.geteuid() == 0 else None
 
 
-def apply_limits(lim: Limits) -> None:
+def rlimits(lim: Limits) -> list[int]:
+    """The program's rlimits as a flat list (resource, soft, hard, resource, ...), computed by the supervisor so
+    that the forked child only has to apply them (`apply_rlimits`)."""
     mib = 1 << 20
-    resource.setrlimit(resource.RLIMIT_CPU, (lim.cpu_s, lim.cpu_s + 1))
-    resource.setrlimit(resource.RLIMIT_AS, (lim.memory_mb * mib, lim.memory_mb * mib))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (lim.fsize_mb * mib, lim.fsize_mb * mib))
-    resource.setrlimit(resource.RLIMIT_NOFILE, (lim.nofile, lim.nofile))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    resource.setrlimit(resource.RLIMIT_NPROC, (lim.nproc, lim.nproc))
+    return [resource.RLIMIT_CPU, lim.cpu_s, lim.cpu_s + 1,
+            resource.RLIMIT_AS, lim.memory_mb * mib, lim.memory_mb * mib,
+            resource.RLIMIT_FSIZE, lim.fsize_mb * mib, lim.fsize_mb * mib,
+            resource.RLIMIT_NOFILE, lim.nofile, lim.nofile,
+            resource.RLIMIT_CORE, 0, 0,
+            resource.RLIMIT_NPROC, lim.nproc, lim.nproc]
+
+
+N_RLIMITS = 6
+
+
+def apply_rlimits(flat) -> None:
+    setrlimit = resource.setrlimit
+    for i in range(0, 3 * N_RLIMITS, 3):
+        setrlimit(flat[i], (flat[i + 1], flat[i + 2]))
+
+
+def apply_limits(lim: Limits) -> None:
+    apply_rlimits(rlimits(lim))
 
 
 def drop_privileges(uid: int | None) -> None:

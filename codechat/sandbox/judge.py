@@ -64,13 +64,14 @@ class _Pickler(pickle.Pickler):
 class Channel:
     def __init__(self, fd: int, max_bytes: int):
         self.fd, self.max_bytes, self.calls = fd, max_bytes, 0
+        self.reader = wire.Reader(fd)
 
     def _decode_handle(self, hid: int, type_name: str) -> "Remote":
         return Remote(self, ("h", hid), type_name)
 
     def recv(self) -> list:
         try:
-            msg = wire.loads(wire.recv(self.fd, self.max_bytes), handle=self._decode_handle)
+            msg = wire.loads(self.reader.recv(self.max_bytes), handle=self._decode_handle)
         except (wire.WireError, OSError) as e:
             raise CandidateGone(str(e)) from None
         if not isinstance(msg, list) or not msg or not isinstance(msg[0], str):
@@ -79,14 +80,20 @@ class Channel:
 
     def request(self, op: str, ref: tuple, *args, **kwargs):
         self.calls += 1
-        buf = io.BytesIO()
-        pickler = _Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL)
+        msg = (op, ref, args, kwargs)
         try:
-            pickler.dump((op, ref, args, kwargs))
+            try:
+                # fast path, all in C: no proxy among the arguments (a proxy refuses plain pickling)
+                data = b"p" + pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
+            except _IsRemote:
+                buf = io.BytesIO()
+                buf.write(b"r")
+                _Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(msg)
+                data = buf.getvalue()
         except (pickle.PicklingError, TypeError, AttributeError) as e:
             raise TypeError(f"argument cannot be sent to the sandboxed program: {e}") from None
         try:
-            wire.send(self.fd, buf.getvalue())
+            wire.send(self.fd, data)
         except OSError as e:
             raise CandidateGone(str(e)) from None
         reply = self.recv()
@@ -99,9 +106,16 @@ class Channel:
         raise CandidateGone("malformed reply")
 
 
+class _IsRemote(Exception):
+    """Raised when a proxy is pickled without the proxy-aware pickler (`Channel.request` then uses it)."""
+
+
 class Remote:
     """A judge-side proxy for an object living in the candidate. Equality and hashing are by identity."""
     __slots__ = ("_chan", "_ref", "_type")
+
+    def __reduce_ex__(self, protocol):
+        raise _IsRemote
 
     def __init__(self, chan: Channel, ref: tuple, type_name: str):
         object.__setattr__(self, "_chan", chan)

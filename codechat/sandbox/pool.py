@@ -6,24 +6,29 @@ available on this machine, one warning lists which ones are active.
 """
 from __future__ import annotations
 
+import json
+import marshal
 import os
 import pickle
 import queue
+import select
 import signal
 import socket
 import struct
 import subprocess
 import sys
 import threading
+import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Iterator
 
 from codechat.sandbox import wire
 from codechat.sandbox.isolation import Limits
 
 ALL_PROTECTIONS = ("network", "private_tmp", "hidden_paths", "own_uid")
+_END = object()
 _warned = False
 
 
@@ -74,7 +79,7 @@ class Zygote:
         child.close()
         self.sock = parent
         self.sock.settimeout(60)
-        msg = pickle.dumps({"hide_paths": list(hide_paths)})
+        msg = json.dumps({"hide_paths": list(hide_paths)}).encode()  # (the zygote does not import pickle)
         self.sock.sendall(struct.pack(">I", len(msg)) + msg)
         hello = pickle.loads(self._recv())
         self.active: list[str] = hello["active"]
@@ -82,6 +87,11 @@ class Zygote:
 
     def run(self, job: Job) -> dict:
         """Send the job; returns the zygote's raw record. Raises OSError/EOFError if the zygote is broken."""
+        self.submit(job)
+        return self.collect()
+
+    def submit(self, job: Job) -> None:
+        """Send the job (the reply is read by `collect`). Raises OSError if the zygote is broken."""
         cand_r, cand_w = os.pipe()
         judge_r, judge_w = os.pipe()
         try:
@@ -93,7 +103,7 @@ class Zygote:
             os.close(judge_r)
             cand_r = judge_r = -1
             # Each payload goes down its own pipe: only the candidate reads the code, only the judge the tests.
-            _write_quietly(cand_w, pickle.dumps({"code": job.code, "setup": job.setup}))
+            _write_quietly(cand_w, marshal.dumps({"code": str(job.code), "setup": str(job.setup)}))
             _write_quietly(judge_w, pickle.dumps({
                 "mode": job.mode, "setup": job.setup, "entry_point": job.entry_point, "tests": job.tests,
                 "inputs": job.inputs, "expected": job.expected, "atol": job.atol}))
@@ -101,6 +111,9 @@ class Zygote:
             for fd in (cand_r, judge_r, cand_w, judge_w):
                 if fd >= 0:
                     os.close(fd)
+
+    def collect(self) -> dict:
+        """The raw record of the job sent last (waits for it, up to the socket timeout)."""
         return pickle.loads(self._recv())
 
     def _recv(self) -> bytes:
@@ -215,6 +228,78 @@ class SandboxPool:
         finally:
             self._idle.put(z)
         return merge(raw)
+
+    def run_many(self, jobs: Iterable[Job | None]) -> Iterator[RunResult | None]:
+        """Results in input order (None for a None job), computed on every zygote this call can borrow, from one
+        thread: no thread pool, no hand-offs between threads. At most two jobs per zygote wait in order."""
+        if self._closed:
+            raise RuntimeError("the sandbox pool is closed")
+        slots = [self._idle.get()]  # at least one zygote (waits if other threads hold them all)
+        while True:
+            try:
+                slots.append(self._idle.get_nowait())
+            except queue.Empty:
+                break
+        free = list(range(len(slots)))
+        busy: dict[int, tuple[int, float]] = {}  # slot -> (index of its job, deadline)
+        done: dict[int, RunResult | None] = {}
+        it = iter(jobs)
+        nxt = submitted = 0
+        exhausted = False
+        try:
+            while True:
+                while free and not exhausted and submitted - nxt < 2 * len(slots):
+                    job = next(it, _END)
+                    if job is _END:
+                        exhausted = True
+                        break
+                    i, submitted = submitted, submitted + 1
+                    if job is None:
+                        done[i] = None
+                        continue
+                    k = free.pop()
+                    try:
+                        if slots[k] is None:
+                            slots[k] = self._start()
+                        slots[k].submit(job)
+                        busy[k] = (i, time.monotonic() + job.timeout_s + 30)
+                    except (OSError, EOFError, wire.WireError, pickle.UnpicklingError):
+                        slots[k] = self._broken(slots[k])
+                        free.append(k)
+                        done[i] = merge(None)
+                while nxt in done:
+                    yield done.pop(nxt)
+                    nxt += 1
+                if not busy:
+                    if exhausted and nxt == submitted:
+                        return
+                    continue
+                by_fd = {slots[k].sock.fileno(): k for k in busy}
+                wait = max(0.0, min(d for _, d in busy.values()) - time.monotonic())
+                ready, _, _ = select.select(list(by_fd), [], [], wait)
+                now = time.monotonic()
+                for k in [by_fd[fd] for fd in ready] + [k for k, (_, d) in busy.items() if d <= now]:
+                    if k not in busy:
+                        continue
+                    i, deadline = busy.pop(k)
+                    try:
+                        if deadline <= now and slots[k].sock.fileno() not in ready:
+                            raise TimeoutError("the zygote stopped answering")
+                        done[i] = merge(slots[k].collect())
+                    except (OSError, EOFError, wire.WireError, pickle.UnpicklingError):
+                        slots[k] = self._broken(slots[k])
+                        done[i] = merge(None)
+                    free.append(k)
+        finally:
+            for k in busy:  # abandoned mid-way (the caller stopped iterating): the reply is unknown
+                slots[k] = self._broken(slots[k])
+            for z in slots:
+                self._idle.put(z)
+
+    def _broken(self, z: Zygote | None) -> None:
+        if z is not None:
+            self._discard(z)
+        return None
 
     def _discard(self, z: Zygote) -> None:
         with self._lock:

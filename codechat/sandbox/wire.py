@@ -53,6 +53,41 @@ def recv(fd: int, max_bytes: int = 1 << 26) -> bytes:
     return _read_exact(fd, n)
 
 
+class Reader:
+    """Framed messages from a stream fd, read in as few syscalls as possible (usually one per message).
+    Bytes past the current frame stay buffered for the next `recv`: the stream's meaning is unchanged."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+        self.buf = b""
+
+    def recv(self, max_bytes: int = 1 << 26) -> bytes:
+        buf = self.buf
+        while len(buf) < 4:
+            chunk = os.read(self.fd, 1 << 16)
+            if not chunk:
+                raise WireError("channel closed")
+            buf += chunk
+        (n,) = _HEAD.unpack_from(buf)
+        if n > max_bytes:
+            raise WireError(f"message of {n} bytes exceeds the {max_bytes}-byte cap")
+        end = 4 + n
+        if len(buf) < end:
+            chunks, have = [buf], len(buf)
+            while have < end:
+                chunk = os.read(self.fd, min(end - have, 1 << 20) if end - have > 1 << 16 else 1 << 16)
+                if not chunk:
+                    raise WireError("channel closed")
+                chunks.append(chunk)
+                have += len(chunk)
+            buf = b"".join(chunks)
+        self.buf = buf[end:]
+        return buf[4:end]
+
+
+_HEAD = struct.Struct(">I")
+
+
 # --- values -> plain data ----------------------------------------------------------------------------------------
 def to_plain(x: Any, handle: Callable[[Any], int] | None = None, depth: int = 0) -> Any:
     """Encode `x` as JSON-able tagged data. Non-plain objects become {"$h": id} via `handle`, else raise."""
@@ -173,12 +208,28 @@ def _ndarray(data: Any, dtype: str) -> Any:
     return np.array(data, dtype=dtype if dtype in np.sctypeDict else None)
 
 
+def _no_default(o: Any) -> Any:
+    raise TypeError(f"not JSON serializable: {type(o).__name__}")
+
+
+# One C encoder, built once (json.dumps with separators builds a JSONEncoder and a C encoder on every call).
+# No circular-reference markers: to_plain's output is a fresh tree, and its depth is capped.
+_encode = json.encoder.c_make_encoder(None, _no_default, json.encoder.encode_basestring_ascii, None, ":", ",",
+                                      False, False, True) if json.encoder.c_make_encoder else None
+
+
 def dumps(x: Any, handle=None) -> bytes:
-    return json.dumps(to_plain(x, handle), separators=(",", ":")).encode()
+    plain = to_plain(x, handle)
+    if _encode is None:
+        return json.dumps(plain, separators=(",", ":")).encode()
+    return "".join(_encode(plain, 0)).encode()
+
+
+_decode = json.JSONDecoder().decode
 
 
 def loads(b: bytes, handle=None) -> Any:
     try:
-        return from_plain(json.loads(b), handle)
+        return from_plain(_decode(b.decode()), handle)
     except (ValueError, RecursionError) as e:
         raise WireError(f"malformed message: {type(e).__name__}") from None

@@ -1,0 +1,281 @@
+"""The supervisor: runs the parent's jobs, one at a time, for its zygote (see zygote.py for the layout).
+
+A child of the zygote that never forks programs itself: it owns the connection to the parent, the judge (its
+child), the temp dir and sockets of each spare, the deadline and the output cap, and it asks the zygote to fork
+the next spare and to collect each program (`Forker`). Its work writes many pages per job; here, unlike in the
+zygote, no program shares them, so that costs no copy-on-write faults. Modules only the supervisor and the
+judge need are imported here, after the fork, so that the zygote stays small.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import resource
+import select
+import signal
+import socket
+import _socket
+import struct
+import time
+
+from codechat.sandbox import isolation, modes, procs, wire
+from codechat.sandbox.procs import _LIMITS, _REPLY, _REQ, _child_fds, _fork, _kill, die_with_parent
+
+
+def recv_exact(sock: socket.socket, n: int) -> bytes:
+    buf = b""
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise EOFError
+        buf += chunk
+    return buf
+
+
+class Forker:
+    """The supervisor's handle on the zygote, which does nothing but fork spares and wait for them.
+
+    Requests (SOCK_SEQPACKET: one message each, fds attached): b"F" with the spare's four fds (its temp dir, at the zygote's fixed path, made ready) ->
+    reply: its pid; b"W" pid: wait for a program already killed and shown to have left nothing (no reply);
+    b"R" pid: kill and reap the program and every process it left -> reply: its wait status."""
+
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+
+    def fork(self, fds: list[int]) -> None:
+        self.sock.sendmsg([_REQ.pack(b"F", 0)],
+                          [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack(f"={len(fds)}i", *fds))])
+
+    def wait(self, pid: int) -> None:
+        self.sock.send(_REQ.pack(b"W", pid))
+
+    def reap(self, pid: int) -> int:
+        self.sock.send(_REQ.pack(b"R", pid))
+        return self.reply()
+
+    def reply(self) -> int:
+        data = self.sock.recv(_REPLY.size)
+        if len(data) != _REPLY.size:
+            raise EOFError("the zygote is gone")
+        return _REPLY.unpack(data)[0]
+
+
+class Spare:
+    """A candidate process forked ahead of time (by the zygote, on the supervisor's request), waiting for its job.
+    Its pid is read from the zygote's reply when first needed."""
+
+    def __init__(self, uid: int | None, forker: Forker, tmp: str):
+        self.uid = uid
+        self.forker = forker
+        self.tmp = tmp  # the same path for every program of this zygote, removed after each (see spare_dir)
+        try:
+            os.mkdir(tmp, 0o700)
+        except FileExistsError:  # left by the previous program (a link planted there, ...): remove, no follow
+            isolation.rmtree(tmp)
+            os.mkdir(tmp, 0o700)
+        if uid is not None:
+            os.chown(self.tmp, uid, uid)
+        # (bare _socket pairs: socket.socketpair re-wraps each end, one getsockname per end)
+        sc, self.sj = _socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)  # candidate <-> judge
+        self.ctl, cz = _socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)  # supervisor -> candidate
+        self.out_r, out_w = os.pipe()
+        self.ev_r, ev_w = os.pipe()
+        forker.fork([sc.fileno(), cz.fileno(), out_w, ev_w])
+        for fd in (out_w, ev_w):
+            os.close(fd)
+        sc.close()
+        cz.close()
+        self._pid: int | None = None
+        self.collected = False
+
+    @property
+    def pid(self) -> int:
+        if self._pid is None:
+            self._pid = self.forker.reply()
+        return self._pid
+
+    def collect(self, clean: bool) -> int:
+        """After `stop_program`: have the zygote wait for the program (`clean`: nothing else to do, no reply)
+        or reap it and everything it left; returns its wait status (0 when clean)."""
+        self.collected = True
+        if clean:
+            self.forker.wait(self.pid)
+            return 0
+        return self.forker.reap(self.pid)
+
+    def start(self, limits: isolation.Limits, cand_r: int) -> None:
+        msg = _LIMITS.pack(*isolation.rlimits(limits))
+        socket.send_fds(self.ctl, [msg], [cand_r])
+
+    def close(self) -> None:
+        for fd in (self.out_r, self.ev_r):
+            os.close(fd)
+        self.sj.close()
+        self.ctl.close()
+        isolation.rmtree(self.tmp)
+
+
+class JudgeProc:
+    """The judge: a long-lived child that runs tests for one job at a time. It never runs program code, so it
+    is reused across jobs; it is replaced after a timeout, an output overflow, or `max_jobs` jobs."""
+    max_jobs = 500
+
+    def __init__(self, memory_mb: int):
+        self.sock, child = socket.socketpair()
+        parent_sock = self.sock
+        self.pid = _fork(lambda: (parent_sock.close(), _judge_server(child, memory_mb)))
+        child.close()
+        self.jobs = 0
+
+    def submit(self, sj: int, judge_r: int, max_bytes: int) -> None:
+        self.jobs += 1
+        socket.send_fds(self.sock, [struct.pack(">I", max_bytes)], [sj, judge_r])
+
+    def kill(self) -> None:
+        _kill(self.pid)
+        os.waitpid(self.pid, 0)
+        self.sock.close()
+
+
+def _judge_server(sock: socket.socket, memory_mb: int) -> None:
+    os.setpgid(0, 0)
+    die_with_parent()
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    _child_fds([sock.fileno()])
+    sock = socket.socket(fileno=3)
+    # Address space only: the judge runs trusted tests, but decodes values the program chose.
+    resource.setrlimit(resource.RLIMIT_AS, (memory_mb << 20, memory_mb << 20))
+    os.environ.clear()
+    while True:
+        head, fds, _, _ = socket.recv_fds(sock, 4, 2)
+        if not head:
+            return
+        head += recv_exact(sock, 4 - len(head))
+        (max_bytes,) = struct.unpack(">I", head)
+        try:
+            rec = modes.judge(fds[0], fds[1], max_bytes)
+        except BaseException as e:  # noqa: BLE001 - report, and stay up for the next job
+            rec = wire.dumps({"status": "error", "error_type": "JudgeError",
+                              "message": f"{type(e).__name__}: {e}"[:300]})
+        for fd in fds:
+            os.close(fd)
+        sock.sendall(struct.pack(">I", len(rec)) + rec)
+
+
+def stop_program(cpid: int, zygote_pid: int, supervisor_pid: int) -> bool:
+    """SIGKILL the program's group; True if it provably left no other process (the common, fast case).
+
+    After the kill returns, the program cannot create processes any more (fork checks for a pending fatal
+    signal). The zygote is a child subreaper, so any descendant is either a child of the program or re-parented
+    to us: if neither list holds one, there is nothing else to kill."""
+    try:
+        os.killpg(cpid, signal.SIGKILL)
+    except OSError:
+        pass
+    mine = procs._children(zygote_pid, single_threaded=True)
+    theirs = procs._children(cpid)
+    return mine is not None and theirs == [] and set(mine) <= {cpid, supervisor_pid}
+
+
+def run_job(job: dict, spare: Spare, cand_r: int, judge_r: int, judge: JudgeProc, zygote_pid: int
+            ) -> tuple[dict, bool]:
+    """Run one job on `spare`; returns (record for the parent, whether the judge must be replaced).
+    The program is collected by the zygote before this returns; the caller closes the spare after replying."""
+    t0 = time.monotonic()
+    try:
+        spare.start(job["limits"], cand_r)
+    except OSError:
+        pass  # the spare died early: the judge sees the channel close and reports it
+    judge.submit(spare.sj.fileno(), judge_r, job["max_result_bytes"])
+    for fd in (cand_r, judge_r):
+        os.close(fd)
+    deadline = t0 + job["timeout_s"]
+    out_head, out_total, events, res = b"", 0, b"", b""
+    timed_out = over = res_done = False
+    jfd = judge.sock.fileno()
+    watch = [spare.out_r, jfd, spare.ev_r]
+    while not res_done:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            timed_out = True
+            break
+        ready, _, _ = select.select(watch, [], [], left)
+        for fd in ready:
+            chunk = os.read(fd, 1 << 16)
+            if fd == spare.out_r:
+                out_total += len(chunk)
+                out_head = (out_head + chunk)[:2048] if len(out_head) < 2048 else out_head
+                over = out_total > job["max_output_bytes"]
+            elif fd == spare.ev_r:
+                events += chunk[:4096]
+            else:
+                res += chunk
+                res_done = not chunk or (len(res) >= 4 and len(res) >= 4 + struct.unpack(">I", res[:4])[0])
+            if not chunk and fd != jfd:
+                watch.remove(fd)
+        if over:
+            break
+    duration = time.monotonic() - t0
+    clean = stop_program(spare.pid, zygote_pid, os.getpid())
+    # fast path: the zygote only collects the (killed) program; slow path: it waits for the program (its exit
+    # status explains an early end) and reaps every descendant
+    c_status = spare.collect(clean and res_done and not over and b'"EarlyExit"' not in res)
+    os.set_blocking(spare.ev_r, False)
+    try:
+        events += os.read(spare.ev_r, 4096)
+    except OSError:
+        pass
+    blocked = {e for e in events.decode(errors="replace").split() if e}
+    if isolation.clean_scratch(spare.uid, keep=spare.tmp):
+        blocked.add("write_outside")
+    c_signal = os.WTERMSIG(c_status) if os.WIFSIGNALED(c_status) else None
+    rec = {"timed_out": timed_out, "output_over": over, "output_head": out_head.decode(errors="replace"),
+           "c_signal": c_signal, "judge": res if res_done else None, "duration_s": duration,
+           "blocked": sorted(blocked)}
+    return rec, not res_done or over or judge.jobs >= judge.max_jobs
+
+
+def supervise(sock: socket.socket, zsock: socket.socket, uid: int | None, judge_mb: int, active: list[str],
+              tmp: str) -> None:
+    """The supervisor (a child of the zygote): serves the parent's jobs, one at a time."""
+    die_with_parent()
+    sock = socket.socket(fileno=sock.detach())  # the zygote uses bare _socket objects
+    zygote_pid = os.getppid()
+    forker = Forker(zsock)
+    judge = JudgeProc(judge_mb)
+    spare = Spare(uid, forker, tmp)
+    wire.send(sock.fileno(), pickle.dumps({"pid": zygote_pid, "active": active, "uid": uid}))
+    while True:
+        try:
+            head, fds, _, _ = socket.recv_fds(sock, 4, 2)
+            if not head:
+                break
+            head += recv_exact(sock, 4 - len(head))
+            job = pickle.loads(recv_exact(sock, struct.unpack(">I", head)[0]))
+        except (EOFError, OSError):
+            break
+        try:
+            result, replace_judge = run_job(job, spare, fds[0], fds[1], judge, zygote_pid)
+        except Exception as e:  # noqa: BLE001 - keep serving; the parent sees an error for this job
+            result, replace_judge = {"fatal": f"{type(e).__name__}: {e}"}, True
+            try:
+                if not spare.collected:
+                    spare.collect(False)
+            except (OSError, EOFError):  # the zygote is gone: nothing more can run here
+                wire.send(sock.fileno(), pickle.dumps(result))
+                break
+        wire.send(sock.fileno(), pickle.dumps(result))
+        spare.close()
+        if replace_judge:
+            judge.kill()
+            judge = JudgeProc(judge_mb)
+        spare = Spare(uid, forker, tmp)
+    try:
+        if not spare.collected:
+            spare.collect(False)
+    except (OSError, EOFError):
+        pass
+    spare.close()
+    judge.kill()
