@@ -117,6 +117,13 @@ class RayPool:
             self.generation[i] += 1
             self.replaced += 1
 
+    def run_many(self, jobs):
+        """Results in input order (None for a None job); each job waits on a Ray node, several in flight."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max(self.workers, 1)) as ex:
+            yield from ex.map(lambda j: None if j is None else self.run(j), list(jobs))
+
     def run(self, job):
         from codechat.sandbox import RunResult
 
