@@ -10,4 +10,6 @@ COMMANDS = {
     "train": ("codechat.commands.train", "train a policy: sft, rft, grpo, rloo, dpo stages from a YAML config"),
     "plot": ("codechat.commands.plot", "plot a run's curves to a PNG"),
     "eval": ("codechat.commands.eval", "evaluate pass@k of a model or a completions file; compare two evaluations"),
+    "demo": ("codechat.commands.demo", "train a tiny code model from scratch on CPU and show RL lifting its pass rate"),
+    "compare": ("codechat.commands.compare", "compare RL algorithms from one SFT checkpoint at an equal sample budget"),
 }
