@@ -155,20 +155,31 @@ def plot(curves: dict[str, list[list[tuple[int, float]]]], sft_pass1: float, out
     plt.close(fig)
 
 
-def sft_model(args, out: Path) -> tuple[str, float]:
-    """The SFT model directory and its held-out pass@1 (training it with the demo's settings if needed)."""
+def sft_model(args, out: Path, cfg) -> tuple[str, float]:
+    """The SFT model directory (training it with the demo's settings if --sft is not given) and its held-out
+    pass@1 under the runs' eval settings (evaluated once, cached in OUT/sft_eval.json)."""
     from codechat.commands.eval import resolve_model
-    from codechat.train.metrics import read_metrics
 
     src = Path(args.sft) if args.sft else out / "sft"
     if not args.sft:
         run_one(src, ["stages=[sft]", *args.overrides])
     model = resolve_model(str(src))
-    pass1 = 0.0
-    if (src / "metrics.jsonl").is_file():
-        ev = [r for r in read_metrics(src) if "eval/pass@1" in r and r.get("stage") == "sft"]
-        pass1 = ev[-1]["eval/pass@1"] if ev else 0.0
-    return model, pass1
+    cache = out / "sft_eval.json"
+    if cache.is_file() and json.loads(cache.read_text()).get("model") == model:
+        return model, json.loads(cache.read_text())["pass@1"]
+    from codechat.config import ModelConfig
+    from codechat.evaluate import evaluate_policy
+    from codechat.policy import load_policy
+    from codechat.tasks import load_tasks
+    from codechat.verify import Verifier
+
+    tasks = load_tasks(cfg.data.eval)[:cfg.data.max_eval_tasks or None]
+    with Verifier(cfg.verifier) as verifier:
+        rep = evaluate_policy(load_policy(ModelConfig(path=model)), verifier, tasks, n=cfg.eval.n, ks=[1],
+                              temperature=cfg.eval.temperature, greedy=cfg.eval.greedy, sampling=cfg.sampling,
+                              seed=cfg.seed + 99)
+    cache.write_text(json.dumps({"model": model, **rep.metrics}))
+    return model, rep.metrics["pass@1"]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -182,9 +193,9 @@ def run(args: argparse.Namespace) -> int:
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    model, sft_pass1 = sft_model(args, out)
-    target = args.target or round(sft_pass1 + 0.10, 3)
     base = demo_config(str(out), overrides=args.overrides)
+    model, sft_pass1 = sft_model(args, out, base)
+    target = args.target or round(sft_pass1 + 0.10, 3)
     stats, curves = {}, {}
     for m in methods:
         for seed in seeds:
