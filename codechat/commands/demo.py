@@ -22,7 +22,14 @@ def run(args: argparse.Namespace) -> int:
 
     from codechat.demo import demo_config, run_demo, table
 
+    from pathlib import Path
+
+    from codechat import CodechatError
+
     run_dir = args.run_dir or ("runs/demo-quick" if args.quick else "runs/demo")
+    if (Path(run_dir) / "checkpoints").is_dir():
+        raise CodechatError(f"{run_dir} holds an earlier demo: remove it or pass --run-dir "
+                            f"(continue it with `codechat train --resume {run_dir}`)")
     cfg = demo_config(run_dir, args.quick, args.overrides)
     command = " ".join(["codechat demo"] + (["--quick"] if args.quick else []) +
                        ([f"--run-dir {shlex.quote(run_dir)}"] if args.run_dir else []) +
