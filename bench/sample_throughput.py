@@ -6,7 +6,11 @@ as produced: up to and including the first EOS of each sample (generate pads aft
 credited for padding. Ends with one JSON line {"ours_tok_s", "hf_tok_s", "ratio"}.
 
     PYTHONPATH=. python bench/sample_throughput.py --preset tiny -P 4 -G 8 --new 64
+    PYTHONPATH=. python bench/sample_throughput.py --preset small --tasks ../shared/data/mbpp/mbpp.jsonl
     PYTHONPATH=. python bench/sample_throughput.py --model /path/to/hf_dir --threads 2
+
+Prompts: by default 8 short built-in code prompts (24-34 tokens with the presets' tokenizers); --tasks FILE
+takes the first P prompts of a task file instead (MBPP: ~60 tokens).
 """
 from __future__ import annotations
 
@@ -45,10 +49,13 @@ def count_new(seqs: torch.Tensor, eos: set[int]) -> int:
     return total
 
 
+CLOCK = time.perf_counter
+
+
 def run_ours(sampler, prompts, G, cfg):
-    t0 = time.perf_counter()
+    t0 = CLOCK()
     batch = sampler.sample(prompts, G, cfg)
-    return int(batch.n_tokens.sum()), time.perf_counter() - t0
+    return int(batch.n_tokens.sum()), CLOCK() - t0
 
 
 @torch.no_grad()
@@ -59,12 +66,12 @@ def run_hf(policy, prompts, G, cfg):
     ids = torch.tensor([[pad] * (Lp - len(p)) + p for p in rows], device=policy.device)
     attn = torch.tensor([[0] * (Lp - len(p)) + [1] * len(p) for p in rows], device=policy.device)
     torch.manual_seed(cfg.seed)
-    t0 = time.perf_counter()
+    t0 = CLOCK()
     out = policy.model.generate(
         input_ids=ids, attention_mask=attn, do_sample=cfg.temperature > 0, temperature=cfg.temperature or None,
         top_p=cfg.top_p, top_k=cfg.top_k, max_new_tokens=cfg.max_new_tokens, pad_token_id=pad,
         eos_token_id=list(policy.eos_token_ids))
-    dt = time.perf_counter() - t0
+    dt = CLOCK() - t0
     return count_new(out[:, Lp:], set(policy.eos_token_ids)), dt
 
 
@@ -72,28 +79,41 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--preset", default="tiny", help="preset name (tiny, small); ignored with --model")
     ap.add_argument("--model", default=None, help="local Hugging Face model directory")
+    ap.add_argument("--tasks", default=None, help="task file whose first P prompts are used (e.g. MBPP)")
     ap.add_argument("-P", type=int, default=4, help="prompts")
     ap.add_argument("-G", type=int, default=8, help="samples per prompt")
     ap.add_argument("--new", type=int, default=64, help="max new tokens")
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--top-p", type=float, default=1.0)
     ap.add_argument("--top-k", type=int, default=0)
-    ap.add_argument("--repeats", type=int, default=1, help="timed runs per side (median reported)")
+    ap.add_argument("--repeats", type=int, default=1, help="timed runs per side, interleaved")
+    ap.add_argument("--stat", choices=["median", "best"], default="median",
+                    help="summary over repeats: median, or best (each side's fastest run; steadier on a shared "
+                         "machine)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads; 0 = torch's default")
+    ap.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                    help="wall time, or this process's CPU time (with --threads 1: robust to other load)")
     ap.add_argument("--device", default="cpu")
     args = ap.parse_args()
+    global CLOCK
+    CLOCK = time.process_time if args.clock == "cpu" else time.perf_counter
     if args.threads:
         torch.set_num_threads(args.threads)
 
     policy = load_policy(ModelConfig(path=args.model or args.preset, device=args.device))
-    prompts = [policy.encode_prompt(PROMPTS[i % len(PROMPTS)]) for i in range(args.P)]
+    texts = PROMPTS
+    if args.tasks:
+        from codechat.tasks import load_tasks
+
+        texts = [t.prompt for t in load_tasks(args.tasks)[: args.P]]
+    prompts = [policy.encode_prompt(texts[i % len(texts)]) for i in range(args.P)]
     cfg = SamplingConfig(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
                          max_new_tokens=args.new, seed=0)
     sampler = Sampler(policy)
     n_params = sum(p.numel() for p in policy.model.parameters())
     print(f"model {args.model or args.preset} ({n_params / 1e6:.1f}M params), P={args.P} G={args.G} "
           f"new={args.new} T={args.temperature} top_p={args.top_p} top_k={args.top_k} "
-          f"threads={torch.get_num_threads()} prompt tokens={[len(p) for p in prompts]}")
+          f"threads={torch.get_num_threads()} clock={args.clock} prompt tokens={[len(p) for p in prompts]}")
     warm = SamplingConfig(**{**cfg.__dict__, "max_new_tokens": 4})
     run_ours(sampler, prompts, args.G, warm)
     run_hf(policy, prompts, args.G, warm)
@@ -105,7 +125,8 @@ def main() -> None:
         n, dt = run_hf(policy, prompts, args.G, cfg)
         hf.append(n / dt)
         print(f"hf generate: {n} new tokens in {dt:.3f} s = {n / dt:.0f} tok/s")
-    o, h = statistics.median(ours), statistics.median(hf)
+    pick = statistics.median if args.stat == "median" else max
+    o, h = pick(ours), pick(hf)
     print(json.dumps({"ours_tok_s": round(o, 1), "hf_tok_s": round(h, 1), "ratio": round(o / h, 2)}))
 
 

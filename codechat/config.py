@@ -31,6 +31,10 @@ class VerifierConfig:
     """Largest single value the program may return to the judge, in MiB (encoded)."""
     hide_paths: list[str] = field(default_factory=list)
     """Directories covered by an empty tmpfs inside the sandbox (e.g. where task files live on disk)."""
+    ray_address: str = ""
+    """backend=ray: the cluster to join (`auto`, `ray://host:10001`); empty = RAY_ADDRESS, else a local instance."""
+    ray_grace_s: float = 30.0
+    """backend=ray: a job not back within its timeout + this many seconds marks its node pool hung: replaced."""
 
 
 # --- algorithms -----------------------------------------------------------------------------------------------
@@ -129,6 +133,14 @@ class RolloutConfig:
     """Share of GPU memory vLLM may take for weights + KV cache when colocated with the trainer."""
     vllm_dtype: str = "auto"
     """vLLM weight dtype (`auto` follows the model; `float32` on CPU)."""
+    vllm_max_model_len: int = 0
+    """Longest prompt + completion the vLLM engine accepts; 0 = the model's max_position_embeddings."""
+    vllm_kv_cache_gib: float = 0.0
+    """KV-cache size for vLLM in GiB (overrides the memory share; the way to size it on CPU); 0 = vLLM's choice."""
+    vllm_enforce_eager: bool = True
+    """Run vLLM eagerly (no CUDA graphs / torch.compile): starts in seconds; set false on GPU for faster decoding."""
+    vllm_prefix_caching: bool = True
+    """Let vLLM reuse the KV of shared prompt prefixes (reset after every weight push)."""
 
 
 # --- training -------------------------------------------------------------------------------------------------
@@ -260,6 +272,22 @@ class LogConfig:
     """W&B project name."""
     plot: bool = True
     """Write curves.png at the end of the run."""
+    audit: bool = True
+    """Keep top-reward and suspicious samples of every RL step in audit.jsonl (`codechat audit RUN_DIR`)."""
+    audit_top_k: int = 2
+    """Highest-reward samples kept per step besides the suspicious ones."""
+
+
+@dataclass
+class DistConfig:
+    """Data parallelism under `torchrun --nproc_per_node N -m codechat train ...` (ignored in one process)."""
+
+    parallel: str = "ddp"
+    """`ddp`: each rank holds the whole model, gradients are averaged once per optimizer step (see train/dist.py)."""
+    backend: str = "auto"
+    """torch.distributed backend: `auto` (nccl when CUDA is available, else gloo), `nccl` or `gloo`."""
+    timeout_s: int = 1800
+    """Collective timeout: a rank that waits longer for the others fails the run instead of hanging it."""
 
 
 @dataclass
@@ -300,3 +328,5 @@ class RunConfig:
     """Checkpointing."""
     log: LogConfig = field(default_factory=LogConfig)
     """Logging."""
+    dist: DistConfig = field(default_factory=DistConfig)
+    """Data-parallel training across processes (torchrun)."""

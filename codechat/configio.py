@@ -143,6 +143,10 @@ def validate(cfg: RunConfig) -> None:
         ("rl.zero_variance", cfg.rl.zero_variance in ("keep", "skip", "resample")),
         ("model.dtype", cfg.model.dtype in ("float32", "bfloat16", "float16")),
         ("algo.kl_estimator", cfg.algo.kl_estimator in ("k1", "k2", "k3")),
+        ("rollout.engine", cfg.rollout.engine in ("hf", "vllm")),
+        ("dist.parallel", cfg.dist.parallel in ("ddp",)),
+        ("dist.backend", cfg.dist.backend in ("auto", "nccl", "gloo")),
+        ("verifier.backend", cfg.verifier.backend in ("local", "ray")),
     ]
     for key, ok in checks:
         if not ok:

@@ -43,16 +43,23 @@ class EvalReport:
 def summarize(records: list[dict], ks: list[int], greedy: dict[str, bool] | None = None) -> EvalReport:
     """Turn per-sample records (task_id, passed, status, n_tokens) into pass@k and counts."""
     per_task: dict[str, dict] = {}
+    plus = any("base_passed" in r for r in records)  # evalplus: `passed` is plus (base + extra inputs)
     for r in records:
-        t = per_task.setdefault(r["task_id"], {"n": 0, "c": 0})
+        t = per_task.setdefault(r["task_id"], {"n": 0, "c": 0, **({"c_base": 0} if plus else {})})
         t["n"] += 1
         t["c"] += int(bool(r["passed"]))
+        if plus:
+            t["c_base"] += int(bool(r.get("base_passed")))
     metrics: dict[str, float] = {}
     if per_task:
         n_min = min(t["n"] for t in per_task.values())
         for k in ks:
             if k <= n_min:
                 metrics[f"pass@{k}"] = sum(pass_at_k(t["n"], t["c"], k) for t in per_task.values()) / len(per_task)
+                if plus:
+                    metrics[f"base_pass@{k}"] = metrics[f"plus_pass@{k}"] = metrics[f"pass@{k}"]
+                    metrics[f"base_pass@{k}"] = sum(pass_at_k(t["n"], t["c_base"], k)
+                                                    for t in per_task.values()) / len(per_task)
     if greedy:
         metrics["greedy_pass@1"] = sum(greedy.values()) / len(greedy)
         for tid, ok in greedy.items():
@@ -62,6 +69,28 @@ def summarize(records: list[dict], ks: list[int], greedy: dict[str, bool] | None
     if records and "n_tokens" in records[0]:
         metrics["mean_len"] = sum(r["n_tokens"] for r in records) / len(records)
     return EvalReport(metrics, per_task, records)
+
+
+def score_records(verifier, pairs: list[tuple[Task, str]], verdicts=None) -> list[dict]:
+    """Per-sample records; evalplus tasks are scored on base and base+plus inputs (expected outputs from the
+    reference), other tasks by their tests (`verdicts` when already computed)."""
+    from codechat.evalplus import is_evalplus, score_evalplus
+
+    plus_idx = [i for i, (t, _) in enumerate(pairs) if is_evalplus(t)]
+    if verdicts is None:
+        skip = set(plus_idx)
+        rest = [i for i in range(len(pairs)) if i not in skip]
+        verdicts = [None] * len(pairs)
+        for i, v in zip(rest, verifier.verify_many([pairs[i] for i in rest])):
+            verdicts[i] = v
+    records = [{"task_id": t.task_id, "completion": c, "passed": v.passed if v else False,
+                "status": v.status if v else "", "verdict": v.to_dict() if v else None}
+               for (t, c), v in zip(pairs, verdicts)]
+    if plus_idx:
+        for i, (base, plus) in zip(plus_idx, score_evalplus(verifier, [pairs[i] for i in plus_idx])):
+            records[i].update({"passed": plus.passed, "base_passed": base.passed, "status": plus.status,
+                               "verdict": plus.to_dict(), "base_verdict": base.to_dict()})
+    return records
 
 
 def evaluate_policy(policy, verifier, tasks: list[Task], n: int = 4, ks: list[int] = (1,), temperature: float = 1.0,
@@ -87,14 +116,14 @@ def evaluate_policy(policy, verifier, tasks: list[Task], n: int = 4, ks: list[in
             r = collect(policy, sampler, verifier, chunk, count, cfg)
             gen_s += r.sample_s
             new_tokens += int(r.batch.n_tokens.sum())
-            for i, v in enumerate(r.verdicts):
-                task = r.task_of(i)
+            recs = score_records(verifier, [(r.task_of(i), r.batch.texts[i]) for i in range(len(r.verdicts))],
+                                 r.verdicts)
+            for i, rec in enumerate(recs):
                 if kind == "greedy":
-                    greedy_ok[task.task_id] = v.passed
+                    greedy_ok[rec["task_id"]] = rec["passed"]
                     continue
-                records.append({"task_id": task.task_id, "sample": i % count, "completion": r.batch.texts[i],
-                                "passed": v.passed, "status": v.status, "n_tokens": int(r.batch.n_tokens[i]),
-                                "verdict": v.to_dict()})
+                rec.update({"sample": i % count, "n_tokens": int(r.batch.n_tokens[i])})
+                records.append(rec)
     if was_training:
         policy.model.train()
     report = summarize(records, list(ks), greedy_ok if greedy else None)
@@ -141,9 +170,9 @@ def evaluate_completions(verifier, tasks: list[Task], path: str, ks: list[int]) 
         print(f"warning: {msg}", file=sys.stderr)
     if len(problems) > 20:
         print(f"warning: ... and {len(problems) - 20} more", file=sys.stderr)
-    verdicts = verifier.verify_many([(by_id[t], c) for t, _, c in triples])
-    records = [{"task_id": t, "sample": s, "completion": c, "passed": v.passed, "status": v.status,
-                "verdict": v.to_dict()} for (t, s, c), v in zip(triples, verdicts)]
+    records = score_records(verifier, [(by_id[t], c) for t, _, c in triples])
+    for rec, (_, s, _) in zip(records, triples):
+        rec["sample"] = s
     ks = [k for k in ks if records and k <= min(sum(1 for r in records if r["task_id"] == t)
                                                 for t in {r["task_id"] for r in records})]
     return summarize(records, ks or [1])

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import threading
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -62,7 +63,9 @@ def extract_code(completion: str, task: Task) -> str | None:
         first = next((i for i, ln in enumerate(lines) if ln.strip()), 0)
         if not _LOOKS_LIKE_CODE.match(lines[first]):  # leading prose ("Here is the solution:")
             start = next((i for i in range(first, len(lines)) if _CODE_START.match(lines[i])), None)
-            code = "".join(lines[start:]) if start is not None else code
+            if start is None:
+                return None  # prose only
+            code = "".join(lines[start:])
     if not code.strip():
         return None
     if task.entry_point and _defines(task.prompt, task.entry_point):
@@ -91,22 +94,26 @@ class Verifier:
 
     def __init__(self, cfg: VerifierConfig | None = None):
         self.cfg = cfg or VerifierConfig()
-        if self.cfg.backend != "local":
-            raise CodechatError(f"verifier backend '{self.cfg.backend}' is not available (valid: local)")
+        if self.cfg.backend not in ("local", "ray"):  # ray: RayVerifier, built by verify_ray.make_verifier
+            raise CodechatError(f"verifier backend '{self.cfg.backend}' is not available (valid: local, ray)")
         self.workers = self.cfg.workers or os.cpu_count() or 1
         self._pool: SandboxPool | None = None
+        self._lock = threading.Lock()
 
     # --- lifecycle ---------------------------------------------------------------------------------------------
     @property
     def pool(self) -> SandboxPool:
         if self._pool is None:  # lazy: creating a Verifier costs nothing until the first program
-            self._pool = SandboxPool(self.workers, tuple(self.cfg.hide_paths))
+            with self._lock:  # verify() runs in several threads: start exactly one pool
+                if self._pool is None:
+                    self._pool = SandboxPool(self.workers, tuple(self.cfg.hide_paths))
         return self._pool
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.close()
-            self._pool = None
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
 
     def __enter__(self) -> "Verifier":
         return self
@@ -115,9 +122,10 @@ class Verifier:
         self.close()
 
     # --- jobs --------------------------------------------------------------------------------------------------
-    def _job(self, mode: str, code: str, timeout_s: float | None, **kw) -> Job:
+    def _job(self, mode: str, code: str, timeout_s: float | None, memory_mb: int | None = None, **kw) -> Job:
         timeout = float(timeout_s or self.cfg.timeout_s)
-        limits = Limits(cpu_s=int(math.ceil(timeout)) + 1, memory_mb=self.cfg.memory_mb, nproc=self.cfg.nproc,
+        limits = Limits(cpu_s=int(math.ceil(timeout)) + 1, memory_mb=memory_mb or self.cfg.memory_mb,
+                        nproc=self.cfg.nproc,
                         nofile=self.cfg.nofile, fsize_mb=self.cfg.fsize_mb)
         return Job(mode, code, timeout_s=timeout, limits=limits, max_output_bytes=self.cfg.max_output_bytes,
                    max_result_bytes=self.cfg.max_result_mb << 20, **kw)
@@ -154,21 +162,21 @@ class Verifier:
                 yield pending.popleft().result()
 
     def verify_io(self, task: Task, completion: str, inputs: list[list], expected: list,
-                  atol: float = 0.0) -> Verdict:
+                  atol: float = 0.0, memory_mb: int | None = None) -> Verdict:
         """Pass iff entry_point(*inputs[i]) matches expected[i] for all i; compared in the judge, not the program."""
         code = extract_code(completion, task)
         if code is None:
             return Verdict("no_code", False, 0.0, tests_total=len(inputs), message="no code in the completion")
         if len(inputs) != len(expected):
             raise CodechatError(f"verify_io: {len(inputs)} inputs but {len(expected)} expected outputs")
-        job = self._job("io", code, task.timeout_s, setup=task.setup, entry_point=task.entry_point,
+        job = self._job("io", code, task.timeout_s, memory_mb, setup=task.setup, entry_point=task.entry_point,
                         inputs=[list(a) for a in inputs], expected=list(expected), atol=float(atol or 0))
         return self._verdict(self.pool.run(job), len(inputs))
 
     def call_function(self, code: str, entry_point: str, inputs: list[list], timeout_s: float | None = None,
-                      setup: str = "") -> CallResult:
+                      setup: str = "", memory_mb: int | None = None) -> CallResult:
         """Run `code` in the sandbox and return entry_point(*args) for each input, as plain data."""
-        job = self._job("call", code, timeout_s, setup=setup, entry_point=entry_point,
+        job = self._job("call", code, timeout_s, memory_mb, setup=setup, entry_point=entry_point,
                         inputs=[list(a) for a in inputs])
         r = self.pool.run(job)
         n = len(inputs)

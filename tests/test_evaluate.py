@@ -51,3 +51,53 @@ def test_compare_lists_gained_and_lost(tmp_path):
         (tmp_path / name / "summary.json").write_text(json.dumps({"metrics": {"pass@1": p1}, "per_task": per_task}))
     out = compare(str(tmp_path / "a"), str(tmp_path / "b"))
     assert "gained (1): y" in out and "lost (1): x" in out
+
+
+def _refs_file(tmp_path, tasks):
+    p = tmp_path / "refs.jsonl"
+    p.write_text("".join(json.dumps({"task_id": t.task_id, "completion": t.solution}) + "\n" for t in tasks))
+    return p
+
+
+def test_mbpp_references_through_completions_pass(tmp_path, shared_data):
+    from codechat.config import VerifierConfig
+    from codechat.evaluate import evaluate_completions
+    from codechat.tasks import load_tasks
+    from codechat.verify import Verifier
+
+    tasks = [t for t in load_tasks(shared_data / "mbpp" / "mbpp.jsonl") if t.task_id != "123"][:80]  # 123 is slow
+    with Verifier(VerifierConfig(workers=2, timeout_s=20)) as v:
+        rep = evaluate_completions(v, tasks, str(_refs_file(tmp_path, tasks)), [1])
+    assert rep.metrics["pass@1"] == 1.0
+
+
+def test_mbppplus_base_and_plus_from_reference_outputs(tmp_path, shared_data, monkeypatch):
+    from codechat.config import VerifierConfig
+    from codechat.evaluate import evaluate_completions
+    from codechat.tasks import load_tasks
+    from codechat.verify import Verifier
+
+    monkeypatch.setenv("CODECHAT_CACHE", str(tmp_path / "cache"))
+    tasks = load_tasks(shared_data / "mbpp" / "MbppPlus-v0.2.0.jsonl.gz")[:25]
+    wrong = tmp_path / "wrong.jsonl"
+    wrong.write_text("".join(json.dumps({"task_id": t.task_id, "completion": "def f(*a, **k):\n    return None\n"})
+                             + "\n" for t in tasks))
+    with Verifier(VerifierConfig(workers=2, timeout_s=20)) as v:
+        rep = evaluate_completions(v, tasks, str(_refs_file(tmp_path, tasks)), [1])
+        bad = evaluate_completions(v, tasks, str(wrong), [1])
+    assert rep.metrics["base_pass@1"] == 1.0 and rep.metrics["plus_pass@1"] == 1.0
+    assert bad.metrics["base_pass@1"] == 0.0
+    assert list((tmp_path / "cache" / "evalplus").glob("*.json"))  # expected outputs cached on disk
+
+
+def test_eval_cli_completions_reports_bad_lines(tmp_path, capsys):
+    from codechat.cli import main
+
+    p = tmp_path / "c.jsonl"
+    p.write_text('{"task_id": "toy/0", "completion": "def f(x):\\n    return x + 1\\n"}\nnot json\n'
+                 '{"task_id": "nope", "completion": "x"}\n')
+    assert main(["eval", "--completions", str(p), "--tasks", "builtin:toy", "--k", "1", "--out",
+                 str(tmp_path / "out")]) == 0
+    cap = capsys.readouterr()
+    assert ":2: skipped malformed line" in cap.err and "unknown task_id 'nope'" in cap.err
+    assert "| pass@1 | 1 |" in cap.out and (tmp_path / "out" / "summary.md").is_file()

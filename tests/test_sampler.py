@@ -172,3 +172,40 @@ def test_fast_logprobs_match_reference_in_values_and_gradients(pol, prompts):
     for x, y in zip(ga, gb):
         assert torch.allclose(x, y, atol=1e-4, rtol=1e-3)
     pol.model.zero_grad()
+
+
+def test_fast_path_is_active_for_presets(pol):
+    from codechat.policy.fastlm import FastLM, usable
+
+    assert usable(pol.model)  # matches the model's own forward
+    assert FastLM(pol.model).fuse()  # q/k/v and gate/up concatenated for decoding
+
+
+def test_loss_mask_holes_do_not_change_other_logprobs(pol, prompts):
+    b = Sampler(pol).sample(prompts[:2], 2, SamplingConfig(max_new_tokens=10, seed=1))
+    holes = b.mask.clone()
+    holes[:, 2] = 0  # e.g. a token excluded from the loss
+    for fast in (None, False):
+        lp = completion_logprobs(pol.model, prompts[:2], b.prompt_index, b.tokens, holes, fast=fast)
+        assert (lp[:, 2] == 0).all()
+        assert (lp - b.logprobs * holes).abs().max() < 1e-4
+
+
+def test_logprobs_of_a_minibatch_of_rows(pol, prompts):
+    b = Sampler(pol).sample(prompts, 2, SamplingConfig(max_new_tokens=6, seed=2))
+    rows = torch.tensor([5, 1, 4])  # prompts 2, 0, 2: prompt 1 is not used
+    lp = completion_logprobs(pol.model, prompts, b.prompt_index[rows], b.tokens[rows], b.mask[rows])
+    assert (lp - b.logprobs[rows]).abs().max() < 1e-4
+
+
+def test_choose_never_picks_a_zero_probability_token():
+    from codechat.policy.sampler import choose
+
+    logits = torch.tensor([[0.0, 1.0, float("-inf"), float("-inf")], [float("-inf"), 2.0, 0.5, float("-inf")]])
+    u = torch.tensor([1.0 - 1e-12, 0.0]).float()  # rounds to 1.0 in float32: the top edge of the CDF
+    cfg = SamplingConfig()
+    for uu in (u, torch.zeros(2), torch.full((2,), 0.999999), torch.rand(2)):
+        tok, logp = choose(logits, cfg, uu)
+        assert torch.isfinite(logits.gather(1, tok[:, None])).all() and torch.isfinite(logp).all()
+    tok, _ = choose(logits, cfg, torch.tensor([1.0, 1.0]))
+    assert tok.tolist() == [1, 2]

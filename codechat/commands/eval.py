@@ -26,6 +26,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--limit", type=int, default=0, help="evaluate only the first N tasks")
     p.add_argument("--out", help="output directory (default: RUN_DIR/eval or eval-<name>)")
     p.add_argument("--workers", type=int, default=0, help="verifier workers (default: one per core)")
+    p.add_argument("--verifier-backend", default="local", choices=["local", "ray"], help="sandbox pool: local or ray")
     p.add_argument("--timeout", type=float, default=None, help="per-program time limit in seconds")
     p.add_argument("--seed", type=int, default=0, help="sampling seed")
     p.add_argument("--compare", nargs=2, metavar=("A", "B"), help="compare two eval output directories")
@@ -104,15 +105,15 @@ def run(args: argparse.Namespace) -> int:
     from codechat.config import SamplingConfig, VerifierConfig
     from codechat.evaluate import evaluate_completions, evaluate_policy
     from codechat.tasks import load_tasks
-    from codechat.verify import Verifier
+    from codechat.verify_ray import make_verifier
 
     tasks = load_tasks(args.tasks)
     if args.limit:
         tasks = tasks[:args.limit]
-    vcfg = VerifierConfig(workers=args.workers)
+    vcfg = VerifierConfig(workers=args.workers, backend=args.verifier_backend)
     if args.timeout:
         vcfg.timeout_s = args.timeout
-    with Verifier(vcfg) as verifier:
+    with make_verifier(vcfg) as verifier:
         if args.completions:
             report = evaluate_completions(verifier, tasks, args.completions, ks)
             name = Path(args.completions).stem

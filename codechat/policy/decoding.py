@@ -2,7 +2,8 @@
 one token per active row per step; finished rows can be dropped.
 
 Two implementations of one small interface (`prefill`, `step`, `select`):
-- `FastDecoder`: static preallocated cache + the lean forward of fastlm.py (Llama-family models).
+- `FastDecoder`: the lean forward of fastlm.py (Llama-family models); each prompt's KV kept once and shared by
+  its samples, generated KV in a static preallocated cache.
 - `HFDecoder`: any causal LM through its own forward and transformers' `DynamicCache` (the fallback).
 
 Both take left-padded prompts: ids, valid (P, Lp) and `index` (N,), the prompt of each sample row.
@@ -10,6 +11,7 @@ Both take left-padded prompts: ids, valid (P, Lp) and `index` (N,), the prompt o
 from __future__ import annotations
 
 import inspect
+from dataclasses import dataclass
 
 import torch
 
@@ -21,43 +23,75 @@ def positions(valid):
     return (valid.long().cumsum(1) - 1).clamp(min=0)
 
 
+@dataclass
+class SharedCache:
+    """KV for the fast decoder: each prompt's once, each sample's generated tokens per row."""
+
+    prompt: list
+    """Per layer (k, v), each (P, Hkv, Lp, D): the prompts' KV, left-padded."""
+    pmask: torch.Tensor
+    """(P, 1, 1, Lp) additive mask: 0 on real prompt tokens, -inf on padding."""
+    gen: list
+    """Per layer (k, v), each (B, Hkv, max_new, D): generated tokens' KV."""
+    pidx: torch.Tensor
+    """(B,) prompt of each batch row; rows of a prompt are contiguous."""
+    slot: torch.Tensor = None
+    """(P * gmax,) batch row in each (prompt, sample) grid cell; B (a zero row) where the cell is empty."""
+    flat: torch.Tensor = None
+    """(B,) grid cell of each batch row."""
+    gmax: int = 0
+    """Grid width: the most rows any prompt has."""
+
+    def regrid(self) -> None:
+        B, P = self.pidx.numel(), self.prompt[0][0].shape[0]
+        counts = torch.bincount(self.pidx, minlength=P)  # (P,)
+        self.gmax = int(counts.max())
+        first = counts.cumsum(0) - counts  # (P,) first row of each prompt
+        rank = torch.arange(B, device=self.pidx.device) - first[self.pidx]  # (B,)
+        self.flat = self.pidx * self.gmax + rank
+        self.slot = torch.full((P * self.gmax,), B, dtype=torch.long, device=self.pidx.device)
+        self.slot[self.flat] = torch.arange(B, device=self.pidx.device)
+
+
 class FastDecoder:
     def __init__(self, fast: FastLM):
         self.fast = fast
 
     def prefill(self, ids, valid, index, max_new: int):
         """Returns next-token logits (N, V) for every sample row."""
-        P, Lp = ids.shape
         h, kv = self.fast.forward(ids, positions(valid), valid)  # h (P, Lp, C); kv per layer (P, Hkv, Lp, D)
         logits = self.fast.logits(h[:, -1])  # (P, V): left padding puts every last real token in the last column
-        N, T = index.numel(), Lp + max_new
-        self.cache = self.fast.new_cache(N, T, kv[0][0].dtype, ids.device)
-        for (ck, cv), (k, v) in zip(self.cache, kv):
-            ck[:, :, :Lp] = k[index]
-            cv[:, :, :Lp] = v[index]
-        self.key_valid = torch.cat([valid[index], valid.new_ones(N, max_new)], dim=1)  # (N, T)
+        dtype = kv[0][0].dtype
+        pmask = torch.zeros(valid.shape, dtype=dtype, device=ids.device).masked_fill(~valid, float("-inf"))
+        self.cache = SharedCache(
+            prompt=[(k.contiguous(), v.contiguous()) for k, v in kv], pmask=pmask[:, None, None, :],
+            gen=self.fast.new_cache(index.numel(), max_new, dtype, ids.device), pidx=index.clone())
+        self.cache.regrid()
         self.pos = valid.long().sum(1)[index]  # (N,) position of the next token
-        self.col = Lp  # cache column of the next token
+        self.t = 0  # generated-cache column of the next token
         return logits[index]
 
     def step(self, tok):
         """tok (B,) -> logits (B, V)."""
-        logits = self.fast.decode(tok, self.pos, self.cache, self.key_valid, self.col)
+        logits = self.fast.decode(tok, self.pos, self.cache, self.t)
         self.pos = self.pos + 1
-        self.col += 1
+        self.t += 1
         return logits
 
     def select(self, rows):
-        """Keep only batch rows `rows` (B',); copies just the filled part of the cache."""
-        c = self.col
+        """Keep only batch rows `rows` (B',), and only the prompts they use; copies the filled part of the cache."""
+        c, t = self.cache, self.t
+        used, pidx = torch.unique(c.pidx[rows], return_inverse=True)
+        c.prompt = [(k[used], v[used]) for k, v in c.prompt]
+        c.pmask, c.pidx = c.pmask[used], pidx
         new = []
-        for k, v in self.cache:
+        for k, v in c.gen:
             nk, nv = k.new_empty((rows.numel(), *k.shape[1:])), v.new_empty((rows.numel(), *v.shape[1:]))
-            nk[:, :, :c] = k[rows, :, :c]
-            nv[:, :, :c] = v[rows, :, :c]
+            nk[:, :, :t] = k[rows, :, :t]
+            nv[:, :, :t] = v[rows, :, :t]
             new.append((nk, nv))
-        self.cache = new
-        self.key_valid = self.key_valid[rows]
+        c.gen = new
+        c.regrid()
         self.pos = self.pos[rows]
 
 

@@ -9,7 +9,9 @@ works; only attention, masking and the KV cache are done here:
 - `forward(ids, pos, key_valid, past)`: rows of new tokens attending to an optional per-row past KV (e.g. a
   prompt's KV gathered for each of its completions) plus themselves, causally. Differentiable; used for
   prefill and for `completion_logprobs`.
-- `decode(tok, pos, cache, key_valid, col)`: one token per row against a preallocated static KV cache.
+- `decode(tok, pos, cache, t)`: one token per row. Each prompt's KV is stored once and shared by its samples
+  (attention over it runs per prompt, on a prompt x sample grid); each sample's generated KV sits in a
+  preallocated static cache.
 
 Padding: prompts are left-padded; pad keys are masked out, and a pad query attends to itself (so no row of the
 softmax is empty and nothing turns NaN). Position ids count real tokens only, as in transformers.
@@ -26,6 +28,7 @@ import torch
 import torch.nn.functional as F
 
 SUPPORTED = ("llama", "qwen2", "qwen3", "mistral")
+RMS_NORMS = ("LlamaRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm", "MistralRMSNorm")
 _CHECKED: "weakref.WeakKeyDictionary[object, bool]" = weakref.WeakKeyDictionary()
 
 
@@ -75,7 +78,8 @@ class FastLM:
         for layer in layers:
             a, m = layer.self_attn, layer.mlp
             mods = [a.q_proj, a.k_proj, a.v_proj, getattr(m, "gate_proj", None), getattr(m, "up_proj", None)]
-            if any(type(x) is not torch.nn.Linear for x in mods) or not isinstance(m.act_fn, torch.nn.SiLU):
+            act = type(getattr(m, "act_fn", None)).__name__
+            if any(type(x) is not torch.nn.Linear for x in mods) or act not in ("SiLU", "SiLUActivation"):
                 return False
             if m.gate_proj.bias is not None or m.up_proj.bias is not None:
                 return False
@@ -104,24 +108,35 @@ class FastLM:
         return hasattr(lm, "model") and hasattr(lm.model, "rotary_emb") and hasattr(lm, "lm_head")
 
     # --- pieces -----------------------------------------------------------------------------------------------
-    def _qkv(self, attn, x, pos, i: int = -1):
-        B, L, _ = x.shape  # x (B, L, C)
-        if self.fused is not None and i >= 0:
-            nq, nk = self.n_heads * self.head_dim, self.n_kv * self.head_dim
-            q, k, v = F.linear(x, self.fused[i][0], self.fused[i][1]).split([nq, nk, nk], dim=-1)
-            q = q.reshape(B, L, self.n_heads, self.head_dim)
-            k = k.reshape(B, L, self.n_kv, self.head_dim)
-            v = v.reshape(B, L, self.n_kv, self.head_dim)
+    def _norm(self, mod, x):
+        """RMSNorm as one fused op (same math as transformers': fp32 statistics, weight applied last)."""
+        if type(mod).__name__ in RMS_NORMS:
+            return mod.weight * F.rms_norm(x.float(), x.shape[-1:], eps=mod.variance_epsilon).to(x.dtype)
+        return mod(x)
+
+    def _rope(self, h, pos):
+        """cos, sin (B, L, 1, D) for positions pos (B, L), computed once per forward by the model's own module."""
+        cos, sin = self.inner.rotary_emb(h, pos)  # (B, L, D)
+        return cos.unsqueeze(2), sin.unsqueeze(2)
+
+    def _qkv(self, attn, x, rope, i: int = -1):
+        """x (B, L, C) -> q (B, H, L, D), k and v (B, Hkv, L, D), rotary applied."""
+        B, L, _ = x.shape
+        H, Hkv, D = self.n_heads, self.n_kv, self.head_dim
+        cos, sin = rope
+        if self.fused is not None and i >= 0 and not self.qk_norm:
+            qkv = F.linear(x, self.fused[i][0], self.fused[i][1]).view(B, L, H + 2 * Hkv, D)
+            qk = qkv[:, :, : H + Hkv]  # (B, L, H + Hkv, D): one rotary for q and k together
+            qk = qk * cos + rotate_half(qk) * sin
+            q, k, v = qk[:, :, :H], qk[:, :, H:], qkv[:, :, H + Hkv :]
         else:
-            q = attn.q_proj(x).view(B, L, self.n_heads, self.head_dim)
-            k = attn.k_proj(x).view(B, L, self.n_kv, self.head_dim)
-            v = attn.v_proj(x).view(B, L, self.n_kv, self.head_dim)
-        if self.qk_norm:
-            q, k = attn.q_norm(q), attn.k_norm(k)
-        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H, L, D), (B, Hkv, L, D)
-        cos, sin = self.inner.rotary_emb(x, pos)  # (B, L, D)
-        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
-        return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin, v
+            q = attn.q_proj(x).view(B, L, H, D)
+            k = attn.k_proj(x).view(B, L, Hkv, D)
+            v = attn.v_proj(x).view(B, L, Hkv, D)
+            if self.qk_norm:
+                q, k = self._norm(attn.q_norm, q), self._norm(attn.k_norm, k)
+            q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
 
     def _attend(self, attn, q, k, v, mask):
         # q (B, H, L, D); k, v (B, Hkv, S, D); mask (B, 1, L, S) bool, True = may attend
@@ -138,7 +153,7 @@ class FastLM:
 
     def logits(self, h):
         """Final norm + LM head: (..., C) -> (..., V)."""
-        return self.lm.lm_head(self.inner.norm(h))
+        return self.lm.lm_head(self._norm(self.inner.norm, h))
 
     # --- differentiable forward over new tokens with an optional past -----------------------------------------
     def forward(self, ids, pos, valid, past=None, past_valid=None):
@@ -152,39 +167,60 @@ class FastLM:
             mask = torch.cat([past_valid[:, None, :].expand(B, L, -1), mask], dim=2)  # (B, L, S + L)
         mask = mask[:, None]  # (B, 1, L, S + L)
         h = self.inner.embed_tokens(ids)  # (B, L, C)
+        rope = self._rope(h, pos)
         new_kv = []
         for i, layer in enumerate(self.inner.layers):
             attn = layer.self_attn
-            q, k, v = self._qkv(attn, layer.input_layernorm(h), pos, i)
+            q, k, v = self._qkv(attn, self._norm(layer.input_layernorm, h), rope, i)
             new_kv.append((k, v))
             if past is not None:
                 k, v = torch.cat([past[i][0], k], dim=2), torch.cat([past[i][1], v], dim=2)
             h = h + self._attend(attn, q, k, v, mask)
-            h = h + self._mlp(layer, layer.post_attention_layernorm(h), i)
+            h = h + self._mlp(layer, self._norm(layer.post_attention_layernorm, h), i)
         return h, new_kv
 
-    # --- one decoding step against a static cache -------------------------------------------------------------
+    # --- one decoding step: prompt KV shared by its samples, generated KV per sample ---------------------------
     def new_cache(self, batch: int, length: int, dtype, device):
         """Per layer (k, v) buffers, each (B, Hkv, T, D)."""
         shape = (batch, self.n_kv, length, self.head_dim)
         return [(torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
                 for _ in self.inner.layers]
 
-    def decode(self, tok, pos, cache, key_valid, col: int):
-        """tok, pos (B,); writes this step's k, v at column `col` of the cache; key_valid (B, T) bool.
+    def decode(self, tok, pos, c, t: int):
+        """tok, pos (B,); c: a decoding.SharedCache; writes this step's k, v at column t of c.gen.
         Returns logits (B, V)."""
         h = self.inner.embed_tokens(tok[:, None])  # (B, 1, C)
-        pos = pos[:, None]  # (B, 1)
-        mask = key_valid[:, None, None, : col + 1]  # (B, 1, 1, col + 1)
+        rope = self._rope(h, pos[:, None])
         for i, layer in enumerate(self.inner.layers):
             attn = layer.self_attn
-            q, k, v = self._qkv(attn, layer.input_layernorm(h), pos, i)
-            ck, cv = cache[i]
-            ck[:, :, col : col + 1] = k
-            cv[:, :, col : col + 1] = v
-            h = h + self._attend(attn, q, ck[:, :, : col + 1], cv[:, :, : col + 1], mask)
-            h = h + self._mlp(layer, layer.post_attention_layernorm(h), i)
+            q, k, v = self._qkv(attn, self._norm(layer.input_layernorm, h), rope, i)  # (B, H|Hkv, 1, D)
+            gk, gv = c.gen[i]
+            gk[:, :, t : t + 1] = k
+            gv[:, :, t : t + 1] = v
+            o = self._attend_shared(q, c.prompt[i], gk[:, :, : t + 1], gv[:, :, : t + 1], c)  # (B, 1, H * D)
+            h = h + attn.o_proj(o)
+            h = h + self._mlp(layer, self._norm(layer.post_attention_layernorm, h), i)
         return self.logits(h[:, 0])
+
+    def _attend_shared(self, q, prompt_kv, gk, gv, c):
+        """Attention of one new token per row over its prompt's KV (stored once per prompt, P rows) and its own
+        generated KV. The prompt part runs on a (prompt, sample) grid: one matmul per prompt for all its
+        samples, reading the prompt's keys once instead of once per sample."""
+        B, H, _, D = q.shape
+        Hkv, grp = self.n_kv, self.n_heads // self.n_kv
+        pk, pv = prompt_kv  # (P, Hkv, Lp, D)
+        P, Lp, G = pk.shape[0], pk.shape[2], c.gmax
+        qr = q.reshape(B, Hkv, grp, D)
+        to_grid = lambda x: torch.cat([x, x.new_zeros(1, *x.shape[1:])])[c.slot].view(  # noqa: E731
+            P, G, Hkv, grp, x.shape[-1]).transpose(1, 2).reshape(P, Hkv, G * grp, x.shape[-1])
+        to_rows = lambda x: x.view(P, Hkv, G, grp, x.shape[-1]).transpose(1, 2).reshape(  # noqa: E731
+            P * G, Hkv, grp, x.shape[-1])[c.flat]
+        sp = to_rows(torch.matmul(to_grid(qr), pk.transpose(2, 3)) * self.scaling + c.pmask)  # (B, Hkv, grp, Lp)
+        sg = torch.matmul(qr, gk.transpose(2, 3)) * self.scaling  # (B, Hkv, grp, t + 1)
+        p = torch.softmax(torch.cat([sp, sg], dim=-1).float(), dim=-1).to(q.dtype)
+        pp, pg = p.split([Lp, p.shape[-1] - Lp], dim=-1)
+        o = to_rows(torch.matmul(to_grid(pp), pv)) + torch.matmul(pg, gv)  # (B, Hkv, grp, D)
+        return o.reshape(B, 1, H * D)
 
     # --- self-check against the model's own forward -----------------------------------------------------------
     @torch.no_grad()

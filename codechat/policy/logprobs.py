@@ -36,15 +36,21 @@ def _device(model):
 def completion_logprobs(model, prompts: list[list[int]], prompt_index, tokens, mask, temperature: float = 1.0,
                         with_entropy: bool = False, fast: bool | None = None):
     """Log-probs (N, T) of `tokens` (N, T) after prompt prompts[prompt_index[i]]; 0 where mask (N, T) is 0.
-    With with_entropy, also the entropy (N, T) of each next-token distribution. Logits are divided by
+    Tokens up to a row's last 1 in mask are its completion (a 0 before it drops only that token's log-prob).
+    With with_entropy, also the entropy (N, T) of each next-token distribution (detached: for logging). Logits are divided by
     `temperature` first. fast: None = fast path when usable, False = reference path."""
     dev = _device(model)
     tokens, mask = tokens.to(dev), mask.to(dev)
     index = torch.as_tensor(prompt_index, device=dev).long()  # (N,)
+    used, index = torch.unique(index, return_inverse=True)  # run only the prompts these rows use (minibatches)
+    prompts = [prompts[i] for i in used.tolist()]
+    # tokens up to each row's last masked-in one are real (attended to); a 0 before it only drops the token's
+    # log-prob, e.g. a loss mask with holes. Zeros after it are padding.
+    real = mask.flip(1).cumsum(1).flip(1) > 0  # (N, T) bool
     if fast or (fast is None and usable(model)):
-        logits = _fast_logits(model, prompts, index, tokens, mask)
+        logits = _fast_logits(model, prompts, index, tokens, real)
     else:
-        logits = _reference_logits(model, prompts, index, tokens, mask)
+        logits = _reference_logits(model, prompts, index, tokens, real)
     logits = logits.float()  # (N, T, V)
     if temperature != 1.0:
         logits = logits / temperature
@@ -53,23 +59,24 @@ def completion_logprobs(model, prompts: list[list[int]], prompt_index, tokens, m
     logp = logp_all.gather(2, tokens[..., None])[..., 0] * m  # (N, T)
     if not with_entropy:
         return logp
-    entropy = -(logp_all.exp() * logp_all).sum(-1) * m  # (N, T)
+    with torch.no_grad():  # a diagnostic: no graph, so it costs no memory or time in the backward pass
+        entropy = -(logp_all.exp() * logp_all).sum(-1) * m  # (N, T)
     return logp, entropy
 
 
-def _fast_logits(model, prompts, index, tokens, mask):
+def _fast_logits(model, prompts, index, tokens, real):
     fl = FastLM(model)
     ids, valid = _left_pad(prompts, 0, tokens.device)  # (P, Lp); pad id irrelevant (masked)
     hp, kv = fl.forward(ids, positions(valid), valid)  # hp (P, Lp, C); kv per layer (P, Hkv, Lp, D)
     past = [(k[index], v[index]) for k, v in kv]  # each (N, Hkv, Lp, D)
     T = tokens.shape[1]
     cpos = valid.long().sum(1)[index][:, None] + torch.arange(T, device=tokens.device)  # (N, T)
-    hc, _ = fl.forward(tokens, cpos, mask.bool(), past, valid[index])  # (N, T, C)
+    hc, _ = fl.forward(tokens, cpos, real, past, valid[index])  # (N, T, C)
     h = torch.cat([hp[index, -1:], hc[:, :-1]], dim=1)  # (N, T, C): the state predicting each new token
     return fl.logits(h)
 
 
-def _reference_logits(model, prompts, index, tokens, mask):
+def _reference_logits(model, prompts, index, tokens, real):
     dev = tokens.device
     N, T = tokens.shape
     lens = torch.tensor([len(p) for p in prompts], device=dev)[index]  # (N,)
@@ -81,7 +88,7 @@ def _reference_logits(model, prompts, index, tokens, mask):
         ids[i, : len(p)] = torch.tensor(p, device=dev)
         ids[i, len(p) : len(p) + T] = tokens[i]
         attn[i, : len(p)] = 1
-        attn[i, len(p) : len(p) + T] = mask[i].long()
+        attn[i, len(p) : len(p) + T] = real[i].long()
     out = model(input_ids=ids, attention_mask=attn, position_ids=positions(attn.bool())).logits  # (N, L, V)
     at = lens[:, None] - 1 + torch.arange(T, device=dev)  # (N, T) position predicting each new token
     return out.gather(1, at[..., None].expand(-1, -1, out.shape[-1]))  # (N, T, V)

@@ -2,11 +2,11 @@
 samples; temperature, top-k, top-p, stop strings and EOS, per-sequence early stop, seeded.
 
 Recorded log-probs are those of the distribution actually sampled from: logits / temperature, then top-k (ties
-with the k-th logit are kept, as in transformers), then
-top-p truncation (tokens outside the nucleus get probability 0, the rest are renormalised), then log-softmax at
-the chosen token. So at temperature 1 without top-k/top-p they equal the model's log-probs (what
-`completion_logprobs` computes); with temperature T != 1 they equal `completion_logprobs(..., temperature=T)`
-only without truncation; truncation raises them (renormalisation). Greedy (temperature 0) records the model's
+with the k-th logit are kept, as in transformers), then top-p truncation (tokens outside the nucleus get
+probability 0, the rest are renormalised), then log-softmax at the chosen token. So at temperature 1 without
+top-k/top-p they equal the model's log-probs (what `completion_logprobs` computes); at temperature T != 1 they
+equal `completion_logprobs(..., temperature=T)` only without truncation; truncation raises them
+(renormalisation). Greedy (temperature 0) records the model's
 untempered, untruncated log-prob of the argmax token.
 
 Stops: a sample ends at an EOS token (the policy's eos ids; the token is kept, mask 1, not in the text) or when
@@ -50,12 +50,14 @@ class SampleBatch:
     """(N,) long: real new tokens per sample."""
 
 
-def process_logits(logits, cfg: SamplingConfig):
-    """Raw logits (B, V) -> log-probs (B, V) of the distribution sampled from (see module docstring)."""
+def truncate(logits, cfg: SamplingConfig):
+    """Raw logits (B, V) -> float logits of the distribution sampled from: tempered, -inf outside top-k/top-p.
+    Greedy (temperature 0) leaves them as they are."""
     logits = logits.float()
     if cfg.temperature <= 0:
-        return torch.log_softmax(logits, dim=-1)
-    logits = logits / cfg.temperature
+        return logits
+    if cfg.temperature != 1.0:
+        logits = logits / cfg.temperature
     if cfg.top_k and 0 < cfg.top_k < logits.shape[-1]:
         kth = torch.topk(logits, cfg.top_k, dim=-1).values[:, -1:]  # (B, 1)
         logits = logits.masked_fill(logits < kth, float("-inf"))
@@ -66,18 +68,29 @@ def process_logits(logits, cfg: SamplingConfig):
         drop_sorted = before >= cfg.top_p  # keep the smallest prefix reaching top_p (always the top token)
         drop = torch.zeros_like(drop_sorted).scatter(1, order, drop_sorted)
         logits = logits.masked_fill(drop, float("-inf"))
-    return torch.log_softmax(logits, dim=-1)
+    return logits
 
 
-def choose(logp, cfg: SamplingConfig, u):
-    """Log-probs (B, V) and uniforms u (B,) in [0, 1) -> tokens (B,) and their log-probs (B,)."""
+def process_logits(logits, cfg: SamplingConfig):
+    """Raw logits (B, V) -> log-probs (B, V) of the distribution sampled from (see module docstring)."""
+    return torch.log_softmax(truncate(logits, cfg), dim=-1)
+
+
+def choose(logits, cfg: SamplingConfig, u):
+    """Truncated logits (B, V) and uniforms u (B,) in [0, 1) -> tokens (B,) and their log-probs (B,)."""
     if cfg.temperature <= 0:
-        tok = logp.argmax(-1)
-    else:  # inverse CDF with one uniform per row (torch.multinomial draws an exponential per vocabulary entry)
-        cdf = logp.exp().cumsum(-1, dtype=torch.float64)  # (B, V)
-        x = u.to(torch.float64)[:, None] * cdf[:, -1:]  # (B, 1)
-        tok = torch.searchsorted(cdf, x, right=True)[:, 0].clamp_(max=cdf.shape[1] - 1)  # never a 0-prob token
-    return tok, logp.gather(1, tok[:, None])[:, 0]
+        tok = logits.argmax(-1)
+        return tok, logits.gather(1, tok[:, None])[:, 0] - torch.logsumexp(logits, dim=-1)
+    # inverse CDF, one uniform per row (torch.multinomial draws an exponential per vocabulary entry)
+    probs = torch.softmax(logits, dim=-1)  # (B, V)
+    cdf = probs.cumsum(-1)  # (B, V); a 0-probability token repeats its predecessor's value exactly
+    x = u[:, None] * cdf[:, -1:]  # (B, 1)
+    tok = torch.searchsorted(cdf, x, right=True)[:, 0]  # first cdf > x: never a 0-probability token ...
+    V = cdf.shape[1]
+    if bool((tok == V).any()):  # ... unless x rounded up to the total: take the last token with mass
+        last = V - 1 - (probs.flip(-1) > 0).int().argmax(-1)  # (B,)
+        tok = torch.where(tok == V, last, tok)
+    return tok, probs.gather(1, tok[:, None])[:, 0].log()
 
 
 def validate(cfg: SamplingConfig) -> None:
@@ -95,11 +108,22 @@ class Sampler:
         self.compact_every = compact_every
         self.stops = StopChecker(policy.tokenizer)
 
-    @torch.no_grad()
     def sample(self, prompts: list[list[int]], n: int, cfg: SamplingConfig) -> SampleBatch:
         validate(cfg)
         if not prompts or any(len(p) == 0 for p in prompts) or n < 1:
             raise CodechatError("sampler: need at least one non-empty prompt and n >= 1")
+        model = self.policy.model
+        was_training = model.training
+        model.eval()
+        try:
+            index, out_tok, out_logp, n_tok, reason = self._generate(prompts, n, cfg)
+        finally:
+            model.train(was_training)
+        # leave inference mode: the trainer indexes and multiplies with these under autograd
+        return self._finish(index.clone(), out_tok.clone(), out_logp.clone(), n_tok, reason, cfg)
+
+    @torch.inference_mode()
+    def _generate(self, prompts, n, cfg):
         pol, dev = self.policy, self.policy.device
         pad = pol.tokenizer.pad_token_id
         P, N, Tn = len(prompts), len(prompts) * n, cfg.max_new_tokens
@@ -115,44 +139,38 @@ class Sampler:
         eos = torch.tensor(pol.eos_token_ids or [-1], device=dev)
         stop_state = self.stops.start(N, cfg.stop)
 
-        was_training = pol.model.training
-        pol.model.eval()
-        try:
-            dec = make_decoder(pol.model, self.fast)
-            logits = dec.prefill(ids, valid, index, Tn)  # (N, V)
-            out_tok = torch.full((N + 1, Tn), pad, dtype=torch.long, device=dev)  # row N: scratch for rows
-            out_logp = torch.zeros(N + 1, Tn, device=dev)  # that finished but are still in the batch
-            n_tok = [0] * N
-            reason = ["length"] * N
-            rows = torch.arange(N, device=dev)  # (B,) output row of each batch row, N once finished
-            for t in range(Tn):
-                # one uniform per sample and step, whatever the batch holds: tokens do not depend on batching
-                u = torch.rand(N + 1, generator=gen, device=dev)[rows]  # (B,)
-                tok, logp = choose(process_logits(logits, cfg), cfg, u)  # (B,), (B,)
-                out_tok[rows, t] = tok
-                out_logp[rows, t] = logp
-                rows_list = rows.tolist()
-                done = torch.isin(tok, eos)  # (B,)
-                if stop_state is not None:
-                    done |= torch.tensor(self.stops.update(stop_state, rows_list, tok.tolist()), device=dev)
-                for r, d in zip(rows_list, done.tolist()):
-                    if r < N:
-                        n_tok[r] = t + 1
-                        if d:
-                            reason[r] = "stop"
-                rows = rows.masked_fill(done, N)
-                n_live = int((rows < N).sum())
-                if n_live == 0 or t == Tn - 1:
-                    break
-                if rows.numel() - n_live >= max(1, self.compact_every * rows.numel()):
-                    keep = (rows < N).nonzero()[:, 0]
-                    dec.select(keep)
-                    rows, tok = rows[keep], tok[keep]
-                logits = dec.step(tok)
-        finally:
-            pol.model.train(was_training)
-        out_tok, out_logp, n_tok = out_tok[:N], out_logp[:N], torch.tensor(n_tok, dtype=torch.long)
-        return self._finish(index, out_tok, out_logp, n_tok, reason, cfg)
+        dec = make_decoder(pol.model, self.fast)
+        logits = dec.prefill(ids, valid, index, Tn)  # (N, V)
+        out_tok = torch.full((N + 1, Tn), pad, dtype=torch.long, device=dev)  # row N: scratch for rows that
+        out_logp = torch.zeros(N + 1, Tn, device=dev)  # finished but are still in the batch
+        n_tok = [0] * N
+        reason = ["length"] * N
+        rows = torch.arange(N, device=dev)  # (B,) output row of each batch row, N once finished
+        for t in range(Tn):
+            # one uniform per sample and step, whatever the batch holds: tokens do not depend on batching
+            u = torch.rand(N + 1, generator=gen, device=dev)[rows]  # (B,)
+            tok, logp = choose(truncate(logits, cfg), cfg, u)  # (B,), (B,)
+            out_tok[rows, t] = tok
+            out_logp[rows, t] = logp
+            rows_list = rows.tolist()
+            done = torch.isin(tok, eos)  # (B,)
+            if stop_state is not None:
+                done |= torch.tensor(self.stops.update(stop_state, rows_list, tok.tolist()), device=dev)
+            for r, d in zip(rows_list, done.tolist()):
+                if r < N:
+                    n_tok[r] = t + 1
+                    if d:
+                        reason[r] = "stop"
+            rows = rows.masked_fill(done, N)
+            n_live = int((rows < N).sum())
+            if n_live == 0 or t == Tn - 1:
+                break
+            if rows.numel() - n_live >= max(1, self.compact_every * rows.numel()):
+                keep = (rows < N).nonzero()[:, 0]
+                dec.select(keep)
+                rows, tok = rows[keep], tok[keep]
+            logits = dec.step(tok)
+        return index, out_tok[:N], out_logp[:N], torch.tensor(n_tok, dtype=torch.long), reason
 
     def _finish(self, index, out_tok, out_logp, n_tok, reason, cfg) -> SampleBatch:
         T = max(1, int(n_tok.max()))

@@ -122,6 +122,8 @@ class _Server:
                     value = target[args[0]]
                 elif op == "len":
                     value = len(target)
+                elif op == "bool":
+                    value = bool(target)
                 elif op == "iter":
                     value = iter(target)
                 elif op == "next":

@@ -123,7 +123,17 @@ class Remote:
         return self._chan.request("getitem", self._ref, key)
 
     def __len__(self) -> int:
-        return int(self._chan.request("len", self._ref))
+        n = self._chan.request("len", self._ref)
+        if type(n) is not int:
+            raise TypeError("len() of a sandboxed object did not return an int")
+        return n
+
+    def __bool__(self) -> bool:
+        # truth of a program-made object (e.g. a re.Match) is the program's to decide, as in a plain run
+        b = self._chan.request("bool", self._ref)
+        if type(b) is not bool:
+            raise TypeError("bool() of a sandboxed object did not return a bool")
+        return b
 
     def __iter__(self):
         it = self._chan.request("iter", self._ref)
@@ -207,6 +217,7 @@ def build_namespace(chan: Channel, names: list, entry_point: str | None) -> dict
         else:
             ns[name] = Remote(chan, ("n", name), str(kind))
     if entry_point and entry_point.isidentifier() and entry_point not in ns:
+        # the function under test is always the program's, even when named like a builtin (MBPP 126: `sum`)
         ns[entry_point] = Remote(chan, ("n", entry_point), "function")
     return ns
 

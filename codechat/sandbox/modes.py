@@ -21,6 +21,11 @@ def _first_failure(results: list[tuple]) -> tuple[str, str | None, str]:
     return "passed", None, ""
 
 
+def _at(i: int, result: tuple[str, str, str]) -> tuple[str, str, str]:
+    status, etype, msg = result
+    return status, etype, f"test {i}: {msg}" if msg else f"test {i} failed"
+
+
 def run_tests(chan: Channel, ns: dict, job: dict) -> dict:
     hits = [0]
 
@@ -41,10 +46,10 @@ def run_tests(chan: Channel, ns: dict, job: dict) -> dict:
         try:
             exec(instrument(src, f"<test {i}>"), ns)
         except CandidateGone as e:
-            results.append(classify(e))
+            results.append(_at(i, classify(e)))
             break  # the program is gone: the remaining tests cannot run
         except BaseException as e:  # noqa: BLE001 - any failure of a test is that test's verdict
-            results.append(classify(e))
+            results.append(_at(i, classify(e)))
             continue
         if hits[0] == hits0:
             results.append(("failed", "NoAssertion", f"test {i} executed no assertion"))
@@ -117,20 +122,16 @@ def run_io(chan: Channel, ns: dict, job: dict) -> dict:
 
 
 def run_calls(chan: Channel, ns: dict, job: dict) -> dict:
-    outputs: list = []
+    outputs: list = [None] * len(job["inputs"])
 
     def keep(i, value):
         if isinstance(value, Remote):
-            outputs.append(None)
             return ("error", "NotPlainData", f"returned a {value._type} object")
-        outputs.append(value)
+        outputs[i] = value
         return ("passed", None, "")
 
     results = _call_each(chan, ns, job, keep)
-    errors = []
-    for status, etype, msg in results:
-        errors.append(None if status == "passed" else f"{etype}: {msg}")
-    outputs += [None] * (len(results) - len(outputs))
+    errors = [None if status == "passed" else f"{etype}: {msg}" for status, etype, msg in results]
     return {"status": "ok", "outputs": outputs, "errors": errors,
             "tests_passed": sum(e is None for e in errors)}
 

@@ -78,6 +78,7 @@ class Zygote:
         self.sock.sendall(struct.pack(">I", len(msg)) + msg)
         hello = pickle.loads(self._recv())
         self.active: list[str] = hello["active"]
+        self.uid: int | None = hello["uid"]
 
     def run(self, job: Job) -> dict:
         """Send the job; returns the zygote's raw record. Raises OSError/EOFError if the zygote is broken."""
@@ -156,11 +157,21 @@ def merge(raw: dict | None) -> RunResult:
                      outputs=rec.get("outputs", []), errors=rec.get("errors", []), **base)
 
 
+def missing_protections_message(active: list[str]) -> str | None:
+    """The one warning printed when some protection is unavailable here, or None when all are active."""
+    missing = [p for p in ALL_PROTECTIONS if p not in active]
+    if not missing:
+        return None
+    return (f"codechat sandbox: reduced isolation on this machine; active: {', '.join(active) or 'none'} "
+            f"(+ always: rlimits, own session, scrubbed env, temp cwd, separate judge process); "
+            f"missing: {', '.join(missing)}")
+
+
 class SandboxPool:
     def __init__(self, workers: int, hide_paths: tuple[str, ...] = ()):
         self.workers = workers
         self.hide_paths = hide_paths
-        self._idle: queue.Queue[Zygote] = queue.Queue()
+        self._idle: queue.Queue[Zygote | None] = queue.Queue()  # None: a slot whose zygote must be (re)started
         self._all: list[Zygote] = []
         self._lock = threading.Lock()
         self._closed = False
@@ -178,23 +189,29 @@ class SandboxPool:
 
     def _warn_once(self) -> None:
         global _warned
-        missing = [p for p in ALL_PROTECTIONS if p not in self.active]
-        if missing and not _warned:
+        message = missing_protections_message(self.active)
+        if message and not _warned:
             _warned = True
-            warnings.warn(f"codechat sandbox: reduced isolation on this machine; active: "
-                          f"{', '.join(self.active) or 'none'} (+ rlimits, own session, scrubbed env, temp cwd); "
-                          f"missing: {', '.join(missing)}", RuntimeWarning, stacklevel=3)
+            warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+    def sandbox_uids(self) -> list[int]:
+        """The uids programs run under (one per zygote); empty when not running as root."""
+        with self._lock:
+            return [z.uid for z in self._all if z.uid is not None]
 
     def run(self, job: Job) -> RunResult:
         if self._closed:
             raise RuntimeError("the sandbox pool is closed")
         z = self._idle.get()
+        raw = None
         try:
+            if z is None:
+                z = self._start()
             raw = z.run(job)
         except (OSError, EOFError, wire.WireError, pickle.UnpicklingError):
-            self._discard(z)
-            z = self._start()
-            raw = None
+            if z is not None:
+                self._discard(z)  # broken or hung: the next job on this slot starts a fresh zygote
+            z = None
         finally:
             self._idle.put(z)
         return merge(raw)

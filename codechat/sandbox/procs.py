@@ -104,11 +104,9 @@ def _candidate_main(tmp: str, uid: int | None, sc: int, cz: int, out_w: int, ev_
     os.dup2(out_w, 2)
     _child_fds([sc, cz, ev_w])
     os.chdir(tmp)
-    os.environ.clear()
-    os.environ.update({"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": tmp, "TMPDIR": tmp, "LANG": "C.UTF-8"})
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    sys.stdout = open(1, "w", buffering=1, closefd=False)  # line-buffered: floods hit the output cap early
-    sys.stderr = open(2, "w", buffering=1, closefd=False)
+    # The zygote's own environment is already scrubbed (pool.py builds it from nothing); only point HOME and
+    # TMPDIR here. sys.stdout/stderr are the zygote's objects, now writing to the capped pipe.
+    os.environ["HOME"] = os.environ["TMPDIR"] = tmp
     ctl = socket.socket(fileno=4)
     head, fds, _, _ = socket.recv_fds(ctl, 4, 1)
     if not head or not fds:

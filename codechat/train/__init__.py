@@ -40,13 +40,19 @@ def _truncate_jsonl(path: Path, keep) -> None:
         path.write_text("".join(ln + "\n" for ln in lines))
 
 
+def _set_name(spec: str) -> str:
+    """Metric prefix of an extra eval set: builtin:basic -> basic, data/mbpp.jsonl.gz -> mbpp."""
+    name = spec.split(":", 1)[1] if spec.startswith("builtin:") else Path(spec).name.split(".")[0]
+    return name.replace("-", "_") or "extra"
+
+
 def _load_task_sets(cfg: RunConfig):
     from codechat.tasks import load_tasks
 
     fmt = cfg.data.format or None
     train = load_tasks(cfg.data.train, fmt)
     evals = load_tasks(cfg.data.eval, fmt) if cfg.data.eval else []
-    extra = {Path(p).stem.replace(":", "_").replace(".", "_"): load_tasks(p) for p in cfg.data.extra_eval}
+    extra = {_set_name(p): load_tasks(p) for p in cfg.data.extra_eval}
     if cfg.data.max_eval_tasks:
         evals = evals[:cfg.data.max_eval_tasks]
         extra = {k: v[:cfg.data.max_eval_tasks] for k, v in extra.items()}
@@ -56,10 +62,11 @@ def _load_task_sets(cfg: RunConfig):
 def train(cfg: RunConfig | None = None, resume: str | Path | None = None, overrides: list[str] | None = None) -> Path:
     """Run (or resume) a training run; returns the run directory."""
     from codechat.policy import load_policy
+    from codechat.train import dist
     from codechat.train.metrics import MetricsLogger, plot_run
-    from codechat.verify import Verifier
+    from codechat.verify_ray import make_verifier
 
-    state, trainer_state, model_path = TrainState(), None, None
+    state, trainer_state, model_path, resumed = TrainState(), None, None, False
     if resume:
         run_dir = Path(resume)
         if not (run_dir / "config.yaml").is_file():
@@ -69,40 +76,51 @@ def train(cfg: RunConfig | None = None, resume: str | Path | None = None, overri
         ckpt = Checkpointer(run_dir).latest()
         if ckpt is not None:
             state, trainer_state = Checkpointer.load_state(ckpt)
-            model_path = str(ckpt / "model")
-            _truncate_jsonl(run_dir / "metrics.jsonl", lambda r: r.get("step", 0) <= state.global_step)
-            _truncate_jsonl(run_dir / "rollouts.jsonl", lambda r: r.get("step", 0) < state.global_step)
+            model_path, resumed = str(ckpt / "model"), True
     else:
         cfg = cfg or load_config(None, overrides)
         run_dir = Path(cfg.run_dir)
         if Checkpointer(run_dir).latest() is not None:
             raise CodechatError(f"{run_dir}: already holds checkpoints; use --resume {run_dir} or another run_dir")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    save_config(cfg, run_dir / "config.yaml")
+    own_group = dist.init(cfg.dist)  # under torchrun: join the ranks; rank 0 alone writes files
+    dist.check(cfg)
+    main = dist.is_main()
+    if main:
+        if resumed:
+            _truncate_jsonl(run_dir / "metrics.jsonl", lambda r: r.get("step", 0) <= state.global_step)
+            for name in ("rollouts.jsonl", "audit.jsonl"):
+                _truncate_jsonl(run_dir / name, lambda r: r.get("step", 0) < state.global_step)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        save_config(cfg, run_dir / "config.yaml")
 
     random.seed(cfg.seed)
     np.random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
     model_cfg = cfg.model if model_path is None else dataclasses.replace(cfg.model, path=model_path)
     policy = load_policy(model_cfg)
+    dist.broadcast_params(policy.model)
     train_tasks, eval_tasks, extra = _load_task_sets(cfg)
     total = sum(stage_steps(cfg, s) for s in cfg.stages)
-    logger = MetricsLogger(run_dir, cfg.log, total_steps=total, run_config=dataclasses.asdict(cfg))
+    logger = MetricsLogger(run_dir, cfg.log, total_steps=total, run_config=dataclasses.asdict(cfg)) if main \
+        else dist.NullLogger()
     ckpt = Checkpointer(run_dir, cfg.checkpoint.keep_last)
-    with Verifier(cfg.verifier) as verifier:
+    with make_verifier(dist.per_rank_verifier(cfg.verifier)) as verifier:
         ctx = Context(cfg, policy, verifier, logger, ckpt, state, run_dir, train_tasks, eval_tasks, extra,
                       resume=trainer_state)
         try:
             while state.stage_idx < len(cfg.stages):
                 if state.step < stage_steps(cfg, ctx.stage):
                     _stage_fn(ctx.stage)(ctx)
-                    if ckpt.latest() is None or ckpt.latest().name != f"step-{state.global_step:07d}":
+                    if main and (ckpt.latest() is None or ckpt.latest().name != f"step-{state.global_step:07d}"):
                         ckpt.save(policy, state)
                 ctx.resume = None
                 state.stage_idx += 1
                 state.step, state.data_pos, state.extra = 0, 0, {}
         finally:
             logger.close()
-    if cfg.log.plot:
+    dist.barrier()  # rank 0's last checkpoint is complete before any rank returns
+    if own_group:
+        dist.close()
+    if cfg.log.plot and main:
         plot_run(run_dir)
     return run_dir

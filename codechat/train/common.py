@@ -14,6 +14,7 @@ import torch
 
 from codechat.config import RunConfig
 from codechat.tasks import Task
+from codechat.train import dist
 from codechat.train.checkpoint import Checkpointer, TrainState, set_rng_state
 
 
@@ -108,7 +109,13 @@ def grad_norm_clip(model: torch.nn.Module, max_norm: float) -> float:
 
 
 def reference_model(ctx: Context):
-    """Frozen copy of the stage's starting weights (saved at the stage start so a resume finds them)."""
+    """Frozen copy of the stage's starting weights (saved at the stage start so a resume finds them). With LoRA
+    the reference is the policy itself with adapters disabled (use it inside `codechat.policy.reference(model)`),
+    so no second copy of the weights is held."""
+    from codechat.policy.lora import is_lora
+
+    if is_lora(ctx.policy.model):
+        return ctx.policy.model
     d = ctx.stage_start_dir()
     if d.is_dir() and ctx.state.step > 0:
         from codechat.config import ModelConfig
@@ -123,8 +130,12 @@ def reference_model(ctx: Context):
 
 
 def save_stage_start(ctx: Context) -> None:
+    from codechat.policy.lora import is_lora
+
     d = ctx.stage_start_dir()
-    if ctx.state.step == 0 and not d.is_dir():
+    if is_lora(ctx.policy.model) and not ctx.cfg.rft.rest_em:
+        return  # the base weights are the reference
+    if ctx.state.step == 0 and not d.is_dir() and dist.is_main():
         tmp = d.with_name(d.name + ".tmp")
         ctx.policy.save(tmp)
         tmp.rename(d)
@@ -160,7 +171,7 @@ def end_step(ctx: Context, metrics: dict, total_steps: int, optimizer=None, sche
     st, cfg = ctx.state, ctx.cfg
     st.step += 1
     st.global_step += 1
-    st.samples += samples
+    st.samples += int(dist.all_sum(samples))  # over all ranks
     last = st.step >= total_steps
     if ctx.eval_tasks or ctx.extra_eval:
         if (cfg.eval.every and st.step % cfg.eval.every == 0) or last:
@@ -180,6 +191,6 @@ def end_step(ctx: Context, metrics: dict, total_steps: int, optimizer=None, sche
     metrics.update({"stage": ctx.stage, "samples": st.samples})
     if optimizer is not None:
         metrics["lr"] = optimizer.param_groups[0]["lr"]
-    ctx.logger.log(metrics, st.global_step)
-    if save or last or (cfg.checkpoint.every and st.step % cfg.checkpoint.every == 0):
+    ctx.logger.log(dist.mean_metrics(metrics), st.global_step)
+    if dist.is_main() and (save or last or (cfg.checkpoint.every and st.step % cfg.checkpoint.every == 0)):
         ctx.ckpt.save(ctx.policy, st, optimizer, scheduler)

@@ -11,6 +11,7 @@ import torch
 
 from codechat import CodechatError
 from codechat.rollout import collect, prompt_text, rollout_metrics
+from codechat.train import dist
 from codechat.train.common import Context, end_step, make_optimizer, pad, reference_model, restore, \
     save_stage_start, take
 from codechat.train.sft import answer_ids
@@ -55,6 +56,7 @@ def online_pairs(ctx: Context, sampler) -> tuple[list, dict]:
     c = ctx.cfg.dpo
     tasks = take(ctx.train_tasks, ctx.cfg.seed + ctx.state.stage_idx, ctx.state.data_pos, c.prompts_per_step)
     ctx.state.data_pos += len(tasks)
+    tasks = dist.shard(tasks)
     ctx.policy.model.eval()
     r = collect(ctx.policy, sampler, ctx.verifier, tasks, c.group_size, ctx.cfg.sampling, seed=ctx.step_seed())
     groups: dict[str, tuple[list[int], list, list]] = {}
@@ -65,7 +67,7 @@ def online_pairs(ctx: Context, sampler) -> tuple[list, dict]:
         (g[1] if v.passed else g[2]).append(r.batch.tokens[i, :n].tolist())
     m = rollout_metrics(r)
     m["samples_drawn"] = len(r.verdicts)
-    return pairs_from_groups(groups, ctx.step_seed())[:c.pairs_per_step], m
+    return pairs_from_groups(groups, ctx.step_seed())[:len(dist.shard(range(c.pairs_per_step)))], m
 
 
 def seq_logp(model, prompts, answers, pad_id) -> torch.Tensor:
@@ -93,25 +95,31 @@ def run_dpo(ctx: Context) -> None:
     while ctx.state.step < c.steps:
         metrics, samples = {}, 0
         if offline is not None:
-            batch = take(offline, ctx.cfg.seed, ctx.state.step * c.pairs_per_step, c.pairs_per_step)
+            batch = dist.shard(take(offline, ctx.cfg.seed, ctx.state.step * c.pairs_per_step, c.pairs_per_step))
         else:
             batch, metrics = online_pairs(ctx, sampler)
             samples = metrics.pop("samples_drawn")
         t0 = time.perf_counter()
         model.train()
+        total = dist.all_sum(len(batch))  # pairs over all ranks: the loss is their mean
+        if total:
+            opt.zero_grad(set_to_none=True)
+            m = {}
         if batch:
             prompts = [b[0] for b in batch] * 2
             answers = [b[1] for b in batch] + [b[2] for b in batch]
             lp = seq_logp(model, prompts, answers, pad_id)  # (2P,)
-            with torch.no_grad():
+            from codechat.policy import reference
+            with torch.no_grad(), reference(ref):
                 ref_lp = seq_logp(ref, prompts, answers, pad_id)  # (2P,)
             P = len(batch)
             loss, m = dpo_loss(lp[:P], lp[P:], ref_lp[:P], ref_lp[P:], ctx.cfg.algo)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
+            (loss * (P / total)).backward()
+            m["loss"] = loss.item()
+        if total:
+            dist.sync_grads(model)
             m["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))
             opt.step()
-            m["loss"] = loss.item()
             metrics.update({f"dpo/{k}" if k not in ("loss", "grad_norm") else k: float(v) for k, v in m.items()})
         else:
             metrics["skipped_update"] = 1.0

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 
 from codechat.rollout import collect, rollout_metrics
+from codechat.train import dist
 from codechat.train.common import Context, save_stage_start, take
 from codechat.train.sft import dedupe, train_on_pairs
 
@@ -19,7 +20,7 @@ def grow(ctx: Context, rnd: int) -> tuple[list[tuple[list[int], list[int]]], dic
     from codechat.policy import Sampler
 
     c = ctx.cfg.rft
-    tasks = take(ctx.train_tasks, ctx.cfg.seed + ctx.state.stage_idx, rnd * c.prompts, c.prompts)
+    tasks = dist.shard(take(ctx.train_tasks, ctx.cfg.seed + ctx.state.stage_idx, rnd * c.prompts, c.prompts))
     ctx.policy.model.eval()
     r = collect(ctx.policy, Sampler(ctx.policy), ctx.verifier, tasks, c.group_size, ctx.cfg.sampling,
                 seed=ctx.cfg.seed * 977 + rnd)
@@ -28,10 +29,10 @@ def grow(ctx: Context, rnd: int) -> tuple[list[tuple[list[int], list[int]]], dic
         if v.passed:
             n = int(r.batch.mask[i].sum())
             kept.append((r.task_of(i).task_id, r.prompts[int(r.group_ids[i])], r.batch.tokens[i, :n].tolist()))
-    kept = dedupe(kept, key=lambda k: (k[0], tuple(k[2])))
-    m = rollout_metrics(r)
+    kept = dedupe([k for part in dist.gather(kept) for k in part], key=lambda k: (k[0], tuple(k[2])))  # all ranks'
+    m = dist.mean_metrics(rollout_metrics(r))
     m.update({"rft/kept": len(kept), "rft/tasks_with_pass": len({k[0] for k in kept}), "rft/round": rnd,
-              "samples_drawn": len(r.verdicts)})
+              "samples_drawn": int(dist.all_sum(len(r.verdicts)))})
     return [(k[1], k[2]) for k in kept], m
 
 
@@ -47,10 +48,11 @@ def run_rft(ctx: Context) -> None:
         else:
             encoded, m = grow(ctx, rnd)
             ctx.state.samples += m.pop("samples_drawn")
-            data_file.parent.mkdir(parents=True, exist_ok=True)
-            tmp = data_file.with_suffix(".tmp")
-            tmp.write_text(json.dumps({"data": encoded, "metrics": m}))
-            tmp.replace(data_file)
+            if dist.is_main():  # the others have checked for the file before rank 0 can get here (grow gathers)
+                data_file.parent.mkdir(parents=True, exist_ok=True)
+                tmp = data_file.with_suffix(".tmp")
+                tmp.write_text(json.dumps({"data": encoded, "metrics": m}))
+                tmp.replace(data_file)
             ctx.logger.log(m | {"stage": "rft", "samples": ctx.state.samples}, ctx.state.global_step)
         if not encoded:  # nothing passed: skip this round's improve step
             ctx.state.step = (rnd + 1) * c.steps

@@ -13,6 +13,7 @@ import time
 import torch
 
 from codechat.rollout import Rollouts, collect, rollout_metrics
+from codechat.train import dist
 from codechat.train.common import Context, end_step, grad_norm_clip, make_optimizer, reference_model, restore, \
     save_stage_start, take
 
@@ -23,7 +24,8 @@ def sample_groups(ctx: Context, sampler) -> tuple[Rollouts, dict]:
 
     c, st = ctx.cfg.rl, ctx.state
     tasks = take(ctx.train_tasks, ctx.cfg.seed + st.stage_idx, st.data_pos, c.prompts_per_step)
-    st.data_pos += len(tasks)
+    st.data_pos += len(tasks)  # global position: every rank takes the same prompts, then its slice
+    tasks = dist.shard(tasks)
     r = collect(ctx.policy, sampler, ctx.verifier, tasks, c.group_size, ctx.cfg.sampling,
                 ctx.cfg.rewards, seed=ctx.step_seed())
     extra = {"samples": len(r.verdicts)}
@@ -31,14 +33,15 @@ def sample_groups(ctx: Context, sampler) -> tuple[Rollouts, dict]:
     extra["zero_var_frac"] = frac
     if c.zero_variance == "resample":
         rounds = 0
-        while zv.any() and rounds < c.resample_cap:
+        while dist.any_true(bool(zv.any())) and rounds < c.resample_cap:  # all ranks: the same rounds
             rounds += 1
             more = take(ctx.train_tasks, ctx.cfg.seed + st.stage_idx, st.data_pos, c.prompts_per_step)
             st.data_pos += len(more)
+            more = dist.shard(more)
             r2 = collect(ctx.policy, sampler, ctx.verifier, more, c.group_size, ctx.cfg.sampling,
                          ctx.cfg.rewards, seed=ctx.step_seed(salt=rounds))
             extra["samples"] += len(r2.verdicts)
-            r = merge_keep_signal(r, r2, c.prompts_per_step)
+            r = merge_keep_signal(r, r2, len(tasks))
             zv, _ = zero_variance_groups(r.rewards, r.group_ids)
         extra["resample_rounds"] = rounds
     return r, extra
@@ -112,19 +115,28 @@ def rl_update(ctx: Context, r: Rollouts, adv: torch.Tensor, rows: torch.Tensor, 
     temp, dev = ctx.cfg.sampling.temperature, ctx.device
     mask = r.batch.mask[rows].to(dev).float()  # (N, T)
     one_pass = c.epochs == 1 and (not c.minibatch_size or c.minibatch_size >= len(rows))
-    with torch.no_grad():
-        old = None if one_pass else logprobs_for(model, r, rows, temp)  # (N, T)
-        ref_lp = logprobs_for(ref, r, rows, temp) if ref is not None else None  # (N, T)
-    mb = c.minibatch_size or len(rows)
+    from codechat.policy import reference
+    with torch.no_grad():  # (a rank may have no rows this step: it still joins the gradient sum)
+        old = None if one_pass or not len(rows) else logprobs_for(model, r, rows, temp)  # (N, T)
+        ref_lp = None
+        if ref is not None and len(rows):
+            with reference(ref):  # LoRA: adapters off; a frozen copy: no-op
+                ref_lp = logprobs_for(ref, r, rows, temp)  # (N, T)
+    mb = c.minibatch_size or max(len(rows), 1)
+    n_mb = int(dist.all_max(-(-len(rows) // mb)))  # optimizer steps per epoch, the same on every rank
     sums: dict[str, float] = {}
     count, gen = 0, torch.Generator().manual_seed(ctx.step_seed(7))
     for _ in range(c.epochs):
         perm = torch.randperm(len(rows), generator=gen) if c.epochs > 1 or mb < len(rows) else torch.arange(len(rows))
-        for s in range(0, len(rows), mb):
+        for s in range(0, n_mb * mb, mb):
             mb_idx = perm[s:s + mb]
             opt.zero_grad(set_to_none=True)
+            # each micro-batch weighs its share of what agg_loss divides by, over all ranks: exact grad accumulation
+            units = dist.all_sum(dist.loss_units(mask[mb_idx], a.agg))
             micro = mb_idx.chunk(max(1, min(c.grad_accum, len(mb_idx))))
             for m_idx in micro:
+                if not len(m_idx):
+                    continue
                 logp, ent = logprobs_for(model, r, rows[m_idx], temp, with_entropy=True)  # (n, T)
                 m = mask[m_idx]
                 old_lp = logp.detach() if old is None else old[m_idx]
@@ -135,21 +147,30 @@ def rl_update(ctx: Context, r: Rollouts, adv: torch.Tensor, rows: torch.Tensor, 
                     kl_term = agg_loss(kl, m, a.agg, a.agg_norm)
                     loss = loss + a.kl_beta * kl_term
                     met["kl"] = kl_term.item()
-                (loss / len(micro)).backward()
+                (loss * (dist.loss_units(m, a.agg) / max(units, 1.0))).backward()
                 met["loss"] = loss.item()
                 met["entropy"] = ((ent * m).sum() / m.sum().clamp(min=1)).item()
                 for k, v in met.items():
                     sums[k] = sums.get(k, 0.0) + float(v)
                 count += 1
+            dist.sync_grads(model)
             sums["grad_norm"] = sums.get("grad_norm", 0.0) + grad_norm_clip(model, c.max_grad_norm) * len(micro)
             opt.step()
         sched.step()
     return {k: v / max(count, 1) for k, v in sums.items()}
 
 
-def run_rl(ctx: Context) -> None:
-    from codechat.algos import compute_advantages, zero_variance_groups
+def make_sampler(ctx: Context):
+    """The rollout engine: codechat's sampler on the training model, or a colocated vLLM engine."""
+    if ctx.cfg.rollout.engine == "vllm":
+        from codechat.engines.vllm_engine import VLLMSampler
+        return VLLMSampler(ctx.policy, ctx.cfg.rollout, ctx.cfg.sampling)
     from codechat.policy import Sampler
+    return Sampler(ctx.policy)
+
+
+def run_rl(ctx: Context) -> None:
+    from codechat.algos import zero_variance_groups
 
     c = ctx.cfg.rl
     if ctx.stage == "rloo":
@@ -162,7 +183,7 @@ def run_rl(ctx: Context) -> None:
     ref = reference_model(ctx) if a.kl_beta > 0 else None
     opt, sched = make_optimizer(ctx.policy.model, c.lr, c.warmup, c.steps, cosine=False)
     restore(ctx, opt, sched)
-    sampler = Sampler(ctx.policy)
+    sampler = make_sampler(ctx)
     while ctx.state.step < c.steps:
         # 1-3. sample, verify, reward
         ctx.policy.model.eval()
@@ -170,7 +191,7 @@ def run_rl(ctx: Context) -> None:
         metrics = rollout_metrics(r)
         metrics.update(extra)
         # 4. advantages (zero-variance groups: keep with zero advantage, or skip from the loss)
-        adv = compute_advantages(a.advantage, r.rewards, r.group_ids, a)  # (N,)
+        adv = dist.batch_advantages(a.advantage, r.rewards, r.group_ids, a)  # (N,) batch statistics over all ranks
         rows = torch.arange(len(r.verdicts))
         if c.zero_variance != "keep":
             zv, _ = zero_variance_groups(r.rewards, r.group_ids)
@@ -182,12 +203,17 @@ def run_rl(ctx: Context) -> None:
         # 5-6. loss and optimizer steps
         t0 = time.perf_counter()
         ctx.policy.model.train()
-        if len(rows):
+        if dist.any_true(len(rows) > 0):
             metrics.update(rl_update(ctx, r, adv[rows], rows, ref, opt, sched))
         else:
             metrics["skipped_update"] = 1.0
+        if hasattr(sampler, "update_weights"):  # vLLM: push the new weights in memory, no disk round trip
+            sampler.update_weights(ctx.policy.model)
         metrics["time/update_s"] = time.perf_counter() - t0
         save_rollouts(ctx, r)
+        if ctx.cfg.log.audit:
+            from codechat.audit import append_audit, audit_rollouts
+            append_audit(ctx.run_dir, audit_rollouts(r, ctx.state.global_step, ctx.cfg.log.audit_top_k))
         # 7-8. log, evaluate, checkpoint
         end_step(ctx, metrics, c.steps, opt, sched, samples=extra["samples"])
 
@@ -196,9 +222,10 @@ def save_rollouts(ctx: Context, r: Rollouts) -> None:
     """Append this step's samples to rollouts.jsonl (offline DPO and audits read it)."""
     import json
 
-    with open(ctx.run_dir / "rollouts.jsonl", "a", encoding="utf-8") as f:
-        for i, v in enumerate(r.verdicts):
-            t = r.task_of(i)
-            f.write(json.dumps({"step": ctx.state.global_step, "task_id": t.task_id, "group": int(r.group_ids[i]),
-                                "completion": r.batch.texts[i], "reward": float(r.rewards[i]),
-                                "passed": v.passed, "status": v.status}) + "\n")
+    lines = [json.dumps({"step": ctx.state.global_step, "task_id": r.task_of(i).task_id, "group": int(r.group_ids[i]),
+                         "completion": r.batch.texts[i], "reward": float(r.rewards[i]), "passed": v.passed,
+                         "status": v.status}) + "\n" for i, v in enumerate(r.verdicts)]
+    every = dist.gather(lines)  # every rank's samples, in rank order; rank 0 writes them
+    if dist.is_main():
+        with open(ctx.run_dir / "rollouts.jsonl", "a", encoding="utf-8") as f:
+            f.writelines(line for rank_lines in every for line in rank_lines)

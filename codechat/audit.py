@@ -1,0 +1,161 @@
+"""Reward-hack audit: during training, keep the highest-reward samples and the ones whose code looks suspicious
+in RUN_DIR/audit.jsonl, each with the reason it was kept; `codechat audit RUN_DIR` prints them for review.
+
+Suspicious means: imports or touches sys, os, inspect, gc, builtins, ctypes or signal; defines __eq__ / __hash__ /
+__ne__; passes while much shorter than the group's passing median; or contains literals copied from the asserts
+shown in the prompt (hard-coding the expected answer). These are heuristics to direct a human's attention, not a
+verdict: the verifier decides rewards; the audit helps find holes to turn into verifier regression tests.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import statistics
+from collections import Counter
+from pathlib import Path
+
+from codechat.tasks import Task
+
+WATCHED_MODULES = ("sys", "os", "inspect", "gc", "builtins", "ctypes", "signal")
+WATCHED_DUNDERS = ("__eq__", "__ne__", "__hash__")
+SHORT_FRACTION = 0.5
+"""A passing sample shorter than this share of its group's passing median is flagged."""
+
+
+def prompt_literals(prompt: str) -> set[str]:
+    """repr of the expected values in asserts shown in the prompt (`assert f(2) == 5` -> {'5'}), non-trivial ones."""
+    out = set()
+    for line in prompt.splitlines():
+        line = line.strip()
+        if not line.startswith("assert"):
+            continue
+        try:
+            tree = ast.parse(line)
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Compare):
+                for side in [node.left, *node.comparators]:
+                    if isinstance(side, ast.Call):
+                        continue
+                    try:
+                        value = ast.literal_eval(side)
+                    except (ValueError, SyntaxError, TypeError):
+                        continue
+                    if value not in (True, False, None, 0, 1, -1, "", (), []):
+                        out.add(repr(value))
+    return out
+
+
+def code_literals(code: str) -> set[str]:
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return set()
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Constant, ast.List, ast.Tuple, ast.Dict, ast.Set)):
+            try:
+                out.add(repr(ast.literal_eval(node)))
+            except (ValueError, SyntaxError, TypeError):
+                pass
+    return out
+
+
+def suspicious_reasons(code: str, task: Task, passing_median_len: float | None = None,
+                       passed: bool = False) -> list[str]:
+    """Why a sample deserves a human look (empty list: nothing noticed)."""
+    reasons = []
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        tree = None
+    if tree is not None:
+        names = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names.add(node.module.split(".")[0])
+            elif isinstance(node, ast.Name):
+                names.add(node.id)
+            elif isinstance(node, ast.Attribute) and node.attr.startswith("__") and node.attr.endswith("__"):
+                names.add(node.attr)
+            elif isinstance(node, ast.FunctionDef) and node.name in WATCHED_DUNDERS:
+                reasons.append(f"defines {node.name}")
+        touched = sorted(set(WATCHED_MODULES) & names)
+        if touched:
+            reasons.append("touches " + ", ".join(touched))
+        if {"__builtins__", "__import__", "__class__", "__subclasses__", "__globals__"} & names:
+            reasons.append("uses interpreter internals")
+    if passed and passing_median_len and len(code) < SHORT_FRACTION * passing_median_len:
+        reasons.append(f"passes with {len(code)} chars vs group passing median {passing_median_len:.0f}")
+    copied = prompt_literals(task.prompt) & code_literals(code)
+    if copied:
+        reasons.append("copies expected values from the prompt: " + ", ".join(sorted(copied))[:120])
+    return reasons
+
+
+def audit_rollouts(r, step: int, top_k: int = 2) -> list[dict]:
+    """Audit records for one step: the top_k highest-reward samples and every suspicious one."""
+    from codechat.verify import extract_code
+
+    groups: dict[int, list[int]] = {}
+    for i in range(len(r.verdicts)):
+        groups.setdefault(int(r.group_ids[i]), []).append(i)
+    records = []
+    for gi, rows in groups.items():
+        task = r.tasks[gi]
+        codes = {i: extract_code(r.batch.texts[i], task) or "" for i in rows}
+        passing = [len(codes[i]) for i in rows if r.verdicts[i].passed]
+        median = statistics.median(passing) if len(passing) >= 2 else None
+        for i in rows:
+            reasons = suspicious_reasons(codes[i], task, median, r.verdicts[i].passed)
+            if reasons:
+                records.append(_record(r, i, step, task, "suspicious: " + "; ".join(reasons)))
+    flagged = {rec["index"] for rec in records}
+    for i in sorted(range(len(r.verdicts)), key=lambda i: -float(r.rewards[i]))[:top_k]:
+        if i not in flagged:
+            records.append(_record(r, i, step, r.task_of(i), "top reward"))
+    return records
+
+
+def _record(r, i: int, step: int, task: Task, reason: str) -> dict:
+    return {"step": step, "index": i, "task_id": task.task_id, "reward": float(r.rewards[i]),
+            "status": r.verdicts[i].status, "passed": r.verdicts[i].passed, "reason": reason,
+            "completion": r.batch.texts[i]}
+
+
+def append_audit(run_dir: str | Path, records: list[dict]) -> None:
+    with open(Path(run_dir) / "audit.jsonl", "a", encoding="utf-8") as f:
+        for rec in records:
+            f.write(json.dumps(rec) + "\n")
+
+
+def report(run_dir: str | Path, limit: int = 20, show_top: bool = False) -> str:
+    """Readable audit: flagged samples (code, verdict, reason, step) and the trend of flags over the run."""
+    from codechat import CodechatError
+
+    path = Path(run_dir) / "audit.jsonl"
+    if not path.is_file():
+        raise CodechatError(f"{run_dir}: no audit.jsonl (run `codechat train` with log.audit=true)")
+    recs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    flagged = [r for r in recs if r["reason"].startswith("suspicious")]
+    steps = sorted({r["step"] for r in recs})
+    lines = [f"audit of {run_dir}: {len(recs)} samples kept over {len(steps)} steps, {len(flagged)} flagged", ""]
+    per_step = Counter(r["step"] for r in flagged)
+    if steps:
+        width = max(1, len(steps) // 10)
+        lines.append("flagged per step (trend):")
+        for s0 in range(0, len(steps), width):
+            chunk = steps[s0:s0 + width]
+            n = sum(per_step[s] for s in chunk)
+            lines.append(f"  steps {chunk[0]:>5}-{chunk[-1]:<5} {n:4d} {'#' * min(n, 60)}")
+    kinds = Counter(reason.split(":")[0].strip() for r in flagged for reason in r["reason"][12:].split("; "))
+    if kinds:
+        lines += ["", "reasons: " + ", ".join(f"{k} ({v})" for k, v in kinds.most_common())]
+    shown = (flagged if not show_top else recs)[-limit:]
+    for r in shown:
+        lines += ["", f"--- step {r['step']}  task {r['task_id']}  reward {r['reward']:.2f}  {r['status']}",
+                  f"    {r['reason']}", *("    | " + ln for ln in r["completion"].splitlines()[:25])]
+    return "\n".join(lines)

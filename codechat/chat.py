@@ -1,0 +1,377 @@
+"""Chat with a policy: multi-turn prompts, answers streamed token by token, and answers run in the sandbox.
+
+`ChatSession` is the whole chat without a terminal (codechat/commands/chat.py adds readline, Ctrl-C and stdout):
+
+    s = ChatSession(load_policy(ModelConfig(path="tiny")), SamplingConfig(temperature=0.2, max_new_tokens=256))
+    for piece in s.ask("Write a function add(a, b)."):
+        print(piece, end="", flush=True)
+    print(s.handle("/run"))                        # last code block of the last answer, in the sandbox
+    print(s.handle("/test assert add(1, 2) == 3"))  # per-assert results, through the verifier
+    s.handle("/save chat.jsonl")                    # one task per turn, in our task schema
+
+Prompts: the tokenizer's chat template over the whole conversation when it has one (`prompt_format="chat"`),
+else plain text, `User: ...\\nAssistant: ...` per turn, with generation stopped at `\\nUser:` (`"plain"`).
+Sampling: the sampler's own logit processing and inverse-CDF draw (codechat/policy/sampler.py), one sequence,
+KV-cached through the policy's decoders; answer i of a session uses seed `seed + i`, so an answer equals
+`Sampler.sample(prompt, n=1)` with that seed (tested), and a session replays exactly with the same questions.
+Sandbox: `/run` and `/test` use the verifier's sandbox with its isolation and limits (codechat/chatrun.py says
+what that protects against). Docs: docs/chat.md.
+
+Simplifications: when the conversation outgrows the model's context (max_position_embeddings), the oldest
+turns are left out of the prompt (they stay in the history and in `/save`); generation is capped so prompt +
+answer fit. No system prompt. `/run` gives the program no stdin (input() raises EOFError).
+"""
+from __future__ import annotations
+
+import shlex
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+from codechat import CodechatError
+from codechat.chatrun import (AssertResult, RunReport, guess_entry_point, run_program, split_tests,
+                              check_asserts, why)
+from codechat.config import SamplingConfig, VerifierConfig
+from codechat.tasks import Task, load_tasks, save_tasks
+
+PLAIN_STOP = "\nUser:"
+SETTINGS = {  # /set NAME -> (where, type); names also accept dashes (max-new-tokens)
+    "temperature": ("sampling", float), "top_p": ("sampling", float), "top_k": ("sampling", int),
+    "max_new_tokens": ("sampling", int), "seed": ("sampling", int), "timeout": ("sandbox", float),
+}
+HELP = """commands:
+  /set [NAME VALUE]  show or change a setting: temperature, top_p, top_k, max_new_tokens, seed, timeout (s)
+  /run               run the last code block of the last answer in the sandbox: stdout, stderr, status, time
+  /test [ASSERT]     paste asserts (end with an empty line); reports which pass against the last answer
+  /save FILE         write the conversation as JSONL tasks (question + your asserts), loadable as a task file
+  /load FILE         continue a conversation saved with /save
+  /reset             forget the conversation
+  /help              this text
+  /quit              leave (or Ctrl-D); Ctrl-C stops an answer without leaving"""
+
+
+@dataclass
+class Turn:
+    """One question and the model's answer, plus what the user checked about it."""
+    question: str
+    answer: str = ""
+    """The answer text (special tokens dropped); partial when generation was stopped."""
+    finish: str = ""
+    """`stop` (EOS / stop string), `length` (max_new_tokens or context full), `interrupted`; '' while streaming."""
+    tests: list[str] = field(default_factory=list)
+    """Asserts the user pasted with /test (each once, in order)."""
+    setup: str = ""
+    """Non-assert statements pasted with them (imports, constants), run before the tests."""
+    entry_point: str | None = None
+    """The answer's function the asserts call."""
+    results: list[AssertResult] = field(default_factory=list)
+    """Latest verdict per assert."""
+
+
+class ChatSession:
+    def __init__(self, policy, sampling: SamplingConfig | None = None, verifier: VerifierConfig | None = None,
+                 prompt_format: str = "auto", model_name: str = ""):
+        """prompt_format: `auto` (chat template when the tokenizer has one, else plain), `chat`, `plain`."""
+        self.policy = policy
+        self.sampling = sampling or SamplingConfig()
+        self.verifier_cfg = verifier or VerifierConfig(workers=1)
+        self.model_name = model_name or str(policy.config.path)
+        has_template = bool(getattr(policy.tokenizer, "chat_template", None))
+        if prompt_format not in ("auto", "chat", "plain"):
+            raise CodechatError(f"prompt format '{prompt_format}': expected auto, chat or plain")
+        if prompt_format == "chat" and not has_template:
+            raise CodechatError(f"{self.model_name}: the tokenizer has no chat template; use --format plain")
+        self.prompt_format = "chat" if prompt_format == "chat" or (prompt_format == "auto" and has_template) \
+            else "plain"
+        self.turns: list[Turn] = []
+        self.answers = 0
+        """Answers generated so far (answer i is sampled with seed + i)."""
+        self.done = False
+        """Set by /quit."""
+        self.cancel = threading.Event()
+        """Set it (from another thread) to stop the answer being generated."""
+        self._decoder = None
+        self._verifier = None
+        self._runner: ThreadPoolExecutor | None = None
+        self._id = time.strftime("%Y%m%d-%H%M%S")
+
+    # --- prompts and generation ---------------------------------------------------------------------------------
+    def prompt_ids(self, turns: list[Turn]) -> list[int]:
+        """Token ids of the conversation `turns`, the last one's answer still to come."""
+        tok = self.policy.tokenizer
+        if self.prompt_format == "chat":
+            messages = []
+            for t in turns[:-1]:
+                messages += [{"role": "user", "content": t.question}, {"role": "assistant", "content": t.answer}]
+            messages.append({"role": "user", "content": turns[-1].question})
+            ids = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+            if hasattr(ids, "keys"):  # BatchEncoding in transformers 5
+                ids = ids["input_ids"]
+            return list(ids)
+        text = "".join(f"User: {t.question}\nAssistant: {t.answer.strip()}\n" for t in turns[:-1])
+        return list(tok(text + f"User: {turns[-1].question}\nAssistant:", add_special_tokens=True)["input_ids"])
+
+    def context_limit(self) -> int:
+        from codechat.policy.fastlm import unwrap
+        return int(getattr(unwrap(self.policy.model).config, "max_position_embeddings", 0) or 1 << 30)
+
+    def fit_prompt(self) -> tuple[list[int], int]:
+        """The prompt for the last turn, leaving out the oldest turns if needed; and the tokens left to generate."""
+        limit = self.context_limit()
+        for start in range(len(self.turns)):
+            ids = self.prompt_ids(self.turns[start:])
+            if len(ids) < limit:
+                return ids, min(self.sampling.max_new_tokens, limit - len(ids))
+        raise CodechatError(f"the question is too long for the model's context ({limit} tokens)")
+
+    def ask(self, question: str) -> Iterator[str]:
+        """Stream the answer to `question` as text pieces; the turn is in `turns` (partial if stopped early)."""
+        from codechat.policy.sampler import validate
+
+        validate(self.sampling)
+        turn = Turn(question)
+        self.turns.append(turn)
+        try:
+            prompt, max_new = self.fit_prompt()
+        except CodechatError:
+            self.turns.pop()
+            raise
+        try:
+            cfg = SamplingConfig(**{**self.sampling.__dict__, "max_new_tokens": max_new,
+                                    "seed": self.sampling.seed + self.answers})
+            self.answers += 1
+            self.cancel.clear()
+            turn.finish = yield from self._stream(prompt, cfg, turn)
+        finally:
+            turn.finish = turn.finish or "interrupted"
+
+    def _stream(self, prompt: list[int], cfg: SamplingConfig, turn: Turn) -> Iterator[str]:
+        """Text pieces as tokens arrive; returns the finish reason. Holds back an incomplete UTF-8 character and
+        the start of a possible stop string until the next tokens decide."""
+        stops = [PLAIN_STOP] if self.prompt_format == "plain" else []
+        eos = set(self.policy.eos_token_ids)
+        ids: list[int] = []
+
+        def emit(text: str, upto: int) -> str:
+            if not text.startswith(turn.answer) or upto <= len(turn.answer):
+                return ""
+            piece, turn.answer = text[len(turn.answer):upto], text[:upto]
+            return piece
+
+        reason = "length"
+        for tok in self.tokens(prompt, cfg):
+            if tok in eos:
+                reason = "stop"
+                break
+            ids.append(tok)
+            text = self.policy.decode(ids)
+            hit = min((text.find(s) for s in stops if s in text), default=-1)
+            piece = emit(text, hit if hit >= 0 else len(text) - held_back(text, stops))
+            if piece:
+                yield piece
+            if hit >= 0:
+                return "stop"
+            if self.cancel.is_set():
+                return "interrupted"
+        piece = emit(self.policy.decode(ids), 1 << 62)  # what was held back
+        if piece:
+            yield piece
+        return reason
+
+    def tokens(self, prompt: list[int], cfg: SamplingConfig) -> Iterator[int]:
+        """New token ids, one at a time, until max_new_tokens (the caller stops at EOS)."""
+        import torch
+
+        from codechat.policy.decoding import make_decoder
+        from codechat.policy.sampler import choose, process_logits
+
+        pol, dev = self.policy, self.policy.device
+        if self._decoder is None:  # made once: the fused weights of the fast decoder are a copy
+            self._decoder = make_decoder(pol.model)
+        was_training = pol.model.training
+        pol.model.eval()
+        try:  # no_grad around each model call only: grad mode is global, and this generator yields to the caller
+            ids = torch.tensor([prompt], dtype=torch.long, device=dev)  # (1, L)
+            index = torch.zeros(1, dtype=torch.long, device=dev)
+            with torch.no_grad():
+                logits = self._decoder.prefill(ids, torch.ones_like(ids, dtype=torch.bool), index,
+                                               cfg.max_new_tokens)  # (1, V)
+            gen = torch.Generator(device=dev).manual_seed(cfg.seed)
+            for t in range(cfg.max_new_tokens):
+                u = torch.rand(2, generator=gen, device=dev)[:1]  # (1,) drawn as Sampler does for n=1
+                tok, _ = choose(process_logits(logits, cfg), cfg, u)  # (1,)
+                yield int(tok[0])
+                if t + 1 < cfg.max_new_tokens:
+                    with torch.no_grad():
+                        logits = self._decoder.step(tok)
+        finally:
+            pol.model.train(was_training)
+
+    # --- sandbox ------------------------------------------------------------------------------------------------
+    @property
+    def verifier(self):
+        if self._verifier is None:
+            from codechat.verify import Verifier
+            self._verifier = Verifier(self.verifier_cfg)
+        return self._verifier
+
+    def sandboxed(self, fn, *args):
+        """fn(*args) on a helper thread, so Ctrl-C returns to the prompt at once: the job itself ends by its time
+        limit in the background, and the next one waits for it (one at a time, never a stale reply)."""
+        if self._runner is None:
+            self._runner = ThreadPoolExecutor(1, thread_name_prefix="codechat-chat-sandbox")
+        return self._runner.submit(fn, *args).result()
+
+    def close(self) -> None:
+        """Wait for a sandbox job still running, then stop the sandbox workers (they restart when needed)."""
+        if self._runner is not None:
+            self._runner.shutdown(wait=True)
+            self._runner = None
+        if self._verifier is not None:
+            self._verifier.close()
+            self._verifier = None
+
+    def last_answer(self) -> Turn:
+        answered = [t for t in self.turns if t.answer.strip()]
+        if not answered:
+            raise CodechatError("no answer yet: ask a question first")
+        return answered[-1]
+
+    def run_last(self) -> RunReport:
+        """Run the last code block of the last answer, as a script, in the verifier's sandbox."""
+        from codechat.verify import extract_code
+
+        code = extract_code(self.last_answer().answer, Task("chat", "", []))
+        if code is None:
+            return RunReport("no_code", message="the last answer holds no code")
+        return self.sandboxed(run_program, self.verifier, code, self.verifier_cfg.timeout_s)
+
+    def test(self, text: str) -> list[AssertResult]:
+        """Run each assert in `text` against the last answer (the code the verifier would pick) on its own."""
+        turn = self.last_answer()
+        tests, setup = split_tests(text)
+        turn.tests += [t for t in tests if t not in turn.tests]
+        turn.setup = "\n".join(s for s in (turn.setup, setup) if s and s not in turn.setup)
+        turn.entry_point = turn.entry_point or guess_entry_point(turn.tests, turn.answer)
+        results = self.sandboxed(check_asserts, self.verifier, turn.question, turn.answer, tests, turn.setup,
+                                 turn.entry_point)
+        turn.results = [r for r in turn.results if r.test not in tests] + results
+        return results
+
+    # --- conversation files -------------------------------------------------------------------------------------
+    def save(self, path: str | Path) -> int:
+        """Write one task per answered turn (our JSONL schema); returns how many. See docs/chat.md."""
+        turns = [t for t in self.turns if t.finish]
+        if not turns:
+            raise CodechatError("/save: nothing to save yet")
+        tasks = []
+        for i, t in enumerate(turns, 1):
+            status = {r.test: r.verdict.status for r in t.results}
+            meta = {"answer": t.answer, "turn": i, "finish": t.finish, "model": self.model_name,
+                    "test_status": [status.get(x, "not_run") for x in t.tests]}
+            if t.tests and all(s == "passed" for s in meta["test_status"]):
+                from codechat.verify import extract_code
+                meta["solution"] = extract_code(t.answer, Task("chat", t.question, t.tests, t.entry_point))
+            tasks.append(Task(f"chat-{self._id}-{i}", t.question, list(t.tests), t.entry_point, t.setup,
+                              None, meta))
+        try:
+            save_tasks(tasks, path)
+        except OSError as e:
+            raise CodechatError(f"{path}: cannot write ({e.strerror or e})") from None
+        return len(tasks)
+
+    def load(self, path: str | Path) -> int:
+        """Replace the conversation with one saved by `save` (answers from metadata.answer); returns its turns."""
+        tasks = load_tasks(path)
+        turns = []
+        for t in tasks:
+            if "answer" not in t.metadata:
+                raise CodechatError(f"{path}: task {t.task_id} has no metadata.answer (not a saved chat)")
+            turns.append(Turn(t.prompt, str(t.metadata["answer"]), t.metadata.get("finish") or "stop",
+                              list(t.tests), t.setup, t.entry_point))
+        self.turns = turns
+        return len(turns)
+
+    # --- slash commands -----------------------------------------------------------------------------------------
+    def handle(self, line: str, read_line: Callable[[str], str] | None = None) -> str:
+        """Run one slash command; returns the text to show. `read_line(prompt)` reads more input (for /test)."""
+        word, _, rest = line.strip().partition(" ")
+        cmd, rest = word.lower(), rest.strip()
+        try:
+            args = shlex.split(rest) if cmd != "/test" else []
+        except ValueError as e:
+            raise CodechatError(f"{word}: {e}") from None
+        if cmd in ("/quit", "/exit", "/q"):
+            self.done = True
+            return ""
+        if cmd in ("/help", "/?"):
+            return HELP
+        if cmd == "/set":
+            return self.set(*args)
+        if cmd == "/run":
+            return self.run_last().render()
+        if cmd == "/test":
+            text = rest
+            if not text:
+                if read_line is None:
+                    raise CodechatError("/test: give the asserts on the line, e.g. /test assert f(1) == 2")
+                text = "\n".join(iter(lambda: read_line("... "), ""))
+            results = self.test(text)
+            lines = [f"PASS  {r.test}" if r.verdict.passed else f"FAIL  {r.test}    [{why(r.verdict)}]" for r in results]
+            return "\n".join(lines + [f"{sum(r.verdict.passed for r in results)}/{len(results)} passed"])
+        if cmd == "/save":
+            if len(args) != 1:
+                raise CodechatError("/save: give one file name, e.g. /save chat.jsonl")
+            return f"saved {self.save(args[0])} turn(s) to {args[0]}"
+        if cmd == "/load":
+            if len(args) != 1:
+                raise CodechatError("/load: give one file name, e.g. /load chat.jsonl")
+            return f"loaded {self.load(args[0])} turn(s) from {args[0]}"
+        if cmd == "/reset":
+            self.turns = []
+            return "conversation cleared"
+        raise CodechatError(f"unknown command '{word}' (/help lists the commands)")
+
+    def set(self, *args: str) -> str:
+        """`/set` shows the settings; `/set NAME VALUE` changes one (validated before it takes effect)."""
+        if not args:
+            return "  ".join(f"{k}={self.setting(k)}" for k in SETTINGS)
+        if len(args) != 2:
+            raise CodechatError("/set: expected NAME VALUE, e.g. /set temperature 0.2")
+        name = args[0].lower().replace("-", "_")
+        if name not in SETTINGS:
+            raise CodechatError(f"/set: unknown setting '{args[0]}' (valid: {', '.join(SETTINGS)})")
+        where, tp = SETTINGS[name]
+        try:
+            value = tp(args[1])
+        except ValueError:
+            raise CodechatError(f"/set {name}: expected a{'n integer' if tp is int else ' number'}, "
+                                f"got '{args[1]}'") from None
+        if where == "sandbox":
+            if not value > 0:
+                raise CodechatError(f"/set timeout: expected a positive number of seconds, got {args[1]}")
+            self.verifier_cfg.timeout_s = value
+        else:
+            from codechat.policy.sampler import validate
+            new = SamplingConfig(**{**self.sampling.__dict__, name: value})
+            validate(new)
+            self.sampling = new
+        return f"{name} = {value}"
+
+    def setting(self, name: str):
+        return self.verifier_cfg.timeout_s if name == "timeout" else getattr(self.sampling, name)
+
+
+def held_back(text: str, stops: list[str]) -> int:
+    """Characters at the end of `text` not to show yet: an incomplete UTF-8 character, or a prefix of a stop."""
+    n = 1 if text.endswith("\ufffd") else 0
+    for s in stops:
+        for k in range(min(len(s) - 1, len(text)), 0, -1):
+            if text.endswith(s[:k]):
+                n = max(n, k)
+                break
+    return n
+

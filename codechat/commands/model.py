@@ -1,0 +1,76 @@
+"""`codechat model create|info|sample`: build a preset, describe a model directory, sample from a model.
+
+    codechat model create tiny --out runs/tiny          # Llama-architecture model + BPE tokenizer, HF format
+    codechat model info runs/tiny                       # architecture, parameters, vocabulary, special tokens
+    codechat model sample tiny --prompt "def add(a, b):" -n 2 --max-new-tokens 40
+"""
+from __future__ import annotations
+
+import argparse
+
+HELP = "create a built-in preset model, describe a model directory, or sample from a model"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    c = sub.add_parser("create", help="build a preset (tiny, small) into a directory in Hugging Face format")
+    c.add_argument("preset", help="preset name: tiny or small")
+    c.add_argument("--out", required=True, help="output directory")
+    c.add_argument("--seed", type=int, default=0, help="weight-initialisation seed (default 0)")
+    i = sub.add_parser("info", help="describe a model directory or preset")
+    i.add_argument("path", help="model directory or preset name")
+    s = sub.add_parser("sample", help="sample completions of a prompt")
+    s.add_argument("path", help="model directory or preset name")
+    s.add_argument("--prompt", required=True, help="prompt text")
+    s.add_argument("-n", type=int, default=1, help="samples (default 1)")
+    s.add_argument("--max-new-tokens", type=int, default=64)
+    s.add_argument("--temperature", type=float, default=1.0)
+    s.add_argument("--top-p", type=float, default=1.0)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--chat", action="store_true", help="wrap the prompt in the chat template")
+    s.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+
+
+def describe(policy) -> str:
+    m, tok = policy.model, policy.tokenizer
+    cfg = m.config
+    n = sum(p.numel() for p in m.parameters())
+    lines = [
+        f"architecture: {type(m).__name__} ({cfg.model_type})",
+        f"parameters: {n / 1e6:.2f}M ({n})",
+        f"layers: {cfg.num_hidden_layers}, hidden: {cfg.hidden_size}, heads: {cfg.num_attention_heads} "
+        f"(kv {getattr(cfg, 'num_key_value_heads', cfg.num_attention_heads)}), "
+        f"context: {getattr(cfg, 'max_position_embeddings', '?')}",
+        f"vocabulary: {len(tok)}; eos: {tok.eos_token!r}; pad: {tok.pad_token!r}; stop ids: "
+        f"{list(policy.eos_token_ids)}",
+        f"chat template: {'yes' if getattr(tok, 'chat_template', None) else 'no'}",
+        f"dtype: {m.dtype}; device: {policy.device}",
+    ]
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    from codechat.config import ModelConfig, SamplingConfig
+    from codechat.policy import Sampler, build_preset, load_policy
+    from codechat.policy.presets import PRESETS
+
+    if args.action == "create":
+        if args.preset not in PRESETS:
+            from codechat import CodechatError
+
+            raise CodechatError(f"unknown preset '{args.preset}' (valid: {', '.join(PRESETS)})")
+        out = build_preset(args.preset, args.out, seed=args.seed)
+        print(f"wrote {args.preset} to {out}")
+        print(describe(load_policy(ModelConfig(path=str(out), device="cpu"))))
+        return 0
+    if args.action == "info":
+        print(describe(load_policy(ModelConfig(path=args.path, device="cpu"))))
+        return 0
+    policy = load_policy(ModelConfig(path=args.path, chat=args.chat))
+    cfg = SamplingConfig(temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens,
+                         stop=args.stop, seed=args.seed)
+    batch = Sampler(policy).sample([policy.encode_prompt(args.prompt)], args.n, cfg)
+    for i, text in enumerate(batch.texts):
+        print(f"--- sample {i} ({batch.finish_reason[i]}, {int(batch.n_tokens[i])} tokens)")
+        print(text)
+    return 0

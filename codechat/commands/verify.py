@@ -1,0 +1,169 @@
+"""`codechat verify`: run completions against their tasks' tests in the sandbox; or replay a known-attack file.
+
+    codechat verify --tasks T.jsonl --completions C.jsonl --out R.jsonl [--workers N] [--timeout S] [--memory-mb M]
+    codechat verify --regress tests/attacks/attacks.jsonl      # exit 1 if any known attack is judged a pass
+
+A completion line is {"task_id", "completion"} (optionally "sample_id"); a result line is the verdict plus the
+ids. Unknown task ids, malformed lines and empty completions are reported (and written as results with
+status `error` / `no_code`), never fatal. The directory holding the task file is hidden from the programs.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+from codechat import CodechatError
+
+HELP = "run completions against task tests in the sandbox (verdicts as JSONL), or replay known attacks"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--tasks", help="task file (any format `codechat tasks show` reads) or builtin[:NAME]")
+    p.add_argument("--completions", help='JSONL: {"task_id", "completion", "sample_id"?} per line')
+    p.add_argument("--out", help="where to write one verdict per completion line (JSONL)")
+    p.add_argument("--workers", type=int, default=None, help="sandbox workers (default: one per CPU core)")
+    p.add_argument("--timeout", type=float, default=None, help="wall-clock seconds per program (default 5)")
+    p.add_argument("--memory-mb", type=int, default=None, help="address-space limit per program (default 1024)")
+    p.add_argument("--regress", metavar="FILE", help="JSONL of known attacks {task, completion, description}: "
+                                                     "exit 1 if any is judged a pass")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def _config(args):
+    from codechat.config import VerifierConfig
+    cfg = VerifierConfig()
+    if args.workers is not None:
+        cfg.workers = args.workers
+    if args.timeout is not None:
+        if args.timeout <= 0:
+            raise CodechatError(f"--timeout must be positive, got {args.timeout}")
+        cfg.timeout_s = args.timeout
+    if args.memory_mb is not None:
+        if args.memory_mb < 64:
+            raise CodechatError(f"--memory-mb must be at least 64, got {args.memory_mb}")
+        cfg.memory_mb = args.memory_mb
+    return cfg
+
+
+def read_completions(path: str, known: set[str], warn) -> list[dict]:
+    """Completion records, each with `error` set when the line is unusable (reported, then kept as a result)."""
+    p = Path(path)
+    if not p.is_file():
+        raise CodechatError(f"{path}: no such file")
+    rows = []
+    for lineno, line in enumerate(p.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+            if not isinstance(rec, dict):
+                raise ValueError(f"expected a JSON object, got {type(rec).__name__}")
+        except ValueError as e:
+            warn(f"{path}:{lineno}: malformed line: {e}")
+            rows.append({"line": lineno, "error": f"malformed line: {e}"})
+            continue
+        row = {"line": lineno, "task_id": str(rec.get("task_id")), "sample_id": rec.get("sample_id"),
+               "completion": rec.get("completion")}
+        if "task_id" not in rec:
+            row["error"] = "missing task_id"
+        elif row["task_id"] not in known:
+            row["error"] = f"unknown task_id {row['task_id']!r}"
+        elif not isinstance(row["completion"], str):
+            row["error"] = "missing or non-string completion"
+        if "error" in row:
+            warn(f"{path}:{lineno}: {row['error']}")
+        elif not row["completion"].strip():
+            warn(f"{path}:{lineno}: empty completion (task {row['task_id']})")
+        rows.append(row)
+    return rows
+
+
+def _progress(total: int, quiet: bool):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn, TimeRemainingColumn
+    return Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), TimeRemainingColumn(), disable=quiet, transient=False)
+
+
+def run_verify(args) -> int:
+    from codechat.tasks import load_tasks
+    from codechat.verdict import Verdict
+    from codechat.verify import Verifier
+
+    if not (args.tasks and args.completions and args.out):
+        raise CodechatError("verify needs --tasks, --completions and --out (or --regress FILE)")
+    tasks = {t.task_id: t for t in load_tasks(args.tasks)}
+    warnings: list[str] = []
+    rows = read_completions(args.completions, set(tasks), warnings.append)
+    for w in warnings[:20]:
+        print(f"warning: {w}", file=sys.stderr)
+    if len(warnings) > 20:
+        print(f"warning: ... and {len(warnings) - 20} more", file=sys.stderr)
+    cfg = _config(args)
+    if not args.tasks.startswith("builtin"):
+        cfg.hide_paths = [str(Path(args.tasks).resolve().parent)]
+    good = [r for r in rows if "error" not in r]
+    by_line: dict[int, Verdict] = {}
+    counts: Counter = Counter()
+    with Verifier(cfg) as v, _progress(len(rows), args.quiet) as bar, open(args.out, "w", encoding="utf-8") as out:
+        job = bar.add_task("verifying", total=len(rows))
+        for r in rows:
+            if "error" in r:
+                by_line[r["line"]] = Verdict("error", False, 0.0, error_type="BadInput", message=r["error"])
+                bar.advance(job)
+        for r, verdict in zip(good, v.imap((tasks[r["task_id"]], r["completion"]) for r in good)):
+            by_line[r["line"]] = verdict
+            bar.advance(job)
+        for r in rows:
+            verdict = by_line[r["line"]]
+            counts[verdict.status] += 1
+            rec = {"task_id": r.get("task_id"), "sample_id": r.get("sample_id"), "line": r["line"]}
+            rec.update(verdict.to_dict())
+            out.write(json.dumps(rec) + "\n")
+    n = len(rows)
+    passed = counts.get("passed", 0)
+    print(f"verified {n} completions: pass rate {passed / n:.1%} ({passed}/{n})" if n else "no completions")
+    for status, c in counts.most_common():
+        print(f"  {status:<13} {c}")
+    print(f"results: {args.out}")
+    return 0
+
+
+def run_regress(args) -> int:
+    from codechat.tasks import Task
+    from codechat.verify import Verifier
+
+    p = Path(args.regress)
+    if not p.is_file():
+        raise CodechatError(f"{args.regress}: no such file")
+    attacks = []
+    for lineno, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+            t = rec["task"]
+            task = Task(str(t["task_id"]), t.get("prompt", ""), list(t["tests"]), t.get("entry_point"),
+                        t.get("setup", ""), t.get("timeout_s"), {})
+            attacks.append((rec.get("id", f"line {lineno}"), rec.get("description", ""), task, rec["completion"]))
+        except (ValueError, KeyError, TypeError, CodechatError) as e:
+            raise CodechatError(f"{p}:{lineno}: malformed attack record: {e}") from None
+    fooled = []
+    with Verifier(_config(args)) as v:
+        for (aid, desc, _, _), verdict in zip(attacks, v.imap((t, c) for _, _, t, c in attacks)):
+            mark = "FOOLED" if verdict.passed else "held  "
+            if not args.quiet:
+                print(f"{mark} {aid:<32} -> {verdict.status:<12} {desc[:70]}")
+            if verdict.passed:
+                fooled.append(aid)
+    print(f"{len(attacks) - len(fooled)}/{len(attacks)} attacks held" + (f"; FOOLED by: {', '.join(fooled)}"
+                                                                        if fooled else ""))
+    return 1 if fooled else 0
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.regress:
+        return run_regress(args)
+    return run_verify(args)

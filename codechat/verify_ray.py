@@ -1,0 +1,163 @@
+"""The verifier on a Ray cluster (`verifier.backend: ray`): one sandbox pool per node, held by a Ray actor, and
+the same `Verifier` API and verdicts as the local pool. `make_verifier(cfg)` picks the backend.
+
+    ray start --head                      # on one node; `ray start --address HEAD:6379` on the others
+    codechat train ... verifier.backend=ray verifier.ray_address=auto
+
+Only `SandboxPool.run(Job) -> RunResult` moves: code extraction, the job's limits and the verdict are built by
+`codechat.verify.Verifier` on the trainer's side exactly as with the local pool, so a verdict cannot depend on
+the backend. Each node actor runs `SandboxPool(workers)` (verifier.workers, 0 = the node's CPU count); the
+trainer keeps at most `workers` jobs in flight per node, so a job starts as soon as it reaches its node.
+
+Failures: per-program timeouts and limits are enforced on the worker node, by the sandbox (as locally). The
+trainer additionally waits at most timeout + `ray_grace_s` for a reply: a node pool that does not answer by
+then (hung, stopped, swapped out) is killed, a new one is started on the same node, and the job runs again -
+as does a job whose actor died (node lost, OOM). A job that fails on `RETRIES` pools in a row gets the
+`error` verdict (SandboxError) instead of stalling training.
+
+Simplifications: the node list is read at start (nodes added later are not used); the actors belong to the
+process that made them (under torchrun each rank has its own actors, sharing the nodes' CPUs: set
+verifier.workers); no code is shipped: codechat must be importable on every node (same install or path).
+"""
+from __future__ import annotations
+
+import os
+import queue
+import threading
+from pathlib import Path
+
+from codechat import CodechatError
+from codechat.config import VerifierConfig
+from codechat.verify import Verifier
+
+RETRIES = 3
+
+
+def make_verifier(cfg: VerifierConfig | None = None) -> Verifier:
+    """`Verifier` for `cfg.backend`: `local` (process pool here) or `ray` (a sandbox pool per Ray node)."""
+    cfg = cfg or VerifierConfig()
+    if cfg.backend == "local":
+        return Verifier(cfg)
+    if cfg.backend == "ray":
+        return RayVerifier(cfg)
+    raise CodechatError(f"verifier.backend '{cfg.backend}' is not available (valid: local, ray)")
+
+
+def _ray():
+    try:
+        import ray
+    except ImportError:
+        raise CodechatError("verifier.backend=ray needs Ray: pip install 'codechat[ray]'") from None
+    return ray
+
+
+class _NodePool:
+    """Runs on one node (as a threaded Ray actor): a SandboxPool, one job per zygote at a time."""
+
+    def __init__(self, workers: int, hide_paths: tuple[str, ...]):
+        from codechat.sandbox import SandboxPool
+
+        self.pool = SandboxPool(workers, hide_paths)
+
+    def run(self, job):
+        return self.pool.run(job)
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+class RayPool:
+    """Trainer side: the `SandboxPool` interface (`run`, `close`) over one `_NodePool` actor per alive node."""
+
+    def __init__(self, cfg: VerifierConfig):
+        ray = _ray()
+        if not ray.is_initialized():
+            ray.init(address=cfg.ray_address or os.environ.get("RAY_ADDRESS") or None, include_dashboard=False,
+                     log_to_driver=False)
+        self.cfg = cfg
+        self.nodes = [n for n in ray.nodes() if n.get("Alive")]
+        self.sizes = [cfg.workers or int(n["Resources"].get("CPU", 1)) or 1 for n in self.nodes]
+        self.actors = [self._start(i) for i in range(len(self.nodes))]
+        self.generation = [0] * len(self.nodes)
+        self._lock = threading.Lock()
+        self._slots: queue.Queue[int] = queue.Queue()  # one entry per free sandbox worker: its node index
+        for i, n in enumerate(self.sizes):
+            for _ in range(n):
+                self._slots.put(i)
+        self.replaced = 0
+        """Node pools killed and started again (hung or dead)."""
+
+    @property
+    def workers(self) -> int:
+        return sum(self.sizes)
+
+    def _start(self, i: int):
+        ray = _ray()
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        root = str(Path(__file__).resolve().parents[1])  # this codechat first on the actor's path
+        path = [root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        env = {"PYTHONPATH": os.pathsep.join(path)}
+        cls = ray.remote(_NodePool).options(
+            num_cpus=0, max_concurrency=self.sizes[i] + 1, max_restarts=0, runtime_env={"env_vars": env},
+            scheduling_strategy=NodeAffinitySchedulingStrategy(self.nodes[i]["NodeID"], soft=False))
+        return cls.remote(self.sizes[i], tuple(self.cfg.hide_paths))
+
+    def _replace(self, i: int, generation: int) -> None:
+        """Kill node pool i and start another, unless a concurrent failure already did (same generation)."""
+        ray = _ray()
+        with self._lock:
+            if self.generation[i] != generation:
+                return
+            try:
+                ray.kill(self.actors[i], no_restart=True)
+            except Exception:  # already gone
+                pass
+            self.actors[i] = self._start(i)
+            self.generation[i] += 1
+            self.replaced += 1
+
+    def run(self, job):
+        from codechat.sandbox import RunResult
+
+        ray = _ray()
+        why = ""
+        for _ in range(RETRIES):
+            i = self._slots.get()
+            try:
+                with self._lock:
+                    actor, gen = self.actors[i], self.generation[i]
+                try:
+                    return ray.get(actor.run.remote(job), timeout=job.timeout_s + self.cfg.ray_grace_s)
+                except ray.exceptions.GetTimeoutError:
+                    why = f"node pool {i} did not answer within {job.timeout_s + self.cfg.ray_grace_s:.0f}s"
+                except ray.exceptions.RayActorError as e:
+                    why = f"node pool {i} died ({type(e).__name__})"
+                self._replace(i, gen)
+            finally:
+                self._slots.put(i)
+        return RunResult("error", "SandboxError", f"the sandbox failed: {why} ({RETRIES} tries)")
+
+    def close(self) -> None:
+        ray = _ray()
+        for a in self.actors:
+            try:
+                ray.kill(a, no_restart=True)
+            except Exception:
+                pass
+        self.actors = []
+
+
+class RayVerifier(Verifier):
+    """`Verifier` whose programs run on Ray nodes; everything else (extraction, jobs, verdicts) is inherited."""
+
+    def __init__(self, cfg: VerifierConfig):
+        super().__init__(cfg)
+        self._pool: RayPool | None = RayPool(cfg)  # eager: fail at start when the cluster is unreachable
+        self.workers = self._pool.workers
+
+    @property
+    def pool(self) -> RayPool:
+        if self._pool is None:
+            raise CodechatError("the Ray verifier is closed")
+        return self._pool

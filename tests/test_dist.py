@@ -1,0 +1,176 @@
+"""Data parallelism (codechat/train/dist.py) on CPU with gloo: one GRPO update on 2 ranks x B prompts equals the
+update on 1 rank x 2B prompts (unequal completion lengths, batch-std advantages, KL, grad accumulation), and
+`torchrun -m codechat train` writes logs, rollouts and checkpoints from rank 0 only."""
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from codechat.algos import AGG_MODES
+from codechat.config import ModelConfig, RunConfig
+from codechat.rollout import Rollouts
+from codechat.train import dist
+
+ROOT = Path(__file__).resolve().parents[1]
+P, G, T = 4, 3, 10  # the single-process batch: P prompts x G samples, completions up to T tokens
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def config(grad_accum: int = 2) -> RunConfig:
+    cfg = RunConfig(model=ModelConfig(path="tiny", device="cpu"))
+    cfg.algo.std_scale, cfg.algo.kl_beta, cfg.algo.agg = "batch", 0.04, "token-mean"  # batch statistics, KL
+    cfg.rl.grad_accum, cfg.rl.max_grad_norm = grad_accum, 0.0  # no clipping: the update is the gradient itself
+    return cfg
+
+
+def rollouts(vocab: int) -> Rollouts:
+    """P groups of G fixed completions with unequal lengths (the ranks' token counts differ)."""
+    from codechat.policy import SampleBatch
+
+    g = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(3, vocab, (3 + i,), generator=g).tolist() for i in range(P)]
+    lens = torch.tensor([1, 2, 3, 9, 10, 10, 2, 1, 2, 4, 7, 8])[:P * G]  # (N,) first half shorter than the second
+    mask = (torch.arange(T)[None] < lens[:, None]).float()  # (N, T)
+    tokens = torch.randint(3, vocab, (P * G, T), generator=g) * mask.long()  # (N, T)
+    batch = SampleBatch(torch.arange(P).repeat_interleave(G), tokens, mask, -torch.rand(P * G, T, generator=g) * mask,
+                        ["stop"] * (P * G), [""] * (P * G), lens)
+    rewards = torch.tensor([1, 0, 0, 1, 1, 0, 0, 0, 1, 1, 0, 1.0])[:P * G]  # (N,)
+    return Rollouts([None] * P, prompts, batch, [None] * (P * G), rewards)
+
+
+def part(r: Rollouts, g0: int, g1: int) -> Rollouts:
+    """Groups g0..g1 of r (what a rank samples), same padded length."""
+    import dataclasses
+    rows = slice(g0 * G, g1 * G)
+    b = r.batch
+    batch = dataclasses.replace(b, prompt_index=b.prompt_index[rows] - g0, tokens=b.tokens[rows], mask=b.mask[rows],
+                                logprobs=b.logprobs[rows], finish_reason=b.finish_reason[rows], texts=b.texts[rows],
+                                n_tokens=b.n_tokens[rows])
+    return Rollouts(r.tasks[g0:g1], r.prompts[g0:g1], batch, r.verdicts[rows], r.rewards[rows])
+
+
+def update(r: Rollouts, tmp: Path, grad_accum: int = 2) -> dict[str, torch.Tensor]:
+    """One rl_update with SGD(lr=1) on the tiny preset; returns the weight change per parameter."""
+    import copy
+
+    from codechat.policy import load_policy
+    from codechat.train.checkpoint import TrainState
+    from codechat.train.common import Context
+    from codechat.train.rl import rl_update
+
+    torch.manual_seed(0)
+    cfg = config(grad_accum)
+    policy = load_policy(cfg.model)
+    model = policy.model
+    before = {k: v.detach().clone() for k, v in model.named_parameters()}
+    ref = copy.deepcopy(model).eval()
+    ctx = Context(cfg, policy, None, None, None, TrainState(), tmp, [])
+    opt = torch.optim.SGD(model.parameters(), lr=1.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+    adv = dist.batch_advantages(cfg.algo.advantage, r.rewards, r.group_ids, cfg.algo)  # (N,)
+    model.train()
+    rl_update(ctx, r, adv, torch.arange(len(r.rewards)), ref, opt, sched)
+    return {k: (v.detach() - before[k]) for k, v in model.named_parameters()}
+
+
+def _rank(rank: int, world: int, port: int, out: str) -> None:
+    torch.set_num_threads(1)
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world),
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    from codechat.config import DistConfig
+    assert dist.init(DistConfig(backend="gloo"))
+    from codechat.policy import load_policy
+    full = rollouts(load_policy(config().model).model.config.vocab_size)
+    per = P // world
+    delta = update(part(full, rank * per, (rank + 1) * per), Path(out))
+    torch.save(delta, Path(out) / f"rank{rank}.pt")
+    dist.close()
+
+
+def test_two_ranks_equal_one_rank_with_twice_the_prompts(tmp_path):
+    from codechat.policy import load_policy
+    torch.set_num_threads(1)
+    full = rollouts(load_policy(config().model).model.config.vocab_size)
+    one = update(full, tmp_path)  # 1 rank x 2B prompts
+    # 2 ranks x B prompts; fork (no re-import: ~10 s faster than spawn), with a deadline in case a child hangs
+    procs = mp.start_processes(_rank, args=(2, free_port(), str(tmp_path)), nprocs=2, join=False, start_method="fork")
+    deadline = time.monotonic() + 120
+    while not procs.join(timeout=1):
+        if time.monotonic() > deadline:
+            for p in procs.processes:
+                p.kill()
+            pytest.fail("the 2-rank update did not finish in 120 s")
+    r0, r1 = torch.load(tmp_path / "rank0.pt"), torch.load(tmp_path / "rank1.pt")
+    assert all(torch.equal(r0[k], r1[k]) for k in r0), "ranks disagree"
+    diff = max((r0[k] - one[k]).abs().max().item() for k in one)
+    scale = max(one[k].abs().max().item() for k in one)
+    # what averaging the two ranks' own token-means would have given instead (the mistake this guards against)
+    halves = [update(part(full, 0, P // 2), tmp_path), update(part(full, P // 2, P), tmp_path)]
+    naive = max(((halves[0][k] + halves[1][k]) / 2 - one[k]).abs().max().item() for k in one)
+    print(f"max |update diff| 2 ranks vs 1: {diff:.2e} (largest update {scale:.2e}; rank-mean averaging: {naive:.2e})")
+    assert scale > 1e-4 and diff < 1e-4 * scale and naive > 100 * diff
+
+
+def test_grad_accumulation_equals_one_micro_batch(tmp_path):
+    """The per-micro-batch weighting makes grad_accum=2 (unequal token counts) equal grad_accum=1, one process."""
+    from codechat.policy import load_policy
+    full = rollouts(load_policy(config().model).model.config.vocab_size)
+    a, b = update(full, tmp_path, grad_accum=2), update(full, tmp_path, grad_accum=1)
+    assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-6
+
+
+@pytest.mark.slow
+def test_torchrun_train_writes_from_rank_zero_only(tmp_path):
+    """`torchrun --nproc_per_node 2 -m codechat train`: one SFT step, one GRPO step; one metrics line per step,
+    checkpoints once, rollouts of both ranks in rollouts.jsonl; then resume on 1 rank for one more GRPO step."""
+    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
+    if torchrun is None:
+        pytest.skip("torchrun not found beside the Python interpreter")
+    run = tmp_path / "run"
+    args = ["data.train=builtin:toy", "sampling.max_new_tokens=8", "log.progress=false", "log.plot=false",
+            "verifier.workers=1", "rl.prompts_per_step=2", "rl.group_size=2", "rl.steps=1", "checkpoint.every=1",
+            "stages=[sft,grpo]", "data.sft=builtin:toy-sft", "sft.steps=1", "sft.batch_size=2", "dist.backend=gloo",
+            f"run_dir={run}"]
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    cmd = [torchrun, "--nproc_per_node", "2", "--master_port", str(free_port()), "-m", "codechat", "train", *args]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
+    assert p.returncode == 0, p.stderr[-3000:]
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2] and rows[1]["samples"] == 4  # both ranks' samples counted
+    assert len((run / "rollouts.jsonl").read_text().splitlines()) == 4  # 2 ranks x 1 prompt x 2 samples
+    assert [c.name for c in sorted((run / "checkpoints").iterdir())] == ["step-0000001", "step-0000002"]
+    # resume on one process: the global data position carries over
+    p = subprocess.run([sys.executable, "-m", "codechat", "train", "--resume", str(run), "rl.steps=2"], env=env,
+                       capture_output=True, text=True, timeout=240)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert json.loads((run / "checkpoints" / "step-0000003" / "state.json").read_text())["data_pos"] == 4
+
+
+@pytest.mark.parametrize("mode", sorted(AGG_MODES))
+def test_loss_units_split_any_batch_exactly(mode):
+    """For every aggregation mode: parts weighted by units(part) / units(all) sum to the loss of the whole batch
+    (also with an empty row and an empty part). A new mode in AGG_MODES must get its unit count here."""
+    from codechat.algos import agg_loss
+    g = torch.Generator().manual_seed(1)
+    L = torch.randn(6, 5, generator=g)  # (B, T)
+    m = (torch.rand(6, 5, generator=g) > 0.4).float()
+    m[2] = 0  # a row masked out whole
+    whole = agg_loss(L, m, mode, 5.0)
+    total = dist.loss_units(m, mode)
+    for cuts in ([0, 3, 6], [0, 0, 2, 6], [0, 1, 2, 3, 4, 5, 6]):
+        parts = sum(agg_loss(L[a:b], m[a:b], mode, 5.0) * dist.loss_units(m[a:b], mode) / total
+                    for a, b in zip(cuts, cuts[1:]) if b > a)
+        assert torch.allclose(parts, whole, atol=1e-6), (mode, cuts)

@@ -1,0 +1,41 @@
+"""`codechat verify`: results per completion line, a summary, and bad input reported without crashing."""
+import json
+
+from codechat.cli import main
+
+TASKS = [{"task_id": "add", "prompt": "Write add(a, b).", "entry_point": "add",
+          "tests": ["assert add(1, 2) == 3", "assert add(2, 2) == 4"]},
+         {"task_id": "neg", "prompt": "Write neg(x).", "entry_point": "neg", "tests": ["assert neg(1) == -1"]}]
+
+
+def write_jsonl(path, rows):
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
+
+
+def test_verify_cli_end_to_end(tmp_path, capsys):
+    tasks, comps, out = tmp_path / "tasks.jsonl", tmp_path / "comps.jsonl", tmp_path / "out.jsonl"
+    write_jsonl(tasks, TASKS)
+    write_jsonl(comps, [
+        {"task_id": "add", "sample_id": 0, "completion": "```python\ndef add(a, b):\n    return a + b\n```"},
+        {"task_id": "add", "sample_id": 1, "completion": "def add(a, b):\n    return a - b\n"},
+        {"task_id": "neg", "completion": "def neg(x):\n    return -x\n"},
+        {"task_id": "nope", "completion": "x = 1"},
+        "{not json",
+        {"task_id": "neg", "completion": ""},
+        {"completion": "def neg(x): return -x"},
+    ])
+    rc = main(["verify", "--tasks", str(tasks), "--completions", str(comps), "--out", str(out),
+               "--workers", "2", "--timeout", "3", "--quiet"])
+    captured = capsys.readouterr()
+    assert rc == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["status"] for r in rows] == ["passed", "failed", "passed", "error", "error", "no_code", "error"]
+    assert rows[0]["sample_id"] == 0 and rows[0]["task_id"] == "add" and rows[1]["tests_passed"] == 0
+    assert "unknown task_id 'nope'" in captured.err and "malformed line" in captured.err
+    assert "empty completion" in captured.err and "missing task_id" in captured.err
+    assert "pass rate 28.6% (2/7)" in captured.out and "no_code" in captured.out
+
+
+def test_verify_cli_needs_its_files(tmp_path, capsys):
+    assert main(["verify", "--tasks", str(tmp_path / "x.jsonl")]) == 2
+    assert "needs --tasks, --completions and --out" in capsys.readouterr().err

@@ -1,0 +1,67 @@
+"""extract_code: which code a completion holds, one completion shape per test."""
+from codechat.tasks import Task
+from codechat.verify import extract_code
+
+MBPP = Task("1", "Write a function add(a, b).\nYour code should pass this test:\nassert add(1, 2) == 3\n",
+            ["assert add(1, 2) == 3"], "add")
+HE = Task("HumanEval/0", 'from typing import List\n\ndef add(a: int, b: int) -> int:\n    """Add."""\n',
+          ["def check(candidate):\n    assert candidate(1, 2) == 3\ncheck(add)\n"], "add")
+
+
+def test_plain_code_is_taken_as_is():
+    assert extract_code("def add(a, b):\n    return a + b\n", MBPP) == "def add(a, b):\n    return a + b\n"
+
+
+def test_python_fence():
+    c = "Here you go:\n```python\ndef add(a, b):\n    return a + b\n```\nDone."
+    assert extract_code(c, MBPP) == "def add(a, b):\n    return a + b\n"
+
+
+def test_bare_fence():
+    assert extract_code("```\ndef add(a, b):\n    return a + b\n```", MBPP) == "def add(a, b):\n    return a + b\n"
+
+
+def test_block_defining_entry_point_wins_over_later_block():
+    c = "```python\ndef add(a, b):\n    return a + b\n```\nUsage:\n```python\nprint(add(1, 2))\n```"
+    assert "def add" in extract_code(c, MBPP)
+
+
+def test_last_block_when_none_defines_entry_point():
+    c = "```python\nx = 1\n```\n```python\ny = 2\n```"
+    assert extract_code(c, MBPP) == "y = 2\n"
+
+
+def test_python_block_preferred_over_other_languages():
+    c = "```bash\npip install nothing\n```\n```python\ndef add(a, b):\n    return a + b\n```"
+    assert extract_code(c, MBPP).startswith("def add")
+
+
+def test_unterminated_fence_runs_to_the_end():
+    assert extract_code("```python\ndef add(a, b):\n    return a + b\n", MBPP).startswith("def add")
+
+
+def test_leading_prose_is_dropped():
+    c = "Sure! Here is the solution.\ndef add(a, b):\n    return a + b\n"
+    assert extract_code(c, MBPP) == "def add(a, b):\n    return a + b\n"
+
+
+def test_prose_only_is_no_code():
+    assert extract_code("I am sure all the tests pass.", MBPP) is None
+
+
+def test_empty_and_whitespace_are_no_code():
+    assert extract_code("", MBPP) is None and extract_code("  \n\t", MBPP) is None
+
+
+def test_empty_fence_is_no_code():
+    assert extract_code("```python\n```", MBPP) is None
+
+
+def test_humaneval_body_continues_the_prompt():
+    code = extract_code("    return a + b\n", HE)
+    assert code == HE.prompt + "    return a + b\n"
+
+
+def test_humaneval_full_function_comes_after_the_prompt_imports():
+    code = extract_code("```python\ndef add(a, b):\n    return a + b\n```", HE)
+    assert code.startswith("from typing import List") and code.rstrip().endswith("return a + b")
