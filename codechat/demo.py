@@ -46,7 +46,7 @@ QUICK: list[str] = [
     "rft.rounds=1", "rft.prompts=10", "rft.steps=5", "rft.lr=3e-4", "rft.batch_size=16",
     "rl.steps=20", "rl.lr=1e-4", "rl.prompts_per_step=10", "rl.group_size=8",
 ]
-"""`--quick`: the same pipeline on `builtin:toy` (10 tasks, half of the SFT references off by one)."""
+"""`--quick`: the same pipeline on `builtin:toy` (10 tasks; half of the SFT references return x + 2 for x + 1)."""
 
 
 def demo_config(run_dir: str = "runs/demo", quick: bool = False, overrides: list[str] | None = None):
@@ -95,10 +95,10 @@ def summarize(run_dir: str | Path) -> list[StageRow]:
     return rows
 
 
-def table(rows: list[StageRow]) -> str:
+def table(rows: list[StageRow], what: str = "held-out") -> str:
     """Markdown table of the stage rows, plus the change from the first row (SFT) to the last."""
     k = rows[0].k if rows else 1
-    out = [f"| stage | step | held-out pass@1 (T=1) | greedy pass@1 | pass@{k} | wall time |",
+    out = [f"| stage | step | {what} pass@1 (T=1) | greedy pass@1 | pass@{k} | wall time |",
            "|---|---|---|---|---|---|"]
     for r in rows:
         out.append(f"| {r.stage} | {r.step} | {r.pass1:.1%} | {r.greedy:.1%} | {r.passk:.1%} | "
@@ -110,7 +110,12 @@ def table(rows: list[StageRow]) -> str:
     return "\n".join(out)
 
 
-def plot_pass_rates(run_dir: str | Path, out: str | Path | None = None) -> Path:
+def eval_label(eval_set: str, train_set: str) -> str:
+    """`held-out`, unless the evaluation set is the training set (as in --quick)."""
+    return f"{eval_set} (= train)" if eval_set == train_set else "held-out"
+
+
+def plot_pass_rates(run_dir: str | Path, out: str | Path | None = None, what: str = "held-out") -> Path:
     """PNG of held-out pass rates (eval points) and the training pass rate of each RL/RFT step over steps,
     with the stages shaded."""
     import matplotlib
@@ -131,9 +136,9 @@ def plot_pass_rates(run_dir: str | Path, out: str | Path | None = None) -> Path:
         ax.axvspan(a - 0.5, b + 0.5, color=f"C{i}", alpha=0.08)
         ax.text((a + b) / 2, 1.02, stage, ha="center", fontsize=9, transform=ax.get_xaxis_transform())
     for key, label, style in [("pass_rate", "train pass rate (rollouts, T=1)", dict(alpha=0.5, lw=1)),
-                              ("eval/pass@1", "held-out pass@1 (T=1)", dict(marker="o")),
-                              ("eval/greedy_pass@1", "held-out greedy pass@1", dict(marker="s")),
-                              ("eval/pass@8", "held-out pass@8", dict(marker="^", ls=":"))]:
+                              ("eval/pass@1", f"{what} pass@1 (T=1)", dict(marker="o")),
+                              ("eval/greedy_pass@1", f"{what} greedy pass@1", dict(marker="s")),
+                              ("eval/pass@8", f"{what} pass@8", dict(marker="^", ls=":"))]:
         pts = [(r["step"], r[key]) for r in rows if r.get(key) is not None]
         if pts:
             ax.plot(*zip(*pts), label=label, **style)
@@ -154,10 +159,11 @@ def write_report(run_dir: str | Path, command: str = "codechat demo") -> Path:
 
     run_dir = Path(run_dir)
     rows = summarize(run_dir)
-    png = plot_pass_rates(run_dir)
     cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
+    what = eval_label(cfg["data"]["eval"], cfg["data"]["train"])
+    png = plot_pass_rates(run_dir, what=what)
     text = [f"# codechat demo: {run_dir}", "", f"Command: `{command}` (seed {cfg.get('seed')})", "",
-            table(rows), "", f"![pass rates]({png.name})", "",
+            table(rows, what), "", f"![pass rates]({png.name})", "",
             f"Held-out set: `{cfg['data']['eval']}`; SFT data: `{cfg['data']['sft'] or cfg['data']['train']}`; "
             f"RL prompts: `{cfg['data']['train']}`; stages: {', '.join(cfg['stages'])}.", "",
             "Next:", "", f"- evaluate: `codechat eval --model {run_dir} --tasks {cfg['data']['eval']} --greedy`",

@@ -20,7 +20,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import shlex
 
-    from codechat.demo import demo_config, run_demo, table
+    from codechat.demo import demo_config, eval_label, run_demo, table
 
     from pathlib import Path
 
@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"codechat demo: {', '.join(cfg.stages)} of `{cfg.model.path}` -> {run_dir} (seed {cfg.seed})")
     out, rows = run_demo(cfg, command)
     print()
-    print(table(rows))
+    print(table(rows, eval_label(cfg.data.eval, cfg.data.train)))
     print()
     print(f"report: {out / 'report.md'}   plot: {out / 'pass_rates.png'}")
     print(f"evaluate: codechat eval --model {out} --tasks {cfg.data.eval} --greedy")
