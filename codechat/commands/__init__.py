@@ -14,4 +14,6 @@ COMMANDS = {
     "eval": ("codechat.commands.eval", "evaluate pass@k of a model or a completions file; compare two evaluations"),
     "chat": ("codechat.commands.chat", "chat with a model in the terminal; /run and /test its answers in the sandbox"),
     "model": ("codechat.commands.model", "create a preset model, describe a model directory, sample from a model"),
+    "demo": ("codechat.commands.demo", "train a tiny code model from scratch on CPU and show RL lifting its pass rate"),
+    "compare": ("codechat.commands.compare", "compare RL algorithms from one SFT checkpoint at an equal sample budget"),
 }

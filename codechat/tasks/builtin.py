@@ -25,6 +25,32 @@ def _synthetic(split: str) -> Callable[[], list[Task]]:
 GENERATED["synthetic-train"] = _synthetic("train")
 GENERATED["synthetic-heldout"] = _synthetic("heldout")
 
+SYNTHETIC_SFT = {"buggy_fraction": 0.8, "bug_kinds": ["boundary"], "per_task": 2, "seed": 0, "rare_keep": 1.0}
+"""Options of `builtin:synthetic-sft` (see `synthetic.sft_records`): a systematic boundary misconception."""
+
+
+def _synthetic_sft(**options) -> Callable[[], list[Task]]:
+    """SFT data with buggy references, as scraped code would have: one Task per `sft_records` example, whose
+    `metadata["solution"]` is the (possibly buggy) reference and whose tests are the task's true asserts."""
+    def load() -> list[Task]:
+        import copy
+
+        from codechat.tasks import synthetic
+        train = {t.task_id: t for t in _synthetic("train")()}
+        out = []
+        for i, rec in enumerate(synthetic.sft_records(list(train.values()), **{**SYNTHETIC_SFT, **options})):
+            t = copy.deepcopy(train[rec["task_id"]])
+            t.task_id = f"{rec['task_id']}#{i}"
+            t.metadata.update(solution=rec["solution"], style=rec["style"], bug=rec["bug"],
+                              source="builtin:synthetic-sft")
+            out.append(t)
+        return out
+    return load
+
+
+GENERATED["synthetic-sft"] = _synthetic_sft()
+GENERATED["synthetic-sft-clean"] = _synthetic_sft(buggy_fraction=0.0)
+
 
 def _toy(buggy: bool) -> Callable[[], list[Task]]:
     def load() -> list[Task]:

@@ -1,0 +1,79 @@
+"""The demo: its SFT data, its table and report, and `--quick` end to end (SFT -> RFT -> GRPO on builtin:toy,
+about a minute on 2 CPU cores), which must raise the pass rate. Also the compare command's budget arithmetic."""
+import json
+
+import pytest
+
+from codechat.demo import StageRow, demo_config, run_demo, summarize, table
+
+
+def test_synthetic_sft_has_buggy_references_and_true_tests():
+    from codechat.tasks import load_tasks
+
+    sft, train = load_tasks("builtin:synthetic-sft"), {t.task_id: t for t in load_tasks("builtin:synthetic-train")}
+    assert len({t.task_id for t in sft}) == len(sft) == 2 * len(train)
+    buggy = [t for t in sft if t.metadata["bug"]]
+    assert {t.metadata["bug"] for t in buggy} == {"boundary"}
+    assert 0.2 < len(buggy) / len(sft) < 0.4  # 80 % of the examples whose task admits a boundary bug
+    for t in buggy[:50]:
+        orig = train[t.task_id.split("#")[0]]
+        assert t.solution not in orig.metadata["solutions"].values()  # the reference is wrong ...
+        assert t.tests == orig.tests  # ... the tests are the true ones
+    clean = load_tasks("builtin:synthetic-sft-clean")
+    assert not any(t.metadata["bug"] for t in clean)
+
+
+def test_overrides_win_over_demo_defaults():
+    cfg = demo_config("runs/x", quick=False, overrides=["rl.steps=3", "seed=5"])
+    assert cfg.stages == ["sft", "rft", "grpo"] and cfg.rl.steps == 3 and cfg.seed == 5 and cfg.run_dir == "runs/x"
+    assert demo_config(quick=True).data.train == "builtin:toy"
+
+
+def test_summarize_keeps_the_last_eval_of_each_stage(tmp_path):
+    rows = [{"step": 5, "time": 1.0, "stage": "sft", "eval/pass@1": 0.1, "eval/pass@8": 0.3, "eval/greedy_pass@1": 0.2},
+            {"step": 10, "time": 2.0, "stage": "sft", "eval/pass@1": 0.2, "eval/pass@8": 0.4, "eval/greedy_pass@1": 0.3},
+            {"step": 11, "time": 2.5, "stage": "grpo", "pass_rate": 0.5},
+            {"step": 20, "time": 9.0, "stage": "grpo", "eval/pass@1": 0.5, "eval/pass@8": 0.6,
+             "eval/greedy_pass@1": 0.45, "samples": 128}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    got = summarize(tmp_path)
+    assert got == [StageRow("sft", 10, 0.2, 0.3, 0.4, 8, 2.0, 0), StageRow("grpo", 20, 0.5, 0.45, 0.6, 8, 9.0, 128)]
+    assert "+30.0 pts" in table(got) and "+15.0 pts" in table(got)
+
+
+def test_compare_spends_equal_budgets():
+    from codechat.commands.compare import METHODS, method_overrides
+
+    cfg = demo_config()
+    for m in METHODS:
+        (ov,) = method_overrides(m, 2048, cfg)
+        n = int(ov.split("=")[1])
+        spent = {"grpo": n * 128, "rloo": n * 128, "rft": n * cfg.rft.prompts * cfg.rft.group_size,
+                 "rft-grpo": cfg.rft.prompts * cfg.rft.group_size + n * 128, "dpo": n * 128}[m]
+        assert spent == 2048, (m, spent)
+
+
+@pytest.fixture
+def one_thread():
+    """One torch thread: on a busy machine two spinning threads make this test ~8x slower (measured), and the
+    result does not depend on the core count."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.mark.slow
+def test_quick_demo_raises_pass_rate(tmp_path, one_thread):
+    cfg = demo_config(str(tmp_path / "demo"), quick=True, overrides=["log.progress=false"])
+    run_dir, rows = run_demo(cfg)
+    assert [r.stage for r in rows] == ["sft", "rft", "grpo"]
+    sft, final = rows[0], rows[-1]
+    assert final.pass1 >= sft.pass1 + 0.08, table(rows)  # seeded: +15 points measured
+    rates = [json.loads(line)["pass_rate"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()
+             if '"stage": "grpo"' in line and '"pass_rate"' in line]
+    assert sum(rates[-4:]) / 4 > sum(rates[:4]) / 4 + 0.08, rates
+    assert (run_dir / "report.md").is_file() and (run_dir / "pass_rates.png").is_file()
+    assert "greedy pass@1" in (run_dir / "report.md").read_text()
