@@ -51,10 +51,7 @@ import torch
 from codechat import CodechatError
 from codechat.config import RolloutConfig, SamplingConfig
 
-try:  # the policy package (KV-cache sampler) owns SampleBatch
-    from codechat.policy.sampler import SampleBatch, cut_at_stop
-except ImportError:  # until the policy branch is merged: the same fields, kept in step with policy/sampler.py
-    from codechat.engines._samplebatch import SampleBatch, cut_at_stop
+from codechat.policy.sampler import SampleBatch, cut_at_stop  # the same type as the built-in sampler's
 
 
 @torch.no_grad()
