@@ -283,7 +283,9 @@ class DistConfig:
     """Data parallelism under `torchrun --nproc_per_node N -m codechat train ...` (ignored in one process)."""
 
     parallel: str = "ddp"
-    """`ddp`: each rank holds the whole model, gradients are averaged once per optimizer step (see train/dist.py)."""
+    """`ddp`: each rank holds the whole model, gradients are summed once per optimizer step (train/dist.py).
+    `fsdp`: weights, gradients and AdamW states sharded over the ranks (torch FSDP2, policy/fsdp.py): for models
+    whose training state does not fit one device. Same update as `ddp`; not with LoRA."""
     backend: str = "auto"
     """torch.distributed backend: `auto` (nccl when CUDA is available, else gloo), `nccl` or `gloo`."""
     timeout_s: int = 1800

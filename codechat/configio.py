@@ -144,13 +144,16 @@ def validate(cfg: RunConfig) -> None:
         ("model.dtype", cfg.model.dtype in ("float32", "bfloat16", "float16")),
         ("algo.kl_estimator", cfg.algo.kl_estimator in ("k1", "k2", "k3")),
         ("rollout.engine", cfg.rollout.engine in ("hf", "vllm")),
-        ("dist.parallel", cfg.dist.parallel in ("ddp",)),
+        ("dist.parallel", cfg.dist.parallel in ("ddp", "fsdp")),
         ("dist.backend", cfg.dist.backend in ("auto", "nccl", "gloo")),
         ("verifier.backend", cfg.verifier.backend in ("local", "ray")),
     ]
     for key, ok in checks:
         if not ok:
             raise ConfigError(f"{key}: invalid value")
+    if cfg.dist.parallel == "fsdp" and cfg.model.lora_r > 0:
+        raise ConfigError("dist.parallel=fsdp: not with LoRA (model.lora_r > 0); LoRA training fits one device, "
+                          "use dist.parallel=ddp")
     from codechat.algos import check_config
     from codechat.rewards import check_components
     try:

@@ -62,11 +62,13 @@ def part(r: Rollouts, g0: int, g1: int) -> Rollouts:
     return Rollouts(r.tasks[g0:g1], r.prompts[g0:g1], batch, r.verdicts[rows], r.rewards[rows])
 
 
-def update(r: Rollouts, tmp: Path, grad_accum: int = 2) -> dict[str, torch.Tensor]:
-    """One rl_update with SGD(lr=1) on the tiny preset; returns the weight change per parameter."""
+def update(r: Rollouts, tmp: Path, grad_accum: int = 2, fsdp: bool = False) -> dict[str, torch.Tensor]:
+    """One rl_update with SGD(lr=1) on the tiny preset; returns the weight change per parameter. fsdp: policy and
+    reference sharded over the ranks (dist.parallel=fsdp)."""
     import copy
 
     from codechat.policy import load_policy
+    from codechat.policy.fsdp import shard
     from codechat.train.checkpoint import TrainState
     from codechat.train.common import Context
     from codechat.train.rl import rl_update
@@ -77,16 +79,20 @@ def update(r: Rollouts, tmp: Path, grad_accum: int = 2) -> dict[str, torch.Tenso
     model = policy.model
     before = {k: v.detach().clone() for k, v in model.named_parameters()}
     ref = copy.deepcopy(model).eval()
+    if fsdp:
+        shard(model)
+        shard(ref)
     ctx = Context(cfg, policy, None, None, None, TrainState(), tmp, [])
     opt = torch.optim.SGD(model.parameters(), lr=1.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
     adv = dist.batch_advantages(cfg.algo.advantage, r.rewards, r.group_ids, cfg.algo)  # (N,)
     model.train()
     rl_update(ctx, r, adv, torch.arange(len(r.rewards)), ref, opt, sched)
-    return {k: (v.detach() - before[k]) for k, v in model.named_parameters()}
+    full = lambda v: v.full_tensor() if hasattr(v, "full_tensor") else v  # noqa: E731  (FSDP: a shard)
+    return {k: (full(v.detach()) - before[k]) for k, v in model.named_parameters()}
 
 
-def _rank(rank: int, world: int, port: int, out: str) -> None:
+def _rank(rank: int, world: int, port: int, out: str, fsdp: bool = False) -> None:
     torch.set_num_threads(1)
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world),
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -94,10 +100,28 @@ def _rank(rank: int, world: int, port: int, out: str) -> None:
     assert dist.init(DistConfig(backend="gloo"))
     from codechat.policy import load_policy
     full = rollouts(load_policy(config().model).model.config.vocab_size)
-    per = P // world
-    delta = update(part(full, rank * per, (rank + 1) * per), Path(out))
+    if fsdp:  # uneven: 3 groups and 1 group, 4 micro-batches and 3 (the short rank runs an idle pass)
+        cut = [0, 3, P]
+        delta = update(part(full, cut[rank], cut[rank + 1]), Path(out), grad_accum=4, fsdp=True)
+    else:
+        per = P // world
+        delta = update(part(full, rank * per, (rank + 1) * per), Path(out))
     torch.save(delta, Path(out) / f"rank{rank}.pt")
     dist.close()
+
+
+def two_ranks(tmp_path: Path, fsdp: bool = False) -> tuple[dict, dict]:
+    """Both ranks' weight changes; fork (no re-import: ~10 s faster than spawn), with a deadline in case a
+    child hangs."""
+    procs = mp.start_processes(_rank, args=(2, free_port(), str(tmp_path), fsdp), nprocs=2, join=False,
+                               start_method="fork")
+    deadline = time.monotonic() + 120
+    while not procs.join(timeout=1):
+        if time.monotonic() > deadline:
+            for p in procs.processes:
+                p.kill()
+            pytest.fail("the 2-rank update did not finish in 120 s")
+    return torch.load(tmp_path / "rank0.pt"), torch.load(tmp_path / "rank1.pt")
 
 
 def test_two_ranks_equal_one_rank_with_twice_the_prompts(tmp_path):
@@ -105,15 +129,7 @@ def test_two_ranks_equal_one_rank_with_twice_the_prompts(tmp_path):
     torch.set_num_threads(1)
     full = rollouts(load_policy(config().model).model.config.vocab_size)
     one = update(full, tmp_path)  # 1 rank x 2B prompts
-    # 2 ranks x B prompts; fork (no re-import: ~10 s faster than spawn), with a deadline in case a child hangs
-    procs = mp.start_processes(_rank, args=(2, free_port(), str(tmp_path)), nprocs=2, join=False, start_method="fork")
-    deadline = time.monotonic() + 120
-    while not procs.join(timeout=1):
-        if time.monotonic() > deadline:
-            for p in procs.processes:
-                p.kill()
-            pytest.fail("the 2-rank update did not finish in 120 s")
-    r0, r1 = torch.load(tmp_path / "rank0.pt"), torch.load(tmp_path / "rank1.pt")
+    r0, r1 = two_ranks(tmp_path)  # 2 ranks x B prompts
     assert all(torch.equal(r0[k], r1[k]) for k in r0), "ranks disagree"
     diff = max((r0[k] - one[k]).abs().max().item() for k in one)
     scale = max(one[k].abs().max().item() for k in one)
@@ -122,6 +138,20 @@ def test_two_ranks_equal_one_rank_with_twice_the_prompts(tmp_path):
     naive = max(((halves[0][k] + halves[1][k]) / 2 - one[k]).abs().max().item() for k in one)
     print(f"max |update diff| 2 ranks vs 1: {diff:.2e} (largest update {scale:.2e}; rank-mean averaging: {naive:.2e})")
     assert scale > 1e-4 and diff < 1e-4 * scale and naive > 100 * diff
+
+
+def test_fsdp_two_ranks_equal_one_rank(tmp_path):
+    """dist.parallel=fsdp: policy and reference sharded, the update through FSDP's reduce-scatter, ranks with
+    unequal prompts and micro-batch counts: the same update as one process on all the prompts."""
+    from codechat.policy import load_policy
+    torch.set_num_threads(1)
+    one = update(rollouts(load_policy(config().model).model.config.vocab_size), tmp_path)
+    r0, r1 = two_ranks(tmp_path, fsdp=True)
+    assert all(torch.equal(r0[k], r1[k]) for k in r0), "ranks disagree"
+    diff = max((r0[k] - one[k]).abs().max().item() for k in one)
+    scale = max(one[k].abs().max().item() for k in one)
+    print(f"FSDP: max |update diff| 2 ranks vs 1: {diff:.2e} (largest update {scale:.2e})")
+    assert scale > 1e-4 and diff < 1e-4 * scale
 
 
 def test_grad_accumulation_equals_one_micro_batch(tmp_path):
@@ -174,3 +204,75 @@ def test_loss_units_split_any_batch_exactly(mode):
         parts = sum(agg_loss(L[a:b], m[a:b], mode, 5.0) * dist.loss_units(m[a:b], mode) / total
                     for a, b in zip(cuts, cuts[1:]) if b > a)
         assert torch.allclose(parts, whole, atol=1e-6), (mode, cuts)
+
+
+@pytest.mark.slow
+def test_torchrun_fsdp_run_equals_ddp_run_and_resumes_across_modes(tmp_path):
+    """`dist.parallel=fsdp` end to end on 2 ranks (SFT, then GRPO with a sharded reference, evaluation,
+    checkpoints): the same samples and weights as the `ddp` run. Then each run resumes under the other mode
+    (optimizer state by parameter name <-> by index) and both take the same next step."""
+    from safetensors.torch import load_file
+
+    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
+    if torchrun is None:
+        pytest.skip("torchrun not found beside the Python interpreter")
+    args = ["data.train=builtin:toy", "sampling.max_new_tokens=8", "sampling.stop=[e]", "log.progress=false",
+            "log.plot=false", "verifier.workers=1", "rl.prompts_per_step=3", "rl.group_size=2", "rl.steps=2",
+            "checkpoint.every=1", "stages=[sft,grpo]", "data.sft=builtin:toy-sft", "sft.steps=1", "sft.batch_size=2",
+            "dist.backend=gloo", "algo.kl_beta=0.04", "data.eval=builtin:toy", "data.max_eval_tasks=2",
+            "eval.every=1", "rewards.components={pass-all: 1.0, length: 1.0}", "rewards.length_budget=2",
+            "rewards.length_per_token=0.1", "rl.lr=1e-3"]  # stop strings + a length reward: unequal lengths, nonzero advantages
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+
+    def launch(*extra):
+        cmd = [torchrun, "--nproc_per_node", "2", "--master_port", str(free_port()), "-m", "codechat", "train", *extra]
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
+        assert p.returncode == 0, p.stderr[-3000:]
+
+    def weights(run, step):
+        return load_file(run / "checkpoints" / f"step-{step:07d}" / "model" / "model.safetensors")
+
+    runs = {m: tmp_path / m for m in ("ddp", "fsdp")}
+    for mode, run in runs.items():
+        launch(*args, f"dist.parallel={mode}", f"run_dir={run}")
+    assert (runs["ddp"] / "rollouts.jsonl").read_text() == (runs["fsdp"] / "rollouts.jsonl").read_text()
+    a, b = weights(runs["ddp"], 3), weights(runs["fsdp"], 3)
+    assert sorted(a) == sorted(b)  # tied weights written once, as save_pretrained does
+    moved = max((a[k] - weights(runs["ddp"], 1)[k]).abs().max().item() for k in a)
+    diff = max((a[k] - b[k]).abs().max().item() for k in a)
+    print(f"FSDP vs DDP run: max weight diff {diff:.2e}, GRPO moved the weights by up to {moved:.2e}")
+    # (the gradients agree to ~1e-7 relative (test above); AdamW's m / sqrt(v) magnifies the difference on
+    # entries whose gradient is ~0 (FSDP's update runs transformers' forward, ddp codechat's fast one))
+    assert moved > 1e-4 and diff < 0.05 * moved
+    launch("--resume", str(runs["ddp"]), "rl.steps=3", "dist.parallel=fsdp")
+    launch("--resume", str(runs["fsdp"]), "rl.steps=3", "dist.parallel=ddp")
+    step = {m: {k: v - weights(r, 3)[k] for k, v in weights(r, 4).items()} for m, r in runs.items()}
+    size = max(v.abs().max().item() for v in step["ddp"].values())
+    diff = max((step["ddp"][k] - step["fsdp"][k]).abs().max().item() for k in a)
+    print(f"step after resume ddp->fsdp vs fsdp->ddp: max diff {diff:.2e} (step up to {size:.2e})")
+    assert size > 0 and diff < 0.05 * size
+
+
+@pytest.mark.slow
+def test_torchrun_fsdp_sft_rft_dpo(tmp_path):
+    """The other stages under `dist.parallel=fsdp` on 2 ranks: SFT, RFT with ReST-EM (the restart loads whole
+    weights into the shards), online DPO (a sharded reference); every step logs a finite loss."""
+    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
+    if torchrun is None:
+        pytest.skip("torchrun not found beside the Python interpreter")
+    run = tmp_path / "run"
+    args = ["data.train=builtin:toy", "data.sft=builtin:toy-sft", "sampling.max_new_tokens=12", "log.progress=false",
+            "log.plot=false", "verifier.workers=1", "checkpoint.every=0", "stages=[sft,rft,dpo]", "sft.steps=30",
+            "sft.lr=3e-3", "sft.batch_size=16", "rft.rounds=2", "rft.prompts=4", "rft.group_size=4", "rft.steps=1",
+            "rft.batch_size=2", "rft.rest_em=true", "dpo.steps=2", "dpo.prompts_per_step=2", "dpo.group_size=4",
+            "dpo.pairs_per_step=2", "dpo.lr=1e-3", "dist.backend=gloo", "dist.parallel=fsdp", f"run_dir={run}"]
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    cmd = [torchrun, "--nproc_per_node", "2", "--master_port", str(free_port()), "-m", "codechat", "train", *args]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    losses = {s: [r["loss"] for r in rows if r.get("stage") == s and "loss" in r] for s in ("sft", "rft", "dpo")}
+    assert [len(v) for v in losses.values()] == [30, 2, 2], losses
+    assert all(torch.isfinite(torch.tensor(v)).all() for v in losses.values())
+    assert losses["sft"][-1] < losses["sft"][0]
+    assert (run / "checkpoints" / "step-0000034" / "model" / "model.safetensors").is_file()

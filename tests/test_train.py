@@ -101,10 +101,16 @@ def test_fresh_run_refuses_a_dir_with_checkpoints(tmp_path, sft_model):
     ("rl.lrr=1", "unknown config key 'rl.lrr'"), ("rl.lr=fast", "rl.lr: expected a number"),
     ("stages=[ppo]", "unknown stage 'ppo'"), ("algo.advantage=grp", "valid: batch-mean"),
     ("rl.zero_variance=drop", "rl.zero_variance"), ("rewards={pass: 1}", "unknown reward 'pass'"),
+    ("dist.parallel=zero3", "dist.parallel"),
 ])
 def test_bad_config_values_fail_with_the_key(override, needle):
     with pytest.raises(ConfigError, match=needle.replace("[", r"\[").replace("(", r"\(")):
         load_config(None, [override])
+
+
+def test_fsdp_with_lora_is_refused():
+    with pytest.raises(ConfigError, match="dist.parallel=fsdp: not with LoRA"):
+        load_config(None, ["dist.parallel=fsdp", "model.lora_r=8"])
 
 
 def test_config_file_errors(tmp_path):

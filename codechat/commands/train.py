@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 HELP = "train a policy: sft, rft, grpo, rloo, dpo stages from a YAML config (resumable)"
 
@@ -20,5 +21,6 @@ def run(args: argparse.Namespace) -> int:
         run_dir = train(resume=args.resume, overrides=args.overrides)
     else:
         run_dir = train(load_config(args.config, args.overrides))
-    print(f"run finished: {run_dir} (metrics.jsonl, checkpoints/, curves.png)")
+    if os.environ.get("RANK", "0") == "0":  # under torchrun: once
+        print(f"run finished: {run_dir} (metrics.jsonl, checkpoints/, curves.png)")
     return 0

@@ -58,8 +58,9 @@ class Policy:
             ids = ids.tolist()
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
-    def save(self, out_dir) -> Path:
-        """Save in HF format (LoRA adapters merged into a copy), loadable by load_policy and from_pretrained."""
+    def save(self, out_dir, state_dict: dict | None = None) -> Path:
+        """Save in HF format (LoRA adapters merged into a copy), loadable by load_policy and from_pretrained.
+        state_dict: the weights to write instead of the model's own (an FSDP model's gathered weights)."""
         from codechat.policy.presets import save_tokenizer
 
         out = Path(out_dir)
@@ -69,7 +70,7 @@ class Policy:
             import copy
 
             model = copy.deepcopy(model).merge_and_unload()
-        model.save_pretrained(out)
+        model.save_pretrained(out, **({"state_dict": state_dict} if state_dict is not None else {}))
         save_tokenizer(self.tokenizer, out)
         return out
 

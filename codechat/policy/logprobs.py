@@ -6,7 +6,7 @@ gathered for its n completions (a differentiable index, so gradients of the prom
 completions, exactly as in a full forward); the completions then run attending to that KV. Compared with a
 forward over every [prompt + completion] row this saves (n - 1) / n of the prompt's compute.
 
-Reference path (any causal LM, and wrapped models such as DDP): one forward over [prompt + completion] rows,
+Reference path (any causal LM, wrapped models such as DDP, FSDP-sharded ones): one forward over [prompt + completion] rows,
 right-padded. Tests check the two agree in values and gradients.
 
 Simplification: the (N, T, V) logits are materialised; for very large vocabularies x batch, chunk the batch.
@@ -17,6 +17,7 @@ import torch
 
 from codechat.policy.decoding import positions
 from codechat.policy.fastlm import FastLM, usable
+from codechat.policy.fsdp import sharded_now
 
 
 def _left_pad(prompts: list[list[int]], pad: int, device):
@@ -47,6 +48,8 @@ def completion_logprobs(model, prompts: list[list[int]], prompt_index, tokens, m
     # tokens up to each row's last masked-in one are real (attended to); a 0 before it only drops the token's
     # log-prob, e.g. a loss mask with holes. Zeros after it are padding.
     real = mask.flip(1).cumsum(1).flip(1) > 0  # (N, T) bool
+    if fast is None and sharded_now(model):  # FSDP outside full_weights: only the model's own forward gathers
+        fast = False
     if fast or (fast is None and usable(model)):
         logits = _fast_logits(model, prompts, index, tokens, real)
     else:

@@ -29,6 +29,7 @@ import torch
 from codechat import CodechatError
 from codechat.config import SamplingConfig
 from codechat.policy.decoding import make_decoder
+from codechat.policy.fsdp import full_weights
 from codechat.policy.stops import StopChecker
 
 
@@ -116,7 +117,8 @@ class Sampler:
         was_training = model.training
         model.eval()
         try:
-            index, out_tok, out_logp, n_tok, reason = self._generate(prompts, n, cfg)
+            with full_weights(model):  # FSDP: the trainer gathers once around a whole rollout; this is a fallback
+                index, out_tok, out_logp, n_tok, reason = self._generate(prompts, n, cfg)
         finally:
             model.train(was_training)
         # leave inference mode: the trainer indexes and multiplies with these under autograd

@@ -99,6 +99,9 @@ def train(cfg: RunConfig | None = None, resume: str | Path | None = None, overri
     model_cfg = cfg.model if model_path is None else dataclasses.replace(cfg.model, path=model_path)
     policy = load_policy(model_cfg)
     dist.broadcast_params(policy.model)
+    if cfg.dist.parallel == "fsdp" and dist.world() > 1:  # one process: nothing to shard over
+        from codechat.policy.fsdp import shard
+        shard(policy.model)
     train_tasks, eval_tasks, extra = _load_task_sets(cfg)
     total = sum(stage_steps(cfg, s) for s in cfg.stages)
     logger = MetricsLogger(run_dir, cfg.log, total_steps=total, run_config=dataclasses.asdict(cfg)) if main \
@@ -111,8 +114,9 @@ def train(cfg: RunConfig | None = None, resume: str | Path | None = None, overri
             while state.stage_idx < len(cfg.stages):
                 if state.step < stage_steps(cfg, ctx.stage):
                     _stage_fn(ctx.stage)(ctx)
-                    if main and (ckpt.latest() is None or ckpt.latest().name != f"step-{state.global_step:07d}"):
-                        ckpt.save(policy, state)
+                    latest = ckpt.latest() if main else None
+                    if dist.decide(latest is None or latest.name != f"step-{state.global_step:07d}"):
+                        ckpt.save(policy, state)  # every rank: a collective under FSDP; rank 0 writes
                 ctx.resume = None
                 state.stage_idx += 1
                 state.step, state.data_pos, state.extra = 0, 0, {}

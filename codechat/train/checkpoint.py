@@ -80,13 +80,22 @@ class Checkpointer:
         ckpts = self.list()
         return ckpts[-1] if ckpts else None
 
-    def save(self, policy, state: TrainState, optimizer=None, scheduler=None) -> Path:
+    def save(self, policy, state: TrainState, optimizer=None, scheduler=None) -> Path | None:
+        """Called by every rank (under FSDP the weights and optimizer state are gathered first); rank 0 writes
+        and returns the checkpoint, the others return None."""
+        from codechat.policy.fsdp import full_state_dict, is_sharded, optimizer_state
+        from codechat.train import dist
+
+        weights = full_state_dict(policy.model) if is_sharded(policy.model) else None
+        opt_state = optimizer_state(policy.model, optimizer) if optimizer else None
+        if not dist.is_main():
+            return None
         name = f"step-{state.global_step:07d}"
         final, tmp = self.dir / name, self.dir / f"{name}.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-        policy.save(tmp / "model")
-        torch.save({"optimizer": optimizer.state_dict() if optimizer else None,
+        policy.save(tmp / "model", state_dict=weights)
+        torch.save({"optimizer": opt_state,
                     "scheduler": scheduler.state_dict() if scheduler else None,
                     "rng": rng_state()}, tmp / "trainer.pt")
         (tmp / "state.json").write_text(json.dumps(asdict(state), indent=1))

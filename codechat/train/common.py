@@ -70,7 +70,8 @@ def restore(ctx: Context, optimizer, scheduler) -> None:
     if ctx.resume is None:
         return
     if ctx.resume.get("optimizer") and optimizer is not None:
-        optimizer.load_state_dict(ctx.resume["optimizer"])
+        from codechat.policy.fsdp import load_optimizer_state
+        load_optimizer_state(ctx.policy.model, optimizer, ctx.resume["optimizer"])
     if ctx.resume.get("scheduler") and scheduler is not None:
         scheduler.load_state_dict(ctx.resume["scheduler"])
     set_rng_state(ctx.resume["rng"])
@@ -100,12 +101,9 @@ def pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]
 
 
 def grad_norm_clip(model: torch.nn.Module, max_norm: float) -> float:
-    params = [p for p in model.parameters() if p.grad is not None]
-    if not params:
-        return 0.0
-    if max_norm > 0:
-        return float(torch.nn.utils.clip_grad_norm_(params, max_norm))
-    return float(torch.norm(torch.stack([p.grad.norm() for p in params])))
+    """Gradient norm before clipping (over all shards under FSDP); clipped to max_norm when it is > 0."""
+    from codechat.policy.fsdp import grad_norm
+    return grad_norm(model, max_norm)
 
 
 def reference_model(ctx: Context):
@@ -114,10 +112,13 @@ def reference_model(ctx: Context):
     so no second copy of the weights is held."""
     from codechat.policy.lora import is_lora
 
+    from codechat.policy.fsdp import is_sharded, shard
+
     if is_lora(ctx.policy.model):
         return ctx.policy.model
     d = ctx.stage_start_dir()
-    if d.is_dir() and ctx.state.step > 0:
+    sharded = is_sharded(ctx.policy.model)  # FSDP: the copy is loaded from the stage-start save, then sharded
+    if sharded or (d.is_dir() and ctx.state.step > 0):
         from codechat.config import ModelConfig
         from codechat.policy import load_policy
         ref = load_policy(ModelConfig(path=str(d), device=str(ctx.device), dtype=ctx.cfg.model.dtype)).model
@@ -126,7 +127,7 @@ def reference_model(ctx: Context):
     ref.eval()
     for p in ref.parameters():
         p.requires_grad_(False)
-    return ref
+    return shard(ref) if sharded else ref
 
 
 def save_stage_start(ctx: Context) -> None:
@@ -135,21 +136,35 @@ def save_stage_start(ctx: Context) -> None:
     d = ctx.stage_start_dir()
     if is_lora(ctx.policy.model) and not ctx.cfg.rft.rest_em:
         return  # the base weights are the reference
-    if ctx.state.step == 0 and not d.is_dir() and dist.is_main():
-        tmp = d.with_name(d.name + ".tmp")
-        ctx.policy.save(tmp)
-        tmp.rename(d)
+    from codechat.policy.fsdp import full_state_dict, is_sharded
+
+    if not is_sharded(ctx.policy.model):
+        if ctx.state.step == 0 and not d.is_dir() and dist.is_main():
+            tmp = d.with_name(d.name + ".tmp")
+            ctx.policy.save(tmp)
+            tmp.rename(d)
+        return
+    # FSDP: every rank gathers (a collective), rank 0 writes, and the others wait: they load it as the reference
+    if dist.decide(ctx.state.step == 0 and not d.is_dir()):
+        weights = full_state_dict(ctx.policy.model)
+        if dist.is_main():
+            tmp = d.with_name(d.name + ".tmp")
+            ctx.policy.save(tmp, state_dict=weights)
+            tmp.rename(d)
+    dist.barrier()
 
 
 def evaluate_now(ctx: Context) -> dict[str, float]:
     """Held-out greedy pass@1 and sampled pass@k, plus each extra set (capability regression)."""
     from codechat.evaluate import evaluate_policy
+    from codechat.policy.fsdp import full_weights
 
     e, out = ctx.cfg.eval, {}
     sets = ([("eval", ctx.eval_tasks)] if ctx.eval_tasks else []) + [(f"eval_{k}", v) for k, v in ctx.extra_eval.items()]
     for name, tasks in sets:
-        rep = evaluate_policy(ctx.policy, ctx.verifier, tasks, n=e.n, ks=e.k, temperature=e.temperature,
-                              greedy=e.greedy, sampling=ctx.cfg.sampling, seed=ctx.cfg.seed + 99)
+        with full_weights(ctx.policy.model):  # FSDP: sample from gathered weights (every rank evaluates)
+            rep = evaluate_policy(ctx.policy, ctx.verifier, tasks, n=e.n, ks=e.k, temperature=e.temperature,
+                                  greedy=e.greedy, sampling=ctx.cfg.sampling, seed=ctx.cfg.seed + 99)
         for k, v in rep.metrics.items():
             if k.startswith("pass@") or k == "greedy_pass@1":
                 out[f"{name}/{k}"] = v
@@ -192,5 +207,5 @@ def end_step(ctx: Context, metrics: dict, total_steps: int, optimizer=None, sche
     if optimizer is not None:
         metrics["lr"] = optimizer.param_groups[0]["lr"]
     ctx.logger.log(dist.mean_metrics(metrics), st.global_step)
-    if dist.is_main() and (save or last or (cfg.checkpoint.every and st.step % cfg.checkpoint.every == 0)):
-        ctx.ckpt.save(ctx.policy, st, optimizer, scheduler)
+    if dist.decide(save or last or bool(cfg.checkpoint.every and st.step % cfg.checkpoint.every == 0)):
+        ctx.ckpt.save(ctx.policy, st, optimizer, scheduler)  # every rank: a collective under FSDP; rank 0 writes

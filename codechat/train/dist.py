@@ -23,7 +23,9 @@ after the last micro-batch (no overlap of communication with the backward pass; 
 sampling), which keeps the fast log-prob path (fastlm.py) usable and lets ranks run different numbers of
 micro-batches. Each rank evaluates the whole eval set (identical results, no speed-up). Sampling randomness
 depends on the world size (each rank draws its own samples), so runs on 1 and 8 ranks differ in their samples.
-No FSDP yet: the model, its gradients and AdamW states must fit on one device (see docs/scaling.md).
+With `dist.parallel: fsdp` the model is sharded after loading (codechat/policy/fsdp.py): the same losses and
+weights, but FSDP reduce-scatters the gradients itself (`sync_grads` is then a no-op), every rank runs the same
+number of forward/backward passes, and sampling runs on weights gathered for the occasion.
 """
 from __future__ import annotations
 
@@ -132,6 +134,16 @@ def check(cfg) -> None:
                                     f"would get nothing to train on; raise {name} or run fewer ranks")
 
 
+def decide(flag: bool) -> bool:
+    """Rank 0's `flag` on every rank (a decision made from rank 0's view of the file system, e.g. whether a
+    file exists yet, that every rank must follow because what comes next is a collective)."""
+    if not tdist.is_initialized():
+        return flag
+    out = [flag]
+    tdist.broadcast_object_list(out, 0)
+    return bool(out[0])
+
+
 def broadcast_params(model: torch.nn.Module) -> None:
     """Rank 0's parameters and buffers to every rank (identical starting points, whatever the init)."""
     if not tdist.is_initialized():
@@ -144,7 +156,9 @@ def broadcast_params(model: torch.nn.Module) -> None:
 def sync_grads(model: torch.nn.Module, bucket_mb: int = 64) -> None:
     """Sum the gradients over ranks, in flat buckets per dtype. A parameter without a gradient on this rank
     (e.g. no micro-batch here this step) counts as zeros. Losses must already carry their global weights."""
-    if not tdist.is_initialized() or world() == 1:
+    from codechat.policy.fsdp import is_sharded
+
+    if not tdist.is_initialized() or world() == 1 or is_sharded(model):  # FSDP has reduce-scattered them already
         return
     params = [p for p in model.parameters() if p.requires_grad]
     for p in params:

@@ -10,9 +10,10 @@ from pathlib import Path
 import torch
 
 from codechat import CodechatError
+from codechat.policy.fsdp import full_weights, idle_pass
 from codechat.rollout import collect, prompt_text, rollout_metrics
 from codechat.train import dist
-from codechat.train.common import Context, end_step, make_optimizer, pad, reference_model, restore, \
+from codechat.train.common import Context, end_step, grad_norm_clip, make_optimizer, pad, reference_model, restore, \
     save_stage_start, take
 from codechat.train.sft import answer_ids
 
@@ -58,7 +59,8 @@ def online_pairs(ctx: Context, sampler) -> tuple[list, dict]:
     ctx.state.data_pos += len(tasks)
     tasks = dist.shard(tasks)
     ctx.policy.model.eval()
-    r = collect(ctx.policy, sampler, ctx.verifier, tasks, c.group_size, ctx.cfg.sampling, seed=ctx.step_seed())
+    with full_weights(ctx.policy.model):  # FSDP: sample from gathered weights
+        r = collect(ctx.policy, sampler, ctx.verifier, tasks, c.group_size, ctx.cfg.sampling, seed=ctx.step_seed())
     groups: dict[str, tuple[list[int], list, list]] = {}
     for i, v in enumerate(r.verdicts):
         gi = int(r.group_ids[i])
@@ -83,7 +85,7 @@ def seq_logp(model, prompts, answers, pad_id) -> torch.Tensor:
 
 def run_dpo(ctx: Context) -> None:
     from codechat.algos import dpo_loss
-    from codechat.policy import Sampler
+    from codechat.policy import Sampler, reference
 
     c, model = ctx.cfg.dpo, ctx.policy.model
     save_stage_start(ctx)
@@ -105,20 +107,22 @@ def run_dpo(ctx: Context) -> None:
         if total:
             opt.zero_grad(set_to_none=True)
             m = {}
+        prompts = [b[0] for b in batch] * 2
+        answers = [b[1] for b in batch] + [b[2] for b in batch]
+        if total:  # every rank (FSDP: the reference gather is a collective)
+            with torch.no_grad(), full_weights(ref), reference(ref):
+                ref_lp = seq_logp(ref, prompts, answers, pad_id) if batch else None  # (2P,)
+        if total and not batch:
+            idle_pass(model)  # FSDP: match the other ranks' forward/backward
         if batch:
-            prompts = [b[0] for b in batch] * 2
-            answers = [b[1] for b in batch] + [b[2] for b in batch]
             lp = seq_logp(model, prompts, answers, pad_id)  # (2P,)
-            from codechat.policy import reference
-            with torch.no_grad(), reference(ref):
-                ref_lp = seq_logp(ref, prompts, answers, pad_id)  # (2P,)
             P = len(batch)
             loss, m = dpo_loss(lp[:P], lp[P:], ref_lp[:P], ref_lp[P:], ctx.cfg.algo)
             (loss * (P / total)).backward()
             m["loss"] = loss.item()
         if total:
             dist.sync_grads(model)
-            m["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))
+            m["grad_norm"] = grad_norm_clip(model, 1.0)
             opt.step()
             metrics.update({f"dpo/{k}" if k not in ("loss", "grad_norm") else k: float(v) for k, v in m.items()})
         else:

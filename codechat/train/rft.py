@@ -21,9 +21,12 @@ def grow(ctx: Context, rnd: int) -> tuple[list[tuple[list[int], list[int]]], dic
 
     c = ctx.cfg.rft
     tasks = dist.shard(take(ctx.train_tasks, ctx.cfg.seed + ctx.state.stage_idx, rnd * c.prompts, c.prompts))
+    from codechat.policy.fsdp import full_weights
+
     ctx.policy.model.eval()
-    r = collect(ctx.policy, Sampler(ctx.policy), ctx.verifier, tasks, c.group_size, ctx.cfg.sampling,
-                seed=ctx.cfg.seed * 977 + rnd)
+    with full_weights(ctx.policy.model):  # FSDP: sample from gathered weights
+        r = collect(ctx.policy, Sampler(ctx.policy), ctx.verifier, tasks, c.group_size, ctx.cfg.sampling,
+                    seed=ctx.cfg.seed * 977 + rnd)
     kept = []
     for i, v in enumerate(r.verdicts):
         if v.passed:
@@ -62,5 +65,6 @@ def run_rft(ctx: Context) -> None:
             from codechat.policy import load_policy
             base = load_policy(ModelConfig(path=str(ctx.stage_start_dir()), device=str(ctx.device),
                                            dtype=ctx.cfg.model.dtype))
-            ctx.policy.model.load_state_dict(base.model.state_dict())
+            from codechat.policy.fsdp import load_full_state_dict
+            load_full_state_dict(ctx.policy.model, base.model.state_dict())
         train_on_pairs(ctx, None, c.steps, c.lr, c.batch_size, 0, encoded=encoded, start=rnd * c.steps)

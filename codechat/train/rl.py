@@ -110,18 +110,21 @@ def logprobs_for(model, r: Rollouts, rows: torch.Tensor, temperature: float, wit
 def rl_update(ctx: Context, r: Rollouts, adv: torch.Tensor, rows: torch.Tensor, ref, opt, sched) -> dict:
     """mu epochs x minibatches x grad-accumulation micro-batches of the policy loss (+ beta * KL)."""
     from codechat.algos import agg_loss, kl_penalty, policy_loss
+    from codechat.policy.fsdp import full_weights, idle_pass, is_sharded
 
     c, a, model = ctx.cfg.rl, ctx.cfg.algo, ctx.policy.model
     temp, dev = ctx.cfg.sampling.temperature, ctx.device
+    fsdp_on = is_sharded(model)
     mask = r.batch.mask[rows].to(dev).float()  # (N, T)
     one_pass = c.epochs == 1 and (not c.minibatch_size or c.minibatch_size >= len(rows))
     from codechat.policy import reference
-    with torch.no_grad():  # (a rank may have no rows this step: it still joins the gradient sum)
+    # (a rank may have no rows this step: it still joins the gradient sum, and under FSDP every gather)
+    with torch.no_grad(), full_weights(model):
         old = None if one_pass or not len(rows) else logprobs_for(model, r, rows, temp)  # (N, T)
-        ref_lp = None
-        if ref is not None and len(rows):
-            with reference(ref):  # LoRA: adapters off; a frozen copy: no-op
-                ref_lp = logprobs_for(ref, r, rows, temp)  # (N, T)
+    ref_lp = None
+    if ref is not None:
+        with torch.no_grad(), full_weights(ref), reference(ref):  # LoRA: adapters off; a frozen copy: no-op
+            ref_lp = logprobs_for(ref, r, rows, temp) if len(rows) else None  # (N, T)
     mb = c.minibatch_size or max(len(rows), 1)
     n_mb = int(dist.all_max(-(-len(rows) // mb)))  # optimizer steps per epoch, the same on every rank
     sums: dict[str, float] = {}
@@ -133,9 +136,12 @@ def rl_update(ctx: Context, r: Rollouts, adv: torch.Tensor, rows: torch.Tensor, 
             opt.zero_grad(set_to_none=True)
             # each micro-batch weighs its share of what agg_loss divides by, over all ranks: exact grad accumulation
             units = dist.all_sum(dist.loss_units(mask[mb_idx], a.agg))
-            micro = mb_idx.chunk(max(1, min(c.grad_accum, len(mb_idx))))
-            for m_idx in micro:
+            micro = list(mb_idx.chunk(max(1, min(c.grad_accum, len(mb_idx)))))
+            n_micro = int(dist.all_max(len(micro))) if fsdp_on else len(micro)
+            for i in range(n_micro):  # FSDP: the same number of forward/backward passes on every rank
+                m_idx = micro[i] if i < len(micro) else mb_idx[:0]
                 if not len(m_idx):
+                    idle_pass(model)
                     continue
                 logp, ent = logprobs_for(model, r, rows[m_idx], temp, with_entropy=True)  # (n, T)
                 m = mask[m_idx]
@@ -164,13 +170,16 @@ def make_sampler(ctx: Context):
     """The rollout engine: codechat's sampler on the training model, or a colocated vLLM engine."""
     if ctx.cfg.rollout.engine == "vllm":
         from codechat.engines.vllm_engine import VLLMSampler
-        return VLLMSampler(ctx.policy, ctx.cfg.rollout, ctx.cfg.sampling)
+        from codechat.policy.fsdp import full_weights
+        with full_weights(ctx.policy.model):  # FSDP: each rank's engine starts from the whole weights
+            return VLLMSampler(ctx.policy, ctx.cfg.rollout, ctx.cfg.sampling)
     from codechat.policy import Sampler
     return Sampler(ctx.policy)
 
 
 def run_rl(ctx: Context) -> None:
     from codechat.algos import zero_variance_groups
+    from codechat.policy.fsdp import full_weights
 
     c = ctx.cfg.rl
     if ctx.stage == "rloo":
@@ -187,7 +196,8 @@ def run_rl(ctx: Context) -> None:
     while ctx.state.step < c.steps:
         # 1-3. sample, verify, reward
         ctx.policy.model.eval()
-        r, extra = sample_groups(ctx, sampler)
+        with full_weights(ctx.policy.model):  # FSDP: gather once for the whole rollout; no-op otherwise
+            r, extra = sample_groups(ctx, sampler)
         metrics = rollout_metrics(r)
         metrics.update(extra)
         # 4. advantages (zero-variance groups: keep with zero advantage, or skip from the loss)
@@ -208,7 +218,8 @@ def run_rl(ctx: Context) -> None:
         else:
             metrics["skipped_update"] = 1.0
         if hasattr(sampler, "update_weights"):  # vLLM: push the new weights in memory, no disk round trip
-            sampler.update_weights(ctx.policy.model)
+            with full_weights(ctx.policy.model):
+                sampler.update_weights(ctx.policy.model)
         metrics["time/update_s"] = time.perf_counter() - t0
         save_rollouts(ctx, r)
         if ctx.cfg.log.audit:

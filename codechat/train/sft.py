@@ -9,7 +9,7 @@ import torch
 
 from codechat.rollout import prompt_text
 from codechat.train import dist
-from codechat.train.common import Context, end_step, make_optimizer, pad, restore, take
+from codechat.train.common import Context, end_step, grad_norm_clip, make_optimizer, pad, restore, take
 
 
 def answer_ids(policy, text: str) -> list[int]:
@@ -57,7 +57,7 @@ def train_on_pairs(ctx: Context, pairs, steps: int, lr: float, batch_size: int, 
         tokens = sum(len(b[1]) for b in batch)  # token-mean over the whole batch of all ranks:
         (loss * (tokens / max(dist.all_sum(tokens), 1.0))).backward()
         dist.sync_grads(policy.model)
-        gn = float(torch.nn.utils.clip_grad_norm_(policy.model.parameters(), 1.0))
+        gn = grad_norm_clip(policy.model, 1.0)
         opt.step()
         sched.step()
         end_step(ctx, {"loss": loss.item(), "grad_norm": gn, "time/update_s": time.perf_counter() - t0},
