@@ -1,4 +1,5 @@
-"""GPU smoke check in one run: vLLM rollouts + in-memory weight push, an NCCL all-reduce, bf16 forward/backward.
+"""GPU smoke check in one run: vLLM rollouts + in-memory weight push, an NCCL all-reduce, bf16 forward/backward,
+an FSDP-sharded training step with sampling from the gathered weights.
 
 Without CUDA it prints "gpu_check skipped: no CUDA" and exits 0. Each part reports its own figures or
 "skipped: <reason>" (vLLM not installed, say); the exit code is 1 only when a part that ran failed its check.
@@ -90,6 +91,47 @@ def check_train_step(path: Path, device: str) -> dict:
             "loss": round(float(loss), 3), "step_ms": round(step * 1e3, 1), "tokens_per_s": round(B * T / step)}
 
 
+def check_fsdp(path: Path, device: str) -> dict:
+    """dist.parallel=fsdp on one rank (NCCL on GPU, gloo with --cpu): shard, one bf16 AdamW step through FSDP's
+    hooks, sample from the gathered weights, gather the whole weights; they moved and are finite."""
+    import torch.distributed as dist
+
+    from codechat.config import ModelConfig, SamplingConfig
+    from codechat.policy import Sampler, fsdp, load_policy
+
+    gpu = device == "cuda"
+    dist.init_process_group("nccl" if gpu else "gloo", init_method="tcp://127.0.0.1:29512", rank=0, world_size=1)
+    try:
+        pol = load_policy(ModelConfig(path=str(path), device=device, dtype="bfloat16" if gpu else "float32"))
+        model = pol.model
+        before = {k: v.detach().float().cpu().clone() for k, v in model.state_dict().items()}
+        fsdp.shard(model)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        B, T = (8, 512) if gpu else (2, 64)
+        ids = torch.randint(0, model.config.vocab_size, (B, T), device=device)  # (B, T)
+        model.train()
+        sync(device)
+        t0 = time.perf_counter()
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        gn = fsdp.grad_norm(model, 1.0)
+        opt.step()
+        sync(device)
+        step_s = time.perf_counter() - t0
+        with fsdp.full_weights(model):
+            batch = Sampler(pol).sample([ids[0, :16].tolist(), ids[1, :20].tolist()], 2,
+                                        SamplingConfig(temperature=1.0, max_new_tokens=16, seed=0))
+        regathered = fsdp.sharded_now(model)
+        sd = fsdp.full_state_dict(model)
+        moved = any(not torch.equal(sd[k].float(), before[k]) for k in sd)
+        finite = all(torch.isfinite(v.float()).all() for v in sd.values())
+        ok = bool(torch.isfinite(loss) and gn == gn and moved and finite and regathered and len(batch.texts) == 4)
+        return {"ok": ok, "loss": round(float(loss), 3), "grad_norm": round(gn, 3), "step_ms": round(step_s * 1e3, 1),
+                "sampled_tokens": int(batch.n_tokens.sum()), "resharded": regathered}
+    finally:
+        dist.destroy_process_group()
+
+
 def check_vllm(path: Path, device: str) -> dict:
     """Rollouts through VLLMSampler, then a weight push that must change greedy output to the new weights."""
     try:
@@ -152,7 +194,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="gpu-check-") as work:
         path = model_dir(args.model, Path(work))
         for name, check in (("allreduce", check_allreduce), ("train_step", check_train_step),
-                            ("vllm", check_vllm)):
+                            ("fsdp", check_fsdp), ("vllm", check_vllm)):
             t0 = time.perf_counter()
             try:
                 figures[name] = check(device) if name == "allreduce" else check(path, device)
