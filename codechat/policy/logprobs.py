@@ -17,7 +17,7 @@ import torch
 
 from codechat.policy.decoding import positions
 from codechat.policy.fastlm import FastLM, usable
-from codechat.policy.fsdp import sharded_now
+from codechat.policy.fsdp import is_sharded
 
 
 def _left_pad(prompts: list[list[int]], pad: int, device):
@@ -48,8 +48,8 @@ def completion_logprobs(model, prompts: list[list[int]], prompt_index, tokens, m
     # tokens up to each row's last masked-in one are real (attended to); a 0 before it only drops the token's
     # log-prob, e.g. a loss mask with holes. Zeros after it are padding.
     real = mask.flip(1).cumsum(1).flip(1) > 0  # (N, T) bool
-    if fast is None and sharded_now(model):  # FSDP outside full_weights: only the model's own forward gathers
-        fast = False
+    if fast is None and is_sharded(model):  # FSDP: only the model's own forward gathers the shards; and one path
+        fast = False  # for policy, old and reference log-probs, so that equal weights give exactly equal values
     if fast or (fast is None and usable(model)):
         logits = _fast_logits(model, prompts, index, tokens, real)
     else:

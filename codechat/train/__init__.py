@@ -123,6 +123,8 @@ def train(cfg: RunConfig | None = None, resume: str | Path | None = None, overri
         finally:
             logger.close()
     dist.barrier()  # rank 0's last checkpoint is complete before any rank returns
+    for close in ctx.on_close:  # after the barrier: vLLM's shutdown takes the default process group with it
+        close()
     if own_group:
         dist.close()
     if cfg.log.plot and main:

@@ -33,6 +33,8 @@ class Context:
     resume: dict | None = None
     """trainer.pt of the checkpoint being resumed, consumed by the first stage that starts."""
     eval_history: list[dict] = field(default_factory=list)
+    on_close: list = field(default_factory=list)
+    """Called once at the end of the run, after the last barrier (a vLLM engine's shutdown)."""
 
     @property
     def stage(self) -> str:

@@ -193,6 +193,8 @@ def run_rl(ctx: Context) -> None:
     opt, sched = make_optimizer(ctx.policy.model, c.lr, c.warmup, c.steps, cosine=False)
     restore(ctx, opt, sched)
     sampler = make_sampler(ctx)
+    if hasattr(sampler, "close"):
+        ctx.on_close.append(sampler.close)
     while ctx.state.step < c.steps:
         # 1-3. sample, verify, reward
         ctx.policy.model.eval()
