@@ -23,6 +23,18 @@ ROOT = Path(__file__).resolve().parents[1]
 P, G, T = 4, 3, 10  # the single-process batch: P prompts x G samples, completions up to T tokens
 
 
+def torchrun(*args: str, timeout: int = 240) -> subprocess.CompletedProcess:
+    """`torchrun --nproc_per_node 2 -m codechat train ARGS` on gloo; fails the test on a non-zero exit."""
+    exe = shutil.which("torchrun", path=str(Path(sys.executable).parent))
+    if exe is None:
+        pytest.skip("torchrun not found beside the Python interpreter")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    cmd = [exe, "--nproc_per_node", "2", "--master_port", str(free_port()), "-m", "codechat", "train", *args]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return p
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -166,18 +178,13 @@ def test_grad_accumulation_equals_one_micro_batch(tmp_path):
 def test_torchrun_train_writes_from_rank_zero_only(tmp_path):
     """`torchrun --nproc_per_node 2 -m codechat train`: one SFT step, one GRPO step; one metrics line per step,
     checkpoints once, rollouts of both ranks in rollouts.jsonl; then resume on 1 rank for one more GRPO step."""
-    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
-    if torchrun is None:
-        pytest.skip("torchrun not found beside the Python interpreter")
     run = tmp_path / "run"
     args = ["data.train=builtin:toy", "sampling.max_new_tokens=8", "log.progress=false", "log.plot=false",
             "verifier.workers=1", "rl.prompts_per_step=2", "rl.group_size=2", "rl.steps=1", "checkpoint.every=1",
             "stages=[sft,grpo]", "data.sft=builtin:toy-sft", "sft.steps=1", "sft.batch_size=2", "dist.backend=gloo",
             f"run_dir={run}"]
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    cmd = [torchrun, "--nproc_per_node", "2", "--master_port", str(free_port()), "-m", "codechat", "train", *args]
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
-    assert p.returncode == 0, p.stderr[-3000:]
+    torchrun(*args)
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2] and rows[1]["samples"] == 4  # both ranks' samples counted
     assert len((run / "rollouts.jsonl").read_text().splitlines()) == 4  # 2 ranks x 1 prompt x 2 samples
@@ -213,28 +220,19 @@ def test_torchrun_fsdp_run_equals_ddp_run_and_resumes_across_modes(tmp_path):
     (optimizer state by parameter name <-> by index) and both take the same next step."""
     from safetensors.torch import load_file
 
-    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
-    if torchrun is None:
-        pytest.skip("torchrun not found beside the Python interpreter")
     args = ["data.train=builtin:toy", "sampling.max_new_tokens=8", "sampling.stop=[e]", "log.progress=false",
             "log.plot=false", "verifier.workers=1", "rl.prompts_per_step=3", "rl.group_size=2", "rl.steps=2",
             "checkpoint.every=1", "stages=[sft,grpo]", "data.sft=builtin:toy-sft", "sft.steps=1", "sft.batch_size=2",
             "dist.backend=gloo", "algo.kl_beta=0.04", "data.eval=builtin:toy", "data.max_eval_tasks=2",
             "eval.every=1", "rewards.components={pass-all: 1.0, length: 1.0}", "rewards.length_budget=2",
             "rewards.length_per_token=0.1", "rl.lr=1e-3"]  # stop strings + a length reward: unequal lengths, nonzero advantages
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-
-    def launch(*extra):
-        cmd = [torchrun, "--nproc_per_node", "2", "--master_port", str(free_port()), "-m", "codechat", "train", *extra]
-        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
-        assert p.returncode == 0, p.stderr[-3000:]
 
     def weights(run, step):
         return load_file(run / "checkpoints" / f"step-{step:07d}" / "model" / "model.safetensors")
 
     runs = {m: tmp_path / m for m in ("ddp", "fsdp")}
     for mode, run in runs.items():
-        launch(*args, f"dist.parallel={mode}", f"run_dir={run}")
+        torchrun(*args, f"dist.parallel={mode}", f"run_dir={run}")
     assert (runs["ddp"] / "rollouts.jsonl").read_text() == (runs["fsdp"] / "rollouts.jsonl").read_text()
     a, b = weights(runs["ddp"], 3), weights(runs["fsdp"], 3)
     assert sorted(a) == sorted(b)  # tied weights written once, as save_pretrained does
@@ -244,8 +242,8 @@ def test_torchrun_fsdp_run_equals_ddp_run_and_resumes_across_modes(tmp_path):
     # (the gradients agree to ~1e-7 relative (test above); AdamW's m / sqrt(v) magnifies the difference on
     # entries whose gradient is ~0 (FSDP's update runs transformers' forward, ddp codechat's fast one))
     assert moved > 1e-4 and diff < 0.05 * moved
-    launch("--resume", str(runs["ddp"]), "rl.steps=3", "dist.parallel=fsdp")
-    launch("--resume", str(runs["fsdp"]), "rl.steps=3", "dist.parallel=ddp")
+    torchrun("--resume", str(runs["ddp"]), "rl.steps=3", "dist.parallel=fsdp")
+    torchrun("--resume", str(runs["fsdp"]), "rl.steps=3", "dist.parallel=ddp")
     step = {m: {k: v - weights(r, 3)[k] for k, v in weights(r, 4).items()} for m, r in runs.items()}
     size = max(v.abs().max().item() for v in step["ddp"].values())
     diff = max((step["ddp"][k] - step["fsdp"][k]).abs().max().item() for k in a)
@@ -257,19 +255,13 @@ def test_torchrun_fsdp_run_equals_ddp_run_and_resumes_across_modes(tmp_path):
 def test_torchrun_fsdp_sft_rft_dpo(tmp_path):
     """The other stages under `dist.parallel=fsdp` on 2 ranks: SFT, RFT with ReST-EM (the restart loads whole
     weights into the shards), online DPO (a sharded reference); every step logs a finite loss."""
-    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
-    if torchrun is None:
-        pytest.skip("torchrun not found beside the Python interpreter")
     run = tmp_path / "run"
     args = ["data.train=builtin:toy", "data.sft=builtin:toy-sft", "sampling.max_new_tokens=12", "log.progress=false",
             "log.plot=false", "verifier.workers=1", "checkpoint.every=0", "stages=[sft,rft,dpo]", "sft.steps=30",
             "sft.lr=3e-3", "sft.batch_size=16", "rft.rounds=2", "rft.prompts=4", "rft.group_size=4", "rft.steps=1",
             "rft.batch_size=2", "rft.rest_em=true", "dpo.steps=2", "dpo.prompts_per_step=2", "dpo.group_size=4",
             "dpo.pairs_per_step=2", "dpo.lr=1e-3", "dist.backend=gloo", "dist.parallel=fsdp", f"run_dir={run}"]
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    cmd = [torchrun, "--nproc_per_node", "2", "--master_port", str(free_port()), "-m", "codechat", "train", *args]
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, p.stderr[-3000:]
+    torchrun(*args, timeout=300)
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     losses = {s: [r["loss"] for r in rows if r.get("stage") == s and "loss" in r] for s in ("sft", "rft", "dpo")}
     assert [len(v) for v in losses.values()] == [30, 2, 2], losses

@@ -197,3 +197,26 @@ def test_a_program_cannot_find_the_previous_programs_output_in_its_memory():
         assert v.verify(T, first).passed
         verdict = v.verify(T, second)
     assert verdict.passed, verdict.message
+
+
+@pytest.mark.skipif(not ROOT, reason="mount namespaces need root")
+def test_codechat_installed_under_tmp_still_verifies(tmp_path):
+    """The sandbox covers /tmp with an empty tmpfs; codechat cloned or installed there (tmp_path is under /tmp)
+    must still run its programs, and those must still see an empty /tmp otherwise."""
+    import shutil
+    import subprocess
+    import sys
+
+    src = Path(__file__).resolve().parents[1] / "codechat"
+    shutil.copytree(src, tmp_path / "clone" / "codechat", ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "secret.txt").write_text("x")
+    program = f"import os\ndef f():\n    return 1 + (not os.path.exists({str(tmp_path / 'secret.txt')!r}))\n"
+    probe = ("from codechat.config import VerifierConfig\nfrom codechat.tasks import Task\n"
+             "from codechat.verify import Verifier\nimport codechat, os\nassert codechat.__file__.startswith('/tmp/')\n"
+             "t = Task('p', '', ['assert f() == 2'], 'f')\n"
+             f"code = {program!r}\n"
+             "with Verifier(VerifierConfig(workers=1)) as v:\n    print(v.verify(t, code).status)\n")
+    p = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, PYTHONPATH=str(tmp_path / "clone")), cwd=str(tmp_path))
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.strip().splitlines()[-1] == "passed"  # ran, and /tmp's other files stayed hidden

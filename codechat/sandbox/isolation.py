@@ -2,7 +2,8 @@
 
 `enter_namespaces()` runs once in each zygote (before any program is forked): a new network namespace (no
 interfaces up, not even loopback) and a new mount namespace in which /tmp, /dev/shm and /var/tmp are fresh
-private tmpfs mounts and each `hide_paths` entry is covered by an empty tmpfs. When running as root, every
+private tmpfs mounts (a Python or codechat installed under one of them is mounted back at its path: a clone
+in /tmp works) and each `hide_paths` entry is covered by an empty tmpfs. When running as root, every
 program also runs under a uid of its own (`sandbox_uid()`), which makes RLIMIT_NPROC bite (root ignores it),
 keeps the program from signalling or ptracing the root-owned judge, zygote and parent, and from reading
 root-only files. Directories on the Python prefix that the uid could not traverse (e.g. /root, mode 0700)
@@ -123,11 +124,22 @@ def enter_namespaces(hide_paths: tuple[str, ...] = ()) -> list[str]:
         return active
     try:
         _mount("none", "/", None, MS_REC | MS_PRIVATE)
+        prefixes = sorted({p for p in (sys.base_prefix, sys.prefix, sys.exec_prefix) if os.path.isdir(p)})
+        # Python or codechat itself under /tmp (a clone or venv there): keep a handle on it, cover the scratch
+        # dirs, then mount it back at its path through the handle (the path alone is gone under the tmpfs).
+        package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        in_scratch = sorted({p for p in prefixes + [package_root]
+                             if any(p.startswith(d + os.sep) for d in SCRATCH_DIRS)})
+        in_scratch = [p for p in in_scratch if not any(p.startswith(q + os.sep) for q in in_scratch)]
+        handles = [(p, os.open(p, os.O_PATH | os.O_DIRECTORY)) for p in in_scratch]
         for d in SCRATCH_DIRS:
             if os.path.isdir(d):
                 _mount("tmpfs", d, "tmpfs", 0, "mode=1777,size=256m")
+        for p, fd in handles:
+            os.makedirs(p, exist_ok=True)
+            _mount(f"/proc/self/fd/{fd}", p, None, MS_BIND | MS_REC)
+            os.close(fd)
         # Python prefixes behind a directory the sandbox uid cannot traverse: stage, cover, re-expose.
-        prefixes = sorted({p for p in (sys.base_prefix, sys.prefix, sys.exec_prefix) if os.path.isdir(p)})
         covers = {a for p in prefixes if (a := _untraversable_ancestor(p))}
         covers |= {os.path.abspath(os.path.expanduser(h)) for h in hide_paths if os.path.isdir(os.path.expanduser(h))}
         exposed = [p for p in prefixes if any(p.startswith(c + os.sep) for c in covers)]
