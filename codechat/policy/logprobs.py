@@ -71,11 +71,13 @@ def _fast_logits(model, prompts, index, tokens, real):
     fl = FastLM(model)
     ids, valid = _left_pad(prompts, 0, tokens.device)  # (P, Lp); pad id irrelevant (masked)
     hp, kv = fl.forward(ids, positions(valid), valid)  # hp (P, Lp, C); kv per layer (P, Hkv, Lp, D)
-    past = [(k[index], v[index]) for k, v in kv]  # each (N, Hkv, Lp, D)
+    # index_select: its backward (index_add) sums in a fixed order; k[index] with unsorted rows (minibatches of
+    # a permutation) summed the prompt gradients in thread-dependent order: runs differed in the last bits
+    past = [(k.index_select(0, index), v.index_select(0, index)) for k, v in kv]  # each (N, Hkv, Lp, D)
     T = tokens.shape[1]
     cpos = valid.long().sum(1)[index][:, None] + torch.arange(T, device=tokens.device)  # (N, T)
     hc, _ = fl.forward(tokens, cpos, real, past, valid[index])  # (N, T, C)
-    h = torch.cat([hp[index, -1:], hc[:, :-1]], dim=1)  # (N, T, C): the state predicting each new token
+    h = torch.cat([hp[:, -1:].index_select(0, index), hc[:, :-1]], dim=1)  # (N, T, C): state predicting each token
     return fl.logits(h)
 
 

@@ -7,6 +7,7 @@ reuse the rollouts with the old log-probs and the clip; minibatches and gradient
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 
@@ -198,7 +199,8 @@ def run_rl(ctx: Context) -> None:
     while ctx.state.step < c.steps:
         # 1-3. sample, verify, reward
         ctx.policy.model.eval()
-        with full_weights(ctx.policy.model):  # FSDP: gather once for the whole rollout; no-op otherwise
+        # FSDP: gather once for the whole rollout (no-op otherwise); vLLM holds its own copy of the weights
+        with full_weights(ctx.policy.model) if not hasattr(sampler, "update_weights") else contextlib.nullcontext():
             r, extra = sample_groups(ctx, sampler)
         metrics = rollout_metrics(r)
         metrics.update(extra)
