@@ -136,3 +136,10 @@ def test_capability_regression_eval_is_logged(tmp_path, sft_model):
                                                       "eval.n=2", "eval.k=[1,2]"])
     last = rows[-1]
     assert {"eval/pass@1", "eval/pass@2", "eval/greedy_pass@1", "eval_basic/pass@1"} <= set(last), sorted(last)
+
+
+def test_fsdp_in_one_process_warns_and_trains(tmp_path):
+    with pytest.warns(UserWarning, match="nothing to shard"):
+        train(load_config(None, BASE + [f"run_dir={tmp_path / 'r'}", "stages=[sft]", "sft.steps=1",
+                                        "sft.batch_size=2", "dist.parallel=fsdp"]))
+    assert Checkpointer(tmp_path / "r").latest() is not None

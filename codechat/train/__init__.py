@@ -99,9 +99,14 @@ def train(cfg: RunConfig | None = None, resume: str | Path | None = None, overri
     model_cfg = cfg.model if model_path is None else dataclasses.replace(cfg.model, path=model_path)
     policy = load_policy(model_cfg)
     dist.broadcast_params(policy.model)
-    if cfg.dist.parallel == "fsdp" and dist.world() > 1:  # one process: nothing to shard over
-        from codechat.policy.fsdp import shard
-        shard(policy.model)
+    if cfg.dist.parallel == "fsdp":
+        if dist.world() > 1:
+            from codechat.policy.fsdp import shard
+            shard(policy.model)
+        else:
+            import warnings
+            warnings.warn("dist.parallel=fsdp in one process: nothing to shard over, the model stays whole "
+                          "(start with torchrun --nproc_per_node N to shard)")
     train_tasks, eval_tasks, extra = _load_task_sets(cfg)
     total = sum(stage_steps(cfg, s) for s in cfg.stages)
     logger = MetricsLogger(run_dir, cfg.log, total_steps=total, run_config=dataclasses.asdict(cfg)) if main \
