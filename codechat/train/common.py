@@ -112,9 +112,8 @@ def reference_model(ctx: Context):
     """Frozen copy of the stage's starting weights (saved at the stage start so a resume finds them). With LoRA
     the reference is the policy itself with adapters disabled (use it inside `codechat.policy.reference(model)`),
     so no second copy of the weights is held."""
-    from codechat.policy.lora import is_lora
-
     from codechat.policy.fsdp import is_sharded, shard
+    from codechat.policy.lora import is_lora
 
     if is_lora(ctx.policy.model):
         return ctx.policy.model
