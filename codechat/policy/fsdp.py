@@ -151,5 +151,7 @@ def grad_norm(model: torch.nn.Module, max_norm: float) -> float:
     params = [p for p in model.parameters() if p.grad is not None]
     if not params:
         return 0.0
-    norm = torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm > 0 else float("inf"))
+    norm = torch.nn.utils.get_total_norm([p.grad for p in params])  # over all shards for DTensor gradients
+    if max_norm > 0:
+        torch.nn.utils.clip_grads_with_norm_(params, max_norm, norm)
     return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
