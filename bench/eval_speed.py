@@ -7,12 +7,12 @@ import argparse
 import json
 import time
 
-import codechat.rollout as rollout
+import codechat.rollout.collect as rollout
 from codechat.config import ModelConfig, SamplingConfig, VerifierConfig
-from codechat.evaluate import evaluate_policy
+from codechat.evaluation.evaluate import evaluate_policy
 from codechat.policy import load_policy
 from codechat.tasks import load_tasks
-from codechat.verify import Verifier
+from codechat.verifier.verify import Verifier
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--model", default="tiny")

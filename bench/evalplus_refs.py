@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 
 from codechat.config import VerifierConfig
-from codechat.evaluate import evaluate_completions
+from codechat.evaluation.evaluate import evaluate_completions
 from codechat.tasks import load_tasks
-from codechat.verify import Verifier
+from codechat.verifier.verify import Verifier
 
 DEFAULT = Path(__file__).resolve().parents[2] / "shared" / "data" / "mbpp" / "MbppPlus-v0.2.0.jsonl.gz"
 

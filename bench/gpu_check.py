@@ -141,7 +141,7 @@ def check_vllm(path: Path, device: str) -> dict:
     from transformers import AutoModelForCausalLM
 
     from codechat.config import RolloutConfig, SamplingConfig
-    from codechat.engines.vllm_engine import VLLMSampler
+    from codechat.policy.vllm_engine import VLLMSampler
 
     gpu = device == "cuda"
     cfg = RolloutConfig(engine="vllm", vllm_dtype="bfloat16" if gpu else "float32", vllm_max_model_len=0,

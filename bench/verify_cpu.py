@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from verify_throughput import make_pairs, run_baseline  # noqa: E402
 
 from codechat.config import VerifierConfig  # noqa: E402
-from codechat.verify import Verifier  # noqa: E402
+from codechat.verifier.verify import Verifier  # noqa: E402
 
 HZ = os.sysconf("SC_CLK_TCK")
 

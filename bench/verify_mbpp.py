@@ -21,7 +21,7 @@ from pathlib import Path
 
 from codechat.config import VerifierConfig
 from codechat.tasks import load_tasks
-from codechat.verify import Verifier
+from codechat.verifier.verify import Verifier
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "mbpp"
 SETS = {"mbpp": "mbpp.jsonl", "sanitized": "sanitized-mbpp.json", "originfmt": "MbppPlus-OriginFmt-v0.2.0.jsonl.gz"}

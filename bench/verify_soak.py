@@ -18,7 +18,7 @@ from collections import Counter
 
 from codechat.config import VerifierConfig
 from codechat.tasks import Task
-from codechat.verify import Verifier
+from codechat.verifier.verify import Verifier
 
 OURS = "/tmp/codechat-[0-9]*-" + "[0-9a-f]" * 12  # procs.Spare temp dirs (only on the host without a mount namespace)
 T = Task("f", "", ["assert f(2) == 4", "assert f(0) == 0", "assert f(-3) == -6"], "f")

@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from codechat.config import VerifierConfig
 from codechat.tasks import Task
-from codechat.verify import Verifier
+from codechat.verifier.verify import Verifier
 
 TASKS = [
     ("add", "def add(a, b):\n    return a + b\n", "def add(a, b):\n    return a - b\n",

@@ -220,10 +220,10 @@ def child_codechat(a: argparse.Namespace) -> dict:
         from codechat.train import train
         from codechat.train.metrics import MetricsLogger
         import codechat.policy  # noqa: F401  (the trainer imports these lazily; fail early and clearly)
-        import codechat.verify  # noqa: F401
+        import codechat.verifier.verify  # noqa: F401
     except ImportError as e:
         raise SystemExit(f"codechat child: codechat's trainer is not runnable on this checkout ({e}); "
-                         "it needs codechat.train, codechat.policy and codechat.verify") from None
+                         "it needs codechat.train, codechat.policy and codechat.verifier.verify") from None
     import codechat
 
     W = WORKLOAD

@@ -155,7 +155,7 @@ def validate(cfg: RunConfig) -> None:
         raise ConfigError("dist.parallel=fsdp: not with LoRA (model.lora_r > 0); LoRA training fits one device, "
                           "use dist.parallel=ddp")
     from codechat.algos import check_config
-    from codechat.rewards import check_components
+    from codechat.rollout.rewards import check_components
     try:
         check_config(cfg.algo)
         check_components(cfg.rewards.components)

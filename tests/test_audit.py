@@ -1,7 +1,7 @@
 """Reward-hack audit: heuristics flag each kind of suspicious code; a planted hack is flagged in a real run."""
 import json
 
-from codechat.audit import prompt_literals, suspicious_reasons
+from codechat.rollout.audit import prompt_literals, suspicious_reasons
 from codechat.tasks import Task
 
 TASK = Task("t", "Write f(x).\nYour code should pass this test:\nassert f([3, 4]) == 'seven'\n", ["assert f(1) == 2"], "f")

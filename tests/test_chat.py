@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from codechat import CodechatError
-from codechat.chat import ChatSession, Turn, held_back
-from codechat.chatrun import split_tests
+from codechat.chat.session import ChatSession, Turn, held_back
+from codechat.chat.run import split_tests
 from codechat.config import SamplingConfig, VerifierConfig
 from codechat.tasks import load_tasks
 
@@ -255,7 +255,7 @@ def test_save_is_a_task_file_and_load_resumes_it(planted, tmp_path):
     assert tasks[0].solution == "def add(a, b):\n    return a + b\n"  # all asserts passed: a reference solution
     assert tasks[1].tests == [] and tasks[1].solution is None
     assert tasks[0].metadata["test_status"] == ["passed"] and tasks[1].metadata["answer"] == "It adds."
-    from codechat.verify import Verifier
+    from codechat.verifier.verify import Verifier
     with Verifier(VerifierConfig(workers=1)) as v:  # the saved task verifies the saved answer
         assert v.verify(tasks[0], tasks[0].metadata["answer"]).passed
 

@@ -16,7 +16,7 @@ import torch.multiprocessing as mp
 
 from codechat.algos import AGG_MODES
 from codechat.config import ModelConfig, RunConfig
-from codechat.rollout import Rollouts
+from codechat.rollout.collect import Rollouts
 from codechat.train import dist
 
 ROOT = Path(__file__).resolve().parents[1]

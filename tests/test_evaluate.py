@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from codechat.evaluate import pass_at_k, summarize
+from codechat.evaluation.evaluate import pass_at_k, summarize
 
 
 def brute(n, c, k):
@@ -61,9 +61,9 @@ def _refs_file(tmp_path, tasks):
 
 def test_mbpp_references_through_completions_pass(tmp_path, shared_data):
     from codechat.config import VerifierConfig
-    from codechat.evaluate import evaluate_completions
+    from codechat.evaluation.evaluate import evaluate_completions
     from codechat.tasks import load_tasks
-    from codechat.verify import Verifier
+    from codechat.verifier.verify import Verifier
 
     tasks = [t for t in load_tasks(shared_data / "mbpp" / "mbpp.jsonl") if t.task_id != "123"][:80]  # 123 is slow
     with Verifier(VerifierConfig(workers=2, timeout_s=20)) as v:
@@ -73,9 +73,9 @@ def test_mbpp_references_through_completions_pass(tmp_path, shared_data):
 
 def test_mbppplus_base_and_plus_from_reference_outputs(tmp_path, shared_data, monkeypatch):
     from codechat.config import VerifierConfig
-    from codechat.evaluate import evaluate_completions
+    from codechat.evaluation.evaluate import evaluate_completions
     from codechat.tasks import load_tasks
-    from codechat.verify import Verifier
+    from codechat.verifier.verify import Verifier
 
     monkeypatch.setenv("CODECHAT_CACHE", str(tmp_path / "cache"))
     tasks = load_tasks(shared_data / "mbpp" / "MbppPlus-v0.2.0.jsonl.gz")[:25]

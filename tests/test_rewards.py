@@ -5,9 +5,9 @@ import pytest
 
 from codechat.algos import UnknownNameError
 from codechat.config import RewardConfig
-from codechat.rewards import REWARDS, RewardContext, check_components, compose_rewards, reward_metrics
+from codechat.rollout.rewards import REWARDS, RewardContext, check_components, compose_rewards, reward_metrics
 from codechat.tasks.model import Task
-from codechat.verdict import Verdict
+from codechat.verifier.verdict import Verdict
 
 TASK = Task(task_id="t1", prompt="Write add(a, b).", tests=["assert add(1, 2) == 3", "assert add(0, 0) == 0"],
             entry_point="add")

@@ -13,7 +13,7 @@ import pytest
 from codechat.config import VerifierConfig
 from codechat.sandbox.pool import missing_protections_message
 from codechat.tasks import Task
-from codechat.verify import Verifier
+from codechat.verifier.verify import Verifier
 
 ROOT = os.geteuid() == 0
 T = Task("probe", "", ["assert probe() == 'ok'"], "probe")
@@ -212,7 +212,7 @@ def test_codechat_installed_under_tmp_still_verifies(tmp_path):
     (tmp_path / "secret.txt").write_text("x")
     program = f"import os\ndef f():\n    return 1 + (not os.path.exists({str(tmp_path / 'secret.txt')!r}))\n"
     probe = ("from codechat.config import VerifierConfig\nfrom codechat.tasks import Task\n"
-             "from codechat.verify import Verifier\nimport codechat, os\nassert codechat.__file__.startswith('/tmp/')\n"
+             "from codechat.verifier.verify import Verifier\nimport codechat, os\nassert codechat.__file__.startswith('/tmp/')\n"
              "t = Task('p', '', ['assert f() == 2'], 'f')\n"
              f"code = {program!r}\n"
              "with Verifier(VerifierConfig(workers=1)) as v:\n    print(v.verify(t, code).status)\n")

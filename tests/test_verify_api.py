@@ -6,7 +6,7 @@ import pytest
 
 from codechat.config import VerifierConfig
 from codechat.tasks import Task
-from codechat.verify import CallResult, Verifier
+from codechat.verifier.verify import CallResult, Verifier
 
 ADD = Task("add", "Write add.", ["assert add(1, 2) == 3", "assert add(0, 0) == 0", "assert add(-1, 1) == 0"], "add")
 GOOD, WRONG = "def add(a, b):\n    return a + b\n", "def add(a, b):\n    return a * b\n"

@@ -13,7 +13,7 @@ import pytest
 from codechat.cli import main
 from codechat.config import VerifierConfig
 from codechat.tasks import Task
-from codechat.verify import Verifier
+from codechat.verifier.verify import Verifier
 
 ATTACKS_FILE = Path(__file__).parent / "attacks" / "attacks.jsonl"
 ATTACKS = [json.loads(line) for line in ATTACKS_FILE.read_text().splitlines() if line.strip()]

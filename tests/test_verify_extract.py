@@ -1,6 +1,6 @@
 """extract_code: which code a completion holds, one completion shape per test."""
 from codechat.tasks import Task
-from codechat.verify import extract_code
+from codechat.verifier.verify import extract_code
 
 MBPP = Task("1", "Write a function add(a, b).\nYour code should pass this test:\nassert add(1, 2) == 3\n",
             ["assert add(1, 2) == 3"], "add")

@@ -9,7 +9,7 @@ import pytest
 
 from codechat.config import VerifierConfig
 from codechat.tasks import load_tasks
-from codechat.verify import Verifier
+from codechat.verifier.verify import Verifier
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "mbpp"
 SLOW = {"123", "255", "599"}  # listed in shared/data/README.md: seconds to tens of seconds each

@@ -1,4 +1,4 @@
-"""The Ray verifier (codechat/verify_ray.py) against a local Ray instance started here: the same verdicts as the
+"""The Ray verifier (codechat/verifier/ray_backend.py) against a local Ray instance started here: the same verdicts as the
 local pool, per-program timeouts enforced on the worker, and a killed or hung node pool replaced mid-batch
 without losing a verdict. Skipped when Ray is not installed (pip install 'codechat[ray]')."""
 import os
@@ -10,8 +10,8 @@ import pytest
 
 from codechat.config import VerifierConfig
 from codechat.tasks import Task
-from codechat.verify import Verifier
-from codechat.verify_ray import make_verifier
+from codechat.verifier.verify import Verifier
+from codechat.verifier.factory import make_verifier
 
 ray = pytest.importorskip("ray")
 

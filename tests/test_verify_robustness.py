@@ -6,7 +6,7 @@ import pytest
 
 from codechat.config import VerifierConfig
 from codechat.tasks import Task
-from codechat.verify import Verifier
+from codechat.verifier.verify import Verifier
 
 LIMIT = 1.0
 T = Task("f", "", ["assert f(1) == 2", "assert f(2) == 3"], "f")

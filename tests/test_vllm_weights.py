@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from codechat.engines.vllm_engine import hf_weights
+from codechat.policy.vllm_engine import hf_weights
 
 
 def tiny_qwen2(tie: bool = True):

@@ -69,7 +69,7 @@ def rows(batch) -> list[list[int]]:
 
 def main(out: Path) -> dict:
     from codechat.config import RolloutConfig, SamplingConfig
-    from codechat.engines.vllm_engine import VLLMSampler
+    from codechat.policy.vllm_engine import VLLMSampler
 
     threads = torch.get_num_threads()
     model_dir = out / "model"

@@ -13,7 +13,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from codechat.audit import report
+    from codechat.rollout.audit import report
 
     print(report(args.run_dir, args.limit, args.all))
     return 0

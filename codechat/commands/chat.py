@@ -4,7 +4,7 @@
     codechat chat tiny --temperature 0.2          # a preset or a Hugging Face model directory
     codechat chat runs/x --once "Write fizzbuzz"  # answer one question on stdout and exit
 
-The session logic lives in codechat/chat.py; this module adds the terminal: readline editing and history
+The session logic lives in codechat/chat/session.py; this module adds the terminal: readline editing and history
 (`$CODECHAT_CACHE/chat_history`, default ~/.cache/codechat), streaming to stdout, Ctrl-C (stops the answer or
 waiting for /run or /test, never the chat), Ctrl-D or /quit to leave. See docs/chat.md.
 """
@@ -36,7 +36,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def open_session(args: argparse.Namespace):
     """Load the model (clear one-line errors for missing or broken paths) and build the ChatSession."""
     from codechat import CodechatError
-    from codechat.chat import ChatSession
+    from codechat.chat.session import ChatSession
     from codechat.commands.eval import resolve_model
     from codechat.config import ModelConfig, SamplingConfig, VerifierConfig
     from codechat.policy import load_policy

@@ -168,10 +168,10 @@ def sft_model(args, out: Path, cfg) -> tuple[str, float]:
     if cache.is_file() and json.loads(cache.read_text()).get("model") == model:
         return model, json.loads(cache.read_text())["pass@1"]
     from codechat.config import ModelConfig
-    from codechat.evaluate import evaluate_policy
+    from codechat.evaluation.evaluate import evaluate_policy
     from codechat.policy import load_policy
     from codechat.tasks import load_tasks
-    from codechat.verify import Verifier
+    from codechat.verifier.verify import Verifier
 
     tasks = load_tasks(cfg.data.eval)[:cfg.data.max_eval_tasks or None]
     with Verifier(cfg.verifier) as verifier:

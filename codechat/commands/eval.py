@@ -103,9 +103,9 @@ def run(args: argparse.Namespace) -> int:
     except ValueError:
         raise CodechatError(f"eval: --k must be comma-separated integers, got '{args.k}'") from None
     from codechat.config import SamplingConfig, VerifierConfig
-    from codechat.evaluate import evaluate_completions, evaluate_policy
+    from codechat.evaluation.evaluate import evaluate_completions, evaluate_policy
     from codechat.tasks import load_tasks
-    from codechat.verify_ray import make_verifier
+    from codechat.verifier.factory import make_verifier
 
     tasks = load_tasks(args.tasks)
     if args.limit:

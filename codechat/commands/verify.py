@@ -89,8 +89,8 @@ def _progress(total: int, quiet: bool):
 
 def run_verify(args) -> int:
     from codechat.tasks import load_tasks
-    from codechat.verdict import Verdict
-    from codechat.verify import Verifier
+    from codechat.verifier.verdict import Verdict
+    from codechat.verifier.verify import Verifier
 
     if not (args.tasks and args.completions and args.out):
         raise CodechatError("verify needs --tasks, --completions and --out (or --regress FILE)")
@@ -133,7 +133,7 @@ def run_verify(args) -> int:
 
 def run_regress(args) -> int:
     from codechat.tasks import Task
-    from codechat.verify import Verifier
+    from codechat.verifier.verify import Verifier
 
     p = Path(args.regress)
     if not p.is_file():

@@ -3,7 +3,7 @@
 Layout: `isolation` (namespaces, rlimits, uid, reaping), `wire` (plain-data encoding and framing),
 `candidate` (runs the program, answers calls), `judge` + `modes` (run the tests / compare outputs),
 `zygote` (warm pre-imported forker), `supervisor` (runs each job for its zygote), `pool` (parent side: `SandboxPool`, `Job`, `RunResult`).
-This package knows nothing of RL or tasks; `codechat.verify` builds on it.
+This package knows nothing of RL or tasks; `codechat.verifier.verify` builds on it.
 """
 __all__ = ["Job", "Limits", "RunResult", "SandboxPool"]
 

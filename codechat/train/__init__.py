@@ -64,7 +64,7 @@ def train(cfg: RunConfig | None = None, resume: str | Path | None = None, overri
     from codechat.policy import load_policy
     from codechat.train import dist
     from codechat.train.metrics import MetricsLogger, plot_run
-    from codechat.verify_ray import make_verifier
+    from codechat.verifier.factory import make_verifier
 
     state, trainer_state, model_path, resumed = TrainState(), None, None, False
     if resume:

@@ -157,7 +157,7 @@ def save_stage_start(ctx: Context) -> None:
 
 def evaluate_now(ctx: Context) -> dict[str, float]:
     """Held-out greedy pass@1 and sampled pass@k, plus each extra set (capability regression)."""
-    from codechat.evaluate import evaluate_policy
+    from codechat.evaluation.evaluate import evaluate_policy
     from codechat.policy.fsdp import full_weights
 
     e, out = ctx.cfg.eval, {}

@@ -11,7 +11,7 @@ import torch
 
 from codechat import CodechatError
 from codechat.policy.fsdp import full_weights, idle_pass
-from codechat.rollout import collect, prompt_text, rollout_metrics
+from codechat.rollout.collect import collect, prompt_text, rollout_metrics
 from codechat.train import dist
 from codechat.train.common import Context, end_step, grad_norm_clip, make_optimizer, pad, reference_model, restore, \
     save_stage_start, take

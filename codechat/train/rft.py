@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from codechat.rollout import collect, rollout_metrics
+from codechat.rollout.collect import collect, rollout_metrics
 from codechat.train import dist
 from codechat.train.common import Context, save_stage_start, take
 from codechat.train.sft import dedupe, train_on_pairs

@@ -13,7 +13,7 @@ import time
 
 import torch
 
-from codechat.rollout import Rollouts, collect, rollout_metrics
+from codechat.rollout.collect import Rollouts, collect, rollout_metrics
 from codechat.train import dist
 from codechat.train.common import Context, end_step, grad_norm_clip, make_optimizer, reference_model, restore, \
     save_stage_start, take
@@ -170,7 +170,7 @@ def rl_update(ctx: Context, r: Rollouts, adv: torch.Tensor, rows: torch.Tensor, 
 def make_sampler(ctx: Context):
     """The rollout engine: codechat's sampler on the training model, or a colocated vLLM engine."""
     if ctx.cfg.rollout.engine == "vllm":
-        from codechat.engines.vllm_engine import VLLMSampler
+        from codechat.policy.vllm_engine import VLLMSampler
         from codechat.policy.fsdp import full_weights
         with full_weights(ctx.policy.model):  # FSDP: each rank's engine starts from the whole weights
             return VLLMSampler(ctx.policy, ctx.cfg.rollout, ctx.cfg.sampling)
@@ -227,7 +227,7 @@ def run_rl(ctx: Context) -> None:
         metrics["time/update_s"] = time.perf_counter() - t0
         save_rollouts(ctx, r)
         if ctx.cfg.log.audit:
-            from codechat.audit import append_audit, audit_rollouts
+            from codechat.rollout.audit import append_audit, audit_rollouts
             append_audit(ctx.run_dir, audit_rollouts(r, ctx.state.global_step, ctx.cfg.log.audit_top_k))
         # 7-8. log, evaluate, checkpoint
         end_step(ctx, metrics, c.steps, opt, sched, samples=extra["samples"])

@@ -7,7 +7,7 @@ import time
 
 import torch
 
-from codechat.rollout import prompt_text
+from codechat.rollout.collect import prompt_text
 from codechat.train import dist
 from codechat.train.common import Context, end_step, grad_norm_clip, make_optimizer, pad, restore, take
 

@@ -1,11 +1,11 @@
 """The verifier on a Ray cluster (`verifier.backend: ray`): one sandbox pool per node, held by a Ray actor, and
-the same `Verifier` API and verdicts as the local pool. `make_verifier(cfg)` picks the backend.
+the same `Verifier` API and verdicts as the local pool. `codechat.verifier.make_verifier(cfg)` picks the backend.
 
     ray start --head                      # on one node; `ray start --address HEAD:6379` on the others
     codechat train ... verifier.backend=ray verifier.ray_address=auto
 
 Only `SandboxPool.run(Job) -> RunResult` moves: code extraction, the job's limits and the verdict are built by
-`codechat.verify.Verifier` on the trainer's side exactly as with the local pool, so a verdict cannot depend on
+`codechat.verifier.verify.Verifier` on the trainer's side exactly as with the local pool, so a verdict cannot depend on
 the backend. Each node actor runs `SandboxPool(workers)` (verifier.workers, 0 = the node's CPU count); the
 trainer keeps at most `workers` jobs in flight per node, so a job starts as soon as it reaches its node.
 
@@ -28,19 +28,9 @@ from pathlib import Path
 
 from codechat import CodechatError
 from codechat.config import VerifierConfig
-from codechat.verify import Verifier
+from codechat.verifier.verify import Verifier
 
 RETRIES = 3
-
-
-def make_verifier(cfg: VerifierConfig | None = None) -> Verifier:
-    """`Verifier` for `cfg.backend`: `local` (process pool here) or `ray` (a sandbox pool per Ray node)."""
-    cfg = cfg or VerifierConfig()
-    if cfg.backend == "local":
-        return Verifier(cfg)
-    if cfg.backend == "ray":
-        return RayVerifier(cfg)
-    raise CodechatError(f"verifier.backend '{cfg.backend}' is not available (valid: local, ray)")
 
 
 def _ray():

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from codechat import CodechatError
 from codechat.tasks import Task
-from codechat.verdict import Verdict
+from codechat.verifier.verdict import Verdict
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """Verify completions: extract the code, run it against the task's tests in the sandbox, return a `Verdict`.
 
-    from codechat.verify import Verifier, extract_code
+    from codechat.verifier.verify import Verifier, extract_code
     with Verifier(VerifierConfig(workers=2)) as v:
         verdicts = v.verify_many([(task, completion), ...])   # same order, parallel across workers
 
@@ -28,7 +28,7 @@ from codechat import CodechatError
 from codechat.config import VerifierConfig
 from codechat.sandbox import Job, Limits, RunResult, SandboxPool
 from codechat.tasks import Task
-from codechat.verdict import Verdict
+from codechat.verifier.verdict import Verdict
 
 _FENCE = re.compile(r"```[ \t]*([\w+#.-]*)[^\n]*\n(.*?)(?:```|\Z)", re.S)
 _PY_LANGS = {"", "python", "py", "python3", "py3"}

@@ -25,7 +25,7 @@ from typing import Mapping, Sequence
 from codechat.algos.registry import Registry
 from codechat.config import RewardConfig
 from codechat.tasks.model import Task
-from codechat.verdict import Verdict
+from codechat.verifier.verdict import Verdict
 
 REWARDS = Registry("reward", ("task", "completion", "verdict", "ctx"))
 FENCE = re.compile(r"```[ \t]*([\w+-]*)[^\n]*\n(.*?)```", re.DOTALL)

@@ -16,7 +16,7 @@ from pathlib import Path
 from codechat import CodechatError
 from codechat.sandbox.wire import dumps, loads
 from codechat.tasks import Task
-from codechat.verdict import Verdict
+from codechat.verifier.verdict import Verdict
 
 # evalplus's special oracles for MBPP+: outputs compared as sets (the reference returns set-ordered sequences,
 # whose order varies with string hashing), or only checked to be not None.
@@ -154,7 +154,7 @@ def verify_base_plus(verifier, task: Task, completion: str, expected: dict) -> t
     timeout = max(verifier.cfg.timeout_s, 4 * expected.get("ref_s", 0.0) + 2.0)
     import dataclasses
 
-    from codechat.verify import extract_code
+    from codechat.verifier.verify import extract_code
     timed = dataclasses.replace(task, timeout_s=timeout)
     code = extract_code(completion, task)
     if code is not None:

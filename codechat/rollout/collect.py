@@ -12,7 +12,7 @@ import torch
 
 from codechat.config import RewardConfig, SamplingConfig
 from codechat.tasks import Task
-from codechat.verdict import Verdict
+from codechat.verifier.verdict import Verdict
 
 
 def prompt_text(task: Task) -> str:
@@ -60,7 +60,7 @@ def score(tasks_per_sample: list[Task], texts: list[str], verdicts: list[Verdict
     if rewards is None or rewards.components == {"pass-all": 1.0}:
         r = torch.tensor([v.reward for v in verdicts], dtype=torch.float32)
         return r, {"pass-all": r.clone()}
-    from codechat.rewards import RewardContext, compose_rewards
+    from codechat.rollout.rewards import RewardContext, compose_rewards
 
     totals, comps = [], {}
     for task, text, v, n, tr in zip(tasks_per_sample, texts, verdicts, n_tokens, truncated):
@@ -107,6 +107,6 @@ def rollout_metrics(r: Rollouts) -> dict[str, float]:
     for status, c in Counter(v.status for v in r.verdicts).items():
         m[f"verdict/{status}"] = c / len(r.verdicts)
     if len(r.components) > 1:  # each component's mean and share of the total, to see when one dominates
-        from codechat.rewards import reward_metrics
+        from codechat.rollout.rewards import reward_metrics
         m.update(reward_metrics([{k: float(v[i]) for k, v in r.components.items()} for i in range(len(r.rewards))]))
     return m

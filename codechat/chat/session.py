@@ -14,7 +14,7 @@ else plain text, `User: ...\\nAssistant: ...` per turn, with generation stopped 
 Sampling: the sampler's own logit processing and inverse-CDF draw (codechat/policy/sampler.py), one sequence,
 KV-cached through the policy's decoders; answer i of a session uses seed `seed + i`, so an answer equals
 `Sampler.sample(prompt, n=1)` with that seed (tested), and a session replays exactly with the same questions.
-Sandbox: `/run` and `/test` use the verifier's sandbox with its isolation and limits (codechat/chatrun.py says
+Sandbox: `/run` and `/test` use the verifier's sandbox with its isolation and limits (codechat/chat/run.py says
 what that protects against). Docs: docs/chat.md.
 
 Simplifications: when the conversation outgrows the model's context (max_position_embeddings), the oldest
@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from codechat import CodechatError
-from codechat.chatrun import (AssertResult, RunReport, guess_entry_point, run_program, split_tests,
+from codechat.chat.run import (AssertResult, RunReport, guess_entry_point, run_program, split_tests,
                               check_asserts, why)
 from codechat.config import SamplingConfig, VerifierConfig
 from codechat.tasks import Task, load_tasks, save_tasks
@@ -214,7 +214,7 @@ class ChatSession:
     @property
     def verifier(self):
         if self._verifier is None:
-            from codechat.verify import Verifier
+            from codechat.verifier.verify import Verifier
             self._verifier = Verifier(self.verifier_cfg)
         return self._verifier
 
@@ -242,7 +242,7 @@ class ChatSession:
 
     def run_last(self) -> RunReport:
         """Run the last code block of the last answer, as a script, in the verifier's sandbox."""
-        from codechat.verify import extract_code
+        from codechat.verifier.verify import extract_code
 
         code = extract_code(self.last_answer().answer, Task("chat", "", []))
         if code is None:
@@ -273,7 +273,7 @@ class ChatSession:
             meta = {"answer": t.answer, "turn": i, "finish": t.finish, "model": self.model_name,
                     "test_status": [status.get(x, "not_run") for x in t.tests]}
             if t.tests and all(s == "passed" for s in meta["test_status"]):
-                from codechat.verify import extract_code
+                from codechat.verifier.verify import extract_code
                 meta["solution"] = extract_code(t.answer, Task("chat", t.question, t.tests, t.entry_point))
             tasks.append(Task(f"chat-{self._id}-{i}", t.question, list(t.tests), t.entry_point, t.setup,
                               None, meta))

@@ -74,7 +74,7 @@ def summarize(records: list[dict], ks: list[int], greedy: dict[str, bool] | None
 def score_records(verifier, pairs: list[tuple[Task, str]], verdicts=None) -> list[dict]:
     """Per-sample records; evalplus tasks are scored on base and base+plus inputs (expected outputs from the
     reference), other tasks by their tests (`verdicts` when already computed)."""
-    from codechat.evalplus import is_evalplus, score_evalplus
+    from codechat.verifier.evalplus import is_evalplus, score_evalplus
 
     plus_idx = [i for i, (t, _) in enumerate(pairs) if is_evalplus(t)]
     if verdicts is None:
@@ -98,7 +98,7 @@ def evaluate_policy(policy, verifier, tasks: list[Task], n: int = 4, ks: list[in
                     prompts_per_batch: int = 16) -> EvalReport:
     """Sample n completions per task (and one greedy), verify, and compute pass@k."""
     from codechat.policy import Sampler
-    from codechat.rollout import collect
+    from codechat.rollout.collect import collect
 
     sampling = sampling or SamplingConfig()
     sampler = Sampler(policy)

@@ -98,7 +98,7 @@ def suspicious_reasons(code: str, task: Task, passing_median_len: float | None =
 
 def audit_rollouts(r, step: int, top_k: int = 2) -> list[dict]:
     """Audit records for one step: the top_k highest-reward samples and every suspicious one."""
-    from codechat.verify import extract_code
+    from codechat.verifier.verify import extract_code
 
     groups: dict[int, list[int]] = {}
     for i in range(len(r.verdicts)):

@@ -1,0 +1,1 @@
+"""The interactive chat: the session (`session`) and its sandboxed `/run` and `/test` (`run`)."""

@@ -1,0 +1,1 @@
+"""Evaluation: unbiased pass@k, sampled evaluation of a policy, reports (`evaluate`)."""

@@ -1,0 +1,20 @@
+"""`make_verifier(cfg)`: the one place that maps `verifier.backend` to an implementation of the `Verifier` API."""
+from __future__ import annotations
+
+from codechat import CodechatError
+from codechat.config import VerifierConfig
+from codechat.verifier.verify import Verifier
+
+BACKENDS = ("local", "ray")
+
+
+def make_verifier(cfg: VerifierConfig | None = None) -> Verifier:
+    """`Verifier` for `cfg.backend`: `local` (process pool here) or `ray` (a sandbox pool per Ray node)."""
+    cfg = cfg or VerifierConfig()
+    if cfg.backend == "local":
+        return Verifier(cfg)
+    if cfg.backend == "ray":
+        from codechat.verifier.ray_backend import RayVerifier  # imports ray lazily inside; the module itself is light
+
+        return RayVerifier(cfg)
+    raise CodechatError(f"verifier.backend '{cfg.backend}' is not available (valid: {', '.join(BACKENDS)})")
