@@ -36,7 +36,8 @@ _warned = False
 class Job:
     """One program to run: the candidate's code (+ setup) and what the judge does with it."""
     mode: str
-    """`tests` (run task tests), `io` (compare outputs with `expected`), `call` (return outputs)."""
+    """`tests` (run task tests), `io` (compare outputs with `expected`), `call` (return outputs),
+    `stdio` (run as `__main__` on `stdin`, compare its stdout with `expected[0]`)."""
     code: str
     setup: str = ""
     entry_point: str | None = None
@@ -48,6 +49,10 @@ class Job:
     limits: Limits = field(default_factory=Limits)
     max_output_bytes: int = 65536
     max_result_bytes: int = 16 << 20
+    stdin: bytes = b""
+    """Mode `stdio`: the program's standard input (the candidate gets only this test's input)."""
+    stdio: dict = field(default_factory=dict)
+    """Mode `stdio`, judge side only: `input`, `float_tol`, `checker`, `cpu_limit_s` (see sandbox/stdio_judge.py)."""
 
 
 @dataclass
@@ -103,10 +108,13 @@ class Zygote:
             os.close(judge_r)
             cand_r = judge_r = -1
             # Each payload goes down its own pipe: only the candidate reads the code, only the judge the tests.
-            _write_quietly(cand_w, marshal.dumps({"code": str(job.code), "setup": str(job.setup)}))
+            payload = {"code": str(job.code), "setup": str(job.setup)}
+            if job.mode == "stdio":
+                payload["stdin"] = bytes(job.stdin)
+            _write_quietly(cand_w, marshal.dumps(payload))
             _write_quietly(judge_w, pickle.dumps({
                 "mode": job.mode, "setup": job.setup, "entry_point": job.entry_point, "tests": job.tests,
-                "inputs": job.inputs, "expected": job.expected, "atol": job.atol}))
+                "inputs": job.inputs, "expected": job.expected, "atol": job.atol, "stdio": job.stdio}))
         finally:
             for fd in (cand_r, judge_r, cand_w, judge_w):
                 if fd >= 0:
