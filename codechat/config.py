@@ -35,6 +35,14 @@ class VerifierConfig:
     """backend=ray: the cluster to join (`auto`, `ray://host:10001`); empty = RAY_ADDRESS, else a local instance."""
     ray_grace_s: float = 30.0
     """backend=ray: a job not back within its timeout + this many seconds marks its node pool hung: replaced."""
+    cpu_time_limit: bool = False
+    """stdin/stdout tasks: judge the time limit on CPU time, not wall clock (same verdict on a busy machine);
+    the wall clock then allows 3x the limit + 1 s."""
+    stop_at_first_failure: bool = False
+    """stdin/stdout tasks: run no test after the first failing one (tests after it count as not passed)."""
+    total_timeout_s: float = 0.0
+    """stdin/stdout tasks: limit on the summed time of all tests of one completion (0 = none); tests past it
+    count as not passed and the verdict is `timeout`."""
 
 
 # --- algorithms -----------------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from codechat.tasks.model import Task, TaskFormatError
+from codechat.tasks.stdio import spec_from_record, spec_to_record
 
 FORMATS = ["codechat", "mbpp", "mbpp-sanitized", "mbpp-originfmt", "evalplus", "humaneval"]
 
@@ -124,17 +125,22 @@ def _split_asserts(src: str) -> list[str]:
 
 def _from_codechat(rec: dict, where: str) -> Task:
     _need(rec, ["task_id", "prompt", "tests"], where)
+    if rec.get("kind", "function") not in ("function", "stdio"):
+        raise TaskFormatError(f"{where}: field 'kind' must be 'function' or 'stdio', got {rec.get('kind')!r}")
     tests = rec["tests"]
     if isinstance(tests, str):
         tests = [tests]
-    if not isinstance(tests, list) or not all(isinstance(t, str) for t in tests):
-        raise TaskFormatError(f"{where}: field 'tests' must be a list of strings")
     meta = dict(rec.get("metadata") or {})
     if rec.get("solution"):
         meta["solution"] = rec["solution"]
     timeout = rec.get("timeout_s")
     if timeout is not None and (not isinstance(timeout, (int, float)) or timeout <= 0):
         raise TaskFormatError(f"{where}: field 'timeout_s' must be a positive number, got {timeout!r}")
+    if rec.get("kind") == "stdio":
+        return Task(str(rec["task_id"]), str(rec["prompt"]), [], None, "", timeout, meta,
+                    spec_from_record(rec, where))
+    if not isinstance(tests, list) or not all(isinstance(t, str) for t in tests):
+        raise TaskFormatError(f"{where}: field 'tests' must be a list of strings")
     return Task(str(rec["task_id"]), str(rec["prompt"]), tests, rec.get("entry_point"), rec.get("setup") or "",
                 timeout, meta)
 
@@ -237,4 +243,6 @@ def save_tasks(tasks: Iterable[Task], path: str | Path) -> None:
                 rec["solution"] = meta.pop("solution")
             meta.pop("source", None)
             rec["metadata"] = meta
+            if t.stdio is not None:
+                rec.update(spec_to_record(t.stdio))
             f.write(json.dumps(rec, ensure_ascii=False) + "\n")

@@ -3,7 +3,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from codechat.tasks.stdio import StdioSpec
 
 from codechat import CodechatError
 
@@ -29,6 +32,14 @@ class Task:
     metadata: dict[str, Any] = field(default_factory=dict)
     """Everything else: `solution` (reference code), `source` format, and for evalplus files
     `base_input`, `plus_input`, `atol` (expected outputs come from running the reference)."""
+    stdio: "StdioSpec | None" = None
+    """For stdin/stdout tasks: the (input, expected output) tests and how to compare them (tasks/stdio.py);
+    `tests` is then empty. None for function tasks."""
+
+    @property
+    def kind(self) -> str:
+        """`stdio` (judged on standard output) or `function` (judged by test code)."""
+        return "stdio" if self.stdio is not None else "function"
 
     @property
     def solution(self) -> str | None:

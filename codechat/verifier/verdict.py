@@ -39,6 +39,8 @@ class Verdict:
     """Wall-clock time the program ran."""
     blocked: tuple[str, ...] = field(default_factory=tuple)
     """Protections the program ran into: 'network', 'subprocess', 'signal', 'write_outside', ... (for safety rewards)."""
+    cpu_s: float = 0.0
+    """CPU time the program used (user + system, from the kernel); stdin/stdout tasks only, else 0."""
 
     def to_dict(self) -> dict:
         d = asdict(self)

@@ -28,13 +28,14 @@ from codechat import CodechatError
 from codechat.config import VerifierConfig
 from codechat.sandbox import Job, Limits, RunResult, SandboxPool
 from codechat.tasks import Task
+from codechat.verifier.stdio import StdioRun
 from codechat.verifier.verdict import Verdict
 
 _FENCE = re.compile(r"```[ \t]*([\w+#.-]*)[^\n]*\n(.*?)(?:```|\Z)", re.S)
 _PY_LANGS = {"", "python", "py", "python3", "py3"}
 _CODE_START = re.compile(r"^(def |class |import |from |@|async def )")
 _LOOKS_LIKE_CODE = re.compile(r"^(\s|#|def |class |import |from |@|async |if |for |while |return |print\(|"
-                              r"[A-Za-z_][\w.]*\s*(=|\(|\[))")
+                              r"[A-Za-z_][\w.]*(\s*,\s*[A-Za-z_][\w.]*)*\s*(=|\(|\[))")
 
 
 def _defines(code: str, name: str | None) -> bool:
@@ -147,6 +148,8 @@ class Verifier:
                          tests=list(task.tests))
 
     def verify(self, task: Task, completion: str) -> Verdict:
+        if task.stdio is not None:
+            return next(self.imap([(task, completion)]))
         job = self._tests_job(task, completion)
         if isinstance(job, Verdict):
             return job
@@ -158,17 +161,33 @@ class Verifier:
     def imap(self, pairs: Iterable[tuple[Task, str]]) -> Iterator[Verdict]:
         """Verdicts in input order, computed in parallel on all workers with a bounded number in flight
         (one thread drives every worker: no thread pool)."""
-        early: deque = deque()  # per input: the verdict when nothing runs, else the number of tests
+        # per job: the verdict when nothing runs, the number of tests, or (StdioRun, is its last job)
+        early: deque = deque()
 
         def jobs():
             for task, completion in pairs:
+                if task.stdio is not None:  # one job per test (verifier/stdio.py)
+                    run = StdioRun(task, extract_code(completion, task), self.cfg)
+                    if run.early is not None:
+                        early.append(run.early)
+                        yield None
+                        continue
+                    for i, job in enumerate(run.jobs()):
+                        early.append((run, i == run.n - 1))
+                        yield job
+                    continue
                 job = self._tests_job(task, completion)
                 early.append(job if isinstance(job, Verdict) else len(task.tests))
                 yield None if isinstance(job, Verdict) else job
 
         for r in self.pool.run_many(jobs()):
             e = early.popleft()
-            yield e if r is None else self._verdict(r, e)
+            if isinstance(e, tuple):
+                e[0].add(r)
+                if e[1]:
+                    yield e[0].verdict()
+            else:
+                yield e if r is None else self._verdict(r, e)
 
     def verify_io(self, task: Task, completion: str, inputs: list[list], expected: list,
                   atol: float = 0.0, memory_mb: int | None = None) -> Verdict:
