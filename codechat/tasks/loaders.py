@@ -3,7 +3,8 @@
 Formats: `codechat` (our JSONL schema, see README), `mbpp` (mbpp.jsonl), `mbpp-sanitized` (sanitized-mbpp.json),
 `mbpp-originfmt` (evalplus MbppPlus-OriginFmt: asserts with baked expected results), `evalplus` (MBPP+ / HumanEval+
 main files: inputs only, reference and atol kept on the task), `humaneval` (prompt/test/entry_point with
-`check(candidate)`). Files may be JSONL or a JSON array, gzipped or plain.
+`check(candidate)`); competitive-programming sets `apps` (also APPS folders), `codecontests`, `livecodebench`,
+`sandboxfusion`, `deepcoder` (stdio_loaders.py). Files may be JSONL or a JSON array, gzipped or plain.
 """
 from __future__ import annotations
 
@@ -16,8 +17,9 @@ from typing import Any, Callable, Iterable
 
 from codechat.tasks.model import Task, TaskFormatError
 from codechat.tasks.stdio import spec_from_record, spec_to_record
+from codechat.tasks.stdio_loaders import STDIO_LOADERS, detect_stdio_format, load_apps_dir
 
-FORMATS = ["codechat", "mbpp", "mbpp-sanitized", "mbpp-originfmt", "evalplus", "humaneval"]
+FORMATS = ["codechat", "mbpp", "mbpp-sanitized", "mbpp-originfmt", "evalplus", "humaneval", *STDIO_LOADERS]
 
 
 def read_records(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
@@ -40,6 +42,8 @@ def read_records(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
         except json.JSONDecodeError as e:
             raise TaskFormatError(f"{path}:{e.lineno}: malformed JSON: {e.msg}") from None
         records = list(enumerate(data, 1))
+    elif (whole := _one_object(text)) is not None:  # one pretty-printed JSON object (AlphaCodium's example)
+        records = [(1, whole)]
     else:
         records = []
         for lineno, line in enumerate(text.splitlines(), 1):
@@ -57,6 +61,23 @@ def read_records(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
     return records
 
 
+def _one_object(text: str) -> dict | None:
+    """The record of a file holding one JSON object over several lines, else None (JSONL)."""
+    first = text.lstrip().split("\n", 1)[0]
+    if not first.startswith("{"):
+        return None
+    try:
+        json.loads(first)
+        return None  # the first line is a whole record: JSONL
+    except json.JSONDecodeError:
+        pass
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def detect_format(rec: dict[str, Any]) -> str | None:
     keys = set(rec)
     if {"base_input", "plus_input"} <= keys:
@@ -71,7 +92,7 @@ def detect_format(rec: dict[str, Any]) -> str | None:
         return "humaneval"
     if {"prompt", "tests"} <= keys:
         return "codechat"
-    return None
+    return detect_stdio_format(rec)  # APPS, CodeContests, LiveCodeBench, SandboxFusion, DeepCoder
 
 
 def _need(rec: dict, fields: Iterable[str], where: str) -> None:
@@ -198,6 +219,7 @@ def _from_humaneval(rec: dict, where: str) -> Task:
 _LOADERS: dict[str, Callable[[dict, str], Task]] = {
     "codechat": _from_codechat, "mbpp": _from_mbpp, "mbpp-sanitized": _from_mbpp_sanitized,
     "mbpp-originfmt": _from_mbpp_originfmt, "evalplus": _from_evalplus, "humaneval": _from_humaneval,
+    **STDIO_LOADERS,
 }
 
 
@@ -205,6 +227,8 @@ def load_tasks_with_format(path: str | Path, fmt: str | None = None) -> tuple[li
     """Load every task in `path`; returns (tasks, format). `fmt` forces a format instead of detecting it."""
     if fmt is not None and fmt not in _LOADERS:
         raise TaskFormatError(f"{path}: unknown format '{fmt}' (valid: {', '.join(FORMATS)})")
+    if Path(path).is_dir() and fmt in (None, "apps"):  # an APPS problem folder, or a folder of them
+        return _unique(load_apps_dir(Path(path)), path), "apps"
     records = read_records(path)
     first_line, first = records[0]
     if fmt is None:
@@ -222,6 +246,16 @@ def load_tasks_with_format(path: str | Path, fmt: str | None = None) -> tuple[li
         seen[task.task_id] = lineno
         tasks.append(task)
     return tasks, fmt
+
+
+def _unique(tasks: list[Task], path) -> list[Task]:
+    seen: set[str] = set()
+    for t in tasks:
+        if t.task_id in seen:
+            raise TaskFormatError(f"{path}: duplicate task_id '{t.task_id}'")
+        seen.add(t.task_id)
+        t.metadata.setdefault("source", "apps")
+    return tasks
 
 
 def load_tasks(path: str | Path, fmt: str | None = None) -> list[Task]:

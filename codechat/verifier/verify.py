@@ -16,6 +16,7 @@ outputs) and `verify_io` (compare a candidate's outputs with expected ones in th
 """
 from __future__ import annotations
 
+import ast
 import math
 import os
 import re
@@ -40,6 +41,15 @@ _LOOKS_LIKE_CODE = re.compile(r"^(\s|#|def |class |import |from |@|async |if |fo
 
 def _defines(code: str, name: str | None) -> bool:
     return bool(name) and re.search(rf"^\s*(async\s+)?(def|class)\s+{re.escape(name)}\b", code, re.M) is not None
+
+
+def _is_code(prompt: str) -> bool:
+    """A prompt that is itself code (HumanEval), not prose that shows a starter in a fence."""
+    try:
+        ast.parse(prompt)
+        return True
+    except (SyntaxError, ValueError):
+        return False
 
 
 def extract_code(completion: str, task: Task) -> str | None:
@@ -68,7 +78,9 @@ def extract_code(completion: str, task: Task) -> str | None:
             code = "".join(lines[start:])
     if not code.strip():
         return None
-    if task.entry_point and _defines(task.prompt, task.entry_point):
+    if task.metadata.get("prelude"):  # the harness imports of call-based competitive tasks (stdio_loaders.py)
+        code = task.metadata["prelude"] + code
+    if task.entry_point and _defines(task.prompt, task.entry_point) and _is_code(task.prompt):
         # HumanEval-style: the prompt is code ending in the signature + docstring; the completion continues it.
         # A completion that redefines the function still comes after the prompt, so the prompt's imports apply.
         return task.prompt + ("\n" + code if _defines(code, task.entry_point) else code)
