@@ -47,6 +47,11 @@ class Rollouts:
         return self.batch.prompt_index  # (N,)
 
     @property
+    def infra(self) -> torch.Tensor:
+        """(N,) bool: samples whose verification failed for infrastructure reasons (status `infra_error`)."""
+        return torch.tensor([v.status == "infra_error" for v in self.verdicts], dtype=torch.bool)
+
+    @property
     def passed(self) -> torch.Tensor:
         return torch.tensor([v.passed for v in self.verdicts], dtype=torch.float32)  # (N,)
 
@@ -72,6 +77,21 @@ def score(tasks_per_sample: list[Task], texts: list[str], verdicts: list[Verdict
     return torch.tensor(totals, dtype=torch.float32), {k: torch.tensor(v, dtype=torch.float32) for k, v in comps.items()}
 
 
+def fill_infra(rewards: torch.Tensor, group_ids: torch.Tensor, infra: list[bool]) -> torch.Tensor:
+    """Rewards with each `infra_error` sample set to the mean of its group's other samples (0 if none): a lost
+    worker says nothing about the completion, so it must not count as a failure in the group baseline. The
+    trainer also leaves these samples out of the loss (rl.py)."""
+    if not any(infra):
+        return rewards
+    out = rewards.clone()  # (N,)
+    bad = torch.tensor(infra, dtype=torch.bool)  # (N,)
+    for g in torch.unique(group_ids[bad]):
+        same = group_ids == g  # (N,)
+        ok = same & ~bad
+        out[same & bad] = rewards[ok].mean() if ok.any() else 0.0
+    return out
+
+
 def collect(policy, sampler, verifier, tasks: list[Task], group_size: int, sampling: SamplingConfig,
             rewards: RewardConfig | None = None, seed: int | None = None) -> Rollouts:
     """Sample `group_size` completions per task, verify them and score them."""
@@ -86,6 +106,7 @@ def collect(policy, sampler, verifier, tasks: list[Task], group_size: int, sampl
     n_tokens = [int(n) for n in batch.n_tokens]
     truncated = [f == "length" for f in batch.finish_reason]
     rewards, comps = score(per_sample, batch.texts, verdicts, n_tokens, truncated, cfg.max_new_tokens, rewards)
+    rewards = fill_infra(rewards, batch.prompt_index, [v.status == "infra_error" for v in verdicts])
     return Rollouts(tasks, prompts, batch, verdicts, rewards, comps, t1 - t0, t2 - t1)
 
 
@@ -106,6 +127,7 @@ def rollout_metrics(r: Rollouts) -> dict[str, float]:
          "new_tokens_per_s": lens.sum().item() / max(r.sample_s, 1e-9)}
     for status, c in Counter(v.status for v in r.verdicts).items():
         m[f"verdict/{status}"] = c / len(r.verdicts)
+    m["infra_errors"] = float(sum(v.status == "infra_error" for v in r.verdicts))  # count, left out of the loss
     if len(r.components) > 1:  # each component's mean and share of the total, to see when one dominates
         from codechat.rollout.rewards import reward_metrics
         m.update(reward_metrics([{k: float(v[i]) for k, v in r.components.items()} for i in range(len(r.rewards))]))

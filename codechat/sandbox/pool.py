@@ -1,7 +1,7 @@
 """Parent side of the sandbox: a pool of zygotes, one job at a time each, and the typed result of a job.
 
 `SandboxPool(workers).run(Job(...)) -> RunResult` is thread-safe: each call borrows an idle zygote. A zygote
-that dies or stops answering is killed and replaced; the job gets status `error`. When some protection is not
+that dies or stops answering is killed and replaced; the job gets status `infra_error`. When some protection is not
 available on this machine, one warning lists which ones are active.
 """
 from __future__ import annotations
@@ -158,7 +158,8 @@ def _write_quietly(fd: int, data: bytes) -> None:
 def merge(raw: dict | None) -> RunResult:
     """Combine the zygote's observations with the judge's result record into one RunResult."""
     if raw is None or "fatal" in raw:
-        return RunResult("error", "SandboxError", f"the sandbox failed: {(raw or {}).get('fatal', 'no reply')}")
+        return RunResult("infra_error", "SandboxError",
+                         f"the sandbox failed: {(raw or {}).get('fatal', 'no reply')}")
     base = dict(duration_s=raw["duration_s"], blocked=tuple(raw["blocked"]), output_head=raw["output_head"])
     if raw["output_over"]:
         return RunResult("output_limit", None, "output exceeded the cap", **base)

@@ -43,7 +43,7 @@ def offline_pairs(ctx: Context, path: str):
             completion, passed = rec["completion"], bool(rec["passed"])
         except (json.JSONDecodeError, KeyError, TypeError) as e:
             raise CodechatError(f"{p}:{lineno}: bad rollout record: {e}") from None
-        if task is None:
+        if task is None or rec.get("status") == "infra_error":
             continue
         g = groups.setdefault(key, (ctx.policy.encode_prompt(prompt_text(task)), [], []))
         (g[1] if passed else g[2]).append(answer_ids(ctx.policy, completion))
@@ -63,6 +63,8 @@ def online_pairs(ctx: Context, sampler) -> tuple[list, dict]:
         r = collect(ctx.policy, sampler, ctx.verifier, tasks, c.group_size, ctx.cfg.sampling, seed=ctx.step_seed())
     groups: dict[str, tuple[list[int], list, list]] = {}
     for i, v in enumerate(r.verdicts):
+        if v.status == "infra_error":  # not a failing answer: the verifier failed
+            continue
         gi = int(r.group_ids[i])
         n = int(r.batch.mask[i].sum())
         g = groups.setdefault(str(gi).zfill(4), (r.prompts[gi], [], []))

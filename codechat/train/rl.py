@@ -213,6 +213,7 @@ def run_rl(ctx: Context) -> None:
         if c.mask_truncated:
             keep = torch.tensor([f != "length" for f in r.batch.finish_reason])
             rows = rows[keep[rows]]
+        rows = rows[~r.infra[rows]]  # a lost sandbox/worker says nothing about the sample: not in the loss
         metrics["adv_abs_mean"] = adv.abs().mean().item()
         # 5-6. loss and optimizer steps
         t0 = time.perf_counter()

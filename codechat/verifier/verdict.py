@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-STATUSES = ("passed", "failed", "error", "syntax_error", "timeout", "memory", "no_code", "output_limit")
+STATUSES = ("passed", "failed", "error", "syntax_error", "timeout", "memory", "no_code", "output_limit", "infra_error")
 """The closed set of outcomes:
 passed        every test ran and passed (attested by the verifier, not by the program)
 failed        the code ran, at least one test's assertion failed
@@ -16,6 +16,8 @@ timeout       wall-clock or CPU limit reached
 memory        memory limit reached (MemoryError or the address-space cap)
 no_code       the completion holds no code to run
 output_limit  the program printed more than the output cap
+infra_error   the verifier failed, not the program (a sandbox or Ray worker lost, a pool replaced): says nothing
+              about the completion; training leaves it out of the loss and the advantages (rollout/collect.py)
 """
 
 
