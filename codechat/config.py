@@ -166,6 +166,9 @@ class DataConfig:
     """Force a task-file format (empty = detect)."""
     max_eval_tasks: int = 0
     """Evaluate on at most this many tasks (0 = all)."""
+    exclude: str = ""
+    """A quarantine file (task ids, one per line; `codechat tasks check --write-quarantine` writes one): those
+    tasks are left out of the train, eval and extra_eval sets. Empty = none."""
 
 
 @dataclass

@@ -53,6 +53,13 @@ def _load_task_sets(cfg: RunConfig):
     train = load_tasks(cfg.data.train, fmt)
     evals = load_tasks(cfg.data.eval, fmt) if cfg.data.eval else []
     extra = {_set_name(p): load_tasks(p) for p in cfg.data.extra_eval}
+    if cfg.data.exclude:  # quarantined tasks (codechat tasks check --write-quarantine)
+        from codechat.tasks.quarantine import exclude, read_quarantine
+        ids = read_quarantine(cfg.data.exclude)
+        train, evals = exclude(train, ids), exclude(evals, ids)
+        extra = {k: exclude(v, ids) for k, v in extra.items()}
+        if not train:
+            raise CodechatError(f"data.exclude: {cfg.data.exclude} leaves no training task in {cfg.data.train}")
     if cfg.data.max_eval_tasks:
         evals = evals[:cfg.data.max_eval_tasks]
         extra = {k: v[:cfg.data.max_eval_tasks] for k, v in extra.items()}
