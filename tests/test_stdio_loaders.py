@@ -216,3 +216,52 @@ def test_any_bytes_decode_or_fail_with_a_format_error(data):
             decode_pickled_field(text, "f:1")
         except TaskFormatError as e:
             assert str(e).startswith("f:1: ")
+
+
+# --- fuzz: any record shaped like one of the formats loads or fails with one line ------------------------------
+json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+                           lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=6), c, max_size=3),
+                           max_leaves=12)
+FIELDS = {"apps": ["question", "input_output", "solutions", "starter_code", "problem_id"],
+          "codecontests": ["description", "public_tests", "private_tests", "generated_tests", "solutions",
+                           "time_limit", "name"],
+          "livecodebench": ["question_content", "public_test_cases", "private_test_cases", "starter_code",
+                            "metadata", "question_id"],
+          "sandboxfusion": ["content", "test", "labels", "id"],
+          "deepcoder": ["problem", "tests", "starter_code"]}
+
+
+@st.composite
+def records(draw):
+    fmt = draw(st.sampled_from(sorted(FIELDS)))
+    rec = {}
+    for k in FIELDS[fmt]:
+        kind = draw(st.sampled_from(["value", "json", "io", "absent"]))
+        if kind == "value":
+            rec[k] = draw(json_values)
+        elif kind == "json":
+            rec[k] = json.dumps(draw(json_values))
+        elif kind == "io":
+            rec[k] = draw(st.sampled_from([
+                {"input": ["1\n"], "output": ["1\n"]}, json.dumps({"inputs": ["1"], "outputs": ["1"]}),
+                json.dumps({"fn_name": "f", "inputs": [[1]], "outputs": [1]}),
+                [{"input": "1", "output": "1", "testtype": "functional"}], pickled("[]"), pickled([1]),
+                {"language": 5, "solution": ["x"]}, {"seconds": "abc"}, {"seconds": 2, "nanos": 5},
+                [{"input": "1", "output": "1", "testtype": ["x"]}], [{"input": {"stdin": 1}, "output": {}}],
+                json.dumps({"func_name": 3}), json.dumps({"fn_name": "f", "inputs": ["[1]\n2"], "outputs": ["3"]})]))
+    return fmt, rec
+
+
+@settings(max_examples=400, deadline=None)
+@given(records())
+def test_fuzzed_records_load_or_fail_with_one_line(tmp_path_factory, fr):
+    fmt, rec = fr
+    path = tmp_path_factory.mktemp("fuzz") / "f.jsonl"
+    path.write_text(json.dumps(rec) + "\n")
+    try:
+        tasks = load_tasks(path, fmt)
+    except TaskFormatError as e:
+        assert "\n" not in str(e) and str(path) in str(e)
+        return
+    (t,) = tasks
+    assert (t.stdio is not None and not t.tests) or (t.stdio is None and t.entry_point)

@@ -101,6 +101,17 @@ def decode_pickled_field(text: str, where: str) -> Any:
                               ) from None
 
 
+def _str(rec: dict, key: str, where: str, required: bool = False) -> str:
+    """A text field ('' when absent or null, unless `required`); anything else is a one-line error."""
+    if key not in rec or rec[key] is None:
+        if required:
+            raise TaskFormatError(f"{where}: missing required field '{key}'")
+        return ""
+    if not isinstance(rec[key], str):
+        raise TaskFormatError(f"{where}: field '{key}' must be a string, got {type(rec[key]).__name__}")
+    return rec[key]
+
+
 def _json(text: Any, what: str, where: str) -> Any:
     if not isinstance(text, str):
         return text
@@ -187,12 +198,11 @@ def _apps(task_id: str, question: str, io_spec: Any, solutions: Any, starter: st
 
 
 def from_apps(rec: dict, where: str) -> Task:
-    if "question" not in rec:
-        raise TaskFormatError(f"{where}: missing required field 'question'")
+    question = _str(rec, "question", where, required=True)
     tid = rec.get("problem_id", rec.get("id", where.rsplit(":", 1)[-1]))
     meta = {k: rec[k] for k in ("difficulty", "url") if rec.get(k)}
-    return _apps(str(tid), str(rec["question"]), rec.get("input_output"), rec.get("solutions"),
-                 rec.get("starter_code") or "", where, **meta)
+    return _apps(str(tid), question, rec.get("input_output"), rec.get("solutions"), _str(rec, "starter_code", where),
+                 where, **meta)
 
 
 def load_apps_dir(path: Path) -> list[Task]:
@@ -220,8 +230,7 @@ def load_apps_dir(path: Path) -> list[Task]:
 
 # --- CodeContests ---------------------------------------------------------------------------------------------
 def from_codecontests(rec: dict, where: str) -> Task:
-    if "description" not in rec:
-        raise TaskFormatError(f"{where}: missing required field 'description'")
+    description = _str(rec, "description", where, required=True)
     tests = []
     for split in ("public_tests", "private_tests", "generated_tests"):
         part = rec.get(split) or {"input": [], "output": []}
@@ -231,14 +240,17 @@ def from_codecontests(rec: dict, where: str) -> Task:
     sols = rec.get("solutions") or {}
     solution = None
     if isinstance(sols, dict) and isinstance(sols.get("solution"), list):
-        langs = sols.get("language") or []
+        langs = sols.get("language") if isinstance(sols.get("language"), list) else []
         solution = next((s for s, lang in zip(sols["solution"], langs) if lang == 3 and isinstance(s, str)), None)
     limit = rec.get("time_limit")
     timeout = None
     if isinstance(limit, dict) and (limit.get("seconds") or limit.get("nanos")):
-        timeout = float(limit.get("seconds") or 0) + float(limit.get("nanos") or 0) / 1e9
+        s, ns = limit.get("seconds") or 0, limit.get("nanos") or 0
+        if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and x >= 0 for x in (s, ns)):
+            raise TaskFormatError(f"{where}: field 'time_limit' must be {{seconds, nanos}} numbers")
+        timeout = float(s) + float(ns) / 1e9
     tid = rec.get("name") or where.rsplit(":", 1)[-1]
-    return stdio_task(str(tid), str(rec["description"]), tests, where, solution, timeout)
+    return stdio_task(str(tid), description, tests, where, solution, timeout)
 
 
 # --- LiveCodeBench --------------------------------------------------------------------------------------------
@@ -257,7 +269,7 @@ def _lcb_cases(value: Any, what: str, where: str) -> list:
 def _typed_cases(task_id: str, statement: str, starter: str, fn_name: str, cases: list, where: str,
                  **meta) -> Task:
     """LiveCodeBench / DeepCoder cases: all `stdin` -> a stdio task; `functional` -> a function task."""
-    kinds = {c.get("testtype", "stdin") for c in cases}
+    kinds = {str(c.get("testtype", "stdin")) for c in cases}
     if kinds - {"stdin", "functional"}:
         raise TaskFormatError(f"{where}: unknown test type(s) {sorted(kinds - {'stdin', 'functional'})}")
     if kinds == {"functional"}:
@@ -270,23 +282,21 @@ def _typed_cases(task_id: str, statement: str, starter: str, fn_name: str, cases
 
 
 def from_livecodebench(rec: dict, where: str) -> Task:
-    if "question_content" not in rec:
-        raise TaskFormatError(f"{where}: missing required field 'question_content'")
+    content = _str(rec, "question_content", where, required=True)
     cases = _lcb_cases(rec.get("public_test_cases"), "public_test_cases", where)
     cases += _lcb_cases(rec.get("private_test_cases"), "private_test_cases", where)
     meta = _json(rec.get("metadata") or "{}", "metadata", where)
-    fn_name = meta.get("func_name", "") if isinstance(meta, dict) else ""
+    fn_name = _str(meta, "func_name", where) if isinstance(meta, dict) else ""
     extra = {k: rec[k] for k in ("platform", "difficulty", "contest_date") if rec.get(k)}
     tid = rec.get("question_id") or where.rsplit(":", 1)[-1]
-    return _typed_cases(str(tid), str(rec["question_content"]), rec.get("starter_code") or "", fn_name, cases,
-                        where, **extra)
+    return _typed_cases(str(tid), content, _str(rec, "starter_code", where), fn_name, cases, where, **extra)
 
 
 # --- SandboxFusion samples ------------------------------------------------------------------------------------
 def from_sandboxfusion(rec: dict, where: str) -> Task:
-    for f in ("content", "test"):
-        if f not in rec:
-            raise TaskFormatError(f"{where}: missing required field '{f}'")
+    content = _str(rec, "content", where, required=True)
+    if "test" not in rec:
+        raise TaskFormatError(f"{where}: missing required field 'test'")
     labels = _json(rec.get("labels") or "{}", "labels", where)
     labels = labels if isinstance(labels, dict) else {}
     tid = str(labels.get("task_id") or labels.get("name") or rec.get("id", where.rsplit(":", 1)[-1]))
@@ -295,7 +305,7 @@ def from_sandboxfusion(rec: dict, where: str) -> Task:
         decoded = decode_pickled_field(test, where)
         if not isinstance(decoded, dict) or "input_output" not in decoded:
             raise TaskFormatError(f"{where}: decoded test field has no 'input_output'")
-        return _apps(tid, str(rec["content"]), decoded["input_output"], None, "", where, labels=labels)
+        return _apps(tid, content, decoded["input_output"], None, "", where, labels=labels)
     cases = _json(test, "test", where)
     if not isinstance(cases, list):
         raise TaskFormatError(f"{where}: field 'test' must be a list")
@@ -303,14 +313,14 @@ def from_sandboxfusion(rec: dict, where: str) -> Task:
         tests = io_tests([c["input"]["stdin"] for c in cases], [c["output"]["stdout"] for c in cases], where)
     except (KeyError, TypeError):
         raise TaskFormatError(f"{where}: each test must be {{input: {{stdin}}, output: {{stdout}}}}") from None
-    return stdio_task(tid, str(rec["content"]), tests, where, labels=labels)
+    return stdio_task(tid, content, tests, where, labels=labels)
 
 
 # --- DeepCoder ------------------------------------------------------------------------------------------------
 def from_deepcoder(rec: dict, where: str) -> Task:
-    for f in ("problem", "tests"):
-        if f not in rec:
-            raise TaskFormatError(f"{where}: missing required field '{f}'")
+    problem = _str(rec, "problem", where, required=True)
+    if "tests" not in rec:
+        raise TaskFormatError(f"{where}: missing required field 'tests'")
     tests = rec["tests"]
     if isinstance(tests, str):
         tests = _json(tests, "tests", where)
@@ -321,8 +331,8 @@ def from_deepcoder(rec: dict, where: str) -> Task:
                                                for t in tests):
         raise TaskFormatError(f"{where}: field 'tests' must be [{{input, output}}] or {{inputs, outputs}}")
     tid = f"deepcoder-{where.rsplit(':', 1)[-1]}"
-    starter = rec.get("starter_code") or ""
-    return _typed_cases(tid, str(rec["problem"]), starter, _method_of(starter)[1] or "", tests, where)
+    starter = _str(rec, "starter_code", where)
+    return _typed_cases(tid, problem, starter, _method_of(starter)[1] or "", tests, where)
 
 
 def _pair_lists(tests: dict, where: str) -> tuple[list, list]:
