@@ -16,6 +16,7 @@ Imported by the zygote (via candidate.py): keep the imports small and C-level.
 """
 from __future__ import annotations
 
+import atexit
 import ctypes
 import os
 import _socket
@@ -40,6 +41,18 @@ def _stdin_fd(data: bytes) -> int:
         view = view[os.write(fd, view):]
     os.lseek(fd, 0, os.SEEK_SET)
     return fd
+
+
+def _shutdown() -> None:
+    """What interpreter exit does before the streams close: wait for non-daemon threads (the deep-recursion
+    `threading.Thread(target=main)` idiom), then run atexit handlers."""
+    threading = sys.modules.get("threading")
+    try:
+        if threading is not None:
+            threading._shutdown()
+        atexit._run_exitfuncs()
+    except BaseException:  # noqa: BLE001 - the program's own threads/handlers: a failure there is its output
+        pass
 
 
 def _run_main(code: str, install_hook) -> None:
@@ -67,6 +80,7 @@ def _run_main(code: str, install_hook) -> None:
             sys.stderr.write(f"{type(e).__name__}: {e}\n")
         except BaseException:  # noqa: BLE001
             pass
+    _shutdown()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
