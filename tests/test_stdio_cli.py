@@ -30,6 +30,20 @@ def test_verify_cli_on_stdio_tasks(tmp_path):
     assert rows[0]["cpu_s"] > 0
 
 
+def test_verify_cli_cpu_time_flag(tmp_path):
+    # sleeping 1.2 s with a 1 s limit: a wall-clock timeout, but well under the limit in CPU time
+    tasks = write(tmp_path / "t.jsonl", [{**TASKS[0], "timeout_s": 1.0}])
+    comps = write(tmp_path / "c.jsonl", [{"task_id": "double-0",
+                                          "completion": "import time\ntime.sleep(1.2)\nprint(2 * int(input()))"}])
+    statuses = []
+    for flag in ([], ["--cpu-time"]):
+        out = tmp_path / f"r{len(flag)}.jsonl"
+        main(["verify", "--tasks", str(tasks), "--completions", str(comps), "--out", str(out), "--quiet",
+              "--workers", "1", *flag])
+        statuses.append(json.loads(out.read_text())["status"])
+    assert statuses == ["timeout", "passed"]
+
+
 def test_eval_completions_on_an_apps_folder(shared_data, tmp_path, capsys):
     from codechat.tasks import load_tasks
 

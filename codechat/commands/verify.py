@@ -30,6 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--regress", metavar="FILE", help="JSONL of known attacks {task, completion, description}: "
                                                      "exit 1 if any is judged a pass")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--cpu-time", action="store_true", help="stdin/stdout tasks: judge the time limit on CPU time")
 
 
 def _config(args):
@@ -45,6 +46,7 @@ def _config(args):
         if args.memory_mb < 64:
             raise CodechatError(f"--memory-mb must be at least 64, got {args.memory_mb}")
         cfg.memory_mb = args.memory_mb
+    cfg.cpu_time_limit = bool(getattr(args, "cpu_time", False))
     return cfg
 
 
