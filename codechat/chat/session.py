@@ -35,6 +35,7 @@ from codechat import CodechatError
 from codechat.chat.run import (AssertResult, RunReport, guess_entry_point, run_program, split_tests,
                               check_asserts, why)
 from codechat.config import SamplingConfig, VerifierConfig
+from codechat.chat.stdio_test import check_io, parse_io_tests
 from codechat.tasks import Task, load_tasks, save_tasks
 
 PLAIN_STOP = "\nUser:"
@@ -45,7 +46,8 @@ SETTINGS = {  # /set NAME -> (where, type); names also accept dashes (max-new-to
 HELP = """commands:
   /set [NAME VALUE]  show or change a setting: temperature, top_p, top_k, max_new_tokens, seed, timeout (s)
   /run               run the last code block of the last answer in the sandbox: stdout, stderr, status, time
-  /test [ASSERT]     paste asserts (end with an empty line); reports which pass against the last answer
+  /test [ASSERT]     paste asserts (end with an empty line); reports which pass against the last answer;
+                     or 'input:' / 'output:' blocks to run it as a stdin/stdout program
   /save FILE         write the conversation as JSONL tasks (question + your asserts), loadable as a task file
   /load FILE         continue a conversation saved with /save
   /reset             forget the conversation
@@ -252,6 +254,9 @@ class ChatSession:
     def test(self, text: str) -> list[AssertResult]:
         """Run each assert in `text` against the last answer (the code the verifier would pick) on its own."""
         turn = self.last_answer()
+        io = parse_io_tests(text)
+        if io is not None:  # input:/output: pairs: run the answer as a stdin/stdout program (chat/stdio_test.py)
+            return self.sandboxed(check_io, self.verifier, turn.question, turn.answer, io)
         tests, setup = split_tests(text)
         turn.tests += [t for t in tests if t not in turn.tests]
         turn.setup = "\n".join(s for s in (turn.setup, setup) if s and s not in turn.setup)
