@@ -54,3 +54,18 @@ def test_grpo_leaves_infra_errors_out_of_the_loss_and_counts_them(tmp_path, monk
     assert rewards == [1.0, 0.0, 0.5, 0.5] * 2  # an infra sample takes its group's mean, never 0
     metrics = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
     assert metrics["infra_errors"] == 4.0
+
+
+def test_a_stdio_test_lost_to_the_infrastructure_makes_the_verdict_infra_error():
+    from codechat.config import VerifierConfig
+    from codechat.sandbox import RunResult
+    from codechat.tasks import Task
+    from codechat.tasks.stdio import IOTest, StdioSpec
+    from codechat.verifier.stdio import StdioRun
+
+    run = StdioRun(Task("t", "", [], stdio=StdioSpec([IOTest("", "1\n")] * 3)), "print(1)", VerifierConfig())
+    for r in [RunResult("failed", "WrongAnswer", "wrong output", outputs=[0.0, 0.1]), merge(None),
+              RunResult("passed", outputs=[0.0, 0.1])]:
+        run.add(r)
+    v = run.verdict()
+    assert (v.status, v.passed, v.error_type) == ("infra_error", False, "SandboxError")

@@ -9,6 +9,7 @@ the jobs and folds their results, in test order, so the verdict does not depend 
   once the failure is known);
 - `verifier.total_timeout_s`: once the summed test time passes it, the remaining tests count as not passed and
   the verdict is `timeout`;
+- a test lost to the infrastructure (`infra_error`) makes the whole verdict `infra_error`;
 - `verifier.cpu_time_limit`: each test's limit is judged on CPU time (the kernel's count for the program
   process); the wall clock allows 3x + 1 s. The verdict records both sums (`duration_s`, `cpu_s`).
 """
@@ -115,6 +116,9 @@ class StdioRun:
         ok = first is None and passed == self.n
         if first is None and not ok:
             first = ("error", "NotRun", "not every test ran")
+        lost = next((i for i, r in enumerate(self.results) if r is not None and r.status == "infra_error"), None)
+        if lost is not None:  # partial credit would be wrong too: the whole verdict is the verifier's failure
+            ok, first = False, ("infra_error", self.results[lost].error_type, f"test {lost}: {self.results[lost].message}")
         status, etype, msg = first or ("passed", None, "")
         return Verdict(status, ok, 1.0 if ok else 0.0, tests_passed=passed, tests_total=self.n, error_type=etype,
                        message=msg[:300], duration_s=round(wall_sum, 4), blocked=tuple(sorted(blocked)),
