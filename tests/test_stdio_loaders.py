@@ -265,3 +265,32 @@ def test_fuzzed_records_load_or_fail_with_one_line(tmp_path_factory, fr):
         return
     (t,) = tasks
     assert (t.stdio is not None and not t.tests) or (t.stdio is None and t.entry_point)
+
+
+BFS = '''class Solution:
+    def shortestDistanceAfterQueries(self, n: int, queries: List[List[int]]) -> List[int]:
+        adj = [[i + 1] for i in range(n - 1)] + [[]]
+        out = []
+        for u, v in queries:
+            adj[u].append(v)
+            dist, todo = [0] + [-1] * (n - 1), deque([0])
+            while todo:
+                x = todo.popleft()
+                for y in adj[x]:
+                    if dist[y] < 0:
+                        dist[y] = dist[x] + 1
+                        todo.append(y)
+            out.append(dist[n - 1])
+        return out
+'''
+
+
+def test_deepcoder_functional_task_is_judged(shared_data):
+    from codechat.config import VerifierConfig
+    from codechat.verifier.verify import Verifier
+
+    tasks = load_tasks(shared_data / "stdio" / "deepcoder-test-livecodebench.json")
+    t = next(t for t in tasks if t.tests and "shortestDistanceAfterQueries" in t.tests[0])
+    with Verifier(VerifierConfig(workers=1)) as v:  # `deque`, `List`: from the harness prelude
+        assert v.verify(t, f"```python\n{BFS}```").passed
+        assert not v.verify(t, f"```python\n{BFS.replace('dist[n - 1]', 'dist[n - 2]')}```").passed
