@@ -12,6 +12,13 @@ input and keeps no state between tests):
   measured by the kernel, not reported by the program. The parent is made non-dumpable so the program (same
   uid) cannot ptrace it or read its memory.
 
+Protects against (beyond the sandbox's own list): reading the expected output or other tests' inputs (they
+are never in this process), forging the exit report (the program has no handle on the judge socket), faking a
+pass by exiting early (output is judged, and a nonzero exit or uncaught exception fails).
+Does not protect against: CPU time spent in processes the program forks and never waits for is not in
+`cpu_s` (the wall-clock backstop and RLIMIT_CPU per process still apply; forking is reported as `subprocess`
+in `blocked`); a grandchild that keeps stdout open holds the test until its time limit (`timeout`).
+
 Imported by the zygote (via candidate.py): keep the imports small and C-level.
 """
 from __future__ import annotations
