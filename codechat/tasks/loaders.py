@@ -3,7 +3,8 @@
 Formats: `codechat` (our JSONL schema, see README), `mbpp` (mbpp.jsonl), `mbpp-sanitized` (sanitized-mbpp.json),
 `mbpp-originfmt` (evalplus MbppPlus-OriginFmt: asserts with baked expected results), `evalplus` (MBPP+ / HumanEval+
 main files: inputs only, reference and atol kept on the task), `humaneval` (prompt/test/entry_point with
-`check(candidate)`). Files may be JSONL or a JSON array, gzipped or plain.
+`check(candidate)`); answer tasks `gsm8k`, `math`, `answer` (tasks/answer.py). Files may be JSONL or a JSON array,
+gzipped or plain; `A+B` loads several sets as one (a mixed code + math training set).
 """
 from __future__ import annotations
 
@@ -14,9 +15,10 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from codechat.tasks import answer
 from codechat.tasks.model import Task, TaskFormatError
 
-FORMATS = ["codechat", "mbpp", "mbpp-sanitized", "mbpp-originfmt", "evalplus", "humaneval"]
+FORMATS = ["codechat", "mbpp", "mbpp-sanitized", "mbpp-originfmt", "evalplus", "humaneval", *answer.LOADERS]
 
 
 def read_records(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
@@ -70,7 +72,7 @@ def detect_format(rec: dict[str, Any]) -> str | None:
         return "humaneval"
     if {"prompt", "tests"} <= keys:
         return "codechat"
-    return None
+    return answer.detect(keys)
 
 
 def _need(rec: dict, fields: Iterable[str], where: str) -> None:
@@ -192,6 +194,7 @@ def _from_humaneval(rec: dict, where: str) -> Task:
 _LOADERS: dict[str, Callable[[dict, str], Task]] = {
     "codechat": _from_codechat, "mbpp": _from_mbpp, "mbpp-sanitized": _from_mbpp_sanitized,
     "mbpp-originfmt": _from_mbpp_originfmt, "evalplus": _from_evalplus, "humaneval": _from_humaneval,
+    **answer.LOADERS,
 }
 
 
@@ -219,17 +222,35 @@ def load_tasks_with_format(path: str | Path, fmt: str | None = None) -> tuple[li
 
 
 def load_tasks(path: str | Path, fmt: str | None = None) -> list[Task]:
-    """Load a task file (or `builtin` / `builtin:NAME` for a set shipped with codechat)."""
+    """Load a task file (or `builtin` / `builtin:NAME` for a set shipped with codechat); `A+B` joins sets."""
+    if "+" in str(path) and not Path(path).exists():
+        return _join([(p, load_tasks(p, fmt)) for p in str(path).split("+") if p])
     if str(path).startswith("builtin"):
         from codechat.tasks.builtin import load_builtin
         return load_builtin(str(path))
     return load_tasks_with_format(path, fmt)[0]
 
 
+def _join(sets: list[tuple[str, list[Task]]]) -> list[Task]:
+    """Several task sets as one list; a task_id in two sets is an error naming both."""
+    seen: dict[str, str] = {}
+    out = []
+    for name, tasks in sets:
+        for t in tasks:
+            if t.task_id in seen:
+                raise TaskFormatError(f"{name}: task_id '{t.task_id}' is also in {seen[t.task_id]}")
+            seen[t.task_id] = name
+            out.append(t)
+    return out
+
+
 def save_tasks(tasks: Iterable[Task], path: str | Path) -> None:
-    """Write tasks in our own JSONL schema."""
+    """Write tasks in our own JSONL schemas (`codechat` for code tasks, `answer` for answer tasks)."""
     with open(path, "w", encoding="utf-8") as f:
         for t in tasks:
+            if t.kind == answer.KIND:
+                f.write(json.dumps(answer.to_record(t), ensure_ascii=False) + "\n")
+                continue
             rec = {"task_id": t.task_id, "prompt": t.prompt, "tests": t.tests, "entry_point": t.entry_point,
                    "setup": t.setup, "timeout_s": t.timeout_s}
             meta = dict(t.metadata)

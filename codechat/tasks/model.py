@@ -28,7 +28,11 @@ class Task:
     """Per-task time limit in seconds; None means the verifier's default."""
     metadata: dict[str, Any] = field(default_factory=dict)
     """Everything else: `solution` (reference code), `source` format, and for evalplus files
-    `base_input`, `plus_input`, `atol` (expected outputs come from running the reference)."""
+    `base_input`, `plus_input`, `atol` (expected outputs come from running the reference); for answer tasks
+    `answer` (the reference final answer) and `accepted` (other accepted forms)."""
+    kind: str = "code"
+    """`code`: a program runs against `tests` in the sandbox; `answer`: the completion's final answer is compared
+    with `metadata["answer"]` (and `metadata["accepted"]`) by codechat/verifier/answer.py; `tests` is empty."""
 
     @property
     def solution(self) -> str | None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-STATUSES = ("passed", "failed", "error", "syntax_error", "timeout", "memory", "no_code", "output_limit")
+STATUSES = ("passed", "failed", "error", "syntax_error", "timeout", "memory", "no_code", "output_limit", "no_answer")
 """The closed set of outcomes:
 passed        every test ran and passed (attested by the verifier, not by the program)
 failed        the code ran, at least one test's assertion failed
@@ -16,6 +16,8 @@ timeout       wall-clock or CPU limit reached
 memory        memory limit reached (MemoryError or the address-space cap)
 no_code       the completion holds no code to run
 output_limit  the program printed more than the output cap
+no_answer     answer tasks: no final answer found in the completion (failed = found but not equivalent;
+              timeout = the comparison ran past its limit; error = the comparison library failed)
 """
 
 
