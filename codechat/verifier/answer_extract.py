@@ -37,7 +37,7 @@ _PERCENT = re.compile(r"\s*(?:\\%|%|\\percent)\s*$")
 _WRAPPERS = [(re.compile(r"^\$+(.*?)\$+$", re.S), 1), (re.compile(r"^\\\((.*)\\\)$", re.S), 1),
              (re.compile(r"^\\\[(.*)\\\]$", re.S), 1), (re.compile(r"^\\(?:boxed|fbox)\{(.*)\}$", re.S), 1),
              (re.compile(r"^\*\*(.*)\*\*$", re.S), 1)]
-_NOISE = re.compile(r"\\[,;:! ]|\\left|\\right|\\displaystyle|~")
+_NOISE = re.compile(r"(?<!\\)\\[,;:! ]|\\left|\\right|\\displaystyle|~")
 
 
 def _hashes(text: str, max_chars: int) -> str | None:
@@ -81,7 +81,7 @@ def extract_answer(completion: str, extractors=EXTRACTORS, max_chars: int = 512)
     """The completion's final answer by the first extractor in `extractors` that finds one, else None."""
     text = completion[-MAX_SCAN:] if completion else ""
     for name in extractors:
-        found = _FUNCS[name](text, max_chars)
+        found = _FUNCS[name](text, max_chars + 1)  # + 1: an over-long answer is found, then refused
         if found is not None:
             found = clean(found)
             if found:
