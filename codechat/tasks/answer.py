@@ -127,7 +127,8 @@ def _from_answer(rec: dict, where: str) -> Task:
         accepted = [accepted]
     if not isinstance(accepted, list) or not all(isinstance(a, (str, int, float)) for a in accepted):
         raise TaskFormatError(f"{where}: field 'accepted' must be a list of strings")
-    meta = rec.get("metadata") or {}
+    meta = rec.get("metadata")
+    meta = {} if meta is None else meta
     if not isinstance(meta, dict):
         raise TaskFormatError(f"{where}: field 'metadata' must be an object")
     solution = rec.get("solution")
