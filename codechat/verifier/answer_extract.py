@@ -126,7 +126,7 @@ def plain_number(s: str) -> tuple[Fraction, bool] | None:
         value = Fraction(digits)
         if exp:
             value *= Fraction(10) ** int(exp)
-        return (-value if sign == "-" else value), bool(frac_part or only_frac or exp)
+        return (-value if sign == "-" else value), bool((frac_part or "").strip(".") or only_frac or exp)
     m = _FRAC.fullmatch(s)
     if m:
         sign, n1, n2, d1, d2, n3, d3 = m.groups()
