@@ -25,14 +25,20 @@ def summarize(tasks, fmt: str, limit: int = 2) -> str:
     lines.append(f"tests per task: min {min(n_tests)}, mean {sum(n_tests) / len(n_tests):.1f}, max {max(n_tests)}")
     with_solution = sum(1 for t in tasks if t.solution)
     lines.append(f"with reference solution: {with_solution}")
-    warnings = [f"task {t.task_id}: no tests" for t in tasks if not t.tests
+    code = [t for t in tasks if t.kind == "code"]  # answer tasks have a reference answer instead of tests
+    if len(code) < len(tasks):
+        lines.append(f"answer tasks: {len(tasks) - len(code)}")
+    warnings = [f"task {t.task_id}: no tests" for t in code if not t.tests
                 and not t.metadata.get("base_input")]
-    warnings += [f"task {t.task_id}: no entry point" for t in tasks if not t.entry_point][:5]
+    warnings += [f"task {t.task_id}: no entry point" for t in code if not t.entry_point][:5]
     for t in tasks[:limit]:
         lines.append(f"--- {t.task_id} (entry point: {t.entry_point})")
         lines.append(t.prompt.rstrip()[:600])
         for test in t.tests[:3]:
             lines.append(f"  test: {test.strip()[:200]}")
+        if t.kind != "code":
+            lines.append(f"  answer: {t.metadata.get('answer')}" + "".join(
+                f" | {a}" for a in t.metadata.get("accepted") or []))
     lines += [f"warning: {w}" for w in warnings] or ["warnings: none"]
     return "\n".join(lines)
 

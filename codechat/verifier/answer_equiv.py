@@ -8,9 +8,10 @@ killed at their time limit.
 
 Rules, in order:
   1. percent (cfg.percent): `50%` is read as `50/100` (`ratio`), as `50` (`number`), or both ways (`both`);
-  2. both sides plain numbers (answer_extract.plain_number): integers and fractions compare exactly (a float
-     compare would call 9007199254740993 and 9007199254740992 equal), a decimal within `rel_tol` relative
-     (0.333 is not 1/3, 0.0000001 is not 0);
+  2. both sides plain numbers (answer_extract.plain_number; `x = 5` reads as 5): integers and fractions compare
+     exactly (a float compare would call 9007199254740993 and 9007199254740992 equal), a decimal within `rel_tol`
+     relative (0.333 is not 1/3, 0.0000001 is not 0); both sides sets of exact numbers (`1, 2`, `\\{2, 1\\}`):
+     as sets;
   3. otherwise math-verify in a worker (answer_worker.py): a timeout kills the worker and is reported as such.
 Simplified: a worker serves one comparison at a time; `workers` of them run in parallel.
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import select
 import subprocess
 import sys
@@ -78,6 +80,29 @@ def _plain(s: str) -> tuple[Fraction, bool] | None:
         if a and b and b[0] != 0 and not (a[1] or b[1]):
             return a[0] / b[0], False
     return plain_number(s)
+
+
+_ASSIGN = re.compile(r"\s*[A-Za-z]\s*=\s*(.*)", re.S)
+_SET = re.compile(r"\s*\\\{(.*)\\\}\s*", re.S)
+
+
+def exact_value(s: str) -> tuple[Fraction, bool] | frozenset | None:
+    """A plain number (value, written as a decimal), a set of exact plain numbers (`1, 2` or `\\{1, 2\\}`), or
+    None when only the symbolic comparison can read `s`. `x = 5` reads as 5, as math-verify reads it."""
+    m = _ASSIGN.fullmatch(s)
+    if m:
+        s = m.group(1)
+    number = _plain(s)
+    if number is not None:
+        return number
+    m = _SET.fullmatch(s)
+    parts = (m.group(1) if m else s).split(",")
+    if len(parts) < 2:
+        return None
+    values = [_plain(p) for p in parts]
+    if any(v is None or v[1] for v in values):  # a decimal in a set: leave it to the library's rounding
+        return None
+    return frozenset(v[0] for v in values)
 
 
 def numbers_equal(a: tuple[Fraction, bool], b: tuple[Fraction, bool], rel_tol: float) -> bool:
@@ -153,9 +178,12 @@ class EquivPool:
         """(some plain-number pair is equal, the pairs that need the symbolic comparison)."""
         rest = []
         for r, a in pairs:
-            x, y = _plain(r), _plain(a)
-            if x is not None and y is not None:
+            x, y = exact_value(r), exact_value(a)
+            if isinstance(x, tuple) and isinstance(y, tuple):
                 if numbers_equal(x, y, self.cfg.rel_tol):
+                    return True, []
+            elif isinstance(x, frozenset) and isinstance(y, frozenset):
+                if x == y:
                     return True, []
             else:
                 rest.append([r, a])
