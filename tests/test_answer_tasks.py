@@ -72,6 +72,7 @@ def test_our_answer_jsonl_round_trip(tmp_path):
 def test_detection_keeps_code_formats():
     assert detect_format({"task_id": 1, "prompt": "p", "tests": ["assert 1"], "answer": "x"}) == "codechat"
     assert detect_format({"question": "q", "answer": "a\n#### 1"}) == "gsm8k"
+    assert detect_format({"question": "q", "answer": 1}) is None  # not GSM8K-shaped: unknown
     assert detect_format({"problem": "p", "solution": "s"}) == "math"
     assert detect_format({"task_id": "t", "prompt": "p", "answer": "1"}) == "answer"
 

@@ -63,9 +63,10 @@ def answer_task(task_id: str, prompt: str, answer: str, accepted: list[str] | No
     return Task(task_id, prompt, [], None, metadata=meta, kind=KIND)
 
 
-def detect(keys: set[str]) -> str | None:
-    """The answer format whose fields `keys` has, or None."""
-    if {"question", "answer"} <= keys:
+def detect(rec: dict[str, Any]) -> str | None:
+    """The answer format of a record, from its fields (a GSM8K answer must contain `####`), or None."""
+    keys = set(rec)
+    if {"question", "answer"} <= keys and isinstance(rec["answer"], str) and "####" in rec["answer"]:
         return "gsm8k"
     if "problem" in keys and ("solution" in keys or "answer" in keys):
         return "math"

@@ -72,7 +72,7 @@ def detect_format(rec: dict[str, Any]) -> str | None:
         return "humaneval"
     if {"prompt", "tests"} <= keys:
         return "codechat"
-    return answer.detect(keys)
+    return answer.detect(rec)
 
 
 def _need(rec: dict, fields: Iterable[str], where: str) -> None:

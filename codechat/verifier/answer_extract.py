@@ -26,7 +26,7 @@ MAX_SCAN = 65536
 """Only this many trailing characters of a completion are searched for its answer."""
 
 _HASHES = re.compile(r"^[ \t]*####[ \t]*([^\n]*)$", re.M)
-_ANSWER_IS = re.compile(r"(?:final answer|the answer|answer)\s*(?:is|:|=)\s*:?\s*([^\n]*)", re.I)
+_ANSWER_IS = re.compile(r"\banswer\s*(?:is\b|:|=)\s*:?\s*([^\n]*)", re.I)
 _NUMBER = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?(?:/\d+)?")
 _SENTENCE_END = re.compile(r"\.(?:\s|$)")
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import resource
 import sys
@@ -84,6 +85,8 @@ def make_compare():
 
 
 def main() -> None:
+    here = os.path.dirname(os.path.abspath(__file__))  # run as a script: its folder must not shadow any import
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
     memory_mb = int(sys.argv[1]) if len(sys.argv) > 1 else 0
     if memory_mb > 0:
         limit = memory_mb << 20
