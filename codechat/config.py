@@ -43,9 +43,10 @@ class VerifierConfig:
 class AnswerConfig:
     """How answer tasks (`Task.kind == "answer"`) are judged: codechat/verifier/answer*.py."""
 
-    extractors: list[str] = field(default_factory=lambda: ["boxed", "hashes", "answer-is", "last-number"])
+    extractors: list[str] = field(default_factory=lambda: ["boxed", "hashes", "answer-is", "bare", "last-number"])
     """Where the final answer is looked for, in order; the first that finds one wins: `boxed` (the last
-    \\boxed{...}), `hashes` (`#### N`), `answer-is` ("the answer is ..."), `last-number` (the fallback)."""
+    \\boxed{...}), `hashes` (`#### N`), `answer-is` ("the answer is ..."), `bare` (a completion that is only an
+    answer, e.g. `\\frac{1}{2}`), `last-number` (the fallback)."""
     percent: str = "both"
     """`50\\%` is `ratio` (= 0.5), `number` (= 50), or `both` (either is accepted)."""
     rel_tol: float = 1e-6

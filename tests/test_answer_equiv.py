@@ -63,6 +63,14 @@ def test_equivalence_table(checker):
     assert all(v.status in ("passed", "failed") for v in verdicts)
 
 
+def test_equivalence_table_with_bare_answers(checker):
+    """A completion that is only the answer (as in a table of pairs) is judged the same way."""
+    tasks = [answer_task(f"t{i}", "?", ref) for i, (ref, _, _) in enumerate(TABLE)]
+    verdicts = checker.check_many([(t, ans) for t, (_, ans, _) in zip(tasks, TABLE)])
+    wrong = [(ref, ans, want, v.status, v.message) for (ref, ans, want), v in zip(TABLE, verdicts) if v.passed != want]
+    assert not wrong, wrong
+
+
 @pytest.mark.parametrize("mode, fifty_pct_is_half, fifty_pct_is_fifty", [
     ("ratio", True, False), ("number", False, True), ("both", True, True)])
 def test_percent_setting(mode, fifty_pct_is_half, fifty_pct_is_fifty):

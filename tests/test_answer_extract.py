@@ -21,6 +21,9 @@ EXTRACT = [
     ("Answer: \\frac{3}{4}", "\\frac{3}{4}", "answer-is"),
     ("the answer is 3.5. Done", "3.5", "answer-is"),
     ("I computed 12 then 15 and then -2.5", "-2.5", "last-number"),
+    ("\\frac{1}{2}", "\\frac{1}{2}", "bare"), (" x = 2\n", "x = 2", "bare"), ("$\\{1,2\\}$", "\\{1,2\\}", "bare"),
+    ("(x+1)^2", "(x+1)^2", "bare"), ("10 \\text{ meters}", "10 \\text{ meters}", "bare"),
+    ("Final Answer: The final answer is $5$. I hope it is correct.", "5", "answer-is"),
     ("ratio 3/4", "3/4", "last-number"),
     ("we get 1,234 apples", "1,234", "last-number"),
 ]

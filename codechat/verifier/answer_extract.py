@@ -5,6 +5,8 @@ Grammar of what is extracted (each extractor returns the last match in the text,
                  `max_chars` long; `\\boxed 5` (no braces) takes the next token
     hashes       a line `#### ANSWER` (GSM8K's convention): the rest of that line
     answer-is    "the (final) answer is X" or "answer: X": X up to the end of the line or a full stop
+    bare         the whole completion, when it is one line with no prose (no run of 4+ letters outside LaTeX
+                 commands and \\text{}): a completion that is just `\\frac{1}{2}` or `x = 2`
     last-number  the last integer, decimal or a/b fraction in the text (a fallback: it can pick an intermediate)
 Only the last `MAX_SCAN` characters are scanned and every pattern is linear, so arbitrary text cannot make the
 extractor slow (fuzzed in tests/test_answer_fuzz.py).
@@ -21,12 +23,12 @@ from fractions import Fraction
 
 from codechat.tasks.answer import extract_boxed
 
-EXTRACTORS = ("boxed", "hashes", "answer-is", "last-number")
+EXTRACTORS = ("boxed", "hashes", "answer-is", "bare", "last-number")
 MAX_SCAN = 65536
 """Only this many trailing characters of a completion are searched for its answer."""
 
 _HASHES = re.compile(r"^[ \t]*####[ \t]*([^\n]*)$", re.M)
-_ANSWER_IS = re.compile(r"\banswer\s*(?:is\b|:|=)\s*:?\s*([^\n]*)", re.I)
+_ANSWER_IS = re.compile(r"\banswer\s*(?:is\b|:|=)\s*:?\s*", re.I)
 _NUMBER = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?(?:/\d+)?")
 _SENTENCE_END = re.compile(r"\.(?:\s|$)")
 
@@ -48,14 +50,26 @@ def _hashes(text: str, max_chars: int) -> str | None:
 
 
 def _answer_is(text: str, max_chars: int) -> str | None:
-    found = None
+    last = None
     for m in _ANSWER_IS.finditer(text):
-        found = m.group(1)
-    if found is None:
+        last = m
+    if last is None:
         return None
+    found = text[last.end():last.end() + 4 * max_chars].split("\n", 1)[0]
     end = _SENTENCE_END.search(found)
     found = (found[:end.start()] if end else found).strip().rstrip(".")
     return found[:max_chars + 1] or None
+
+
+_COMMAND = re.compile(r"\\(?:begin|end)\{[A-Za-z*]*\}|\\(?:text|mathrm|mbox)\{[^{}]*\}|\\[A-Za-z]+")
+_PROSE = re.compile(r"[A-Za-z]{4,}")
+
+
+def _bare(text: str, max_chars: int) -> str | None:
+    s = text.strip()
+    if not s or "\n" in s or len(s) > max_chars or _PROSE.search(_COMMAND.sub(" ", s)):
+        return None
+    return s
 
 
 def _last_number(text: str, max_chars: int) -> str | None:
@@ -65,7 +79,8 @@ def _last_number(text: str, max_chars: int) -> str | None:
     return found
 
 
-_FUNCS = {"boxed": extract_boxed, "hashes": _hashes, "answer-is": _answer_is, "last-number": _last_number}
+_FUNCS = {"boxed": extract_boxed, "hashes": _hashes, "answer-is": _answer_is, "bare": _bare,
+          "last-number": _last_number}
 
 
 @dataclass(frozen=True)
