@@ -87,8 +87,9 @@ def test_detection_keeps_code_formats():
     ({"task_id": "t", "prompt": "p", "answer": "1", "metadata": []}, "'metadata' must be an object"),
 ])
 def test_bad_records_fail_with_one_line_naming_file_and_line(tmp_path, row, needle):
-    first = {"question": "ok", "answer": "x\n#### 1"} if "question" in row else (
-        {"problem": "ok", "solution": "\\boxed{1}"} if "problem" in row else {"task_id": "a", "prompt": "p", "answer": "1"})
+    first = ({"question": "ok", "answer": "x\n#### 1"} if "question" in row else
+             {"problem": "ok", "solution": "\\boxed{1}"} if "problem" in row else
+             {"task_id": "a", "prompt": "p", "answer": "1"})
     p = write(tmp_path / "bad.jsonl", [first, row])
     with pytest.raises(TaskFormatError) as e:
         load_tasks(p)
