@@ -101,3 +101,14 @@ def test_mixed_code_and_math_grpo_logs_pass_rate_per_kind(tmp_path):
     step = [r for r in rows if "pass_rate" in r][-1]
     assert {"pass_rate/code", "pass_rate/answer"} <= set(step), sorted(step)
     assert "reward/answer-match/mean" in step
+
+
+def test_math_config_is_valid_and_its_sets_load():
+    from pathlib import Path
+
+    from codechat.configio import load_config
+
+    cfg = load_config(Path(__file__).resolve().parents[1] / "configs" / "math.yaml")
+    assert cfg.stages == ["sft", "grpo"] and cfg.rewards.components == {"pass-all": 1.0, "format": 0.1}
+    train, held = load_tasks(cfg.data.train), load_tasks(cfg.data.eval)
+    assert all(t.kind == "answer" and t.solution for t in train + held)
