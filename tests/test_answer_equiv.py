@@ -47,7 +47,7 @@ TABLE = [
 
 @pytest.fixture(scope="module")
 def checker():
-    with AnswerChecker(AnswerConfig(workers=2)) as c:
+    with AnswerChecker(AnswerConfig(workers=2, timeout_s=60)) as c:
         yield c
 
 
@@ -114,7 +114,7 @@ def test_a_hanging_comparison_is_killed_at_the_time_limit():
 
 
 def test_timeout_becomes_a_verdict_and_others_in_the_batch_still_pass():
-    with AnswerChecker(AnswerConfig(timeout_s=1.0, workers=2)) as c:
+    with AnswerChecker(AnswerConfig(timeout_s=4.0, workers=2)) as c:
         slow, fine = answer_task("s", "?", "2^{2^{2^{100}}}"), answer_task("f", "?", "x^2-1")
         v = c.check_many([(slow, "\\boxed{1}"), (fine, "\\boxed{(x-1)(x+1)}"), (fine, "\\boxed{x^2+1}")])
         assert [x.status for x in v] == ["timeout", "passed", "failed"]

@@ -37,14 +37,14 @@ def test_math_from_shared_data_answers_come_from_boxed(shared_data):
 
 def test_gsm8k_references_verify_as_passed(shared_data):
     tasks = load_tasks(shared_data / "math" / "gsm8k_test.jsonl")[:200]
-    with AnswerChecker() as c:
+    with AnswerChecker(AnswerConfig(timeout_s=60)) as c:  # a loaded CI machine is slow, not wrong
         verdicts = c.check_many([(t, t.solution) for t in tasks])
     assert all(v.passed for v in verdicts), [v.message for v in verdicts if not v.passed][:3]
 
 
 def test_math_references_verify_as_passed(shared_data):
     tasks = load_tasks(shared_data / "math" / "math-test-4500.jsonl")[:150]
-    with AnswerChecker() as c:
+    with AnswerChecker(AnswerConfig(timeout_s=60)) as c:  # a loaded CI machine is slow, not wrong
         verdicts = c.check_many([(t, t.solution) for t in tasks])
     rate = sum(v.passed for v in verdicts) / len(verdicts)
     assert rate == 1.0, [(t.task_id, v.message) for t, v in zip(tasks, verdicts) if not v.passed][:5]
@@ -118,7 +118,7 @@ def test_arith_family_is_seeded_split_and_exact():
     assert not {t.prompt for t in a} & {t.prompt for t in held}
     assert all(split_of(t.prompt.rsplit("\n", 1)[0]) == "heldout" for t in held)
     assert {t.metadata["template"] for t in a} == set(TEMPLATES)
-    with AnswerChecker(AnswerConfig(workers=2)) as c:
+    with AnswerChecker(AnswerConfig(workers=2, timeout_s=60)) as c:
         verdicts = c.check_many([(t, t.solution) for t in a + held])
         assert all(v.passed for v in verdicts)
         wrong = c.check_many([(t, "\\boxed{" + t.metadata["answer"] + " + 1}") for t in held])
