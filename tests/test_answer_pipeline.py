@@ -72,6 +72,16 @@ def test_verify_cli_on_answer_tasks(tmp_path, capsys):
     assert "pass rate 50.0% (2/4)" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("percent, want", [("ratio", "passed"), ("number", "failed"), ("both", "passed")])
+def test_verify_cli_percent_setting(tmp_path, percent, want):
+    tasks = write(tmp_path / "m.jsonl", [{"task_id": "a", "prompt": "Half, as a number?", "answer": "0.5"}])
+    comps = write(tmp_path / "c.jsonl", [{"task_id": "a", "completion": "50\\%"}])
+    out = tmp_path / "r.jsonl"
+    assert main(["verify", "--tasks", str(tasks), "--completions", str(comps), "--out", str(out), "--quiet",
+                 "--percent", percent]) == 0
+    assert json.loads(out.read_text())["status"] == want
+
+
 def test_eval_cli_completions_on_gsm8k(tmp_path, shared_data, capsys):
     tasks = load_tasks(shared_data / "math" / "gsm8k_test.jsonl")[:20]
     comps = write(tmp_path / "c.jsonl", [{"task_id": t.task_id, "completion": t.solution if i % 2 == 0 else
