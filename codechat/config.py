@@ -43,6 +43,31 @@ class VerifierConfig:
     total_timeout_s: float = 0.0
     """stdin/stdout tasks: limit on the summed time of all tests of one completion (0 = none); tests past it
     count as not passed and the verdict is `timeout`."""
+    answer: AnswerConfig = field(default_factory=lambda: AnswerConfig())
+    """How answer (math) tasks are judged: extraction order, percent rule, tolerance, time limit."""
+
+
+@dataclass
+class AnswerConfig:
+    """How answer tasks (`Task.kind == "answer"`) are judged: codechat/verifier/answer*.py."""
+
+    extractors: list[str] = field(default_factory=lambda: ["boxed", "hashes", "answer-is", "bare", "last-number"])
+    """Where the final answer is looked for, in order; the first that finds one wins: `boxed` (the last
+    \\boxed{...}), `hashes` (`#### N`), `answer-is` ("the answer is ..."), `bare` (a completion that is only an
+    answer, e.g. `\\frac{1}{2}`), `last-number` (the fallback)."""
+    percent: str = "both"
+    """`50\\%` is `ratio` (= 0.5), `number` (= 50), or `both` (either is accepted)."""
+    rel_tol: float = 1e-6
+    """Plain numbers, one written as a decimal: equal within this relative tolerance (integers and fractions
+    are compared exactly)."""
+    timeout_s: float = 5.0
+    """Wall-clock limit per symbolic comparison; the worker process is killed past it (verdict `timeout`)."""
+    workers: int = 1
+    """Comparison worker processes (a worker imports sympy once, ~1 s, and serves many comparisons)."""
+    memory_mb: int = 2048
+    """Address-space limit of a comparison worker, in MiB (huge powers fail as an error, not an OOM)."""
+    max_answer_chars: int = 512
+    """An extracted answer longer than this is not compared (verdict `failed`)."""
 
 
 # --- algorithms -----------------------------------------------------------------------------------------------

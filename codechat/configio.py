@@ -156,11 +156,16 @@ def validate(cfg: RunConfig) -> None:
                           "use dist.parallel=ddp")
     from codechat.algos import check_config
     from codechat.rollout.rewards import check_components
+    from codechat.verifier.answer_equiv import check_config as check_answer_config
     try:
         check_config(cfg.algo)
         check_components(cfg.rewards.components)
     except (ValueError, KeyError, TypeError) as e:
         raise ConfigError(str(e).strip("'\"")) from None
+    try:
+        check_answer_config(cfg.verifier.answer)
+    except CodechatError as e:
+        raise ConfigError(str(e)) from None
 
 
 def save_config(cfg: RunConfig, path: str | Path) -> None:

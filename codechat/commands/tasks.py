@@ -37,9 +37,10 @@ def summarize(tasks, fmt: str, limit: int = 2) -> str:
     lines.append(f"tests per task: min {min(n_tests)}, mean {sum(n_tests) / len(n_tests):.1f}, max {max(n_tests)}")
     with_solution = sum(1 for t in tasks if t.solution)
     lines.append(f"with reference solution: {with_solution}")
-    warnings = [f"task {t.task_id}: no tests" for t, n in zip(tasks, n_tests) if not n
+    judged_by_tests = [(t, n) for t, n in zip(tasks, n_tests) if t.kind != "answer"]  # answer tasks: a reference answer
+    warnings = [f"task {t.task_id}: no tests" for t, n in judged_by_tests if not n
                 and not t.metadata.get("base_input")]
-    warnings += [f"task {t.task_id}: no entry point" for t in tasks if not t.entry_point and not t.stdio][:5]
+    warnings += [f"task {t.task_id}: no entry point" for t, _ in judged_by_tests if not t.entry_point and not t.stdio][:5]
     for t in tasks[:limit]:
         lines.append(f"--- {t.task_id} (entry point: {t.entry_point})")
         lines.append(t.prompt.rstrip()[:600])
@@ -47,6 +48,9 @@ def summarize(tasks, fmt: str, limit: int = 2) -> str:
             lines.append(f"  test: {test.strip()[:200]}")
         for io in (t.stdio.tests[:2] if t.stdio else []):
             lines.append(f"  stdin: {io.input.strip()[:100]!r} -> stdout: {io.output.strip()[:100]!r}")
+        if t.kind == "answer":
+            lines.append(f"  answer: {t.metadata.get('answer')}" + "".join(
+                f" | {a}" for a in t.metadata.get("accepted") or []))
     lines += [f"warning: {w}" for w in warnings] or ["warnings: none"]
     return "\n".join(lines)
 

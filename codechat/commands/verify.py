@@ -27,6 +27,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=int, default=None, help="sandbox workers (default: one per CPU core)")
     p.add_argument("--timeout", type=float, default=None, help="wall-clock seconds per program (default 5)")
     p.add_argument("--memory-mb", type=int, default=None, help="address-space limit per program (default 1024)")
+    p.add_argument("--percent", choices=["both", "ratio", "number"], default=None,
+                   help="answer tasks: 50%% means 0.5 (ratio), 50 (number) or either (both, the default)")
     p.add_argument("--regress", metavar="FILE", help="JSONL of known attacks {task, completion, description}: "
                                                      "exit 1 if any is judged a pass")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -47,6 +49,8 @@ def _config(args):
             raise CodechatError(f"--memory-mb must be at least 64, got {args.memory_mb}")
         cfg.memory_mb = args.memory_mb
     cfg.cpu_time_limit = bool(getattr(args, "cpu_time", False))
+    if args.percent:
+        cfg.answer.percent = args.percent
     return cfg
 
 

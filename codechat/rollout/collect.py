@@ -128,6 +128,11 @@ def rollout_metrics(r: Rollouts) -> dict[str, float]:
     for status, c in Counter(v.status for v in r.verdicts).items():
         m[f"verdict/{status}"] = c / len(r.verdicts)
     m["infra_errors"] = float(sum(v.status == "infra_error" for v in r.verdicts))  # count, left out of the loss
+    kinds = [r.task_of(i).kind for i in range(len(r.verdicts))]
+    if len(set(kinds)) > 1:  # a mixed set (code + math): pass rate per task kind
+        for kind in sorted(set(kinds)):
+            got = [v.passed for v, k in zip(r.verdicts, kinds) if k == kind]
+            m[f"pass_rate/{kind}"] = sum(got) / len(got)
     if len(r.components) > 1:  # each component's mean and share of the total, to see when one dominates
         from codechat.rollout.rewards import reward_metrics
         m.update(reward_metrics([{k: float(v[i]) for k, v in r.components.items()} for i in range(len(r.rewards))]))

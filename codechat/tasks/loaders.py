@@ -4,7 +4,8 @@ Formats: `codechat` (our JSONL schema, see README), `mbpp` (mbpp.jsonl), `mbpp-s
 `mbpp-originfmt` (evalplus MbppPlus-OriginFmt: asserts with baked expected results), `evalplus` (MBPP+ / HumanEval+
 main files: inputs only, reference and atol kept on the task), `humaneval` (prompt/test/entry_point with
 `check(candidate)`); competitive-programming sets `apps` (also APPS folders), `codecontests`, `livecodebench`,
-`sandboxfusion`, `deepcoder` (stdio_loaders.py). Files may be JSONL or a JSON array, gzipped or plain.
+`sandboxfusion`, `deepcoder` (stdio_loaders.py); answer tasks `gsm8k`, `math`, `answer` (tasks/answer.py). Files
+may be JSONL or a JSON array, gzipped or plain; `A+B` loads several sets as one (a mixed code + math training set).
 """
 from __future__ import annotations
 
@@ -15,11 +16,13 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from codechat.tasks import answer
 from codechat.tasks.model import Task, TaskFormatError
 from codechat.tasks.stdio import spec_from_record, spec_to_record
 from codechat.tasks.stdio_loaders import STDIO_LOADERS, detect_stdio_format, load_apps_dir
 
-FORMATS = ["codechat", "mbpp", "mbpp-sanitized", "mbpp-originfmt", "evalplus", "humaneval", *STDIO_LOADERS]
+FORMATS = ["codechat", "mbpp", "mbpp-sanitized", "mbpp-originfmt", "evalplus", "humaneval", *STDIO_LOADERS,
+           *answer.LOADERS]
 
 
 def read_records(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
@@ -92,7 +95,8 @@ def detect_format(rec: dict[str, Any]) -> str | None:
         return "humaneval"
     if {"prompt", "tests"} <= keys:
         return "codechat"
-    return detect_stdio_format(rec)  # APPS, CodeContests, LiveCodeBench, SandboxFusion, DeepCoder
+    # APPS, CodeContests, LiveCodeBench, SandboxFusion, DeepCoder; then GSM8K, MATH, our answer JSONL
+    return detect_stdio_format(rec) or answer.detect(rec)
 
 
 def _need(rec: dict, fields: Iterable[str], where: str) -> None:
@@ -159,7 +163,7 @@ def _from_codechat(rec: dict, where: str) -> Task:
         raise TaskFormatError(f"{where}: field 'timeout_s' must be a positive number, got {timeout!r}")
     if rec.get("kind") == "stdio":
         return Task(str(rec["task_id"]), str(rec["prompt"]), [], None, "", timeout, meta,
-                    spec_from_record(rec, where))
+                    stdio=spec_from_record(rec, where))
     if not isinstance(tests, list) or not all(isinstance(t, str) for t in tests):
         raise TaskFormatError(f"{where}: field 'tests' must be a list of strings")
     return Task(str(rec["task_id"]), str(rec["prompt"]), tests, rec.get("entry_point"), rec.get("setup") or "",
@@ -220,6 +224,7 @@ _LOADERS: dict[str, Callable[[dict, str], Task]] = {
     "codechat": _from_codechat, "mbpp": _from_mbpp, "mbpp-sanitized": _from_mbpp_sanitized,
     "mbpp-originfmt": _from_mbpp_originfmt, "evalplus": _from_evalplus, "humaneval": _from_humaneval,
     **STDIO_LOADERS,
+    **answer.LOADERS,
 }
 
 
@@ -259,17 +264,35 @@ def _unique(tasks: list[Task], path) -> list[Task]:
 
 
 def load_tasks(path: str | Path, fmt: str | None = None) -> list[Task]:
-    """Load a task file (or `builtin` / `builtin:NAME` for a set shipped with codechat)."""
+    """Load a task file (or `builtin` / `builtin:NAME` for a set shipped with codechat); `A+B` joins sets."""
+    if "+" in str(path) and not Path(path).exists():
+        return _join([(p, load_tasks(p, fmt)) for p in str(path).split("+") if p])
     if str(path).startswith("builtin"):
         from codechat.tasks.builtin import load_builtin
         return load_builtin(str(path))
     return load_tasks_with_format(path, fmt)[0]
 
 
+def _join(sets: list[tuple[str, list[Task]]]) -> list[Task]:
+    """Several task sets as one list; a task_id in two sets is an error naming both."""
+    seen: dict[str, str] = {}
+    out = []
+    for name, tasks in sets:
+        for t in tasks:
+            if t.task_id in seen:
+                raise TaskFormatError(f"{name}: task_id '{t.task_id}' is also in {seen[t.task_id]}")
+            seen[t.task_id] = name
+            out.append(t)
+    return out
+
+
 def save_tasks(tasks: Iterable[Task], path: str | Path) -> None:
-    """Write tasks in our own JSONL schema."""
+    """Write tasks in our own JSONL schemas (`codechat` for code tasks, `answer` for answer tasks)."""
     with open(path, "w", encoding="utf-8") as f:
         for t in tasks:
+            if t.kind == answer.KIND:
+                f.write(json.dumps(answer.to_record(t), ensure_ascii=False) + "\n")
+                continue
             rec = {"task_id": t.task_id, "prompt": t.prompt, "tests": t.tests, "entry_point": t.entry_point,
                    "setup": t.setup, "timeout_s": t.timeout_s}
             meta = dict(t.metadata)

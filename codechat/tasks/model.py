@@ -31,15 +31,19 @@ class Task:
     """Per-task time limit in seconds; None means the verifier's default."""
     metadata: dict[str, Any] = field(default_factory=dict)
     """Everything else: `solution` (reference code), `source` format, and for evalplus files
-    `base_input`, `plus_input`, `atol` (expected outputs come from running the reference)."""
+    `base_input`, `plus_input`, `atol` (expected outputs come from running the reference); for answer tasks
+    `answer` (the reference final answer) and `accepted` (other accepted forms)."""
+    kind: str = "function"
+    """How the task is judged: `function` (a program runs against `tests` in the sandbox), `stdio` (the program
+    reads stdin and writes stdout, compared with `stdio`'s pairs), `answer` (the completion's final answer is
+    compared with `metadata["answer"]` / `metadata["accepted"]` by codechat/verifier/answer.py; `tests` empty)."""
     stdio: "StdioSpec | None" = None
     """For stdin/stdout tasks: the (input, expected output) tests and how to compare them (tasks/stdio.py);
-    `tests` is then empty. None for function tasks."""
+    `tests` is then empty. None for other kinds."""
 
-    @property
-    def kind(self) -> str:
-        """`stdio` (judged on standard output) or `function` (judged by test code)."""
-        return "stdio" if self.stdio is not None else "function"
+    def __post_init__(self):
+        if self.stdio is not None:  # the spec decides: a task built with one is a stdin/stdout task
+            self.kind = "stdio"
 
     @property
     def solution(self) -> str | None:

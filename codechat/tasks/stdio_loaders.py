@@ -162,7 +162,7 @@ def stdio_task(task_id: str, statement: str, tests, where: str, solution: str | 
                timeout_s: float | None = None, **meta) -> Task:
     if solution:
         meta["solution"] = solution
-    return Task(task_id, stdio_prompt(statement), [], None, "", timeout_s, meta, StdioSpec(tests))
+    return Task(task_id, stdio_prompt(statement), [], None, "", timeout_s, meta, stdio=StdioSpec(tests))
 
 
 def _starter_in(statement: str) -> str:

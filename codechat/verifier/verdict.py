@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-STATUSES = ("passed", "failed", "error", "syntax_error", "timeout", "memory", "no_code", "output_limit", "infra_error")
+STATUSES = ("passed", "failed", "error", "syntax_error", "timeout", "memory", "no_code", "output_limit", "infra_error",
+            "no_answer")
 """The closed set of outcomes:
 passed        every test ran and passed (attested by the verifier, not by the program)
 failed        the code ran, at least one test's assertion failed
@@ -18,6 +19,8 @@ no_code       the completion holds no code to run
 output_limit  the program printed more than the output cap
 infra_error   the verifier failed, not the program (a sandbox or Ray worker lost, a pool replaced): says nothing
               about the completion; training leaves it out of the loss and the advantages (rollout/collect.py)
+no_answer     answer tasks: no final answer found in the completion (failed = found but not equivalent;
+              timeout = the comparison ran past its limit; error = the comparison library failed)
 """
 
 

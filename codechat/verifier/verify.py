@@ -30,6 +30,7 @@ from codechat.config import VerifierConfig
 from codechat.sandbox import Job, Limits, RunResult, SandboxPool
 from codechat.tasks import Task
 from codechat.verifier.stdio import StdioRun
+from codechat.verifier.answer import KIND as ANSWER_KIND, AnswerChecker
 from codechat.verifier.verdict import Verdict
 
 _FENCE = re.compile(r"```[ \t]*([\w+#.-]*)[^\n]*\n(.*?)(?:```|\Z)", re.S)
@@ -111,6 +112,7 @@ class Verifier:
         self.workers = self.cfg.workers or os.cpu_count() or 1
         self._pool: SandboxPool | None = None
         self._lock = threading.Lock()
+        self.answers = AnswerChecker(self.cfg.answer)  # answer tasks (math): no sandbox, workers start on use
 
     # --- lifecycle ---------------------------------------------------------------------------------------------
     @property
@@ -126,6 +128,7 @@ class Verifier:
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.close()
+        self.answers.close()
 
     def __enter__(self) -> "Verifier":
         return self
@@ -150,6 +153,8 @@ class Verifier:
 
     def _tests_job(self, task: Task, completion: str) -> Job | Verdict:
         """The job that verifies `completion`, or the verdict when there is nothing to run."""
+        if task.kind == ANSWER_KIND:
+            return self.answers.check(task, completion)
         code = extract_code(completion, task)
         total = len(task.tests)
         if code is None:
