@@ -57,6 +57,8 @@ class ExecResult:
     """True when more output was produced than kept."""
     duration_s: float
     """Wall-clock seconds from start to exit (or kill)."""
+    channel: bytes = b""
+    """With `channel=True`: what the command wrote on its private result pipe (fd given as `{fd}` in argv)."""
 
 
 def safe_path(path: str) -> str:
@@ -195,19 +197,28 @@ def _launcher_env() -> dict[str, str]:
 
 
 def run_isolated(argv: list[str], workspace: Path, timeout_s: float = 10.0, limits: isolation.Limits | None = None,
-                 max_output_bytes: int = 16384, hide_paths: tuple[str, ...] = (), pass_fds: tuple[int, ...] = (),
-                 stdin: bytes = b"") -> ExecResult:
-    """Run argv (argv[0] an absolute path) with cwd = workspace under isolation; see the module docstring."""
+                 max_output_bytes: int = 16384, hide_paths: tuple[str, ...] = (), channel: bool = False,
+                 max_channel_bytes: int = 16 << 20, stdin: bytes = b"") -> ExecResult:
+    """Run argv (argv[0] an absolute path) with cwd = workspace under isolation; see the module docstring.
+    channel: open a pipe whose write end the command gets (its number replaces `{fd}` in argv)."""
     limits = limits or isolation.Limits(cpu_s=int(timeout_s) + 1, memory_mb=1024, nproc=64, nofile=256)
+    chan_r, chan_w = os.pipe() if channel else (-1, -1)
+    argv = [a.replace("{fd}", str(chan_w)) for a in argv]
     spec = {"workspace": str(Path(workspace).resolve()), "rlimits": isolation.rlimits(limits),
-            "hide": list(hide_paths), "argv": list(argv), "env": EXEC_ENV}
+            "hide": list(hide_paths), "argv": argv, "env": EXEC_ENV}
     start = time.monotonic()
     try:
         proc = subprocess.Popen([sys.executable, "-S", "-m", "codechat.sandbox.launch", json.dumps(spec)],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                env=_launcher_env(), cwd="/", start_new_session=True, pass_fds=pass_fds)
+                                env=_launcher_env(), cwd="/", start_new_session=True,
+                                pass_fds=(chan_w,) if channel else ())
     except OSError as e:
+        for fd in (chan_r, chan_w):
+            if fd >= 0:
+                os.close(fd)
         return ExecResult("error", None, f"could not start: {e}", False, 0.0)
+    if channel:
+        os.close(chan_w)
     uid = 1_000_000 + proc.pid if os.geteuid() == 0 else None  # = isolation.sandbox_uid() in the launcher
     try:
         try:
@@ -215,7 +226,8 @@ def run_isolated(argv: list[str], workspace: Path, timeout_s: float = 10.0, limi
             proc.stdin.close()
         except OSError:  # BrokenPipe: the command exited without reading
             pass
-        kept, truncated, timed_out = _read_capped(proc, start + timeout_s, max_output_bytes)
+        kept, truncated, timed_out, chan = _read_capped(proc.stdout.fileno(), chan_r, start + timeout_s,
+                                                        max_output_bytes, max_channel_bytes)
         if not timed_out:
             try:
                 proc.wait(timeout=max(0.0, start + timeout_s - time.monotonic()))
@@ -224,28 +236,33 @@ def run_isolated(argv: list[str], workspace: Path, timeout_s: float = 10.0, limi
     finally:
         isolation.reap_uid(uid, proc.pid)
         proc.stdout.close()
+        if channel:
+            os.close(chan_r)
         proc.wait()
     text = kept.decode("utf-8", errors="replace")
     if timed_out:
-        return ExecResult("timeout", None, text, truncated, time.monotonic() - start)
-    return ExecResult("ok", proc.returncode, text, truncated, time.monotonic() - start)
+        return ExecResult("timeout", None, text, truncated, time.monotonic() - start, chan)
+    return ExecResult("ok", proc.returncode, text, truncated, time.monotonic() - start, chan)
 
 
-def _read_capped(proc: subprocess.Popen, deadline: float, cap: int) -> tuple[bytes, bool, bool]:
-    """Read the command's output until EOF or the deadline, keeping the first `cap` bytes and draining the rest."""
-    fd = proc.stdout.fileno()
-    kept, truncated = bytearray(), False
-    while True:
+def _read_capped(out_fd: int, chan_fd: int, deadline: float, cap: int, chan_cap: int
+                 ) -> tuple[bytes, bool, bool, bytes]:
+    """Read output (and the channel) until both reach EOF or the deadline; keep the first `cap` bytes of output
+    (the rest is drained) and at most `chan_cap` of the channel. Returns (output, truncated, timed_out, channel)."""
+    kept, chan, truncated = bytearray(), bytearray(), False
+    open_fds = [fd for fd in (out_fd, chan_fd) if fd >= 0]
+    while open_fds:
         left = deadline - time.monotonic()
         if left <= 0:
-            return bytes(kept), truncated, True
-        ready, _, _ = select.select([fd], [], [], left)
-        if not ready:
-            continue
-        chunk = os.read(fd, 65536)
-        if not chunk:
-            return bytes(kept), truncated, False
-        room = cap - len(kept)
-        if len(chunk) > room:
-            truncated = True
-        kept += chunk[:max(0, room)]
+            return bytes(kept), truncated, True, bytes(chan)
+        ready, _, _ = select.select(open_fds, [], [], left)
+        for fd in ready:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                open_fds.remove(fd)
+            elif fd == out_fd:
+                truncated |= len(chunk) > cap - len(kept)
+                kept += chunk[:max(0, cap - len(kept))]
+            else:
+                chan += chunk[:max(0, chan_cap - len(chan))]
+    return bytes(kept), truncated, False, bytes(chan)
