@@ -105,7 +105,7 @@ def parse_diff(text: str) -> list[FilePatch]:
             if n_old != h.old_len or n_new != h.new_len:
                 raise PatchError(f"line {i}: hunk counts do not match its header (-{h.old_len} +{h.new_len})")
             fp.hunks.append(h)
-        if not fp.hunks and not fp.is_delete:
+        if not fp.hunks and not (fp.is_delete or fp.is_new):  # an empty file is created/deleted without hunks
             raise PatchError(f"line {i}: no hunks for {fp.path}")
         out.append(fp)
     if not out:
@@ -161,5 +161,8 @@ def make_diff(before: Callable[[str], str | None], changes: dict[str, str | None
                 seq[-1] += "\n\\ No newline at end of file\n"
         diff = difflib.unified_diff(al, bl, "/dev/null" if a is None else f"a/{path}",
                                     "/dev/null" if b is None else f"b/{path}")
-        parts.append("".join(diff))
+        text = "".join(diff)
+        if not text and a != b:  # an empty file created or deleted: headers only
+            text = f"--- {'/dev/null' if a is None else 'a/' + path}\n+++ {'/dev/null' if b is None else 'b/' + path}\n"
+        parts.append(text)
     return "".join(parts)
