@@ -118,8 +118,8 @@ def _apply_file(fp: FilePatch, old_text: str | None) -> str:
         raise PatchError(f"{fp.path}: patch creates the file but it already exists")
     if not fp.is_new and old_text is None:
         raise PatchError(f"{fp.path}: no such file to patch")
-    src = [] if old_text is None else old_text.split("\n")
-    had_eol = old_text is None or old_text.endswith("\n")
+    src = [] if not old_text else old_text.split("\n")
+    had_eol = not old_text or old_text.endswith("\n")
     if src and src[-1] == "" and had_eol:
         src.pop()
     out, pos, eol = [], 0, had_eol
