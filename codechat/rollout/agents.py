@@ -134,3 +134,13 @@ class ScriptedAgent:
             ids = full[:s.budget]
             out.append(Action(ids, [0.0] * len(ids), text, "stop" if len(ids) == len(full) else "length"))
         return out
+
+
+def reference_script(task: RepoTask, turn: int, last_result: str) -> str:
+    """The expert habit with the task's reference fix: run the tests, write each fixed file, run the tests again,
+    submit. Checks a task set end to end without a model (`codechat eval --model scripted:reference`)."""
+    fix = sorted((task.solution or {}).items())
+    steps = ([format_call("run_tests")] if task.visible_tests else []) + \
+        [format_call("write_file", path=p, content=c) for p, c in fix] + \
+        ([format_call("run_tests")] if task.visible_tests else []) + [format_call("submit")]
+    return steps[min(turn, len(steps) - 1)]
