@@ -43,8 +43,9 @@ def test_tools_on_a_workspace(box):
     assert call(box, "write_file", path="notes/new.py", content="x = 1\n").ok and box.ws.exists("notes/new.py")
     r = call(box, "run", code="from corelib.dates import is_leap; print(is_leap(1900))")
     assert r.ok and r.text.splitlines()[-1] == "7" and "exit 0" in r.text
-    r = call(box, "run", code="import time; time.sleep(30)")
-    assert "timeout" in r.text
+    quick = ToolBox(TASK, box.ws, AgentConfig(run_timeout_s=1))
+    r = call(quick, "run", code="import time; time.sleep(30)")
+    assert "timeout" in r.text and r.duration_s < 10
     assert not call(box, "read_file", path="../../etc/passwd").ok
 
 
@@ -150,7 +151,7 @@ def test_transcript_is_exactly_what_was_sampled_and_appended(judge, tmp_path_fac
         assert not any(tr.is_model[:tr.prompt_len])
         for turn in tr.turns:
             toks, lps = sampled[tuple(tr.tokens[:turn.model_start])]
-            assert tr.tokens[turn.model_start:turn.model_end] == toks
+            assert tr.tokens[turn.model_start:turn.model_end] == toks and len(toks) <= cfg.turn_tokens
             assert tr.logprobs[turn.model_start:turn.model_end] == lps
             assert all(tr.is_model[turn.model_start:turn.model_end])
             env = tr.tokens[turn.model_end:turn.env_end]
@@ -160,3 +161,22 @@ def test_transcript_is_exactly_what_was_sampled_and_appended(judge, tmp_path_fac
                 assert env == agent.result_ids(turn.result, bool(toks) and toks[-1] in agent.eos)
         assert sum(tr.is_model) == sum(t.model_end - t.model_start for t in tr.turns)
         assert not r.verdict.passed  # an untrained model fixes nothing
+
+
+def test_tool_workers_bound_the_threads_running_tools(judge, monkeypatch):
+    import threading
+    from codechat.rollout import tools
+    seen = set()
+    real = tools.ToolBox.call
+
+    def spy(self, c):
+        seen.add(threading.get_ident())
+        return real(self, c)
+    monkeypatch.setattr(tools.ToolBox, "call", spy)
+    jobs = [(TASK, i) for i in range(4)]
+    one = ScriptedAgent(lambda t, turn, last: format_call("list_files") if turn == 0 else format_call("submit"))
+    EpisodeRunner(one, judge, AgentConfig(tool_workers=1)).run(jobs)
+    assert len(seen) == 1
+    seen.clear()
+    EpisodeRunner(one, judge, AgentConfig(tool_workers=4)).run(jobs)
+    assert 1 < len(seen) <= 4

@@ -76,6 +76,14 @@ def test_sys_exit_during_collection_fails(judge):
     assert not v.passed
 
 
+def test_code_that_skips_its_tests_fails(judge):
+    skip = BUGGY.replace("    if x < lo:", "    import pytest\n    pytest.skip('no')\n    if x < lo:", 1)
+    v = judge.judge(TASK, {"lib/bounds.py": skip})
+    assert not v.passed and v.status == "failed"
+    v = judge.judge(TASK, {"lib/bounds.py": "import pytest\npytest.skip('all', allow_module_level=True)\n" + FIXED})
+    assert not v.passed
+
+
 def test_patched_runner_is_rejected_statically(judge):
     patch = FIXED + "\nimport _pytest.runner\n_pytest.runner.call_and_report = lambda *a, **k: None\n"
     assert judge.judge(TASK, {"lib/bounds.py": patch}).status == "rejected"

@@ -63,8 +63,9 @@ def test_quixbugs_loads_and_reference_differs(shared_data):
 
 def test_quixbugs_switch_rewrite():
     src = ("import pytest\nif pytest.use_correct:\n    from correct_python_programs.x import x\nelse:\n"
-           "    from python_programs.x import x\n\nif not pytest.run_slow: pass\n")
-    assert quixbugs_test(src) == "import pytest\nfrom python_programs.x import x\n\nif not False: pass\n"
+           "    from python_programs.x import x\n\nif not pytest.run_slow:\n    pytest.skip(\"slow\")\n")
+    assert quixbugs_test(src) == ("import pytest\nfrom python_programs.x import x\n\nif not False:\n"
+                                  "    return  # slow case, not run: \"slow\"\n")
 
 
 def test_swebench_needs_repos_on_disk(shared_data, tmp_path):

@@ -106,8 +106,11 @@ _CORRECT_SWITCH = re.compile(r"if pytest\.use_correct:\n\s+from correct_python_p
 
 
 def quixbugs_test(src: str) -> str:
-    """A QuixBugs test file without its conftest switches: imports the program under repair, runs every case."""
+    """A QuixBugs test file without its conftest switches: imports the program under repair, runs every case
+    but the two it marks slow."""
     src = _CORRECT_SWITCH.sub(lambda m: m.group(1) + "\n", src)
+    # the cases QuixBugs marks slow (minutes with the correct program) are not run: a skipped test never passes
+    src = re.sub(r'pytest\.skip\(("[^"]*")\)', r"return  # slow case, not run: \1", src)
     return src.replace("pytest.use_correct", "False").replace("pytest.run_slow", "False")
 
 
@@ -147,7 +150,8 @@ def load_quixbugs(root: Path) -> list[RepoTask]:
         if fixed.is_file():
             meta["solution"] = {path: fixed.read_text()}
         tasks.append(RepoTask(f"quixbugs/{name}", problem, files, hidden_tests={test_path: test_src},
-                              visible_tests=[test_path], limits=RepoLimits(test_timeout_s=30), metadata=meta))
+                              visible_tests=[test_path], limits=RepoLimits(max_tokens=16384, test_timeout_s=60),
+                              metadata=meta))
     if not tasks:
         raise TaskFormatError(f"{root}: no QuixBugs programs with a python_testcases/test_NAME.py")
     return tasks
