@@ -180,3 +180,24 @@ def test_tool_workers_bound_the_threads_running_tools(judge, monkeypatch):
     seen.clear()
     EpisodeRunner(one, judge, AgentConfig(tool_workers=4)).run(jobs)
     assert 1 < len(seen) <= 4
+
+
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+_args = st.dictionaries(st.sampled_from(["path", "start", "end", "pattern", "content", "old", "new", "paths", "x"]),
+                        st.one_of(st.text(max_size=12), st.integers(-5, 50), st.none(), st.lists(st.text(max_size=5),
+                                                                                                 max_size=2)),
+                        max_size=4)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.sampled_from(["list_files", "read_file", "search", "write_file", "edit", "submit", "nope"]), _args,
+       st.text(max_size=40))
+def test_fuzz_tool_calls_never_crash_nor_escape(box, name, args, noise):
+    import json
+    text = noise + "<tool_call>" + json.dumps({"name": name, "arguments": args}) + "</tool_call>"
+    res = box.call(parse_tool_call(text))
+    assert res.text.startswith(("ok", "error:"))
+    assert parse_tool_call(noise).name == "" or "<tool_call>" in noise
+    for p in box.ws.changes():
+        assert not p.startswith(("/", "..")) and not TASK.is_protected(p)
