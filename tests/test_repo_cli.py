@@ -49,3 +49,19 @@ def test_missing_swebench_repo_is_one_line(shared_data, tmp_path, capsys):
                "--repos", str(tmp_path)])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and len(err.splitlines()) == 1 and "not found under" in err
+
+
+def test_chat_drives_the_tools_by_hand(monkeypatch, capsys):
+    t = next(t for t in TASKS if t.metadata["unit"] == "is_leap")
+    (path, fixed), = t.solution.items()
+    lines = iter(["/issue", f'read_file {{"path": "{path}"}}', 'write_file {"path": "tests/test_dates.py", "content": ""}',
+                  "write_file " + json.dumps({"path": path, "content": fixed}), "/diff", "/judge", "nope", "/quit"])
+    monkeypatch.setattr("builtins.input", lambda prompt="": next(lines))
+    assert main(["chat", "--repo-task", "builtin:repo-heldout", "--task-id", t.task_id]) == 0
+    out = capsys.readouterr().out
+    assert "is_leap(1900)" in out and "   1 def is_leap(year):" in out and "is protected" in out
+    assert f"+++ b/{path}" in out and "passed: " in out and "unknown tool 'nope'" in out
+
+
+def test_chat_without_model_or_task_is_one_line(capsys):
+    assert main(["chat"]) == 2 and "needs MODEL_OR_RUN_DIR" in capsys.readouterr().err

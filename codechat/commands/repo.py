@@ -23,7 +23,7 @@ from codechat.verifier.repo import RepoJudge, RepoVerdict
 
 
 def _tasks(args) -> dict:
-    tasks = load_repo_tasks(args.tasks, repos=getattr(args, "repos", None))
+    tasks = load_repo_tasks(getattr(args, "repo_task", None) or args.tasks, repos=getattr(args, "repos", None))
     if getattr(args, "limit", 0):
         tasks = tasks[:args.limit]
     if getattr(args, "timeout", None):
@@ -125,4 +125,37 @@ def run_eval(args) -> int:
     (out / "summary.md").write_text(markdown(report.metrics, name))
     print(markdown(report.metrics, name), end="")
     print(f"episodes with transcripts: {out / 'samples.jsonl'}; summary: {out / 'summary.json'}")
+    return 0
+
+
+def run_chat(args) -> int:
+    """`codechat chat [MODEL] --repo-task TASKS [--task-id ID]`."""
+    from codechat.chat.repo import RepoChat, watch
+    tasks = _tasks(args)
+    task = tasks.get(args.task_id) if args.task_id else next(iter(tasks.values()))
+    if task is None:
+        raise CodechatError(f"--task-id {args.task_id!r}: no such task in {args.repo_task}")
+    spec = args.repo_task
+    hide = () if spec.startswith("builtin") else (str(Path(spec).expanduser().resolve().parent),)
+    with RepoJudge(hide_paths=hide) as judge:
+        if args.model:
+            agent, _ = make_agent(args.model, args)
+            (result,) = EpisodeRunner(agent, judge, AgentConfig(turn_tokens=args.max_new_tokens)).run([(task, 0)],
+                                                                                                     seed=args.seed)
+            print(watch(result))
+            return 0
+        chat = RepoChat(task, judge)
+        print(f"task {task.task_id}\n{task.problem}\n(/tools for help, /quit to leave)")
+        try:
+            while True:
+                try:
+                    line = input("tool> ")
+                except EOFError:
+                    break
+                reply = chat.handle(line)
+                if reply is None:
+                    break
+                print(reply)
+        finally:
+            chat.close()
     return 0
