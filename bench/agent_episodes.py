@@ -8,7 +8,8 @@
    at a time (max_live=1, one tool thread), reported as `sequential_episodes_per_s` and `speedup`.
 2. The same episodes with the tiny preset (untrained, random text: it mostly makes malformed calls) for
    `--model-turns` turns of `--turn-tokens` tokens, every turn of all live episodes decoded as one batch:
-   model tokens/s and the slowest episode's share of the wall time.
+   model tokens/s (over the whole wall time, and over the time in batched decodes only) and the slowest
+   episode's share of the wall time.
 Ends with one JSON line: {"episodes_per_s", "tool_calls_per_s", "model_tokens_per_s", "slowest_share",
 "sequential_episodes_per_s", "speedup", "clone_ms", "resolved", ...}.
 """
@@ -84,7 +85,8 @@ with RepoJudge() as judge:
         mres = mrun.run(mjobs)
         mwall = time.perf_counter() - t0
     model_tokens = sum(sum(r.transcript.is_model) for r in mres)
-    out.update(model_wall_s=mwall, model_tokens=model_tokens, model_tokens_per_s=model_tokens / mwall,
+    out.update(model_wall_s=mwall, model_decode_s=mrun.act_s, model_tokens=model_tokens,
+               model_tokens_per_s=model_tokens / mwall, decode_tokens_per_s=model_tokens / max(mrun.act_s, 1e-9),
                slowest_share=max(r.duration_s for r in mres) / mwall, model_batch_max=max(mrun.step_sizes),
                model_episodes_per_s=len(mres) / mwall)
 print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in out.items()}))

@@ -201,3 +201,18 @@ def test_fuzz_tool_calls_never_crash_nor_escape(box, name, args, noise):
     assert parse_tool_call(noise).name == "" or "<tool_call>" in noise
     for p in box.ws.changes():
         assert not p.startswith(("/", "..")) and not TASK.is_protected(p)
+
+
+def test_task_data_dir_is_hidden_from_run(shared_data):
+    from codechat.tasks.repo_loaders import load_repo_tasks
+    qb = shared_data / "repo" / "quixbugs"
+    task = load_repo_tasks(str(qb))[0]
+    with RepoJudge(hide_paths=(str(qb.parent),)) as j:
+        ws = j.clone(task)
+        try:
+            box = ToolBox(task, ws, AgentConfig(), j.hide_paths)
+            secret = qb / "correct_python_programs" / task.task_id.split("/")[1]
+            r = call(box, "run", code=f"print(open({str(secret) + '.py'!r}).read())")
+            assert "FileNotFoundError" in r.text and "def " not in r.text
+        finally:
+            ws.remove()

@@ -141,13 +141,15 @@ class EpisodeRunner:
         self.agent, self.judge, self.cfg = agent, judge, cfg
         self.step_sizes: list[int] = []
         """Live episodes per decode step of the last run (how full each batch was)."""
+        self.act_s = 0.0
+        """Seconds the last run spent in `Agent.act` (the batched decodes, for a model)."""
 
     def run(self, jobs: list[tuple[RepoTask, int]], seed: int = 0) -> list[EpisodeResult]:
         """Run one episode per (task, sample index); results in the order of `jobs`."""
         pending = deque(enumerate(jobs))
         live: list[tuple[int, _Live]] = []
         judged: dict[int, Future] = {}
-        self.step_sizes = []
+        self.step_sizes, self.act_s = [], 0.0
         with ThreadPoolExecutor(self.cfg.tool_workers) as pool:
             step = 0
             while pending or live:
@@ -163,7 +165,9 @@ class EpisodeRunner:
                     states = [TurnState(e.task, len(e.t.turns), e.t.tokens,
                                         min(self.cfg.turn_tokens, e.task.limits.max_tokens - len(e.t.tokens)),
                                         e.last_result) for _, e in acting]
+                    t0 = time.monotonic()
                     actions = self.agent.act(states, seed=seed * 1_000_003 + step)
+                    self.act_s += time.monotonic() - t0
                     calls = [pool.submit(self._turn, e, a) for (_, e), a in zip(acting, actions)]
                     for c in calls:
                         c.result()
