@@ -328,6 +328,21 @@ class DistConfig:
     """Collective timeout: a rank that waits longer for the others fails the run instead of hanging it."""
 
 
+# --- repository agent episodes (rollout/episode.py, rollout/tools.py) -------------------------------------------
+@dataclass
+class AgentConfig:
+    turn_tokens: int = 256
+    """Most new tokens of one model turn (also capped by the task's token budget)."""
+    max_live: int = 64
+    """Episodes advanced together: every model turn of the live ones is one batched decode."""
+    tool_workers: int = 8
+    """Threads running tool calls and final judgements of different episodes at the same time."""
+    tool_output_chars: int = 2000
+    """Longest tool result appended to the transcript; longer ones are cut, saying how much was dropped."""
+    run_timeout_s: float = 10.0
+    """Wall-clock limit of one `run` tool call."""
+
+
 @dataclass
 class RunConfig:
     """Everything one `codechat train` run needs; saved resolved as config.yaml in the run directory."""
@@ -368,3 +383,5 @@ class RunConfig:
     """Logging."""
     dist: DistConfig = field(default_factory=DistConfig)
     """Data-parallel training across processes (torchrun)."""
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    """Repository agent episodes: batching, tool output caps and timeouts."""

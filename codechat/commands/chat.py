@@ -17,8 +17,9 @@ HELP = "chat with a model in the terminal; /run and /test its answers in the san
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", metavar="MODEL_OR_RUN_DIR",
-                   help="model directory, preset name (tiny, small), or run directory (its best/last checkpoint)")
+    p.add_argument("model", metavar="MODEL_OR_RUN_DIR", nargs="?",
+                   help="model directory, preset name (tiny, small), or run directory (its best/last checkpoint); "
+                        "optional with --repo-task (then you drive the tools)")
     p.add_argument("--temperature", type=float, default=0.7, help="sampling temperature, 0 = greedy (default 0.7)")
     p.add_argument("--top-p", type=float, default=0.95, help="nucleus sampling mass (default 0.95)")
     p.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens, 0 = off (default 0)")
@@ -31,6 +32,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", help="auto, cpu or cuda[:N] (default auto)")
     p.add_argument("--dtype", default="float32", help="float32, bfloat16 or float16 (default float32)")
     p.add_argument("--once", metavar="QUESTION", help="answer QUESTION on stdout and exit (no terminal needed)")
+    p.add_argument("--repo-task", metavar="TASKS", help="a repository task set: drive its tools by hand, or with "
+                                                        "MODEL watch one episode (docs/agent.md)")
+    p.add_argument("--task-id", help="with --repo-task: which task (default: the first)")
+    p.add_argument("--repos", help="with --repo-task: directory of SWE-bench checkouts")
 
 
 def open_session(args: argparse.Namespace):
@@ -150,6 +155,12 @@ def repl(session) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.repo_task:  # a repository task: tools by hand, or one watched episode
+        from codechat.commands import repo
+        return repo.run_chat(args)
+    if not args.model:
+        from codechat import CodechatError
+        raise CodechatError("chat needs MODEL_OR_RUN_DIR (or --repo-task to drive a repository task's tools)")
     session = open_session(args)
     try:
         if args.once is not None:

@@ -30,6 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=float, default=None, help="per-program time limit in seconds")
     p.add_argument("--seed", type=int, default=0, help="sampling seed")
     p.add_argument("--compare", nargs=2, metavar=("A", "B"), help="compare two eval output directories")
+    p.add_argument("--repos", help="repository tasks: directory holding the SWE-bench checkouts (owner__name)")
 
 
 def resolve_model(path: str) -> str:
@@ -96,6 +97,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if not args.tasks:
         raise CodechatError("eval: --tasks is required (a task file or builtin[:NAME])")
+    from codechat.tasks.repo_loaders import is_repo_spec
+    if is_repo_spec(args.tasks):  # agent episodes on repository tasks
+        from codechat.commands import repo
+        return repo.run_eval(args)
     if bool(args.model) == bool(args.completions):
         raise CodechatError("eval: give exactly one of --model or --completions")
     try:

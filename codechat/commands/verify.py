@@ -33,6 +33,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                                      "exit 1 if any is judged a pass")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--cpu-time", action="store_true", help="stdin/stdout tasks: judge the time limit on CPU time")
+    p.add_argument("--repos", help="repository tasks: directory holding the SWE-bench checkouts (owner__name)")
 
 
 def _config(args):
@@ -170,6 +171,10 @@ def run_regress(args) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    from codechat.tasks.repo_loaders import is_repo_spec
+    if args.tasks and not args.regress and is_repo_spec(args.tasks):  # patches against repository tasks
+        from codechat.commands import repo
+        return repo.run_verify(args)
     if args.regress:
         return run_regress(args)
     return run_verify(args)
