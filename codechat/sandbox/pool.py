@@ -27,7 +27,18 @@ from typing import Any, Iterable, Iterator
 from codechat.sandbox import wire
 from codechat.sandbox.isolation import Limits
 
-ALL_PROTECTIONS = ("network", "private_tmp", "hidden_paths", "own_uid")
+PROTECTIONS = {  # what each layer a zygote reports as active does (`codechat verify --check` prints these)
+    "network": "network namespace: no interfaces, not even loopback",
+    "fresh_root": "fresh root: Python and site-packages read-only, own /proc, /dev, /tmp; no host files, "
+                  "no codechat tasks or checkout",
+    "pid_namespace": "PID namespace per program: everything it started dies with it",
+    "ipc_namespace": "IPC namespace per program: no SysV or POSIX IPC objects shared or kept",
+    "own_uid": "own unprivileged uid per worker: process cap, no signals or ptrace to ours, no root-only files",
+    "seccomp": "seccomp filter: no ptrace, mount, namespaces, bpf, perf, keyrings, kexec, modules; "
+               "sockets AF_UNIX only",
+}
+ALL_PROTECTIONS = tuple(PROTECTIONS)
+ALWAYS = "rlimits, own session, scrubbed env, temp cwd, separate judge process"
 _END = object()
 _warned = False
 
@@ -176,8 +187,13 @@ def missing_protections_message(active: list[str]) -> str | None:
     if not missing:
         return None
     return (f"codechat sandbox: reduced isolation on this machine; active: {', '.join(active) or 'none'} "
-            f"(+ always: rlimits, own session, scrubbed env, temp cwd, separate judge process); "
-            f"missing: {', '.join(missing)}")
+            f"(+ always: {ALWAYS}); missing: {', '.join(missing)}")
+
+
+def protection_report(active: list[str]) -> list[str]:
+    """One line per protection: active or missing, and what it does (`codechat verify --check`)."""
+    lines = [f"{'active ' if p in active else 'MISSING'} {p:<14} {d}" for p, d in PROTECTIONS.items()]
+    return lines + [f"always  {'basics':<14} {ALWAYS}"]
 
 
 class SandboxPool:
