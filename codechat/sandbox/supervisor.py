@@ -36,7 +36,7 @@ class Forker:
     """The supervisor's handle on the zygote, which does nothing but fork spares and wait for them.
 
     Requests (SOCK_SEQPACKET: one message each, fds attached): b"F" with the spare's four fds (its temp dir, at the zygote's fixed path, made ready) ->
-    reply: its pid; b"W" pid: wait for a program already killed and shown to have left nothing (no reply);
+    reply: its pid; b"W" pid: wait for a program already killed and shown to have left nothing -> reply: 0;
     b"R" pid: kill and reap the program and every process it left -> reply: its wait status."""
 
     def __init__(self, sock: socket.socket):
@@ -48,6 +48,7 @@ class Forker:
 
     def wait(self, pid: int) -> None:
         self.sock.send(_REQ.pack(b"W", pid))
+        self.reply()
 
     def reap(self, pid: int) -> int:
         self.sock.send(_REQ.pack(b"R", pid))
@@ -100,8 +101,8 @@ class Spare:
         return self._pid
 
     def collect(self, clean: bool) -> int:
-        """After `stop_program`: have the zygote wait for the program (`clean`: nothing else to do, no reply)
-        or reap it and everything it left; returns its wait status (0 when clean)."""
+        """After `stop_program`: have the zygote wait for the program (`clean`: nothing else to do) or reap it
+        and everything it left; returns its wait status (0 when clean). Returns once all of it is gone."""
         self.collected = True
         if clean:
             self.forker.wait(self.pid)
