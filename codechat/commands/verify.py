@@ -2,6 +2,7 @@
 
     codechat verify --tasks T.jsonl --completions C.jsonl --out R.jsonl [--workers N] [--timeout S] [--memory-mb M]
     codechat verify --regress tests/attacks/attacks.jsonl      # exit 1 if any known attack is judged a pass
+    codechat verify --check                                    # the sandbox protections active here
 
 A completion line is {"task_id", "completion"} (optionally "sample_id"); a result line is the verdict plus the
 ids. Unknown task ids, malformed lines and empty completions are reported (and written as results with
@@ -30,6 +31,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--regress", metavar="FILE", help="JSONL of known attacks {task, completion, description}: "
                                                      "exit 1 if any is judged a pass")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--check", action="store_true", help="start one sandbox worker and print the protections "
+                                                        "active on this machine, one per line")
 
 
 def _config(args):
@@ -163,7 +166,21 @@ def run_regress(args) -> int:
     return 1 if fooled else 0
 
 
+def run_check(args) -> int:
+    from codechat.sandbox.pool import SandboxPool, protection_report
+
+    pool = SandboxPool(1, warn=False)
+    try:
+        for line in protection_report(pool.active):
+            print(line)
+    finally:
+        pool.close()
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.check:
+        return run_check(args)
     if args.regress:
         return run_regress(args)
     return run_verify(args)

@@ -197,7 +197,7 @@ def protection_report(active: list[str]) -> list[str]:
 
 
 class SandboxPool:
-    def __init__(self, workers: int, hide_paths: tuple[str, ...] = ()):
+    def __init__(self, workers: int, hide_paths: tuple[str, ...] = (), warn: bool = True):
         self.workers = workers
         self.hide_paths = hide_paths
         self._idle: queue.Queue[Zygote | None] = queue.Queue()  # None: a slot whose zygote must be (re)started
@@ -207,7 +207,8 @@ class SandboxPool:
         self.active: list[str] = []
         for _ in range(workers):
             self._idle.put(self._start())
-        self._warn_once()
+        if warn:  # (`codechat verify --check` prints the full report instead)
+            self._warn_once()
 
     def _start(self) -> Zygote:
         z = Zygote(self.hide_paths)

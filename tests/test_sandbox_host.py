@@ -1,0 +1,327 @@
+"""What a program can reach of the host (issue 16, OS half): the fresh root, a PID and an IPC namespace per
+program, the seccomp filter, cleanup that never walks what a program built. One attack per test.
+
+Tests that need root (namespaces, mounts) skip elsewhere; the filter's logic and the iterative cleanup are
+also checked without root (a BPF interpreter run over the filter for both architectures; rmtree on a deep tree).
+"""
+import ctypes
+import os
+import struct
+import sys
+from pathlib import Path
+
+import pytest
+
+import codechat
+from codechat.cli import main
+from codechat.config import VerifierConfig
+from codechat.sandbox import isolation, seccomp
+from codechat.sandbox.pool import ALL_PROTECTIONS, Job, SandboxPool
+from codechat.tasks import Task
+from codechat.verifier.verify import Verifier
+
+ROOT = os.geteuid() == 0
+root_only = pytest.mark.skipif(not ROOT, reason="namespaces and mounts need root here")
+T = Task("probe", "", ["assert probe() == 'ok'"], "probe")
+REPO = Path(__file__).resolve().parents[1]
+ARCH = os.uname().machine
+
+
+@pytest.fixture(scope="module")
+def verifier():
+    # one worker: programs run one after the other in the same zygote, the case where they could cooperate
+    with Verifier(VerifierConfig(workers=1, timeout_s=5, memory_mb=512, nproc=32)) as v:
+        yield v
+
+
+def run(v, body: str, head: str = ""):
+    code = "import os, sys, ctypes, signal, time\n" + head + "\ndef probe():\n" + \
+        "".join(f"    {ln}\n" for ln in body.splitlines())
+    return v.verify(T, code)
+
+
+def sandbox_processes(uids: list[int]) -> list[int]:
+    found = []
+    for pid in os.listdir("/proc"):
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue
+        uid_line = next((ln for ln in status.splitlines() if ln.startswith("Uid:")), "")
+        if uid_line and int(uid_line.split()[1]) in uids:
+            found.append(int(pid))
+    return found
+
+
+# --- the fresh root ---------------------------------------------------------------------------------------------
+@root_only
+def test_a_program_cannot_import_the_reference_solutions(verifier):
+    # the attack that passed every built-in set: import codechat.tasks, find the task, run its stored solution
+    task = Task("basic/reverse_string", "Write reverse_string(s).", ["assert reverse_string('abc') == 'cba'"],
+                "reverse_string")
+    steal = ("from codechat.tasks import load_builtin\n"
+             "for t in load_builtin('builtin'):\n"
+             "    if t.entry_point == 'reverse_string':\n"
+             "        exec(t.solution)\n")
+    v = verifier.verify(task, steal)
+    assert not v.passed and v.error_type == "ModuleNotFoundError", v
+
+
+@root_only
+def test_task_files_and_the_checkout_do_not_exist_inside(verifier):
+    paths = [Path(codechat.__file__).parent / "tasks" / "data" / "basic.jsonl", REPO / "README.md",
+             REPO / "tests" / "attacks" / "attacks.jsonl", REPO.parent / "shared", Path(codechat.__file__)]
+    v = run(verifier, f"seen = [p for p in {[str(p) for p in paths]!r} if os.path.exists(p)]\n"
+                      "return 'ok' if not seen else repr(seen)")
+    assert v.passed, v.message
+
+
+@root_only
+def test_no_host_etc_home_root_run_or_user_caches(verifier):
+    v = run(verifier, "seen = [p for p in ('/etc/passwd', '/etc/hostname', '/home', '/root/.cache', '/root/.netrc', "
+                      "'/root/.cache/huggingface/token', '/root/.config/wandb', '/run', '/var/lib', '/var/log', "
+                      "'/sys', '/boot', '/opt', '/mnt') if os.path.lexists(p)]\n"
+                      "etc = sorted(os.listdir('/etc'))\n"
+                      "return 'ok' if not seen and etc == ['ld.so.cache'] else repr((seen, etc))")
+    assert v.passed, v.message
+
+
+@root_only
+def test_python_and_its_libraries_are_read_only(verifier):
+    v = run(verifier, "import json\nerrs = []\n"
+                      "for d in (os.path.dirname(os.__file__), os.path.dirname(os.path.dirname(json.__file__)), '/usr/lib', '/'):\n"
+                      "    try:\n        open(os.path.join(d, 'planted.py'), 'w').write('x = 1')\n"
+                      "        errs.append('wrote ' + d)\n"
+                      "    except OSError as e:\n        errs.append(e.errno)\n"
+                      "import errno\nreturn 'ok' if set(errs) <= {errno.EROFS, errno.EACCES} else repr(errs)")
+    assert v.passed, v.message
+
+
+@root_only
+def test_the_program_has_its_own_proc(verifier):
+    # process 1 of its namespace; /proc shows no host process (ours included) and no system-wide files
+    v = run(verifier, f"pids = [p for p in os.listdir('/proc') if p.isdigit()]\n"
+                      f"host = [p for p in ('1', '{os.getpid()}', '{os.getppid()}') if p in pids and p != '1']\n"
+                      "gone = [p for p in ('/proc/sys', '/proc/kallsyms', '/proc/kcore', '/proc/sysrq-trigger') "
+                      "if os.path.exists(p)]\n"
+                      "return 'ok' if os.getpid() == 1 and len(pids) == 1 and not host and not gone else "
+                      "repr((os.getpid(), pids, host, gone))")
+    assert v.passed, v.message
+
+
+@root_only
+def test_every_pool_gets_the_view_without_hide_paths():
+    # the view does not depend on the caller: every mode (CLI verify, train, eval, chat /run, the Ray node
+    # actors) runs programs through a SandboxPool, and a bare one, with no hide_paths, has it
+    pool = SandboxPool(1)
+    try:
+        r = pool.run(Job("tests", "import codechat.tasks\ndef f():\n    return 1\n", entry_point="f",
+                         tests=["assert f() == 1"]))
+        assert "fresh_root" in pool.active
+    finally:
+        pool.close()
+    assert r.status == "error" and r.error_type == "ModuleNotFoundError", r
+
+
+# --- cooperation across programs --------------------------------------------------------------------------------
+DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock", "/var/lock", "/dev/mqueue", "/run/shm", ".", "~")
+
+
+@root_only
+def test_two_programs_cannot_pass_data_through_files(verifier):
+    marker = f"codechat-answers-{os.getpid()}"
+    first = run(verifier, f"left = []\nfor d in {DIRS!r}:\n    try:\n"
+                          f"        open(os.path.join(os.path.expanduser(d), {marker!r}), 'w').write('42')\n"
+                          "        left.append(d)\n    except OSError:\n        pass\n"
+                          "raise ValueError(left)")
+    assert first.error_type == "ValueError" and "/tmp" in first.message  # it could write somewhere
+    second = run(verifier, f"found = [d for d in {DIRS!r} if os.path.exists(os.path.join(os.path.expanduser(d), {marker!r}))]\n"
+                           "return 'ok' if not found else repr(found)")
+    assert second.passed, second.message
+    assert not any(Path(d, marker).exists() for d in ("/tmp", "/var/tmp", "/dev/shm", "/run/lock"))  # host untouched
+
+
+SYSV = ("libc = ctypes.CDLL(None, use_errno=True)\n"
+        "libc.shmat.restype = ctypes.c_void_p\n"
+        "KEY = 0x5EC0DE\n")
+
+
+@root_only
+def test_two_programs_cannot_pass_data_through_sysv_ipc(verifier):
+    # shared memory, a message queue and a semaphore set under a fixed key: all die with the IPC namespace
+    first = run(verifier, "shm = libc.shmget(KEY, 4096, 0o1666)\naddr = libc.shmat(shm, None, 0)\n"
+                          "ctypes.memmove(addr, b'answer=42', 9)\n"
+                          "msg = libc.msgget(KEY, 0o1666)\nsem = libc.semget(KEY, 1, 0o1666)\n"
+                          "raise ValueError(shm, msg, sem)", head=SYSV)
+    assert first.error_type == "ValueError" and "-1" not in first.message, first.message  # all three made
+    second = run(verifier, "found = [n for n, f in (('shm', lambda: libc.shmget(KEY, 0, 0)), "
+                           "('msg', lambda: libc.msgget(KEY, 0)), ('sem', lambda: libc.semget(KEY, 0, 0))) if f() >= 0]\n"
+                           "return 'ok' if not found else repr(found)", head=SYSV)
+    assert second.passed, second.message
+
+
+@root_only
+def test_two_programs_cannot_pass_data_through_posix_queues(verifier):
+    head = ("rt = ctypes.CDLL('librt.so.1', use_errno=True)\n"
+            "NAME = b'/codechat-answers'\n")
+    first = run(verifier, "q = rt.mq_open(NAME, os.O_CREAT | os.O_RDWR, 0o666, None)\n"
+                          "rt.mq_send(q, b'42', 2, 0)\nraise ValueError(q)", head=head)
+    assert first.error_type == "ValueError" and first.message.split(": ")[-1] != "-1", first.message
+    second = run(verifier, "q = rt.mq_open(NAME, os.O_RDONLY)\nreturn 'ok' if q == -1 else 'found'", head=head)
+    assert second.passed, second.message
+
+
+# --- nothing outlives a verdict ---------------------------------------------------------------------------------
+@root_only
+def test_nothing_a_program_started_outlives_its_verdict(verifier):
+    # a grandchild that left the process group kills everything of the uid, again and again: the next
+    # (honest) program must never be hit, and no process of the uid may exist once the verdict is back
+    killer = ("if os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+              "        for _ in range(200000):\n            try:\n                os.kill(-1, 9)\n"
+              "            except OSError:\n                pass\n    os._exit(0)\nreturn 'ok'")
+    uids = verifier.pool.sandbox_uids()
+    for attempt in range(60):
+        run(verifier, killer)
+        left = sandbox_processes(uids)
+        assert not left, f"attempt {attempt}: {left} survived the verdict"
+        honest = run(verifier, "time.sleep(0.01)\nreturn 'ok'")
+        assert honest.passed, f"attempt {attempt}: {honest}"
+
+
+# --- cleanup never walks program-made structure ----------------------------------------------------------------
+DEEP = ("def deep(where, n):\n    os.chdir(where)\n    for _ in range(n):\n        os.mkdir('d')\n"
+        "        os.chdir('d')\n    os.chdir('/')\n")
+
+
+@root_only
+def test_a_tree_deeper_than_the_recursion_limit_does_not_poison_the_worker(verifier):
+    v = run(verifier, "start = os.getcwd()\ndeep(start, 1500)\n"
+                      "os.mkdir('/tmp/mine')\ndeep('/tmp/mine', 1500)\nreturn 'ok'", head=DEEP)
+    assert v.passed and "write_outside" in v.blocked, v
+    for _ in range(3):  # the same worker goes on, with an empty temp dir and /tmp
+        after = run(verifier, "return 'ok' if os.listdir('.') == [] and os.listdir('/tmp') == "
+                              "[os.path.basename(os.getcwd())] else repr(os.listdir('/tmp'))")
+        assert after.passed, after.message
+
+
+def test_rmtree_is_iterative_and_never_follows_links(tmp_path):
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep.txt").write_text("keep me")
+    top = tmp_path / "tree"
+    top.mkdir()
+    os.symlink(victim, top / "link")
+    fd = os.open(top, os.O_RDONLY)
+    for _ in range(3 * sys.getrecursionlimit()):  # deeper than PATH_MAX too: built through dir fds
+        os.mkdir("d", dir_fd=fd)
+        fd, old = os.open("d", os.O_RDONLY, dir_fd=fd), fd
+        os.close(old)
+    os.symlink(victim, "link", dir_fd=fd)
+    os.close(os.open("f", os.O_CREAT | os.O_WRONLY, dir_fd=fd))
+    os.close(fd)
+    isolation.rmtree(str(top))
+    assert not top.exists() and (victim / "keep.txt").read_text() == "keep me"
+
+
+# --- seccomp ----------------------------------------------------------------------------------------------------
+CLONE_NEWUSER, SIGCHLD = 0x10000000, 17
+DENIED_CALLS = {  # name -> (syscall, args): each must fail with EPERM inside
+    "ptrace_traceme": ("ptrace", (0, 0, 0, 0)),
+    "unshare_user_ns": ("unshare", (CLONE_NEWUSER,)),
+    "setns": ("setns", (0, 0)),
+    "mount_tmpfs": ("mount", (0, 0, 0, 0, 0)),
+    "bpf": ("bpf", (0, 0, 0)),
+    "perf_event_open": ("perf_event_open", (0, 0, -1, -1, 0)),
+    "keyctl": ("keyctl", (0, 0)),
+    "add_key": ("add_key", (0, 0, 0, 0, 0)),
+    "kexec_load": ("kexec_load", (0, 0, 0, 0)),
+    "userfaultfd": ("userfaultfd", (0,)),
+    "io_uring_setup": ("io_uring_setup", (1, 0)),
+}
+
+
+@root_only
+@pytest.mark.skipif(ARCH not in seccomp.AUDIT_ARCH, reason="filter for x86_64 and aarch64 only")
+@pytest.mark.parametrize("attack", sorted(DENIED_CALLS))
+def test_seccomp_denies(verifier, attack):
+    name, args = DENIED_CALLS[attack]
+    nr = seccomp.DENIED[name][0 if ARCH == "x86_64" else 1]
+    v = run(verifier, "libc = ctypes.CDLL(None, use_errno=True)\n"
+                      f"r = libc.syscall({nr}, *{args!r})\n"
+                      "return 'ok' if r == -1 and ctypes.get_errno() == 1 else repr((r, ctypes.get_errno()))")
+    assert v.passed, v.message
+
+
+@root_only
+@pytest.mark.skipif(ARCH not in seccomp.AUDIT_ARCH, reason="filter for x86_64 and aarch64 only")
+def test_seccomp_denies_clone_into_a_new_user_namespace(verifier):
+    nr = seccomp.CLONE[0 if ARCH == "x86_64" else 1]
+    v = run(verifier, "libc = ctypes.CDLL(None, use_errno=True)\n"
+                      f"r = libc.syscall({nr}, {CLONE_NEWUSER | SIGCHLD}, 0, 0, 0, 0)\n"
+                      "if r == 0:\n    os._exit(0)\n"
+                      "return 'ok' if r == -1 and ctypes.get_errno() == 1 else repr(r)")
+    assert v.passed, v.message
+
+
+@root_only
+@pytest.mark.parametrize("family", ["AF_INET", "AF_INET6", "AF_NETLINK", "AF_PACKET"])
+def test_seccomp_allows_only_unix_sockets(verifier, family):
+    v = run(verifier, f"import socket, errno\ntry:\n    socket.socket(socket.{family}, socket.SOCK_DGRAM)\n"
+                      "except OSError as e:\n    return 'ok' if e.errno == errno.EAFNOSUPPORT else repr(e)\n"
+                      "return 'made one'")
+    assert v.passed, v.message
+    assert run(verifier, "import socket\na, b = socket.socketpair()\na.send(b'x')\n"
+                         "return 'ok' if b.recv(1) == b'x' else 'no'").passed
+
+
+def _bpf_run(prog: bytes, nr: int, arch: int, arg0: int = 0) -> int:
+    """A reference BPF interpreter for the few opcodes the filter uses, over one seccomp_data."""
+    data = struct.pack("=iIQ6Q", nr, arch, 0, arg0, 0, 0, 0, 0, 0)
+    ins = [struct.unpack_from("=HBBI", prog, i) for i in range(0, len(prog), 8)]
+    pc, acc = 0, 0
+    while True:
+        code, jt, jf, k = ins[pc]
+        if code == seccomp.LD_W_ABS:
+            acc = struct.unpack_from("=I", data, k)[0]
+            pc += 1
+        elif code == seccomp.RET_K:
+            return k
+        else:
+            cond = {seccomp.JEQ_K: acc == k, seccomp.JGE_K: acc >= k, seccomp.JSET_K: bool(acc & k)}[code]
+            pc += 1 + (jt if cond else jf)
+
+
+@pytest.mark.parametrize("arch", sorted(seccomp.AUDIT_ARCH))
+def test_seccomp_filter_decides_each_call_as_documented(arch):
+    col = 0 if arch == "x86_64" else 1
+    prog, audit = seccomp.filter_program(arch), seccomp.AUDIT_ARCH[arch]
+    errno_of = lambda r: r & 0xFFFF if r & 0xFFFF0000 == seccomp.SECCOMP_RET_ERRNO else None  # noqa: E731
+    for name, nrs in seccomp.DENIED.items():
+        assert errno_of(_bpf_run(prog, nrs[col], audit)) == seccomp.EPERM, name
+    assert _bpf_run(prog, 0, audit) == seccomp.SECCOMP_RET_ALLOW  # read (x86_64) / io_setup (aarch64)
+    assert errno_of(_bpf_run(prog, seccomp.CLONE3[col], audit)) == seccomp.ENOSYS
+    assert _bpf_run(prog, seccomp.SOCKET[col], audit, arg0=1) == seccomp.SECCOMP_RET_ALLOW
+    assert errno_of(_bpf_run(prog, seccomp.SOCKET[col], audit, arg0=2)) == seccomp.EAFNOSUPPORT
+    assert _bpf_run(prog, seccomp.CLONE[col], audit, arg0=SIGCHLD) == seccomp.SECCOMP_RET_ALLOW
+    assert errno_of(_bpf_run(prog, seccomp.CLONE[col], audit, arg0=CLONE_NEWUSER | SIGCHLD)) == seccomp.EPERM
+    other = next(a for a in seccomp.AUDIT_ARCH.values() if a != audit)
+    assert _bpf_run(prog, 0, other) == seccomp.SECCOMP_RET_KILL_PROCESS  # the other architecture's numbers
+    if arch == "x86_64":
+        assert _bpf_run(prog, 0x40000000, audit) == seccomp.SECCOMP_RET_KILL_PROCESS  # x32 ABI
+
+
+@root_only
+def test_the_filter_is_on_with_no_new_privs(verifier):
+    v = run(verifier, "st = dict(ln.split(':', 1) for ln in open('/proc/self/status').read().splitlines())\n"
+                      "return 'ok' if st['Seccomp'].strip() == '2' and st['NoNewPrivs'].strip() == '1' else repr(st)")
+    assert v.passed, v.message
+
+
+# --- reporting --------------------------------------------------------------------------------------------------
+def test_verify_check_prints_one_line_per_protection(capsys):
+    rc = main(["verify", "--check"])
+    out = capsys.readouterr().out.splitlines()
+    assert rc == 0
+    for p in ALL_PROTECTIONS:
+        line = next(ln for ln in out if ln.split()[1:2] == [p])
+        assert line.startswith("active") if ROOT else line.startswith(("active", "MISSING"))
