@@ -59,8 +59,8 @@ def test_a_program_cannot_import_the_reference_solutions(verifier):
     # the attack that passed every built-in set: import codechat.tasks, find the task, run its stored solution
     task = Task("basic/reverse_string", "Write reverse_string(s).", ["assert reverse_string('abc') == 'cba'"],
                 "reverse_string")
-    steal = ("from codechat.tasks import load_builtin\n"
-             "for t in load_builtin('builtin'):\n"
+    steal = ("from codechat.tasks import load_tasks\n"
+             "for t in load_tasks('builtin'):\n"
              "    if t.entry_point == 'reverse_string':\n"
              "        exec(t.solution)\n")
     v = verifier.verify(task, steal)
