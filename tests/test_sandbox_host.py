@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import codechat
 from codechat.cli import main
@@ -212,7 +214,7 @@ def test_rmtree_is_iterative_and_never_follows_links(tmp_path):
     top.mkdir()
     os.symlink(victim, top / "link")
     fd = os.open(top, os.O_RDONLY)
-    for _ in range(3 * sys.getrecursionlimit()):  # deeper than PATH_MAX too: built through dir fds
+    for _ in range(sys.getrecursionlimit() + 1200):  # deeper than PATH_MAX too: built through dir fds
         os.mkdir("d", dir_fd=fd)
         fd, old = os.open("d", os.O_RDONLY, dir_fd=fd), fd
         os.close(old)
@@ -276,7 +278,7 @@ def test_seccomp_allows_only_unix_sockets(verifier, family):
 
 def _bpf_run(prog: bytes, nr: int, arch: int, arg0: int = 0) -> int:
     """A reference BPF interpreter for the few opcodes the filter uses, over one seccomp_data."""
-    data = struct.pack("=iIQ6Q", nr, arch, 0, arg0, 0, 0, 0, 0, 0)
+    data = struct.pack("=IIQ6Q", nr, arch, 0, arg0, 0, 0, 0, 0, 0)
     ins = [struct.unpack_from("=HBBI", prog, i) for i in range(0, len(prog), 8)]
     pc, acc = 0, 0
     while True:
@@ -325,3 +327,61 @@ def test_verify_check_prints_one_line_per_protection(capsys):
     for p in ALL_PROTECTIONS:
         line = next(ln for ln in out if ln.split()[1:2] == [p])
         assert line.startswith("active") if ROOT else line.startswith(("active", "MISSING"))
+
+
+# --- fuzz: program-made trees, and the filter against its specification -----------------------------------------
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 30), st.sampled_from(["dir", "file", "link_out", "link_up", "fifo"]),
+                          st.text("abc.-_ ", min_size=1, max_size=8)), max_size=40))
+def test_rmtree_removes_any_program_made_tree_and_nothing_else(tmp_path_factory, spec):
+    base = tmp_path_factory.mktemp("fuzz")
+    victim = base / "victim"
+    victim.mkdir()
+    (victim / "keep.txt").write_text("keep me")
+    top = base / "tree"
+    top.mkdir()
+    dirs = [top]
+    for parent, kind, name in spec:
+        where = dirs[parent % len(dirs)] / name
+        if os.path.lexists(where) or name in (".", ".."):
+            continue
+        if kind == "dir":
+            where.mkdir()
+            dirs.append(where)
+        elif kind == "file":
+            where.write_text("x")
+        elif kind == "fifo":
+            os.mkfifo(where)
+        else:
+            os.symlink(victim if kind == "link_out" else "..", where)
+    isolation.rmtree(str(top))
+    assert not os.path.lexists(top)
+    assert sorted(os.listdir(victim)) == ["keep.txt"] and (victim / "keep.txt").read_text() == "keep me"
+
+
+def _spec_decision(arch: str, nr: int, audit: int, arg0: int) -> int:
+    """What seccomp.py's docstring promises, written as plain Python (the reference for the BPF program)."""
+    col = 0 if arch == "x86_64" else 1
+    if audit != seccomp.AUDIT_ARCH[arch] or (arch == "x86_64" and nr >= 0x40000000):
+        return seccomp.SECCOMP_RET_KILL_PROCESS
+    if nr in {nrs[col] for nrs in seccomp.DENIED.values()}:
+        return seccomp.SECCOMP_RET_ERRNO | seccomp.EPERM
+    if nr == seccomp.CLONE3[col]:
+        return seccomp.SECCOMP_RET_ERRNO | seccomp.ENOSYS
+    if nr == seccomp.SOCKET[col] and arg0 & 0xFFFFFFFF != seccomp.AF_UNIX:
+        return seccomp.SECCOMP_RET_ERRNO | seccomp.EAFNOSUPPORT
+    if nr == seccomp.CLONE[col] and arg0 & seccomp.CLONE_NEW_FLAGS:
+        return seccomp.SECCOMP_RET_ERRNO | seccomp.EPERM
+    return seccomp.SECCOMP_RET_ALLOW
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(sorted(seccomp.AUDIT_ARCH)),
+       st.one_of(st.integers(0, 500), st.sampled_from([0x40000000, 0x40000029, 0xFFFFFFFF])),
+       st.sampled_from(sorted(seccomp.AUDIT_ARCH.values()) + [0x40000003]),
+       st.one_of(st.integers(0, 2**64 - 1), st.sampled_from([1, 2, 17, CLONE_NEWUSER | SIGCHLD, 1 << 32 | 2])))
+def test_seccomp_filter_matches_its_specification(arch, nr, audit, arg0):
+    assert _bpf_run(PROGRAMS[arch], nr, audit, arg0) == _spec_decision(arch, nr, audit, arg0)
+
+
+PROGRAMS = {a: seccomp.filter_program(a) for a in seccomp.AUDIT_ARCH}
