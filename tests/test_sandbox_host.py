@@ -125,6 +125,18 @@ def test_every_pool_gets_the_view_without_hide_paths():
     assert r.status == "error" and r.error_type == "ModuleNotFoundError", r
 
 
+@root_only
+def test_hide_paths_still_covers_dirs_inside_the_view():
+    # hide_paths matters inside the view only: a dir under an exposed one (here an installed package) is empty
+    import hypothesis
+    pkg = os.path.dirname(hypothesis.__file__)
+    body = f"return 'ok' if os.listdir({pkg!r}) == [] else 'visible'"
+    with Verifier(VerifierConfig(workers=1, timeout_s=5)) as plain:
+        assert not run(plain, body).passed
+    with Verifier(VerifierConfig(workers=1, timeout_s=5, hide_paths=[pkg])) as hiding:
+        assert run(hiding, body).passed
+
+
 # --- cooperation across programs --------------------------------------------------------------------------------
 DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock", "/var/lock", "/dev/mqueue", "/run/shm", ".", "~")
 
