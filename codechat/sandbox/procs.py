@@ -117,10 +117,9 @@ def serve_forks(sock: _socket.socket, uid: int | None, keep: int, tmp: str) -> N
             send(pack(pid))
         elif op == b"W":
             try:
-                waitpid(pid, 0)  # in its own PID namespace: returns once every process in it is gone
+                waitpid(pid, 0)
             except ChildProcessError:
                 pass
-            send(pack(0))  # the supervisor replies to the parent only after this: nothing outlives a verdict
         elif op == b"R":
             status = reap_program(pid, uid, keep) if pid > 0 else 0
             send(pack(status))

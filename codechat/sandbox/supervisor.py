@@ -36,7 +36,7 @@ class Forker:
     """The supervisor's handle on the zygote, which does nothing but fork spares and wait for them.
 
     Requests (SOCK_SEQPACKET: one message each, fds attached): b"F" with the spare's four fds (its temp dir, at the zygote's fixed path, made ready) ->
-    reply: its pid; b"W" pid: wait for a program already killed and shown to have left nothing -> reply: 0;
+    reply: its pid; b"W" pid: wait for a program already killed and shown to have left nothing (no reply);
     b"R" pid: kill and reap the program and every process it left -> reply: its wait status."""
 
     def __init__(self, sock: socket.socket):
@@ -48,7 +48,6 @@ class Forker:
 
     def wait(self, pid: int) -> None:
         self.sock.send(_REQ.pack(b"W", pid))
-        self.reply()
 
     def reap(self, pid: int) -> int:
         self.sock.send(_REQ.pack(b"R", pid))
@@ -93,19 +92,26 @@ class Spare:
         self._pid: int | None = None
         self.collected = False
         self.pid_ns = pid_ns  # the program is process 1 of its own PID namespace (see stop_program)
+        self.pidfd = -1
 
     @property
     def pid(self) -> int:
         if self._pid is None:
             self._pid = self.forker.reply()
+            if self.pid_ns:  # (the pid cannot be reused before the zygote reaps it, which it does on our word)
+                self.pidfd = os.pidfd_open(self._pid)
         return self._pid
 
     def collect(self, clean: bool) -> int:
         """After `stop_program`: have the zygote wait for the program (`clean`: nothing else to do) or reap it
-        and everything it left; returns its wait status (0 when clean). Returns once all of it is gone."""
+        and everything it left; returns its wait status (0 when clean). Returns once all of it is gone: the
+        program's pidfd turns readable when it has exited, which for process 1 of a PID namespace is after
+        the kernel has killed and released every other process in it."""
         self.collected = True
         if clean:
             self.forker.wait(self.pid)
+            if self.pidfd >= 0:
+                select.select([self.pidfd], [], [])
             return 0
         return self.forker.reap(self.pid)
 
@@ -114,7 +120,7 @@ class Spare:
         socket.send_fds(self.ctl, [msg], [cand_r])
 
     def close(self) -> None:
-        for fd in (self.out_r, self.ev_r):
+        for fd in (self.out_r, self.ev_r) + ((self.pidfd,) if self.pidfd >= 0 else ()):
             os.close(fd)
         self.sj.close()
         self.ctl.close()
