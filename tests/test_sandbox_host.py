@@ -1,12 +1,11 @@
 """What a program can reach of the host (issue 16, OS half): the fresh root, a PID and an IPC namespace per
-program, the seccomp filter, cleanup that never walks what a program built. One attack per test.
+program, cleanup that never walks what a program built, `verify --check`. One attack per test; the seccomp
+filter has its own file (test_sandbox_seccomp.py).
 
-Tests that need root (namespaces, mounts) skip elsewhere; the filter's logic and the iterative cleanup are
-also checked without root (a BPF interpreter run over the filter for both architectures; rmtree on a deep tree).
+Tests that need root (namespaces, mounts) skip elsewhere; the iterative cleanup is also checked without root.
 """
-import ctypes
+import json
 import os
-import struct
 import sys
 from pathlib import Path
 
@@ -17,7 +16,7 @@ from hypothesis import strategies as st
 import codechat
 from codechat.cli import main
 from codechat.config import VerifierConfig
-from codechat.sandbox import isolation, seccomp
+from codechat.sandbox import isolation
 from codechat.sandbox.pool import ALL_PROTECTIONS, Job, SandboxPool
 from codechat.tasks import Task
 from codechat.verifier.verify import Verifier
@@ -91,7 +90,8 @@ def test_no_host_etc_home_root_run_or_user_caches(verifier):
 @root_only
 def test_python_and_its_libraries_are_read_only(verifier):
     v = run(verifier, "import json\nerrs = []\n"
-                      "for d in (os.path.dirname(os.__file__), os.path.dirname(os.path.dirname(json.__file__)), '/usr/lib', '/'):\n"
+                      "for d in (os.path.dirname(os.__file__), os.path.dirname(os.path.dirname(json.__file__)),\n"
+                      "          '/usr/lib', '/'):\n"
                       "    try:\n        open(os.path.join(d, 'planted.py'), 'w').write('x = 1')\n"
                       "        errs.append('wrote ' + d)\n"
                       "    except OSError as e:\n        errs.append(e.errno)\n"
@@ -149,7 +149,8 @@ def test_two_programs_cannot_pass_data_through_files(verifier):
                           "        left.append(d)\n    except OSError:\n        pass\n"
                           "raise ValueError(left)")
     assert first.error_type == "ValueError" and "/tmp" in first.message  # it could write somewhere
-    second = run(verifier, f"found = [d for d in {DIRS!r} if os.path.exists(os.path.join(os.path.expanduser(d), {marker!r}))]\n"
+    second = run(verifier, f"found = [d for d in {DIRS!r}\n"
+                           f"         if os.path.exists(os.path.join(os.path.expanduser(d), {marker!r}))]\n"
                            "return 'ok' if not found else repr(found)")
     assert second.passed, second.message
     assert not any(Path(d, marker).exists() for d in ("/tmp", "/var/tmp", "/dev/shm", "/run/lock"))  # host untouched
@@ -168,8 +169,9 @@ def test_two_programs_cannot_pass_data_through_sysv_ipc(verifier):
                           "msg = libc.msgget(KEY, 0o1666)\nsem = libc.semget(KEY, 1, 0o1666)\n"
                           "raise ValueError(shm, msg, sem)", head=SYSV)
     assert first.error_type == "ValueError" and "-1" not in first.message, first.message  # all three made
-    second = run(verifier, "found = [n for n, f in (('shm', lambda: libc.shmget(KEY, 0, 0)), "
-                           "('msg', lambda: libc.msgget(KEY, 0)), ('sem', lambda: libc.semget(KEY, 0, 0))) if f() >= 0]\n"
+    second = run(verifier, "found = [n for n, f in (('shm', lambda: libc.shmget(KEY, 0, 0)),\n"
+                           "                       ('msg', lambda: libc.msgget(KEY, 0)),\n"
+                           "                       ('sem', lambda: libc.semget(KEY, 0, 0))) if f() >= 0]\n"
                            "return 'ok' if not found else repr(found)", head=SYSV)
     assert second.passed, second.message
 
@@ -237,100 +239,6 @@ def test_rmtree_is_iterative_and_never_follows_links(tmp_path):
     assert not top.exists() and (victim / "keep.txt").read_text() == "keep me"
 
 
-# --- seccomp ----------------------------------------------------------------------------------------------------
-CLONE_NEWUSER, SIGCHLD = 0x10000000, 17
-DENIED_CALLS = {  # name -> (syscall, args): each must fail with EPERM inside
-    "ptrace_traceme": ("ptrace", (0, 0, 0, 0)),
-    "unshare_user_ns": ("unshare", (CLONE_NEWUSER,)),
-    "setns": ("setns", (0, 0)),
-    "mount_tmpfs": ("mount", (0, 0, 0, 0, 0)),
-    "bpf": ("bpf", (0, 0, 0)),
-    "perf_event_open": ("perf_event_open", (0, 0, -1, -1, 0)),
-    "keyctl": ("keyctl", (0, 0)),
-    "add_key": ("add_key", (0, 0, 0, 0, 0)),
-    "kexec_load": ("kexec_load", (0, 0, 0, 0)),
-    "userfaultfd": ("userfaultfd", (0,)),
-    "io_uring_setup": ("io_uring_setup", (1, 0)),
-}
-
-
-@root_only
-@pytest.mark.skipif(ARCH not in seccomp.AUDIT_ARCH, reason="filter for x86_64 and aarch64 only")
-@pytest.mark.parametrize("attack", sorted(DENIED_CALLS))
-def test_seccomp_denies(verifier, attack):
-    name, args = DENIED_CALLS[attack]
-    nr = seccomp.DENIED[name][0 if ARCH == "x86_64" else 1]
-    v = run(verifier, "libc = ctypes.CDLL(None, use_errno=True)\n"
-                      f"r = libc.syscall({nr}, *{args!r})\n"
-                      "return 'ok' if r == -1 and ctypes.get_errno() == 1 else repr((r, ctypes.get_errno()))")
-    assert v.passed, v.message
-
-
-@root_only
-@pytest.mark.skipif(ARCH not in seccomp.AUDIT_ARCH, reason="filter for x86_64 and aarch64 only")
-def test_seccomp_denies_clone_into_a_new_user_namespace(verifier):
-    nr = seccomp.CLONE[0 if ARCH == "x86_64" else 1]
-    v = run(verifier, "libc = ctypes.CDLL(None, use_errno=True)\n"
-                      f"r = libc.syscall({nr}, {CLONE_NEWUSER | SIGCHLD}, 0, 0, 0, 0)\n"
-                      "if r == 0:\n    os._exit(0)\n"
-                      "return 'ok' if r == -1 and ctypes.get_errno() == 1 else repr(r)")
-    assert v.passed, v.message
-
-
-@root_only
-@pytest.mark.parametrize("family", ["AF_INET", "AF_INET6", "AF_NETLINK", "AF_PACKET"])
-def test_seccomp_allows_only_unix_sockets(verifier, family):
-    v = run(verifier, f"import socket, errno\ntry:\n    socket.socket(socket.{family}, socket.SOCK_DGRAM)\n"
-                      "except OSError as e:\n    return 'ok' if e.errno == errno.EAFNOSUPPORT else repr(e)\n"
-                      "return 'made one'")
-    assert v.passed, v.message
-    assert run(verifier, "import socket\na, b = socket.socketpair()\na.send(b'x')\n"
-                         "return 'ok' if b.recv(1) == b'x' else 'no'").passed
-
-
-def _bpf_run(prog: bytes, nr: int, arch: int, arg0: int = 0) -> int:
-    """A reference BPF interpreter for the few opcodes the filter uses, over one seccomp_data."""
-    data = struct.pack("=IIQ6Q", nr, arch, 0, arg0, 0, 0, 0, 0, 0)
-    ins = [struct.unpack_from("=HBBI", prog, i) for i in range(0, len(prog), 8)]
-    pc, acc = 0, 0
-    while True:
-        code, jt, jf, k = ins[pc]
-        if code == seccomp.LD_W_ABS:
-            acc = struct.unpack_from("=I", data, k)[0]
-            pc += 1
-        elif code == seccomp.RET_K:
-            return k
-        else:
-            cond = {seccomp.JEQ_K: acc == k, seccomp.JGE_K: acc >= k, seccomp.JSET_K: bool(acc & k)}[code]
-            pc += 1 + (jt if cond else jf)
-
-
-@pytest.mark.parametrize("arch", sorted(seccomp.AUDIT_ARCH))
-def test_seccomp_filter_decides_each_call_as_documented(arch):
-    col = 0 if arch == "x86_64" else 1
-    prog, audit = seccomp.filter_program(arch), seccomp.AUDIT_ARCH[arch]
-    errno_of = lambda r: r & 0xFFFF if r & 0xFFFF0000 == seccomp.SECCOMP_RET_ERRNO else None  # noqa: E731
-    for name, nrs in seccomp.DENIED.items():
-        assert errno_of(_bpf_run(prog, nrs[col], audit)) == seccomp.EPERM, name
-    assert _bpf_run(prog, 0, audit) == seccomp.SECCOMP_RET_ALLOW  # read (x86_64) / io_setup (aarch64)
-    assert errno_of(_bpf_run(prog, seccomp.CLONE3[col], audit)) == seccomp.ENOSYS
-    assert _bpf_run(prog, seccomp.SOCKET[col], audit, arg0=1) == seccomp.SECCOMP_RET_ALLOW
-    assert errno_of(_bpf_run(prog, seccomp.SOCKET[col], audit, arg0=2)) == seccomp.EAFNOSUPPORT
-    assert _bpf_run(prog, seccomp.CLONE[col], audit, arg0=SIGCHLD) == seccomp.SECCOMP_RET_ALLOW
-    assert errno_of(_bpf_run(prog, seccomp.CLONE[col], audit, arg0=CLONE_NEWUSER | SIGCHLD)) == seccomp.EPERM
-    other = next(a for a in seccomp.AUDIT_ARCH.values() if a != audit)
-    assert _bpf_run(prog, 0, other) == seccomp.SECCOMP_RET_KILL_PROCESS  # the other architecture's numbers
-    if arch == "x86_64":
-        assert _bpf_run(prog, 0x40000000, audit) == seccomp.SECCOMP_RET_KILL_PROCESS  # x32 ABI
-
-
-@root_only
-def test_the_filter_is_on_with_no_new_privs(verifier):
-    v = run(verifier, "st = dict(ln.split(':', 1) for ln in open('/proc/self/status').read().splitlines())\n"
-                      "return 'ok' if st['Seccomp'].strip() == '2' and st['NoNewPrivs'].strip() == '1' else repr(st)")
-    assert v.passed, v.message
-
-
 # --- reporting --------------------------------------------------------------------------------------------------
 def test_verify_check_prints_one_line_per_protection(capsys):
     rc = main(["verify", "--check"])
@@ -341,7 +249,7 @@ def test_verify_check_prints_one_line_per_protection(capsys):
         assert line.startswith("active") if ROOT else line.startswith(("active", "MISSING"))
 
 
-# --- fuzz: program-made trees, and the filter against its specification -----------------------------------------
+# --- fuzz: program-made trees ----------------------------------------------------------------------------------
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 30), st.sampled_from(["dir", "file", "link_out", "link_up", "fifo"]),
                           st.text("abc.-_ ", min_size=1, max_size=8)), max_size=40))
@@ -371,29 +279,36 @@ def test_rmtree_removes_any_program_made_tree_and_nothing_else(tmp_path_factory,
     assert sorted(os.listdir(victim)) == ["keep.txt"] and (victim / "keep.txt").read_text() == "keep me"
 
 
-def _spec_decision(arch: str, nr: int, audit: int, arg0: int) -> int:
-    """What seccomp.py's docstring promises, written as plain Python (the reference for the BPF program)."""
-    col = 0 if arch == "x86_64" else 1
-    if audit != seccomp.AUDIT_ARCH[arch] or (arch == "x86_64" and nr >= 0x40000000):
-        return seccomp.SECCOMP_RET_KILL_PROCESS
-    if nr in {nrs[col] for nrs in seccomp.DENIED.values()}:
-        return seccomp.SECCOMP_RET_ERRNO | seccomp.EPERM
-    if nr == seccomp.CLONE3[col]:
-        return seccomp.SECCOMP_RET_ERRNO | seccomp.ENOSYS
-    if nr == seccomp.SOCKET[col] and arg0 & 0xFFFFFFFF != seccomp.AF_UNIX:
-        return seccomp.SECCOMP_RET_ERRNO | seccomp.EAFNOSUPPORT
-    if nr == seccomp.CLONE[col] and arg0 & seccomp.CLONE_NEW_FLAGS:
-        return seccomp.SECCOMP_RET_ERRNO | seccomp.EPERM
-    return seccomp.SECCOMP_RET_ALLOW
 
 
-@settings(max_examples=300, deadline=None)
-@given(st.sampled_from(sorted(seccomp.AUDIT_ARCH)),
-       st.one_of(st.integers(0, 500), st.sampled_from([0x40000000, 0x40000029, 0xFFFFFFFF])),
-       st.sampled_from(sorted(seccomp.AUDIT_ARCH.values()) + [0x40000003]),
-       st.one_of(st.integers(0, 2**64 - 1), st.sampled_from([1, 2, 17, CLONE_NEWUSER | SIGCHLD, 1 << 32 | 2])))
-def test_seccomp_filter_matches_its_specification(arch, nr, audit, arg0):
-    assert _bpf_run(PROGRAMS[arch], nr, audit, arg0) == _spec_decision(arch, nr, audit, arg0)
+# --- a mixed batch through the CLI ------------------------------------------------------------------------------
+@root_only
+def test_a_mixed_batch_with_hostile_neighbours_verifies_every_honest_sample(tmp_path):
+    attacks = [json.loads(ln) for ln in (REPO / "tests" / "attacks" / "attacks.jsonl").read_text().splitlines()]
+    hostile = [a for a in attacks if a["id"] in HOST_ATTACKS]
+    assert len(hostile) == len(HOST_ATTACKS)
+    tasks = {a["task"]["task_id"]: a["task"] for a in hostile}
+    honest = {"add": "def add(a, b):\n    return a + b\n",
+              "basic/reverse_string": "def reverse_string(s):\n    return s[::-1]\n"}
+    wrong = {"add": "def add(a, b):\n    return a - b\n", "basic/reverse_string": "def reverse_string(s):\n    return s\n"}
+    rows = []
+    for rnd in range(2):
+        for a in hostile:  # each hostile sample is followed, on the same worker, by an honest and a wrong one
+            tid = a["task"]["task_id"]
+            rows += [(tid, a["completion"], "hostile"), (tid, honest[tid], "honest"), (tid, wrong[tid], "wrong")]
+    (tmp_path / "t.jsonl").write_text("".join(json.dumps(t) + "\n" for t in tasks.values()))
+    (tmp_path / "c.jsonl").write_text("".join(json.dumps({"task_id": t, "completion": c, "sample_id": k}) + "\n"
+                                              for t, c, k in rows))
+    rc = main(["verify", "--tasks", str(tmp_path / "t.jsonl"), "--completions", str(tmp_path / "c.jsonl"),
+               "--out", str(tmp_path / "r.jsonl"), "--workers", "2", "--quiet"])
+    assert rc == 0
+    got = [json.loads(ln) for ln in (tmp_path / "r.jsonl").read_text().splitlines()]
+    assert len(got) == len(rows)
+    wrong_verdicts = [(r["line"], r["sample_id"], r["status"]) for r in got
+                      if (r["sample_id"] == "honest") != (r["status"] == "passed")]
+    assert not wrong_verdicts
 
 
-PROGRAMS = {a: seccomp.filter_program(a) for a in seccomp.AUDIT_ARCH}
+HOST_ATTACKS = ("steal_reference_solution", "read_task_file_from_disk", "shared_dir_answer_cache",
+                "sysv_shm_answer_cache", "grandchild_kills_neighbours", "userns_mount_escape",
+                "deep_tree_in_tmp_and_cwd")
