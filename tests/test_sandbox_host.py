@@ -41,7 +41,7 @@ def run(v, body: str, head: str = ""):
     return v.verify(T, code)
 
 
-def sandbox_processes(uids: list[int]) -> list[int]:
+def sandbox_processes(uids: list[int]) -> list[tuple[int, str]]:
     found = []
     for pid in os.listdir("/proc"):
         try:
@@ -49,8 +49,9 @@ def sandbox_processes(uids: list[int]) -> list[int]:
         except OSError:
             continue
         uid_line = next((ln for ln in status.splitlines() if ln.startswith("Uid:")), "")
-        if uid_line and int(uid_line.split()[1]) in uids:
-            found.append(int(pid))
+        zombie = "\nState:\tZ" in status  # dead, not yet collected by the zygote: it runs nothing
+        if uid_line and int(uid_line.split()[1]) in uids and not zombie:
+            found.append((int(pid), status.split("State:")[1].split("\n")[0].strip()))
     return found
 
 

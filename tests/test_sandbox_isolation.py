@@ -39,7 +39,8 @@ def sandbox_processes(uids: list[int]) -> list[int]:
         except OSError:
             continue
         uid_line = next((ln for ln in status.splitlines() if ln.startswith("Uid:")), "")
-        if uid_line and int(uid_line.split()[1]) in uids:
+        zombie = "\nState:\tZ" in status  # dead, not yet collected by the zygote: it runs nothing
+        if uid_line and int(uid_line.split()[1]) in uids and not zombie:
             found.append(int(pid))
     return found
 
