@@ -49,7 +49,8 @@ def test_command_cannot_write_workspace_nor_reach_network(ws):
     code = ("import socket\ntry:\n    open('a.py', 'w').write('hacked')\nexcept OSError as e:\n    print('write', type(e).__name__)\n"
             "try:\n    socket.create_connection(('1.1.1.1', 80), timeout=1)\nexcept OSError as e:\n    print('net', type(e).__name__)\n")
     r = run_isolated([sys.executable, "-I", "-c", code], ws.root, timeout_s=10)
-    assert r.status == "ok" and "write PermissionError" in r.output and "net" in r.output
+    assert r.status == "ok" and ("write PermissionError" in r.output or "write OSError" in r.output)  # EROFS
+    assert "net" in r.output
     assert (ws.root / "a.py").read_text() == "x = 1\n"
 
 

@@ -2,6 +2,7 @@
 
     codechat verify --tasks T.jsonl --completions C.jsonl --out R.jsonl [--workers N] [--timeout S] [--memory-mb M]
     codechat verify --regress tests/attacks/attacks.jsonl      # exit 1 if any known attack is judged a pass
+    codechat verify --check                                    # the sandbox protections active here
 
 A completion line is {"task_id", "completion"} (optionally "sample_id"); a result line is the verdict plus the
 ids. Unknown task ids, malformed lines and empty completions are reported (and written as results with
@@ -34,6 +35,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--cpu-time", action="store_true", help="stdin/stdout tasks: judge the time limit on CPU time")
     p.add_argument("--repos", help="repository tasks: directory holding the SWE-bench checkouts (owner__name)")
+    p.add_argument("--check", action="store_true", help="start one sandbox worker and print the protections "
+                                                        "active on this machine, one per line")
 
 
 def _config(args):
@@ -170,7 +173,21 @@ def run_regress(args) -> int:
     return 1 if fooled else 0
 
 
+def run_check(args) -> int:
+    from codechat.sandbox.pool import SandboxPool, protection_report
+
+    pool = SandboxPool(1, warn=False)
+    try:
+        for line in protection_report(pool.active):
+            print(line)
+    finally:
+        pool.close()
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.check:
+        return run_check(args)
     from codechat.tasks.repo_loaders import is_repo_spec
     if args.tasks and not args.regress and is_repo_spec(args.tasks):  # patches against repository tasks
         from codechat.commands import repo

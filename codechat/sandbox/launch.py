@@ -1,8 +1,9 @@
 """Start one command of a repository workspace under the sandbox's isolation, then exec it.
 
 Run by `workspace.run_isolated` as `python -S -m codechat.sandbox.launch SPEC_JSON`, already in a session of
-its own. In order: enter fresh network + mount namespaces (`isolation.enter_namespaces`: no network, private
-/tmp, /dev/shm, /var/tmp, hidden paths; so workspaces live outside those, see `workspace.scratch_dir`),
+its own. In order: enter fresh network + mount namespaces (`isolation.enter_namespaces`: no network, the fresh
+root of rootfs.py with the workspace bound read-only at its own path; workspaces live outside the sandbox's
+/tmp, see `workspace.scratch_dir`),
 chdir into the workspace, apply the rlimits, drop to the uid of its own (`isolation.sandbox_uid()`, derived from this pid: the parent knows it),
 and exec the command with a scrubbed environment. Nothing of the command has run before the exec.
 
@@ -21,7 +22,7 @@ from codechat.sandbox import isolation
 
 def main(spec: dict) -> None:
     ws = spec["workspace"]
-    isolation.enter_namespaces(tuple(spec.get("hide", ())))
+    isolation.enter_namespaces(tuple(spec.get("hide", ())), binds=(ws, *spec.get("binds", ())))  # fresh root + workspace
     if not os.path.isdir(ws):
         raise OSError(f"workspace {ws} is not visible inside the sandbox (under a scratch dir or a hidden path?)")
     os.chdir(ws)

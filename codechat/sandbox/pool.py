@@ -27,7 +27,18 @@ from typing import Any, Iterable, Iterator
 from codechat.sandbox import wire
 from codechat.sandbox.isolation import Limits
 
-ALL_PROTECTIONS = ("network", "private_tmp", "hidden_paths", "own_uid")
+PROTECTIONS = {  # what each layer a zygote reports as active does (`codechat verify --check` prints these)
+    "network": "network namespace: no interfaces, not even loopback",
+    "fresh_root": "fresh root: Python and site-packages read-only, own /proc, /dev, /tmp; no host files, "
+                  "no codechat tasks or checkout",
+    "pid_namespace": "PID namespace per program: everything it started dies with it",
+    "ipc_namespace": "IPC namespace per program: no SysV or POSIX IPC objects shared or kept",
+    "own_uid": "own unprivileged uid per worker: process cap, no signals or ptrace to ours, no root-only files",
+    "seccomp": "seccomp filter: no ptrace, mount, namespaces, bpf, perf, keyrings, kexec, modules; "
+               "sockets AF_UNIX only",
+}
+ALL_PROTECTIONS = tuple(PROTECTIONS)
+ALWAYS = "rlimits, own session, scrubbed env, temp cwd, separate judge process"
 _END = object()
 _warned = False
 
@@ -185,12 +196,17 @@ def missing_protections_message(active: list[str]) -> str | None:
     if not missing:
         return None
     return (f"codechat sandbox: reduced isolation on this machine; active: {', '.join(active) or 'none'} "
-            f"(+ always: rlimits, own session, scrubbed env, temp cwd, separate judge process); "
-            f"missing: {', '.join(missing)}")
+            f"(+ always: {ALWAYS}); missing: {', '.join(missing)}")
+
+
+def protection_report(active: list[str]) -> list[str]:
+    """One line per protection: active or missing, and what it does (`codechat verify --check`)."""
+    lines = [f"{'active ' if p in active else 'MISSING'} {p:<14} {d}" for p, d in PROTECTIONS.items()]
+    return lines + [f"always  {'basics':<14} {ALWAYS}"]
 
 
 class SandboxPool:
-    def __init__(self, workers: int, hide_paths: tuple[str, ...] = ()):
+    def __init__(self, workers: int, hide_paths: tuple[str, ...] = (), warn: bool = True):
         self.workers = workers
         self.hide_paths = hide_paths
         self._idle: queue.Queue[Zygote | None] = queue.Queue()  # None: a slot whose zygote must be (re)started
@@ -200,7 +216,8 @@ class SandboxPool:
         self.active: list[str] = []
         for _ in range(workers):
             self._idle.put(self._start())
-        self._warn_once()
+        if warn:  # (`codechat verify --check` prints the full report instead)
+            self._warn_once()
 
     def _start(self) -> Zygote:
         z = Zygote(self.hide_paths)

@@ -196,6 +196,13 @@ def _launcher_env() -> dict[str, str]:
             "PYTHONDONTWRITEBYTECODE": "1"}
 
 
+def python_binds() -> list[str]:
+    """The interpreter's venv and site-packages dirs: the launcher runs with -S, so its own fresh root would not
+    expose them, and the command (`python -I ...`, pytest) needs them. Read-only inside; codechat stays hidden."""
+    dirs = [sys.prefix] if sys.prefix != sys.base_prefix else []
+    return dirs + [p for p in site.getsitepackages() if os.path.isdir(p)]
+
+
 def run_isolated(argv: list[str], workspace: Path, timeout_s: float = 10.0, limits: isolation.Limits | None = None,
                  max_output_bytes: int = 16384, hide_paths: tuple[str, ...] = (), channel: bool = False,
                  max_channel_bytes: int = 16 << 20, stdin: bytes = b"") -> ExecResult:
@@ -205,7 +212,7 @@ def run_isolated(argv: list[str], workspace: Path, timeout_s: float = 10.0, limi
     chan_r, chan_w = os.pipe() if channel else (-1, -1)
     argv = [a.replace("{fd}", str(chan_w)) for a in argv]
     spec = {"workspace": str(Path(workspace).resolve()), "rlimits": isolation.rlimits(limits),
-            "hide": list(hide_paths), "argv": argv, "env": EXEC_ENV}
+            "hide": list(hide_paths), "argv": argv, "env": EXEC_ENV, "binds": python_binds()}
     start = time.monotonic()
     try:
         proc = subprocess.Popen([sys.executable, "-S", "-m", "codechat.sandbox.launch", json.dumps(spec)],

@@ -34,7 +34,7 @@ from codechat.tasks.repo import RepoTask, materialize
 from codechat.verifier.patches import PatchError, apply_diff, parse_diff
 from codechat.verifier.verdict import Verdict
 
-RUNNER = str(Path(__file__).resolve().with_name("repo_runner.py"))
+RUNNER = str(Path(__file__).resolve().parents[1] / "sandbox" / "repo_runner.py")  # visible in the fresh root
 ALWAYS_PROTECTED = ("conftest.py", "pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml", "sitecustomize.py",
                     "usercustomize.py")
 SHADOW_NAMES = frozenset(sys.stdlib_module_names) | {"pytest", "_pytest", "pluggy", "iniconfig", "packaging",
