@@ -27,7 +27,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--temperature", type=float, default=1.0)
     s.add_argument("--top-p", type=float, default=1.0)
     s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--chat", action="store_true", help="wrap the prompt in the chat template")
+    s.add_argument("--chat", action="store_true", help="wrap the prompt in the chat template (a run directory "
+                   "uses the format it trained with: its model.chat, the prompt posed as a task)")
+    s.add_argument("--checkpoint", default="final", choices=["final", "best"],
+                   help="which checkpoint of a run directory (default final)")
     s.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
 
 
@@ -53,6 +56,9 @@ def run(args: argparse.Namespace) -> int:
     from codechat.config import ModelConfig, SamplingConfig
     from codechat.policy import Sampler, build_preset, load_policy
     from codechat.policy.presets import PRESETS
+    from codechat.rollout.collect import prompt_text
+    from codechat.rundir import resolve_model, run_prompt_format
+    from codechat.tasks import Task
 
     if args.action == "create":
         if args.preset not in PRESETS:
@@ -64,12 +70,15 @@ def run(args: argparse.Namespace) -> int:
         print(describe(load_policy(ModelConfig(path=str(out), device="cpu"))))
         return 0
     if args.action == "info":
-        print(describe(load_policy(ModelConfig(path=args.path, device="cpu"))))
+        print(describe(load_policy(ModelConfig(path=resolve_model(args.path), device="cpu"))))
         return 0
-    policy = load_policy(ModelConfig(path=args.path, chat=args.chat))
+    path = resolve_model(args.path, args.checkpoint)
+    trained = run_prompt_format(path)  # a run's model: pose the prompt exactly as training posed tasks
+    policy = load_policy(ModelConfig(path=path, chat=args.chat or trained == "chat"))
+    prompt = prompt_text(Task("prompt", args.prompt, [])) if trained else args.prompt
     cfg = SamplingConfig(temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens,
                          stop=args.stop, seed=args.seed)
-    batch = Sampler(policy).sample([policy.encode_prompt(args.prompt)], args.n, cfg)
+    batch = Sampler(policy).sample([policy.encode_prompt(prompt)], args.n, cfg)
     for i, text in enumerate(batch.texts):
         print(f"--- sample {i} ({batch.finish_reason[i]}, {int(batch.n_tokens[i])} tokens)")
         print(text)

@@ -22,6 +22,7 @@ from pathlib import Path
 from codechat import CodechatError
 from codechat.config import ModelConfig
 from codechat.policy import fsdp
+from codechat.rundir import resolve_model
 
 log = logging.getLogger(__name__)
 
@@ -107,8 +108,11 @@ def _write_plain(model, out: Path, state_dict: dict | None) -> None:
 
 
 def resolve_path(path: str) -> Path:
-    """Preset name -> cached build; otherwise a local directory that must exist."""
+    """Preset name -> cached build; a run directory -> its final checkpoint (codechat/rundir.py); otherwise a
+    local directory that must exist."""
     from codechat.policy.presets import PRESETS, preset_dir
+
+    path = resolve_model(path)
 
     if path in PRESETS and not Path(path).exists():
         return preset_dir(path)
