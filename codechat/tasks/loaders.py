@@ -10,11 +10,13 @@ from __future__ import annotations
 import ast
 import gzip
 import json
+import math
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from codechat.tasks.model import Task, TaskFormatError
+from codechat.tasks.splits import apply_split, split_spec
 
 FORMATS = ["codechat", "mbpp", "mbpp-sanitized", "mbpp-originfmt", "evalplus", "humaneval"]
 
@@ -126,14 +128,18 @@ def _from_codechat(rec: dict, where: str) -> Task:
     _need(rec, ["task_id", "prompt", "tests"], where)
     tests = rec["tests"]
     if isinstance(tests, str):
-        tests = [tests]
+        raise TaskFormatError(f"{where}: field 'tests' must be a list of strings, got a string (write [\"...\"])")
     if not isinstance(tests, list) or not all(isinstance(t, str) for t in tests):
         raise TaskFormatError(f"{where}: field 'tests' must be a list of strings")
+    if rec.get("metadata") is not None and not isinstance(rec["metadata"], dict):
+        raise TaskFormatError(f"{where}: field 'metadata' must be a JSON object, got "
+                              f"{type(rec['metadata']).__name__}")
     meta = dict(rec.get("metadata") or {})
     if rec.get("solution"):
         meta["solution"] = rec["solution"]
     timeout = rec.get("timeout_s")
-    if timeout is not None and (not isinstance(timeout, (int, float)) or timeout <= 0):
+    if timeout is not None and (not isinstance(timeout, (int, float)) or isinstance(timeout, bool)
+                                or not math.isfinite(timeout) or timeout <= 0):
         raise TaskFormatError(f"{where}: field 'timeout_s' must be a positive number, got {timeout!r}")
     return Task(str(rec["task_id"]), str(rec["prompt"]), tests, rec.get("entry_point"), rec.get("setup") or "",
                 timeout, meta)
@@ -195,6 +201,15 @@ _LOADERS: dict[str, Callable[[dict, str], Task]] = {
 }
 
 
+def _check_tests_parse(task: Task, where: str) -> None:
+    for i, test in enumerate(task.tests, 1):
+        try:
+            _parse(test)
+        except SyntaxError as e:
+            raise TaskFormatError(f"{where}: task '{task.task_id}': test {i} is not valid Python ({e.msg}, line "
+                                  f"{e.lineno}): {test.strip()[:60]!r}") from None
+
+
 def load_tasks_with_format(path: str | Path, fmt: str | None = None) -> tuple[list[Task], str]:
     """Load every task in `path`; returns (tasks, format). `fmt` forces a format instead of detecting it."""
     if fmt is not None and fmt not in _LOADERS:
@@ -211,6 +226,8 @@ def load_tasks_with_format(path: str | Path, fmt: str | None = None) -> tuple[li
         where = f"{path}:{lineno}"
         task = loader(rec, where)
         task.metadata.setdefault("source", fmt)
+        if fmt in FORMATS:  # the formats whose tests are Python: a test that does not parse is the file's fault
+            _check_tests_parse(task, where)
         if task.task_id in seen:
             raise TaskFormatError(f"{where}: duplicate task_id '{task.task_id}' (first at line {seen[task.task_id]})")
         seen[task.task_id] = lineno
@@ -219,11 +236,14 @@ def load_tasks_with_format(path: str | Path, fmt: str | None = None) -> tuple[li
 
 
 def load_tasks(path: str | Path, fmt: str | None = None) -> list[Task]:
-    """Load a task file (or `builtin` / `builtin:NAME` for a set shipped with codechat)."""
+    """Load a task file (or `builtin` / `builtin:NAME` for a set shipped with codechat); `FILE:SPLIT` takes
+    one split of an MBPP file (train, test, validation, prompt)."""
     if str(path).startswith("builtin"):
         from codechat.tasks.builtin import load_builtin
         return load_builtin(str(path))
-    return load_tasks_with_format(path, fmt)[0]
+    file, split = split_spec(str(path))  # `mbpp.jsonl:train` (codechat/tasks/splits.py)
+    tasks = load_tasks_with_format(file, fmt)[0]
+    return apply_split(tasks, split, str(path)) if split else tasks
 
 
 def save_tasks(tasks: Iterable[Task], path: str | Path) -> None:
