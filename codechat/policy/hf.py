@@ -140,7 +140,10 @@ def pick_device(name: str):
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise CodechatError(f"device '{name}': CUDA is not available on this machine")
-    return torch.device(name)
+    try:
+        return torch.device(name)
+    except RuntimeError:
+        raise CodechatError(f"device '{name}': expected auto, cpu or cuda[:N]") from None
 
 
 def load_tokenizer(path: Path, label: str):

@@ -11,6 +11,7 @@ import ast
 import gzip
 import json
 import math
+import zlib
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -30,8 +31,10 @@ def read_records(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
         raise TaskFormatError(f"{path}: is a directory, expected a task file")
     try:
         raw = path.read_bytes()
+        if path.suffix == ".gz" and raw[:2] != b"\x1f\x8b":
+            raise TaskFormatError(f"{path}: named .gz but not gzip-compressed (no gzip header)")
         text = (gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw).decode("utf-8")
-    except (OSError, EOFError, UnicodeDecodeError) as e:
+    except (OSError, EOFError, UnicodeDecodeError, zlib.error) as e:
         raise TaskFormatError(f"{path}: cannot read: {e}") from None
     if not text.strip():
         raise TaskFormatError(f"{path}: empty file, no tasks")
