@@ -1,8 +1,9 @@
-"""`codechat model create|info|sample`: build a preset, describe a model directory, sample from a model.
+"""`codechat model create|info|sample|export`: build a preset, describe or sample a model, export a run.
 
     codechat model create tiny --out runs/tiny          # Llama-architecture model + BPE tokenizer, HF format
     codechat model info runs/tiny                       # architecture, parameters, vocabulary, special tokens
     codechat model sample tiny --prompt "def add(a, b):" -n 2 --max-new-tokens 40
+    codechat model export runs/x --out exported/x       # clean HF dir: weights, tokenizer, template, card
 """
 from __future__ import annotations
 
@@ -19,6 +20,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     c.add_argument("--seed", type=int, default=0, help="weight-initialisation seed (default 0)")
     i = sub.add_parser("info", help="describe a model directory or preset")
     i.add_argument("path", help="model directory or preset name")
+    e = sub.add_parser("export", help="write a run's checkpoint as a clean Hugging Face model directory")
+    e.add_argument("path", help="run directory (RUN, RUN/final, RUN/best) or model directory")
+    e.add_argument("--out", required=True, help="new (or empty) output directory")
+    e.add_argument("--checkpoint", default="final", choices=["final", "best"],
+                   help="which checkpoint of a run directory (default final)")
     s = sub.add_parser("sample", help="sample completions of a prompt")
     s.add_argument("path", help="model directory or preset name")
     s.add_argument("--prompt", required=True, help="prompt text")
@@ -68,6 +74,11 @@ def run(args: argparse.Namespace) -> int:
         out = build_preset(args.preset, args.out, seed=args.seed)
         print(f"wrote {args.preset} to {out}")
         print(describe(load_policy(ModelConfig(path=str(out), device="cpu"))))
+        return 0
+    if args.action == "export":
+        from codechat.export import export
+        out = export(args.path, args.out, args.checkpoint)
+        print(f"exported {args.path} to {out} (weights, tokenizer, chat template, generation config, README.md)")
         return 0
     if args.action == "info":
         print(describe(load_policy(ModelConfig(path=resolve_model(args.path), device="cpu"))))
