@@ -66,6 +66,7 @@ class Policy:
         state_dict: the weights to write instead of the model's own (an FSDP model's gathered weights)."""
         from codechat.policy.presets import save_tokenizer
 
+        quiet_transformers()
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         model = self.model
@@ -77,6 +78,14 @@ class Policy:
             _write_plain(model, out, state_dict)
         save_tokenizer(self.tokenizer, out)
         return out
+
+
+def quiet_transformers() -> None:
+    """No tqdm bars from transformers ("Loading weights", "Writing model shards"): they garble codechat's own
+    output and progress display."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
 
 
 def _rank() -> int:
@@ -168,6 +177,7 @@ def load_policy(cfg: ModelConfig) -> Policy:
 
     if cfg.dtype not in DTYPES:
         raise CodechatError(f"dtype '{cfg.dtype}': expected one of {', '.join(DTYPES)}")
+    quiet_transformers()
     path = resolve_path(cfg.path)
     device = pick_device(cfg.device)
     tok = load_tokenizer(path, cfg.path)
