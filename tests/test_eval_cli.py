@@ -134,3 +134,18 @@ def test_codechat_compare_reports_paired_differences_across_methods():
     assert lines[1].startswith("- rloo - grpo: +0.0500 (95% paired bootstrap CI +0.0500 to +0.0500, 3 paired")
     assert lines[2].startswith("- rft - grpo: -0.0333")
     assert differences({"grpo": stats["grpo"]}, [0]) == []
+
+
+def test_completions_with_too_few_samples_for_k_say_so(tmp_path, capsys):
+    from codechat.tasks import load_tasks
+    tasks = load_tasks("builtin:toy")[:2]
+    comps = tmp_path / "c.jsonl"
+    comps.write_text("".join(json.dumps({"task_id": t.task_id, "completion": t.solution or "x"}) + "\n"
+                             for t in tasks))
+    out = tmp_path / "o"
+    assert main(["eval", "--completions", str(comps), "--tasks", "builtin:toy", "--k", "1,5", "--workers", "1",
+                 "--out", str(out)]) == 0
+    assert "pass@5 not reported: a task has only 1 completion(s)" in capsys.readouterr().err
+    summary = json.loads((out / "summary.json").read_text())
+    assert "pass@1" in summary["metrics"] and "pass@5" not in summary["metrics"]
+    assert summary["provenance"]["completions"] == str(comps)

@@ -77,3 +77,5 @@ def test_not_gzip_gz_is_one_line(tmp_path, capsys, content, message):
 def test_eval_negative_workers_is_refused_not_a_hang(capsys):
     assert main(["eval", "--completions", "x.jsonl", "--tasks", "builtin:toy", "--workers", "-2"]) == 2
     assert "verifier workers must be >= 0 (0 = one per CPU core), got -2" in capsys.readouterr().err
+    assert main(["eval", "--completions", "x.jsonl", "--tasks", "builtin:toy", "--timeout", "-1"]) == 2
+    assert "--timeout must be a positive number of seconds, got -1.0" in capsys.readouterr().err

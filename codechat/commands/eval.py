@@ -173,7 +173,9 @@ def run(args: argparse.Namespace) -> int:
     out = out_dir(args, name)
     check_out(out, prov)
     vcfg = VerifierConfig(workers=args.workers, backend=args.verifier_backend)
-    if args.timeout:
+    if args.timeout is not None:
+        if not args.timeout > 0:
+            raise CodechatError(f"eval: --timeout must be a positive number of seconds, got {args.timeout}")
         vcfg.timeout_s = args.timeout
     with make_verifier(vcfg) as verifier:
         if args.completions:

@@ -177,6 +177,9 @@ def evaluate_completions(verifier, tasks: list[Task], path: str, ks: list[int]) 
     records = score_records(verifier, [(by_id[t], c) for t, _, c in triples])
     for rec, (_, s, _) in zip(records, triples):
         rec["sample"] = s
-    ks = [k for k in ks if records and k <= min(sum(1 for r in records if r["task_id"] == t)
-                                                for t in {r["task_id"] for r in records})]
-    return summarize(records, ks or [1])
+    fewest = min(Counter(r["task_id"] for r in records).values()) if records else 0
+    dropped = [k for k in ks if k > fewest]
+    if dropped:
+        print(f"warning: pass@{','.join(map(str, dropped))} not reported: a task has only {fewest} completion(s) "
+              f"(k must be <= the samples of every task)", file=sys.stderr)
+    return summarize(records, [k for k in ks if k <= fewest] or [1])
