@@ -5,6 +5,8 @@ Unknown keys and values of the wrong type fail with one line naming the key and 
 from __future__ import annotations
 
 import dataclasses
+import math
+import re
 import types
 import typing
 from pathlib import Path
@@ -151,6 +153,7 @@ def validate(cfg: RunConfig) -> None:
     for key, ok in checks:
         if not ok:
             raise ConfigError(f"{key}: invalid value")
+    check_ranges(cfg)
     if cfg.dist.parallel == "fsdp" and cfg.model.lora_r > 0:
         raise ConfigError("dist.parallel=fsdp: not with LoRA (model.lora_r > 0); LoRA training fits one device, "
                           "use dist.parallel=ddp")
@@ -166,6 +169,22 @@ def validate(cfg: RunConfig) -> None:
         check_answer_config(cfg.verifier.answer)
     except CodechatError as e:
         raise ConfigError(str(e)) from None
+
+
+def check_ranges(cfg: RunConfig) -> None:
+    """Values that would hang the verifier, crash late or evaluate nothing: refused with the allowed range."""
+    v, e = cfg.verifier, cfg.eval
+    if v.workers < 0:
+        raise ConfigError(f"verifier.workers: expected >= 0 (0 = one per CPU core), got {v.workers}")
+    if not (math.isfinite(v.timeout_s) and v.timeout_s > 0):
+        raise ConfigError(f"verifier.timeout_s: expected a positive number of seconds, got {v.timeout_s}")
+    if e.n < 1:
+        raise ConfigError(f"eval.n: expected >= 1 (samples per task for pass@k), got {e.n}")
+    bad = [k for k in e.k if not 1 <= k <= e.n]
+    if bad or not e.k:
+        raise ConfigError(f"eval.k: every k must be in 1..eval.n ({e.n}), got {e.k}")
+    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?|mps", cfg.model.device):
+        raise ConfigError(f"model.device: expected auto, cpu, cuda or cuda:N, got '{cfg.model.device}'")
 
 
 def save_config(cfg: RunConfig, path: str | Path) -> None:

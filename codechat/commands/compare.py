@@ -131,6 +131,21 @@ def table(stats: dict[str, list[dict]], sft_pass1: float, target: float, budget:
     return "\n".join(out)
 
 
+def differences(stats: dict[str, list[dict]], seeds: list[int]) -> list[str]:
+    """Final held-out pass@1 of each method minus the first method's, with a bootstrap interval paired by seed
+    (run i of every method used seed i: same SFT start and data order). Few seeds make it coarse."""
+    from codechat.evaluation.stats import paired_bootstrap
+
+    methods = list(stats)
+    if len(methods) < 2:
+        return []
+    base = [r["final_pass1"] for r in stats[methods[0]]]
+    lines = [f"Difference in final pass@1 from {methods[0]}, paired by seed ({len(seeds)} seeds):"]
+    for m in methods[1:]:
+        lines.append(f"- {m} - {methods[0]}: {paired_bootstrap(base, [r['final_pass1'] for r in stats[m]])}")
+    return lines
+
+
 def plot(curves: dict[str, list[list[tuple[int, float]]]], sft_pass1: float, out: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
@@ -158,7 +173,7 @@ def plot(curves: dict[str, list[list[tuple[int, float]]]], sft_pass1: float, out
 def sft_model(args, out: Path, cfg) -> tuple[str, float]:
     """The SFT model directory (training it with the demo's settings if --sft is not given) and its held-out
     pass@1 under the runs' eval settings (evaluated once, cached in OUT/sft_eval.json)."""
-    from codechat.commands.eval import resolve_model
+    from codechat.rundir import resolve_model
 
     src = Path(args.sft) if args.sft else out / "sft"
     if not args.sft:
@@ -205,7 +220,7 @@ def run(args: argparse.Namespace) -> int:
                               *method_overrides(m, args.budget, base), *args.overrides])
             stats.setdefault(m, []).append(run_stats(run_dir, target))
             curves.setdefault(m, []).append(curve(run_dir))
-    text = table(stats, sft_pass1, target, args.budget)
+    text = "\n\n".join([table(stats, sft_pass1, target, args.budget), "\n".join(differences(stats, seeds))])
     (out / "compare.md").write_text(text + "\n\n![pass@1 vs samples](compare.png)\n")
     (out / "compare.json").write_text(json.dumps({"sft_model": model, "sft_pass1": sft_pass1, "target": target,
                                                   "budget": args.budget, "seeds": seeds, "runs": stats,

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from codechat import CodechatError
-from codechat.config import AgentConfig, SamplingConfig
+from codechat.config import AgentConfig, EvalConfig, SamplingConfig
 from codechat.rollout.agents import ModelAgent, ScriptedAgent, reference_script
 from codechat.rollout.episode import EpisodeRunner
 from codechat.tasks.repo_loaders import load_repo_tasks
@@ -101,15 +101,31 @@ def markdown(metrics: dict, name: str) -> str:
     return "\n".join([f"| {name} | |", "|---|---|"] + [f"| {k} | {v:.4g} |" for k, v in metrics.items()]) + "\n"
 
 
+def _eval_defaults(args) -> None:
+    """`codechat eval` leaves unset flags None (their defaults come from a run's config); repository tasks take
+    the config defaults: eval.n, eval.k, eval.temperature, the agent's tokens per turn, seed 0."""
+    ev, sampling = EvalConfig(), SamplingConfig()
+    args.n = ev.n if args.n is None else args.n
+    args.k = ",".join(map(str, ev.k)) if args.k is None else args.k
+    args.temperature = ev.temperature if args.temperature is None else args.temperature
+    args.top_p = sampling.top_p if args.top_p is None else args.top_p
+    args.max_new_tokens = AgentConfig().turn_tokens if args.max_new_tokens is None else args.max_new_tokens
+    args.seed = 0 if args.seed is None else args.seed
+    if args.n < 1:
+        raise CodechatError(f"eval: --n must be >= 1 (episodes per task), got {args.n}")
+
+
 def run_eval(args) -> int:
     from codechat.evaluation.repo_eval import evaluate_episodes
+    _eval_defaults(args)
     if not args.model:
         raise CodechatError("eval on repository tasks needs --model (a model, or scripted:reference)")
     try:
         ks = sorted({int(k) for k in args.k.split(",") if k.strip()})
     except ValueError:
         raise CodechatError(f"eval: --k must be comma-separated integers, got '{args.k}'") from None
-    ks = [k for k in ks if k <= args.n] or [1]
+    if any(k > args.n or k < 1 for k in ks):
+        raise CodechatError(f"eval: every --k must be in 1..n={args.n}, got '{args.k}'")
     tasks = list(_tasks(args).values())
     agent, name = make_agent(args.model, args)
     cfg = AgentConfig(turn_tokens=args.max_new_tokens)

@@ -43,6 +43,8 @@ def _config(args):
     from codechat.config import VerifierConfig
     cfg = VerifierConfig()
     if args.workers is not None:
+        if args.workers < 0:
+            raise CodechatError(f"--workers must be >= 0 (0 = one per CPU core), got {args.workers}")
         cfg.workers = args.workers
     if args.timeout is not None:
         if args.timeout <= 0:
@@ -104,6 +106,8 @@ def run_verify(args) -> int:
 
     if not (args.tasks and args.completions and args.out):
         raise CodechatError("verify needs --tasks, --completions and --out (or --regress FILE)")
+    if not Path(args.out).resolve().parent.is_dir():
+        raise CodechatError(f"--out {args.out}: directory {Path(args.out).parent} does not exist")
     tasks = {t.task_id: t for t in load_tasks(args.tasks)}
     warnings: list[str] = []
     rows = read_completions(args.completions, set(tasks), warnings.append)

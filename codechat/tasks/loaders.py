@@ -12,6 +12,8 @@ from __future__ import annotations
 import ast
 import gzip
 import json
+import math
+import zlib
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -20,6 +22,7 @@ from codechat.tasks import answer
 from codechat.tasks.model import Task, TaskFormatError
 from codechat.tasks.stdio import spec_from_record, spec_to_record
 from codechat.tasks.stdio_loaders import STDIO_LOADERS, detect_stdio_format, load_apps_dir
+from codechat.tasks.splits import apply_split, split_spec
 
 FORMATS = ["codechat", "mbpp", "mbpp-sanitized", "mbpp-originfmt", "evalplus", "humaneval", *STDIO_LOADERS,
            *answer.LOADERS]
@@ -34,8 +37,10 @@ def read_records(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
         raise TaskFormatError(f"{path}: is a directory, expected a task file")
     try:
         raw = path.read_bytes()
+        if path.suffix == ".gz" and raw[:2] != b"\x1f\x8b":
+            raise TaskFormatError(f"{path}: named .gz but not gzip-compressed (no gzip header)")
         text = (gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw).decode("utf-8")
-    except (OSError, EOFError, UnicodeDecodeError) as e:
+    except (OSError, EOFError, UnicodeDecodeError, zlib.error) as e:
         raise TaskFormatError(f"{path}: cannot read: {e}") from None
     if not text.strip():
         raise TaskFormatError(f"{path}: empty file, no tasks")
@@ -154,12 +159,16 @@ def _from_codechat(rec: dict, where: str) -> Task:
         raise TaskFormatError(f"{where}: field 'kind' must be 'function' or 'stdio', got {rec.get('kind')!r}")
     tests = rec["tests"]
     if isinstance(tests, str):
-        tests = [tests]
+        raise TaskFormatError(f"{where}: field 'tests' must be a list of strings, got a string (write [\"...\"])")
+    if rec.get("metadata") is not None and not isinstance(rec["metadata"], dict):
+        raise TaskFormatError(f"{where}: field 'metadata' must be a JSON object, got "
+                              f"{type(rec['metadata']).__name__}")
     meta = dict(rec.get("metadata") or {})
     if rec.get("solution"):
         meta["solution"] = rec["solution"]
     timeout = rec.get("timeout_s")
-    if timeout is not None and (not isinstance(timeout, (int, float)) or timeout <= 0):
+    if timeout is not None and (not isinstance(timeout, (int, float)) or isinstance(timeout, bool)
+                                or not math.isfinite(timeout) or timeout <= 0):
         raise TaskFormatError(f"{where}: field 'timeout_s' must be a positive number, got {timeout!r}")
     if rec.get("kind") == "stdio":
         return Task(str(rec["task_id"]), str(rec["prompt"]), [], None, "", timeout, meta,
@@ -228,6 +237,15 @@ _LOADERS: dict[str, Callable[[dict, str], Task]] = {
 }
 
 
+def _check_tests_parse(task: Task, where: str) -> None:
+    for i, test in enumerate(task.tests, 1):
+        try:
+            _parse(test)
+        except SyntaxError as e:
+            raise TaskFormatError(f"{where}: task '{task.task_id}': test {i} is not valid Python ({e.msg}, line "
+                                  f"{e.lineno}): {test.strip()[:60]!r}") from None
+
+
 def load_tasks_with_format(path: str | Path, fmt: str | None = None) -> tuple[list[Task], str]:
     """Load every task in `path`; returns (tasks, format). `fmt` forces a format instead of detecting it."""
     if fmt is not None and fmt not in _LOADERS:
@@ -246,6 +264,8 @@ def load_tasks_with_format(path: str | Path, fmt: str | None = None) -> tuple[li
         where = f"{path}:{lineno}"
         task = loader(rec, where)
         task.metadata.setdefault("source", fmt)
+        if fmt in FORMATS:  # the formats whose tests are Python: a test that does not parse is the file's fault
+            _check_tests_parse(task, where)
         if task.task_id in seen:
             raise TaskFormatError(f"{where}: duplicate task_id '{task.task_id}' (first at line {seen[task.task_id]})")
         seen[task.task_id] = lineno
@@ -264,13 +284,16 @@ def _unique(tasks: list[Task], path) -> list[Task]:
 
 
 def load_tasks(path: str | Path, fmt: str | None = None) -> list[Task]:
-    """Load a task file (or `builtin` / `builtin:NAME` for a set shipped with codechat); `A+B` joins sets."""
+    """Load a task file (or `builtin` / `builtin:NAME` for a set shipped with codechat); `A+B` joins sets;
+    `FILE:SPLIT` takes one split of an MBPP file (train, test, validation, prompt)."""
     if "+" in str(path) and not Path(path).exists():
         return _join([(p, load_tasks(p, fmt)) for p in str(path).split("+") if p])
     if str(path).startswith("builtin"):
         from codechat.tasks.builtin import load_builtin
         return load_builtin(str(path))
-    return load_tasks_with_format(path, fmt)[0]
+    file, split = split_spec(str(path))  # `mbpp.jsonl:train` (codechat/tasks/splits.py)
+    tasks = load_tasks_with_format(file, fmt)[0]
+    return apply_split(tasks, split, str(path)) if split else tasks
 
 
 def _join(sets: list[tuple[str, list[Task]]]) -> list[Task]:

@@ -15,6 +15,7 @@ import torch
 from codechat import CodechatError
 from codechat.config import RunConfig
 from codechat.configio import load_config, save_config
+from codechat.tasks.splits import warn_overlap
 from codechat.train.checkpoint import Checkpointer, TrainState
 from codechat.train.common import Context
 
@@ -63,6 +64,7 @@ def _load_task_sets(cfg: RunConfig):
     if cfg.data.max_eval_tasks:
         evals = evals[:cfg.data.max_eval_tasks]
         extra = {k: v[:cfg.data.max_eval_tasks] for k, v in extra.items()}
+    warn_overlap(train, {**({cfg.data.eval: evals} if evals else {}), **extra}, cfg.data.train)
     return train, evals, extra
 
 

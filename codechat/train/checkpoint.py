@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from codechat import CodechatError
+from codechat.rundir import update_links
 
 
 @dataclass
@@ -93,17 +94,23 @@ class Checkpointer:
         name = f"step-{state.global_step:07d}"
         final, tmp = self.dir / name, self.dir / f"{name}.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        policy.save(tmp / "model", state_dict=weights)
-        torch.save({"optimizer": opt_state,
-                    "scheduler": scheduler.state_dict() if scheduler else None,
-                    "rng": rng_state()}, tmp / "trainer.pt")
-        (tmp / "state.json").write_text(json.dumps(asdict(state), indent=1))
-        _fsync_tree(tmp)
+        try:
+            tmp.mkdir(parents=True)
+            policy.save(tmp / "model", state_dict=weights)
+            torch.save({"optimizer": opt_state,
+                        "scheduler": scheduler.state_dict() if scheduler else None,
+                        "rng": rng_state()}, tmp / "trainer.pt")
+            (tmp / "state.json").write_text(json.dumps(asdict(state), indent=1))
+            _fsync_tree(tmp)
+        except (OSError, RuntimeError) as e:  # e.g. ENOSPC: drop the partial copy, keep every finished one
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise CodechatError(f"{final}: checkpoint not written ({e}); the earlier checkpoints are intact, "
+                                f"--resume starts from the latest") from None
         if final.exists():  # re-saving the same step (e.g. stage end right after a periodic save)
             shutil.rmtree(final)
         os.replace(tmp, final)
         _fsync_tree(self.dir)
+        update_links(self.dir.parent, final, state.best_checkpoint)  # RUN/final, RUN/best (codechat/rundir.py)
         self._rotate(state)
         return final
 
