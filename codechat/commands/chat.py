@@ -37,7 +37,7 @@ def open_session(args: argparse.Namespace):
     """Load the model (clear one-line errors for missing or broken paths) and build the ChatSession."""
     from codechat import CodechatError
     from codechat.chat.session import ChatSession
-    from codechat.commands.eval import resolve_model
+    from codechat.train.checkpoint import resolve_model
     from codechat.config import ModelConfig, SamplingConfig, VerifierConfig
     from codechat.policy import load_policy
     from codechat.policy.sampler import validate

@@ -32,23 +32,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compare", nargs=2, metavar=("A", "B"), help="compare two eval output directories")
 
 
-def resolve_model(path: str) -> str:
-    """A run directory means its best checkpoint (else the latest); anything else is passed through."""
-    from codechat.train.checkpoint import Checkpointer, TrainState
-
-    p = Path(path)
-    if (p / "checkpoints").is_dir():
-        ck = Checkpointer(p)
-        latest = ck.latest()
-        if latest is None:
-            from codechat import CodechatError
-            raise CodechatError(f"{p}: run directory has no complete checkpoint")
-        state, _ = ck.load_state(latest)
-        best = p / "checkpoints" / state.best_checkpoint if state.best_checkpoint else None
-        return str((best if best and best.is_dir() else latest) / "model")
-    return path
-
-
 def markdown_table(metrics: dict, name: str) -> str:
     keys = [k for k in metrics if k.startswith(("pass@", "greedy", "base", "plus"))] + \
            [k for k in metrics if k.startswith("status/")] + [k for k in ("mean_len", "tokens_per_s") if k in metrics]
@@ -120,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             from codechat.config import ModelConfig
             from codechat.policy import load_policy
+            from codechat.train.checkpoint import resolve_model
             policy = load_policy(ModelConfig(path=resolve_model(args.model)))
             sampling = SamplingConfig(top_p=args.top_p, max_new_tokens=args.max_new_tokens, seed=args.seed)
             report = evaluate_policy(policy, verifier, tasks, n=args.n, ks=ks, temperature=args.temperature,

@@ -19,6 +19,8 @@ import numpy as np
 import torch
 
 from codechat import CodechatError
+from codechat.policy.fsdp import full_state_dict, is_sharded, optimizer_state
+from codechat.train import dist
 
 
 @dataclass
@@ -83,9 +85,6 @@ class Checkpointer:
     def save(self, policy, state: TrainState, optimizer=None, scheduler=None) -> Path | None:
         """Called by every rank (under FSDP the weights and optimizer state are gathered first); rank 0 writes
         and returns the checkpoint, the others return None."""
-        from codechat.policy.fsdp import full_state_dict, is_sharded, optimizer_state
-        from codechat.train import dist
-
         weights = full_state_dict(policy.model) if is_sharded(policy.model) else None
         opt_state = optimizer_state(policy.model, optimizer) if optimizer else None
         if not dist.is_main():
@@ -123,3 +122,17 @@ class Checkpointer:
         except (OSError, ValueError, TypeError, RuntimeError) as e:
             raise CodechatError(f"{ckpt}: unreadable checkpoint: {e}") from None
         return state, trainer
+
+
+def resolve_model(path: str) -> str:
+    """A run directory means its best checkpoint's model (else the latest's); anything else is passed through."""
+    p = Path(path)
+    if (p / "checkpoints").is_dir():
+        ck = Checkpointer(p)
+        latest = ck.latest()
+        if latest is None:
+            raise CodechatError(f"{p}: run directory has no complete checkpoint")
+        state, _ = ck.load_state(latest)
+        best = p / "checkpoints" / state.best_checkpoint if state.best_checkpoint else None
+        return str((best if best and best.is_dir() else latest) / "model")
+    return path

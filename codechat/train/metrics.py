@@ -9,7 +9,12 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+
+from codechat import CodechatError
 from codechat.config import LogConfig
+from codechat.jsonl import read_records
+from codechat.plotting import figure, save
 
 
 def _clean(v: Any) -> Any:
@@ -29,13 +34,13 @@ class MetricsLogger:
         self.tb = self.wandb = None
         self.progress = cfg.progress
         if cfg.tensorboard:
-            try:
+            try:  # tensorboard: optional extra, imported on use
                 from torch.utils.tensorboard import SummaryWriter
                 self.tb = SummaryWriter(str(Path(run_dir) / "tb"))
             except ImportError:
                 warnings.warn("log.tensorboard=true but tensorboard is not installed (pip install 'codechat[tensorboard]')")
         if cfg.wandb:
-            try:
+            try:  # wandb: optional extra, imported on use
                 import wandb
                 self.wandb = wandb.init(project=cfg.wandb_project, dir=str(run_dir), config=run_config or {})
             except ImportError:
@@ -67,11 +72,7 @@ class MetricsLogger:
             v = rec.get(key)
             if v is not None:
                 parts.append(f"{label} {v:.3f}" if isinstance(v, float) else f"{label}{' ' if label else ''}{v}")
-        try:
-            from rich.console import Console
-            Console(stderr=True, highlight=False, soft_wrap=True).print(" | ".join(parts))
-        except ImportError:  # pragma: no cover
-            print(" | ".join(parts))
+        Console(stderr=True, highlight=False, soft_wrap=True).print(" | ".join(parts))
 
     def close(self) -> None:
         self.file.close()
@@ -84,9 +85,8 @@ class MetricsLogger:
 def read_metrics(run_dir: str | Path) -> list[dict]:
     path = Path(run_dir) / "metrics.jsonl"
     if not path.is_file():
-        from codechat import CodechatError
         raise CodechatError(f"{run_dir}: no metrics.jsonl (not a codechat run directory?)")
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return read_records(path, "metrics file")
 
 
 PANELS = [("reward_mean", "pass_rate"), ("eval/pass@1", "eval/greedy_pass@1"), ("loss",), ("kl", "entropy"),
@@ -95,15 +95,12 @@ PANELS = [("reward_mean", "pass_rate"), ("eval/pass@1", "eval/greedy_pass@1"), (
 
 def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
     """Draw the main curves of a run to RUN_DIR/curves.png."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     rows = read_metrics(run_dir)
     out = Path(out or Path(run_dir) / "curves.png")
     panels = [p for p in PANELS if any(k in r for r in rows for k in p)]
-    fig, axes = plt.subplots(1, max(len(panels), 1), figsize=(4 * max(len(panels), 1), 3.2), squeeze=False)
-    for ax, keys in zip(axes[0], panels):
+    n = max(len(panels), 1)
+    fig, axes = figure(4 * n, 3.2, ncols=n)
+    for ax, keys in zip(axes if n > 1 else [axes], panels):
         for k in keys:
             pts = [(r["step"], r[k]) for r in rows if r.get(k) is not None]
             if pts:
@@ -111,7 +108,4 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
         ax.set_xlabel("step")
         ax.legend(fontsize=7)
         ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(out, dpi=90)
-    plt.close(fig)
-    return out
+    return save(fig, out, dpi=90)
