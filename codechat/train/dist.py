@@ -14,6 +14,11 @@ How the one-process update is kept exact (tests/test_dist.py checks it: 2 ranks 
   the seq-mean modes): each micro-batch's loss is weighted by `units(micro) / all_sum(units(minibatch))` and the
   gradients are summed (`sync_grads`). A mean of per-rank means would weigh a rank's tokens by its batch size.
   The same weighting makes gradient accumulation equal the full minibatch in one process too.
+- `rl.minibatch_size` counts samples over all ranks: `minibatch_plan` cuts one permutation of the global rows
+  (the same seed on every rank) into minibatches, and each rank trains on its rows of each; the number of
+  optimizer steps and what each step sees do not depend on the world size (grad_norm: of the summed gradient);
+- difficulty weights are normalised over the samples of all ranks (`mean_one`), the tracker updated with every
+  rank's pass results (`all_items`), so every rank holds the same rates;
 - parameters are broadcast from rank 0 at the start; all ranks then apply identical updates.
 Logs, metrics.jsonl, rollouts.jsonl, checkpoints and the stage-start copy are written by rank 0 only (metrics are
 means over ranks, sample counts sums). Resume works on any world size: the data position is global.
