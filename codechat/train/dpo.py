@@ -131,6 +131,7 @@ def run_dpo(ctx: Context) -> None:
             metrics.update({f"dpo/{k}" if k not in ("loss", "grad_norm") else k: float(v) for k, v in m.items()})
         else:
             metrics["skipped_update"] = 1.0
+        metrics["lr"] = opt.param_groups[0]["lr"]  # this step's
         sched.step()
         metrics["dpo/pairs"] = len(batch)
         metrics["time/update_s"] = time.perf_counter() - t0
