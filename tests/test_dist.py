@@ -61,8 +61,8 @@ def vocab() -> int:
 
 
 def update(r: Rollouts, tmp: Path, grad_accum: int = 2, fsdp: bool = False, minibatch: int = 0, epochs: int = 1,
-           agg: str = "token-mean", ref_noise: float = 0.0) -> tuple[dict[str, torch.Tensor], dict]:
-    """One rl_update with SGD(lr=1) on the tiny preset; returns the weight change per parameter and the update's
+           agg: str = "token-mean", ref_noise: float = 0.0, lr: float = 1.0) -> tuple[dict[str, torch.Tensor], dict]:
+    """One rl_update with SGD(lr) on the tiny preset; returns the weight change per parameter and the update's
     metrics. fsdp: policy and reference sharded over the ranks (dist.parallel=fsdp). ref_noise: a reference that
     differs from the policy."""
     torch.manual_seed(0)
@@ -79,7 +79,7 @@ def update(r: Rollouts, tmp: Path, grad_accum: int = 2, fsdp: bool = False, mini
         shard(model)
         shard(ref)
     ctx = Context(cfg, policy, None, None, None, TrainState(), tmp, [])
-    opt = torch.optim.SGD(model.parameters(), lr=1.0)
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
     a = stage_algo(cfg, "grpo")
     adv = dist.batch_advantages(a.advantage, r.rewards, r.group_ids, a)  # (N,)
     model.train()
@@ -90,7 +90,7 @@ def update(r: Rollouts, tmp: Path, grad_accum: int = 2, fsdp: bool = False, mini
 
 CASES = {  # name: (groups per rank, update arguments)
     "even": ([0, 2, 4], dict()),
-    "minibatches-epochs": ([0, 1, 4], dict(minibatch=4, epochs=2)),  # 12 samples: 3 steps x 2 epochs, uneven ranks
+    "minibatches-epochs": ([0, 1, 4], dict(minibatch=4, epochs=2, lr=0.05)),  # 12 samples: 3 steps x 2 epochs
     "empty-rank": ([0, 4, 4], dict(minibatch=5)),  # rank 1 has no rows: 3 optimizer steps on both
     "fsdp": ([0, 3, 4], dict(grad_accum=4, fsdp=True)),  # 4 micro-batches and 3 (the short rank runs an idle pass)
 }
