@@ -15,7 +15,11 @@ from typing import Any
 import yaml
 
 from codechat import CodechatError
+from codechat.algos import check_config
 from codechat.config import RewardConfig, RunConfig
+from codechat.rollout.rewards import check_components
+from codechat.train.stages import check_stages
+from codechat.verifier.answer_equiv import check_config as check_answer_config
 
 
 class ConfigError(CodechatError):
@@ -127,28 +131,22 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     return cfg
 
 
-STAGES = ("sft", "rft", "grpo", "rloo", "dpo")
-
-
 def validate(cfg: RunConfig) -> None:
-    """Checks that types alone cannot express."""
-    for s in cfg.stages:
-        if s not in STAGES:
-            raise ConfigError(f"stages: unknown stage '{s}' (valid: {', '.join(STAGES)})")
+    """Checks that types alone cannot express: the stages and their settings (train/stages.py), then the rest."""
+    problems = check_stages(cfg)
+    if problems:
+        raise ConfigError(problems[0])
     checks = [
         ("sampling.temperature", cfg.sampling.temperature >= 0), ("sampling.top_p", 0 < cfg.sampling.top_p <= 1),
         ("sampling.max_new_tokens", cfg.sampling.max_new_tokens > 0),
-        ("rl.group_size", cfg.rl.group_size >= 2), ("rl.prompts_per_step", cfg.rl.prompts_per_step >= 1),
-        ("rl.epochs", cfg.rl.epochs >= 1), ("rl.lr", cfg.rl.lr > 0), ("sft.lr", cfg.sft.lr > 0),
-        ("sft.batch_size", cfg.sft.batch_size >= 1), ("rft.group_size", cfg.rft.group_size >= 1),
         ("algo.kl_beta", cfg.algo.kl_beta >= 0), ("checkpoint.keep_last", cfg.checkpoint.keep_last >= 1),
-        ("rl.zero_variance", cfg.rl.zero_variance in ("keep", "skip", "resample")),
         ("model.dtype", cfg.model.dtype in ("float32", "bfloat16", "float16")),
-        ("algo.kl_estimator", cfg.algo.kl_estimator in ("k1", "k2", "k3")),
         ("rollout.engine", cfg.rollout.engine in ("hf", "vllm")),
         ("dist.parallel", cfg.dist.parallel in ("ddp", "fsdp")),
         ("dist.backend", cfg.dist.backend in ("auto", "nccl", "gloo")),
         ("verifier.backend", cfg.verifier.backend in ("local", "ray")),
+        ("optim.beta1", 0 <= cfg.optim.beta1 < 1), ("optim.beta2", 0 <= cfg.optim.beta2 < 1),
+        ("optim.weight_decay", cfg.optim.weight_decay >= 0), ("optim.max_grad_norm", cfg.optim.max_grad_norm >= 0),
     ]
     for key, ok in checks:
         if not ok:
@@ -157,13 +155,10 @@ def validate(cfg: RunConfig) -> None:
     if cfg.dist.parallel == "fsdp" and cfg.model.lora_r > 0:
         raise ConfigError("dist.parallel=fsdp: not with LoRA (model.lora_r > 0); LoRA training fits one device, "
                           "use dist.parallel=ddp")
-    from codechat.algos import check_config
-    from codechat.rollout.rewards import check_components
-    from codechat.verifier.answer_equiv import check_config as check_answer_config
     try:
         check_config(cfg.algo)
         check_components(cfg.rewards.components)
-    except (ValueError, KeyError, TypeError) as e:
+    except (CodechatError, ValueError, KeyError, TypeError) as e:
         raise ConfigError(str(e).strip("'\"")) from None
     try:
         check_answer_config(cfg.verifier.answer)

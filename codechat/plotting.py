@@ -1,6 +1,8 @@
-"""`plot_run(RUN_DIR)`: a run's curves as a grid of panels, one metric per panel, to RUN_DIR/curves.png.
+"""The one place figures are made and saved: `figure` / `save` (the demo and comparison plots) and
+`plot_run(RUN_DIR)`: a run's curves as a grid of panels, one metric per panel, to RUN_DIR/curves.png.
 
     codechat plot runs/x                  # also written at the end of every run (log.plot)
+    fig, ax = figure(7, 4); ax.plot(...); save(fig, "out.png")
 
 Each panel is one metric over global steps, with the stages shaded and named along the top row. The loss gets
 one panel per stage, each on its own y axis (an SFT NLL of 8 and a GRPO policy loss near 0 share no scale).
@@ -116,7 +118,19 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
         if i >= len(todo) - ncols:
             ax.set_xlabel("step", fontsize=8)
     fig.suptitle(f"{Path(run_dir).name}: {' -> '.join(s for s, _, _ in spans) or 'no steps'}", fontsize=10)
+    return save(fig, out, dpi=110)
+
+
+def figure(width: float, height: float, ncols: int = 1):
+    """-> (figure, axes): one axis, or a list of `ncols` axes side by side."""
+    fig, axes = plt.subplots(1, ncols, figsize=(width, height), squeeze=False)
+    return fig, (axes[0][0] if ncols == 1 else list(axes[0]))
+
+
+def save(fig, out: str | Path, dpi: int = 100) -> Path:
+    """Write `fig` to `out` (PNG by its suffix), close it, return the path."""
+    out = Path(out)
     fig.tight_layout()
-    fig.savefig(out, dpi=110)
+    fig.savefig(out, dpi=dpi)
     plt.close(fig)
     return out

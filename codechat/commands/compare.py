@@ -147,11 +147,9 @@ def differences(stats: dict[str, list[dict]], seeds: list[int]) -> list[str]:
 
 
 def plot(curves: dict[str, list[list[tuple[int, float]]]], sft_pass1: float, out: Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from codechat.plotting import figure, save
 
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = figure(7, 4)
     for i, (m, runs) in enumerate(curves.items()):
         for j, c in enumerate(runs):
             xs, ys = zip(*([(0, sft_pass1)] + c))
@@ -165,9 +163,7 @@ def plot(curves: dict[str, list[list[tuple[int, float]]]], sft_pass1: float, out
     ax.set_ylabel("held-out pass@1 (T=1)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
+    save(fig, out)
 
 
 def sft_model(args, out: Path, cfg) -> tuple[str, float]:

@@ -89,7 +89,7 @@ def run_verify(args) -> int:
 def make_agent(spec: str, args):
     if spec == "scripted:reference":
         return ScriptedAgent(reference_script), "reference"
-    from codechat.commands.eval import resolve_model  # torch and transformers: only for a model
+    from codechat.rundir import resolve_model
     from codechat.config import ModelConfig
     from codechat.policy import load_policy
     policy = load_policy(ModelConfig(path=resolve_model(spec)))

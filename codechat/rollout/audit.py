@@ -14,6 +14,7 @@ import statistics
 from collections import Counter
 from pathlib import Path
 
+from codechat import CodechatError
 from codechat.runlog import read_jsonl
 from codechat.tasks import Task
 
@@ -135,8 +136,6 @@ def append_audit(run_dir: str | Path, records: list[dict]) -> None:
 
 def report(run_dir: str | Path, limit: int = 20, show_top: bool = False) -> str:
     """Readable audit: flagged samples (code, verdict, reason, step) and the trend of flags over the run."""
-    from codechat import CodechatError
-
     path = Path(run_dir) / "audit.jsonl"
     if not path.is_file():
         raise CodechatError(f"{run_dir}: no audit.jsonl (run `codechat train` with log.audit=true)")

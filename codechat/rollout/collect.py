@@ -1,16 +1,22 @@
 """Tasks -> G completions each -> verdicts -> rewards: the data that every training stage and evaluation uses.
 
-Samplers know token ids, the verifier knows text; this module is where the two meet (STYLE habit 3).
+Samplers know token ids, the verifier knows text; this module is where the two meet (STYLE habit 3: rewards
+know only text and test results, samplers only token ids). `rollout_records` is the line format of a run's
+rollouts.jsonl, which offline DPO reads back.
 """
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 
 import torch
 
+from codechat.algos import group_stats
 from codechat.config import RewardConfig, SamplingConfig
+from codechat.rollout.rewards import RewardContext, compose_rewards, reward_metrics
 from codechat.tasks import Task
 from codechat.verifier.verdict import Verdict
 
@@ -65,8 +71,6 @@ def score(tasks_per_sample: list[Task], texts: list[str], verdicts: list[Verdict
     if rewards is None or rewards.components == {"pass-all": 1.0}:
         r = torch.tensor([v.reward for v in verdicts], dtype=torch.float32)
         return r, {"pass-all": r.clone()}
-    from codechat.rollout.rewards import RewardContext, compose_rewards
-
     totals, comps = [], {}
     for task, text, v, n, tr in zip(tasks_per_sample, texts, verdicts, n_tokens, truncated):
         ctx = RewardContext(n_tokens=n, max_new_tokens=max_new_tokens, truncated=tr, cfg=rewards)
@@ -111,12 +115,10 @@ def collect(policy, sampler, verifier, tasks: list[Task], group_size: int, sampl
 
 
 def rollout_metrics(r: Rollouts) -> dict[str, float]:
-    """Diagnostics of one batch of rollouts (reward, pass rate, group spread, lengths, statuses)."""
-    from collections import Counter
-
-    g = r.group_ids
-    n_groups = int(g.max()) + 1 if len(g) else 0
-    stds = [r.rewards[g == i].std(unbiased=False).item() for i in range(n_groups)]
+    """Diagnostics of one batch of rollouts (reward, pass rate, group spread, lengths, statuses). The group std is
+    the sample (n - 1) std, the one the grpo advantage divides by (0 for a group of one)."""
+    _, _, _, std = group_stats(r.rewards.float(), r.group_ids)  # (K,)
+    stds = std.tolist()
     lens = r.batch.n_tokens.float()
     m = {"reward_mean": r.rewards.mean().item(), "pass_rate": r.passed.mean().item(),
          "group_std_mean": sum(stds) / max(len(stds), 1),
@@ -134,6 +136,21 @@ def rollout_metrics(r: Rollouts) -> dict[str, float]:
             got = [v.passed for v, k in zip(r.verdicts, kinds) if k == kind]
             m[f"pass_rate/{kind}"] = sum(got) / len(got)
     if len(r.components) > 1:  # each component's mean and share of the total, to see when one dominates
-        from codechat.rollout.rewards import reward_metrics
         m.update(reward_metrics([{k: float(v[i]) for k, v in r.components.items()} for i in range(len(r.rewards))]))
     return m
+
+
+def rollout_records(r: Rollouts, step: int, eos_ids) -> list[str]:
+    """One rollouts.jsonl line per sample: step, task_id, group, completion, reward, passed, status, and how the
+    sample ended: `finish_reason` ('stop' or 'length') and `eos` (its last token is an EOS id, which the text does
+    not show: a stop-string finish or a truncated sample has none)."""
+    eos = set(eos_ids)
+    out = []
+    for i, v in enumerate(r.verdicts):
+        n = int(r.batch.n_tokens[i])
+        ended_eos = n > 0 and int(r.batch.tokens[i, n - 1]) in eos
+        out.append(json.dumps({"step": step, "task_id": r.task_of(i).task_id, "group": int(r.group_ids[i]),
+                               "completion": r.batch.texts[i], "reward": float(r.rewards[i]), "passed": v.passed,
+                               "status": v.status, "finish_reason": r.batch.finish_reason[i],
+                               "eos": ended_eos}) + "\n")
+    return out

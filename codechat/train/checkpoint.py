@@ -20,6 +20,8 @@ import torch
 
 from codechat import CodechatError
 from codechat.rundir import update_links
+from codechat.policy.fsdp import full_state_dict, is_sharded, optimizer_state
+from codechat.train import dist
 
 
 @dataclass
@@ -84,9 +86,6 @@ class Checkpointer:
     def save(self, policy, state: TrainState, optimizer=None, scheduler=None) -> Path | None:
         """Called by every rank (under FSDP the weights and optimizer state are gathered first); rank 0 writes
         and returns the checkpoint, the others return None."""
-        from codechat.policy.fsdp import full_state_dict, is_sharded, optimizer_state
-        from codechat.train import dist
-
         weights = full_state_dict(policy.model) if is_sharded(policy.model) else None
         opt_state = optimizer_state(policy.model, optimizer) if optimizer else None
         if not dist.is_main():

@@ -9,6 +9,9 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+
+from codechat import CodechatError
 from codechat.config import LogConfig
 from codechat.runlog import read_metrics  # noqa: F401 - re-exported (compare, demo)
 
@@ -30,13 +33,13 @@ class MetricsLogger:
         self.tb = self.wandb = None
         self.progress = cfg.progress
         if cfg.tensorboard:
-            try:
+            try:  # tensorboard: optional extra, imported on use
                 from torch.utils.tensorboard import SummaryWriter
                 self.tb = SummaryWriter(str(Path(run_dir) / "tb"))
             except ImportError:
                 warnings.warn("log.tensorboard=true but tensorboard is not installed (pip install 'codechat[tensorboard]')")
         if cfg.wandb:
-            try:
+            try:  # wandb: optional extra, imported on use
                 import wandb
                 self.wandb = wandb.init(project=cfg.wandb_project, dir=str(run_dir), config=run_config or {})
             except ImportError:
@@ -68,11 +71,7 @@ class MetricsLogger:
             v = rec.get(key)
             if v is not None:
                 parts.append(f"{label} {v:.3f}" if isinstance(v, float) else f"{label}{' ' if label else ''}{v}")
-        try:
-            from rich.console import Console
-            Console(stderr=True, highlight=False, soft_wrap=True).print(" | ".join(parts))
-        except ImportError:  # pragma: no cover
-            print(" | ".join(parts))
+        Console(stderr=True, highlight=False, soft_wrap=True).print(" | ".join(parts))
 
     def close(self) -> None:
         self.file.close()
