@@ -32,13 +32,15 @@ CHAT_TEMPLATE = (
 
 
 def corpus_texts(max_bytes: int = 2_000_000) -> list[str]:
-    """Local code corpus: built-in task prompts + solutions, then stdlib sources until `max_bytes`."""
+    """Local code corpus: built-in code task prompts + solutions, then stdlib sources until `max_bytes`."""
     texts: list[str] = []
     try:
         from codechat.tasks.builtin import builtin_names, load_builtin
 
         for name in builtin_names():
             for t in load_builtin(f"builtin:{name}")[:5000]:
+                if t.kind != "code":  # code only: answer (math) sets must not change the presets' tokenizer
+                    continue
                 sol = t.metadata.get("solution") or ""
                 texts.append(t.prompt + "\n" + sol)
     except Exception:  # noqa: BLE001 - a broken task set must not stop a tokenizer from being built
