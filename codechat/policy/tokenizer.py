@@ -39,7 +39,7 @@ def corpus_texts(max_bytes: int = 2_000_000) -> list[str]:
 
         for name in builtin_names():
             for t in load_builtin(f"builtin:{name}")[:5000]:
-                if t.kind != "code":  # code only: answer (math) sets must not change the presets' tokenizer
+                if t.kind != "function":  # function tasks only: answer (math) sets must not change the tokenizer
                     continue
                 sol = t.metadata.get("solution") or ""
                 texts.append(t.prompt + "\n" + sol)
