@@ -6,7 +6,7 @@ import pytest
 from codechat import CodechatError
 from codechat.cli import main
 from codechat.configio import load_config
-from codechat.train import _load_task_sets
+from codechat.train.runner import _load_task_sets
 
 TASKS = [
     {"task_id": "ok", "prompt": "echo", "kind": "stdio", "tests": [{"input": "a\n", "output": "a\n"}],
