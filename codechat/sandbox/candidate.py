@@ -14,6 +14,7 @@ loads native code, or writes outside its working directory (Verdict.blocked); it
 from __future__ import annotations
 
 import builtins
+import collections
 import _pickle
 import io
 import marshal
@@ -32,6 +33,8 @@ EVENTS = {
 }
 WRITE_EVENTS = {"open", "os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.chmod", "os.chown", "os.symlink",
                 "os.link", "os.truncate", "shutil.rmtree"}
+EVENT_KINDS = frozenset(EVENTS.values()) | {"write_outside"}
+"""The closed set of event kinds the supervisor accepts from a program's events pipe (anything else: dropped)."""
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
 
 
@@ -117,6 +120,14 @@ class _Server:
                 target = self.resolve(ref)
                 if op == "call":
                     value = target(*args, **kwargs)
+                elif op == "callout":  # the test captures prints: capture this call's, capped, and return them
+                    out, sys.stdout = sys.stdout, _Capped()
+                    try:
+                        value = target(*args, **kwargs)
+                    finally:
+                        out, sys.stdout = sys.stdout, out
+                    self.reply(_call_reply(value, args, kwargs, out.text()))
+                    continue
                 elif op == "getattr":
                     value = getattr(target, args[0])
                 elif op == "setattr":
@@ -137,21 +148,54 @@ class _Server:
                         continue
                 else:
                     raise ValueError(f"unknown op {op}")
-                self.reply(["ok", value])
+                self.reply(_call_reply(value, args, kwargs, "") if op == "call" else ["ok", value])
             except BaseException as e:  # noqa: BLE001 - SystemExit and friends are answers too
                 self.reply(["exc", _name(e), _msg(e)])
 
 
+_MUTABLE = (list, dict, set, bytearray, collections.deque)
+
+
+def _call_reply(value: object, args: tuple, kwargs: dict, out: str) -> list:
+    """The reply to a call: the result (or which argument it is, so `f(a) is a` holds in the test), the
+    mutable arguments as they are now (the judge writes them back to the test's objects), captured prints."""
+    wb = [[i, a] for i, a in enumerate(args) if type(a) in _MUTABLE]
+    wb += [[k, a] for k, a in kwargs.items() if type(a) in _MUTABLE]
+    same = next((i for i, a in enumerate(args) if a is value), None)
+    if same is not None:
+        return ["same", same, wb, out]
+    return ["ok", value, wb, out] if wb or out else ["ok", value]
+
+
+class _Capped:
+    """A stdout that keeps the first `wire.MAX_OUT` characters written and counts the rest away."""
+
+    def __init__(self):
+        self.parts, self.n = [], 0
+
+    def write(self, s: str) -> int:
+        if self.n < wire.MAX_OUT:
+            self.parts.append(str(s)[:wire.MAX_OUT - self.n])
+            self.n += len(self.parts[-1])
+        return len(s)
+
+    def flush(self) -> None:
+        pass
+
+    def text(self) -> str:
+        return "".join(self.parts)
+
+
 def _name(e: BaseException) -> str:
     try:
-        return str(type(e).__name__)[:100]
+        return str(type(e).__name__)[:wire.MAX_TYPE]
     except BaseException:  # noqa: BLE001
         return "Exception"
 
 
 def _msg(e: BaseException) -> str:
     try:
-        return str(e)[:300]
+        return str(e)[:wire.MAX_MSG]
     except BaseException:  # noqa: BLE001 - a hostile __str__
         return ""
 

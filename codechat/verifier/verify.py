@@ -41,6 +41,23 @@ def _defines(code: str, name: str | None) -> bool:
     return bool(name) and re.search(rf"^\s*(async\s+)?(def|class)\s+{re.escape(name)}\b", code, re.M) is not None
 
 
+def _head(entry_point: str | None) -> str | None:
+    """The name an entry point starts with: `f` for `f`, `Solution` for `Solution().maxProfit`."""
+    m = re.match(r"[A-Za-z_]\w*", entry_point or "")
+    return m.group(0) if m else None
+
+
+def task_prelude(task: Task) -> str:
+    """The task-authored code of a HumanEval-style prompt: everything before the entry point's definition
+    (imports, helpers such as `poly` / `encode_cyclic`, classes). The judge runs it itself, so the tests get the
+    task's helpers, not the program's versions of them; empty when the prompt is not code to continue."""
+    head = _head(task.entry_point)
+    if not head or not _defines(task.prompt, head):
+        return ""
+    m = re.search(rf"^(async\s+)?(def|class)\s+{re.escape(head)}\b", task.prompt, re.M)
+    return task.prompt[:m.start()] if m else ""
+
+
 def extract_code(completion: str, task: Task) -> str | None:
     """The program to run, or None when the completion holds no code.
 
@@ -54,7 +71,7 @@ def extract_code(completion: str, task: Task) -> str | None:
     blocks = [(lang.lower(), body) for lang, body in _FENCE.findall(completion)]
     if blocks:
         py = [b for lang, b in blocks if lang in _PY_LANGS] or [b for _, b in blocks]
-        defining = [b for b in py if _defines(b, task.entry_point)]
+        defining = [b for b in py if _defines(b, _head(task.entry_point))]
         code = (defining or py)[-1]
     else:
         code = completion
@@ -67,10 +84,10 @@ def extract_code(completion: str, task: Task) -> str | None:
             code = "".join(lines[start:])
     if not code.strip():
         return None
-    if task.entry_point and _defines(task.prompt, task.entry_point):
+    if task.entry_point and _defines(task.prompt, _head(task.entry_point)):
         # HumanEval-style: the prompt is code ending in the signature + docstring; the completion continues it.
         # A completion that redefines the function still comes after the prompt, so the prompt's imports apply.
-        return task.prompt + ("\n" + code if _defines(code, task.entry_point) else code)
+        return task.prompt + ("\n" + code if _defines(code, _head(task.entry_point)) else code)
     return code
 
 
@@ -144,7 +161,7 @@ class Verifier:
         if not task.tests:
             return Verdict("error", False, 0.0, error_type="NoTests", message=f"task {task.task_id} has no tests")
         return self._job("tests", code, task.timeout_s, setup=task.setup, entry_point=task.entry_point,
-                         tests=list(task.tests))
+                         tests=list(task.tests), prelude=task_prelude(task))
 
     def verify(self, task: Task, completion: str) -> Verdict:
         job = self._tests_job(task, completion)
