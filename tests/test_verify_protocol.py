@@ -47,11 +47,16 @@ def run_judge(job: dict, frames: list[bytes], max_bytes: int = 1 << 20) -> dict:
     r, w = os.pipe()
     try:
         wire.send(w, pickle.dumps(job))
-        sender = threading.Thread(target=_send_all, args=(c, b"".join(frames)), daemon=True)
-        sender.start()
+        data = b"".join(frames)
+        sender = threading.Thread(target=_send_all, args=(c, data), daemon=True)
+        if len(data) < 65536:  # fits in the socket's buffer: no thread needed
+            _send_all(c, data)
+        else:
+            sender.start()
         rec = wire.loads(modes.judge(j.fileno(), r, max_bytes))
         j.shutdown(socket.SHUT_RDWR)
-        sender.join()
+        if sender.is_alive():
+            sender.join()
         return rec
     finally:
         for s in (j, c):
