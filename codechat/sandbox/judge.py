@@ -22,6 +22,7 @@ from __future__ import annotations
 import ast
 import builtins
 import collections
+import functools
 import importlib
 import io
 import os
@@ -65,14 +66,60 @@ def candidate_exception(name: str, msg: str) -> Exception:
 
 
 class _Pickler(pickle.Pickler):
+    chan: "Channel"
+
     def persistent_id(self, obj):  # proxies travel as references to the candidate's own objects
-        return obj._ref if type(obj) is Remote else None
+        if type(obj) is Remote:
+            return obj._ref
+        if type(obj) in _CALLBACKS:  # a test's function: the program gets a proxy that calls back here
+            self.chan.judge_objects[id(obj)] = obj
+            return ("j", id(obj))
+        return None
+
+
+_CALLBACKS = (types.FunctionType, types.MethodType, types.LambdaType, functools.partial)
 
 
 class Channel:
     def __init__(self, fd: int, max_bytes: int):
         self.fd, self.max_bytes, self.calls = fd, max_bytes, 0
         self.reader = wire.Reader(fd)
+        self.judge_objects: dict[int, object] = {}  # the test's callbacks the program holds proxies of
+
+    def _send(self, msg: tuple) -> None:
+        try:
+            try:
+                if any(type(a) in _CALLBACKS for a in (*msg[2], *msg[3].values())):
+                    raise _IsRemote
+                # fast path, all in C: no proxy among the arguments (a proxy refuses plain pickling)
+                data = b"p" + pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
+            except _IsRemote:
+                buf = io.BytesIO()
+                buf.write(b"r")
+                pickler = _Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL)
+                pickler.chan = self
+                pickler.dump(msg)
+                data = buf.getvalue()
+        except (pickle.PicklingError, TypeError, AttributeError) as e:
+            raise TypeError(f"argument cannot be sent to the sandboxed program: {e}") from None
+        try:
+            wire.send(self.fd, data)
+        except OSError as e:
+            raise CandidateGone(str(e)) from None
+
+    def _callback(self, msg: list) -> None:
+        """The program called a test's function it was given: run it here, send back the result (or error)."""
+        try:
+            fn, args, kwargs = wire.parse_callback(msg, self.judge_objects)
+        except wire.WireError as e:
+            raise CandidateGone(str(e)) from None
+        try:
+            reply = ("cbret", None, (fn(*args, **kwargs),), {})
+        except CandidateGone:
+            raise
+        except Exception as e:  # noqa: BLE001 - the test's function raised: so does the program's call
+            reply = ("cbexc", None, (type(e).__name__, str(e)[:wire.MAX_MSG]), {})
+        self._send(reply)
 
     def _decode_handle(self, hid: int, type_name: str) -> "Remote":
         return Remote(self, ("h", hid), type_name)
@@ -90,24 +137,14 @@ class Channel:
         self.calls += 1
         if op == "call" and sys.stdout is not _STDOUT:  # the test captures prints: have the program's returned
             op = "callout"
-        msg = (op, ref, args, kwargs)
+        self._send((op, ref, args, kwargs))
+        while True:
+            msg = self.recv()
+            if msg[0] != "cb":
+                break
+            self._callback(msg)
         try:
-            try:
-                # fast path, all in C: no proxy among the arguments (a proxy refuses plain pickling)
-                data = b"p" + pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
-            except _IsRemote:
-                buf = io.BytesIO()
-                buf.write(b"r")
-                _Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(msg)
-                data = buf.getvalue()
-        except (pickle.PicklingError, TypeError, AttributeError) as e:
-            raise TypeError(f"argument cannot be sent to the sandboxed program: {e}") from None
-        try:
-            wire.send(self.fd, data)
-        except OSError as e:
-            raise CandidateGone(str(e)) from None
-        try:
-            reply = wire.parse_reply(self.recv(), len(args))
+            reply = wire.parse_reply(msg, len(args))
         except wire.WireError as e:
             raise CandidateGone(str(e)) from None
         kind = reply[0]

@@ -106,7 +106,8 @@ class Zygote:
             os.close(judge_r)
             cand_r = judge_r = -1
             # Each payload goes down its own pipe: only the candidate reads the code, only the judge the tests.
-            _write_quietly(cand_w, marshal.dumps({"code": str(job.code), "setup": str(job.setup)}))
+            _write_quietly(cand_w, marshal.dumps({"code": str(job.code), "setup": str(job.setup),
+                                                  "mode": str(job.mode)}))
             _write_quietly(judge_w, pickle.dumps({
                 "mode": job.mode, "prelude": job.prelude, "setup": job.setup, "entry_point": job.entry_point, "tests": job.tests,
                 "inputs": job.inputs, "expected": job.expected, "atol": job.atol}))

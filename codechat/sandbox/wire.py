@@ -13,7 +13,8 @@ Framing is a 4-byte big-endian length, then the payload; `recv` refuses payloads
 Parent -> judge (payload pipe, pickle, trusted): the job {mode, prelude, setup, entry_point, tests, inputs, ...}.
 Parent -> candidate (payload pipe, marshal, trusted): {code, setup}.
 Judge -> candidate (socket, pickle, trusted direction): (op, ref, args, kwargs) with
-    op   in OPS = call | callout | getattr | setattr | getitem | len | bool | iter | next
+    op   in OPS = call | callout | getattr | setattr | getitem | len | bool | iter | next  (| cbret | cbexc:
+         the answer to a CALLBACK, ref None, args (value,) or (etype, message))
     ref  ("n", NAME) a name of the program's module, or ("h", ID) a handle the candidate gave earlier;
     `callout` is `call` with the program's prints captured and returned (the test redirected stdout).
 Candidate -> judge (socket, tagged JSON of plain data, at most `max_result_mb` per frame), one of:
@@ -25,6 +26,9 @@ Candidate -> judge (socket, tagged JSON of plain data, at most `max_result_mb` p
     NAME   a plain identifier of at most MAX_NAME chars, never a dunder; TYPE/MODNAME/ETYPE: str, cut to
            MAX_TYPE chars; MSG, OUT: str, cut to MAX_MSG / MAX_OUT; ARGI an int index of a call argument.
     `same` says the result *is* argument ARGI (identity survives the trip); PLAIN is `from_plain` data.
+    CALLBACK = ["cb", JID, [PLAIN, ...], [[KWNAME, PLAIN], ...]]   (instead of a REPLY, any number of times)
+           the program calls a function of the test it was given as JID (an id the judge handed out in this
+           job); the judge runs it and answers (op "cbret" with the result, or "cbexc" with its error).
 Anything else (another kind, a wrong arity or type, bad JSON, an over-long frame) is a `WireError`: the judge
 ends that program as `error`. A MODNAME is only a description: the judge never imports what a message names.
 Supervisor -> parent (socket, pickle, trusted): the observations {timed_out, output_over, output_head,
@@ -315,6 +319,19 @@ def parse_hello(msg: Any) -> tuple[str, Any]:
 
 def _argi(x: Any, nargs: int) -> bool:
     return (type(x) is int and 0 <= x < nargs) or (type(x) is str and plain_name(x))
+
+
+def parse_callback(msg: Any, objects: dict) -> tuple:
+    """(function, args, kwargs) of a CALLBACK message; only ids the judge handed out resolve."""
+    if type(msg) is not list or len(msg) != 4 or type(msg[1]) is not int or msg[1] not in objects \
+            or type(msg[2]) is not list or type(msg[3]) is not list or len(msg[2]) + len(msg[3]) > MAX_ARGS:
+        raise WireError("malformed callback")
+    kwargs = {}
+    for item in msg[3]:
+        if type(item) is not list or len(item) != 2 or not plain_name(item[0]):
+            raise WireError("malformed callback")
+        kwargs[item[0]] = item[1]
+    return objects[msg[1]], msg[2], kwargs
 
 
 def parse_reply(msg: Any, nargs: int) -> tuple:

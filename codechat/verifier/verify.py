@@ -77,7 +77,8 @@ def extract_code(completion: str, task: Task) -> str | None:
         code = completion
         lines = code.splitlines(keepends=True)
         first = next((i for i, ln in enumerate(lines) if ln.strip()), 0)
-        if not _LOOKS_LIKE_CODE.match(lines[first]):  # leading prose ("Here is the solution:")
+        mid_line = task.prompt.endswith((" ", "\t")) and _defines(task.prompt, _head(task.entry_point))
+        if not mid_line and not _LOOKS_LIKE_CODE.match(lines[first]):  # leading prose ("Here is the solution:")
             start = next((i for i in range(first, len(lines)) if _CODE_START.match(lines[i])), None)
             if start is None:
                 return None  # prose only
@@ -86,8 +87,11 @@ def extract_code(completion: str, task: Task) -> str | None:
         return None
     if task.entry_point and _defines(task.prompt, _head(task.entry_point)):
         # HumanEval-style: the prompt is code ending in the signature + docstring; the completion continues it.
-        # A completion that redefines the function still comes after the prompt, so the prompt's imports apply.
-        return task.prompt + ("\n" + code if _defines(code, _head(task.entry_point)) else code)
+        # A completion that redefines the function comes after the prompt's prelude (its imports and helpers),
+        # not after the unfinished signature (a `class Solution:` prompt ends mid-body).
+        if _defines(code, _head(task.entry_point)):
+            return task_prelude(task) + "\n" + code
+        return task.prompt + code
     return code
 
 
