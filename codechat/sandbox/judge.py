@@ -184,9 +184,12 @@ def write_back(old, new) -> None:
                 write_back(a, b)
             else:
                 old[k] = b
-    elif type(old) in (set, collections.deque):
+    elif type(old) is set:
         old.clear()
-        old.update(new) if type(old) is set else old.extend(new)
+        old.update(new)
+    elif type(old) is collections.deque:
+        old.clear()
+        old.extend(new)
     else:
         old[:] = new
 
