@@ -203,3 +203,9 @@ def test_regress_replays_the_new_attacks(capsys):
     rc = main(["verify", "--regress", str(Path(__file__).parent / "attacks" / "attacks.jsonl"), "--timeout", "2",
                "--quiet", "--workers", "2"])
     assert rc == 0, capsys.readouterr().out
+
+
+def test_unhashable_kind_in_a_hello_is_that_programs_error():
+    """Found by the fuzz test: a list where the kind goes made the judge raise instead of judging."""
+    rec = run_judge({"tests": ["assert f(1) == 2"]}, [frame(["loaded", [["f", [], "f"]]])])
+    assert rec["status"] == "error" and rec["error_type"] == "ProtocolError", rec

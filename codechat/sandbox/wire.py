@@ -306,7 +306,7 @@ def parse_hello(msg: Any) -> tuple[str, Any]:
         raise WireError("malformed hello")
     entries = []
     for item in msg[1]:
-        if type(item) is not list or len(item) != 3 or item[1] not in HELLO_KINDS:
+        if type(item) is not list or len(item) != 3 or type(item[1]) is not str or item[1] not in HELLO_KINDS:
             raise WireError("malformed hello entry")
         name, kind, val = item
         if not plain_name(name):
