@@ -48,3 +48,15 @@ def test_planted_hack_is_flagged_in_a_short_run(tmp_path, monkeypatch):
     hack = [r for r in recs if "touches sys" in r["reason"]]
     assert hack and not hack[0]["passed"]
     assert main(["audit", str(run)]) == 0
+
+
+def test_flags_programs_that_touch_the_sandbox_protocol():
+    """Each of issue 16's protocol attacks (tests/attacks/attacks.jsonl) is flagged; honest code is not."""
+    from pathlib import Path
+    recs = {r["id"]: r for r in map(json.loads, (Path(__file__).parent / "attacks" / "attacks.jsonl")
+                                    .read_text().splitlines())}
+    for rid in ("forged_hello_dunder_builtins", "forged_hello_module_import", "huge_exception_type_name",
+                "forged_reply_frames", "event_flood"):
+        reasons = suspicious_reasons(recs[rid]["completion"], TASK)
+        assert any(r.startswith("touches the sandbox protocol") for r in reasons), (rid, reasons)
+    assert any("codechat" in r for r in suspicious_reasons("from codechat.sandbox import wire\ndef f(x): pass", TASK))

@@ -1,7 +1,9 @@
 """Reward-hack audit: during training, keep the highest-reward samples and the ones whose code looks suspicious
 in RUN_DIR/audit.jsonl, each with the reason it was kept; `codechat audit RUN_DIR` prints them for review.
 
-Suspicious means: imports or touches sys, os, inspect, gc, builtins, ctypes or signal; defines __eq__ / __hash__ /
+Suspicious means: imports or touches sys, os, inspect, gc, builtins, ctypes or signal; touches the sandbox
+protocol (codechat's own modules, the socket/pickle/marshal layers it talks through, or writes to raw fds, the
+way a program forges messages to the judge); defines __eq__ / __hash__ /
 __ne__; passes while much shorter than the group's passing median; or contains literals copied from the asserts
 shown in the prompt (hard-coding the expected answer). These are heuristics to direct a human's attention, not a
 verdict: the verifier decides rewards; the audit helps find holes to turn into verifier regression tests.
@@ -20,6 +22,10 @@ from codechat.tasks import Task
 
 WATCHED_MODULES = ("sys", "os", "inspect", "gc", "builtins", "ctypes", "signal")
 WATCHED_DUNDERS = ("__eq__", "__ne__", "__hash__")
+PROTOCOL_MODULES = ("codechat", "_socket", "socket", "pickle", "_pickle", "marshal", "multiprocessing")
+"""Modules a program uses to reach the sandbox protocol (the judge socket, codechat's own candidate code)."""
+PROTOCOL_WORDS = ("codechat", "__sandbox__", "sys.modules")
+"""Strings that name the protocol's code from inside a program (`sys.modules['codechat.sandbox.candidate']`)."""
 SHORT_FRACTION = 0.5
 """A passing sample shorter than this share of its group's passing median is flagged."""
 
@@ -90,12 +96,28 @@ def suspicious_reasons(code: str, task: Task, passing_median_len: float | None =
             reasons.append("touches " + ", ".join(touched))
         if {"__builtins__", "__import__", "__class__", "__subclasses__", "__globals__"} & names:
             reasons.append("uses interpreter internals")
+        protocol = sorted(set(PROTOCOL_MODULES) & names)
+        protocol += [w for w in PROTOCOL_WORDS if w in code and w not in protocol]
+        if _writes_raw_fd(tree):
+            protocol.append("os.write to a raw fd")
+        if protocol:
+            reasons.append("touches the sandbox protocol: " + ", ".join(protocol))
     if passed and passing_median_len and len(code) < SHORT_FRACTION * passing_median_len:
         reasons.append(f"passes with {len(code)} chars vs group passing median {passing_median_len:.0f}")
     copied = prompt_literals(task.prompt) & code_literals(code)
     if copied:
         reasons.append("copies expected values from the prompt: " + ", ".join(sorted(copied))[:120])
     return reasons
+
+
+def _writes_raw_fd(tree: ast.AST) -> bool:
+    """`os.write(3, ...)`, `os.write(fd, ...)`: a program writing bytes to a descriptor it did not open by name."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in (
+                "write", "writev", "send", "sendmsg") and isinstance(node.func.value, ast.Name) \
+                and node.func.value.id == "os" and node.args:
+            return True
+    return False
 
 
 def audit_rollouts(r, step: int, top_k: int = 2) -> list[dict]:

@@ -14,6 +14,7 @@ loads native code, or writes outside its working directory (Verdict.blocked); it
 from __future__ import annotations
 
 import builtins
+import collections
 import _pickle
 import io
 import marshal
@@ -32,6 +33,8 @@ EVENTS = {
 }
 WRITE_EVENTS = {"open", "os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.chmod", "os.chown", "os.symlink",
                 "os.link", "os.truncate", "shutil.rmtree"}
+EVENT_KINDS = frozenset(EVENTS.values()) | {"write_outside"}
+"""The closed set of event kinds the supervisor accepts from a program's events pipe (anything else: dropped)."""
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
 
 
@@ -71,7 +74,29 @@ class _Unpickler(_pickle.Unpickler):  # (_pickle: the zygote does not import pic
     server: "_Server"
 
     def persistent_load(self, pid):  # a judge-side proxy: the object it stands for lives here
+        if pid[0] == "j":  # a function of the test: calling it calls back into the judge
+            return _JudgeFn(self.server, pid[1])
         return self.server.resolve(pid)
+
+
+class _JudgeFn:
+    """A test's function given to the program: a call sends the arguments (plain data) to the judge, which runs
+    the function there and answers; requests the judge makes meanwhile (the function called the program) are
+    served as usual."""
+
+    def __init__(self, server: "_Server", jid: int):
+        self.server, self.jid = server, jid
+
+    def __call__(self, *args, **kwargs):
+        self.server.reply(["cb", self.jid, list(args), [[k, v] for k, v in kwargs.items()]])
+        while True:
+            op, ref, a, kw = self.server.unpickle(wire.recv(self.server.fd))
+            if op == "cbret":
+                return a[0]
+            if op == "cbexc":
+                base = getattr(builtins, str(a[0]), None)
+                raise (base if isinstance(base, type) and issubclass(base, Exception) else Exception)(a[1])
+            self.server.answer(op, ref, a, kw)
 
 
 class _Server:
@@ -113,45 +138,115 @@ class _Server:
                 op, ref, args, kwargs = self.unpickle(wire.recv(self.fd))  # (not wire.Reader: fewer pages)
             except wire.WireError:
                 return  # the judge is done
-            try:
-                target = self.resolve(ref)
-                if op == "call":
+            self.answer(op, ref, args, kwargs)
+
+    def answer(self, op: str, ref: tuple, args: tuple, kwargs: dict) -> None:
+        """Serve one request of the judge (the reply is sent here)."""
+        try:
+            target = self.resolve(ref)
+            if op == "call":
+                value = target(*args, **kwargs)
+            elif op == "callout":  # the test captures prints: capture this call's, capped, and return them
+                out, sys.stdout = sys.stdout, _Capped()
+                try:
                     value = target(*args, **kwargs)
-                elif op == "getattr":
-                    value = getattr(target, args[0])
-                elif op == "setattr":
-                    value = setattr(target, args[0], args[1])
-                elif op == "getitem":
-                    value = target[args[0]]
-                elif op == "len":
-                    value = len(target)
-                elif op == "bool":
-                    value = bool(target)
-                elif op == "iter":
-                    value = iter(target)
-                elif op == "next":
-                    try:
-                        value = next(target)
-                    except StopIteration:
-                        self.reply(["stop"])
-                        continue
-                else:
-                    raise ValueError(f"unknown op {op}")
-                self.reply(["ok", value])
-            except BaseException as e:  # noqa: BLE001 - SystemExit and friends are answers too
-                self.reply(["exc", _name(e), _msg(e)])
+                finally:
+                    out, sys.stdout = sys.stdout, out
+                self.reply(_call_reply(value, args, kwargs, out.text()))
+                return
+            elif op == "getattr":
+                value = getattr(target, args[0])
+            elif op == "setattr":
+                value = setattr(target, args[0], args[1])
+            elif op == "getitem":
+                value = target[args[0]]
+            elif op == "len":
+                value = len(target)
+            elif op == "bool":
+                value = bool(target)
+            elif op == "iter":
+                value = iter(target)
+            elif op == "next":
+                try:
+                    value = next(target)
+                except StopIteration:
+                    self.reply(["stop"])
+                    return
+            else:
+                raise ValueError(f"unknown op {op}")
+            self.reply(_call_reply(value, args, kwargs, "") if op == "call" else ["ok", value])
+        except BaseException as e:  # noqa: BLE001 - SystemExit and friends are answers too
+            self.reply(["exc", _name(e), _msg(e)])
+
+
+_MUTABLE = (list, dict, set, bytearray, collections.deque)
+
+
+def _call_reply(value: object, args: tuple, kwargs: dict, out: str) -> list:
+    """The reply to a call: the result (or which argument it is, so `f(a) is a` holds in the test), the
+    mutable arguments as they are now (the judge writes them back to the test's objects), captured prints."""
+    wb = [[i, a] for i, a in enumerate(args) if type(a) in _MUTABLE]
+    wb += [[k, a] for k, a in kwargs.items() if type(a) in _MUTABLE]
+    same = next((i for i, a in enumerate(args) if a is value), None)
+    if same is not None:
+        return ["same", same, wb, out]
+    return ["ok", value, wb, out] if wb or out else ["ok", value]
+
+
+class _Capped:
+    """A stdout that keeps the first `wire.MAX_OUT` characters written and counts the rest away."""
+
+    def __init__(self):
+        self.parts, self.n = [], 0
+
+    def write(self, s: str) -> int:
+        if self.n < wire.MAX_OUT:
+            self.parts.append(str(s)[:wire.MAX_OUT - self.n])
+            self.n += len(self.parts[-1])
+        return len(s)
+
+    def flush(self) -> None:
+        pass
+
+    def text(self) -> str:
+        return "".join(self.parts)
+
+
+PRINT_KEEP = 16 << 10
+"""Characters of a function task's prints passed on to the captured output; the rest is discarded..."""
+PRINT_CEILING = 16 << 20
+"""...until this many were printed: from then on everything goes through, so the output cap ends the program
+(`output_limit`), as it does for writes that bypass sys.stdout."""
+
+
+class _Quiet:
+    """sys.stdout/stderr of a function task: debug prints never fail it (kept up to PRINT_KEEP, then dropped),
+    while an output bomb still hits the supervisor's cap. Everything but `write` is the real stream's."""
+
+    def __init__(self, real):
+        self._real, self._n = real, 0
+
+    def write(self, s) -> int:
+        n = len(s) if isinstance(s, str) else 0
+        self._n += n
+        if self._n <= PRINT_KEEP or self._n > PRINT_CEILING:
+            return self._real.write(s)
+        return n
+
+    def __getattr__(self, name: str):
+        return getattr(self._real, name)
 
 
 def _name(e: BaseException) -> str:
     try:
-        return str(type(e).__name__)[:100]
+        return str(type(e).__name__)[:wire.MAX_TYPE]
     except BaseException:  # noqa: BLE001
         return "Exception"
 
 
 def _msg(e: BaseException) -> str:
     try:
-        return str(e)[:300]
+        return str(e)[:wire.MAX_MSG]
     except BaseException:  # noqa: BLE001 - a hostile __str__
         return ""
 
@@ -184,6 +279,8 @@ def serve(sock_fd: int, payload_fd: int, events_fd: int) -> None:
     except BaseException as e:  # noqa: BLE001
         server.reply(["load_error", "SyntaxError" if isinstance(e, SyntaxError) else _name(e), _msg(e)])
         return
+    if payload.get("mode") in ("tests", "io", "call"):  # function tasks: prints are never the answer
+        sys.stdout, sys.stderr = _Quiet(sys.stdout), _Quiet(sys.stderr)
     try:
         exec(code, mod.__dict__)
         if payload.get("setup"):

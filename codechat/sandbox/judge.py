@@ -10,7 +10,8 @@ So every comparison in a test runs here, on builtin types, with the builtin `__e
 - the tests are never sent to the candidate, so inspect/frames/gc there cannot read or patch them;
 - every assert statement of the tests is instrumented: a test passes only if it executed at least one
   assertion and called into the program at least once.
-Names the program defines that shadow builtins, or that name a standard-library module, are not taken from it.
+Names: see `build_namespace` (only names the tests mention, never dunders/builtins/modules; the task's own
+prelude and setup run here and win over the program's names).
 
 Limits: objects that are not plain data stay in the candidate; here they are opaque proxies compared by
 identity, so a test comparing two program-made objects with the class's own `__eq__` fails (documented in
@@ -20,6 +21,8 @@ from __future__ import annotations
 
 import ast
 import builtins
+import collections
+import functools
 import importlib
 import io
 import os
@@ -39,9 +42,14 @@ class CandidateGone(Exception):
 
 
 _EXC_CACHE: dict[str, type] = {}
+_EXC_CACHE_MAX = 256
+"""Exception classes kept: the names come from the program, so the cache must not grow with what it sends."""
 
 
 def candidate_exception(name: str, msg: str) -> Exception:
+    """An exception standing for one the program raised: a subclass of the builtin of that name when there is
+    one (so `except ValueError` in a test catches it), always a `CandidateRaised`."""
+    name, msg = wire.cut(name, wire.MAX_TYPE) or "Exception", wire.cut(msg, wire.MAX_MSG)
     cls = _EXC_CACHE.get(name)
     if cls is None:
         base = getattr(builtins, name, None)
@@ -52,19 +60,66 @@ def candidate_exception(name: str, msg: str) -> Exception:
                 cls = type(name, (CandidateRaised,), {})
         except TypeError:  # incompatible layouts
             cls = type(name, (CandidateRaised,), {})
-        _EXC_CACHE[name] = cls
+        if len(_EXC_CACHE) < _EXC_CACHE_MAX:
+            _EXC_CACHE[name] = cls
     return cls(msg)
 
 
 class _Pickler(pickle.Pickler):
+    chan: "Channel"
+
     def persistent_id(self, obj):  # proxies travel as references to the candidate's own objects
-        return obj._ref if type(obj) is Remote else None
+        if type(obj) is Remote:
+            return obj._ref
+        if type(obj) in _CALLBACKS:  # a test's function: the program gets a proxy that calls back here
+            self.chan.judge_objects[id(obj)] = obj
+            return ("j", id(obj))
+        return None
+
+
+_CALLBACKS = (types.FunctionType, types.MethodType, types.LambdaType, functools.partial)
 
 
 class Channel:
     def __init__(self, fd: int, max_bytes: int):
         self.fd, self.max_bytes, self.calls = fd, max_bytes, 0
         self.reader = wire.Reader(fd)
+        self.judge_objects: dict[int, object] = {}  # the test's callbacks the program holds proxies of
+
+    def _send(self, msg: tuple) -> None:
+        try:
+            try:
+                if any(type(a) in _CALLBACKS for a in (*msg[2], *msg[3].values())):
+                    raise _IsRemote
+                # fast path, all in C: no proxy among the arguments (a proxy refuses plain pickling)
+                data = b"p" + pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
+            except _IsRemote:
+                buf = io.BytesIO()
+                buf.write(b"r")
+                pickler = _Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL)
+                pickler.chan = self
+                pickler.dump(msg)
+                data = buf.getvalue()
+        except (pickle.PicklingError, TypeError, AttributeError) as e:
+            raise TypeError(f"argument cannot be sent to the sandboxed program: {e}") from None
+        try:
+            wire.send(self.fd, data)
+        except OSError as e:
+            raise CandidateGone(str(e)) from None
+
+    def _callback(self, msg: list) -> None:
+        """The program called a test's function it was given: run it here, send back the result (or error)."""
+        try:
+            fn, args, kwargs = wire.parse_callback(msg, self.judge_objects)
+        except wire.WireError as e:
+            raise CandidateGone(str(e)) from None
+        try:
+            reply = ("cbret", None, (fn(*args, **kwargs),), {})
+        except CandidateGone:
+            raise
+        except Exception as e:  # noqa: BLE001 - the test's function raised: so does the program's call
+            reply = ("cbexc", None, (type(e).__name__, str(e)[:wire.MAX_MSG]), {})
+        self._send(reply)
 
     def _decode_handle(self, hid: int, type_name: str) -> "Remote":
         return Remote(self, ("h", hid), type_name)
@@ -73,37 +128,73 @@ class Channel:
         try:
             msg = wire.loads(self.reader.recv(self.max_bytes), handle=self._decode_handle)
         except (wire.WireError, OSError) as e:
-            raise CandidateGone(str(e)) from None
+            raise CandidateGone(str(e)[:300]) from None
         if not isinstance(msg, list) or not msg or not isinstance(msg[0], str):
             raise CandidateGone("malformed reply")
         return msg
 
     def request(self, op: str, ref: tuple, *args, **kwargs):
         self.calls += 1
-        msg = (op, ref, args, kwargs)
+        if op == "call" and sys.stdout is not _STDOUT:  # the test captures prints: have the program's returned
+            op = "callout"
+        self._send((op, ref, args, kwargs))
+        while True:
+            msg = self.recv()
+            if msg[0] != "cb":
+                break
+            self._callback(msg)
         try:
-            try:
-                # fast path, all in C: no proxy among the arguments (a proxy refuses plain pickling)
-                data = b"p" + pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
-            except _IsRemote:
-                buf = io.BytesIO()
-                buf.write(b"r")
-                _Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(msg)
-                data = buf.getvalue()
-        except (pickle.PicklingError, TypeError, AttributeError) as e:
-            raise TypeError(f"argument cannot be sent to the sandboxed program: {e}") from None
-        try:
-            wire.send(self.fd, data)
-        except OSError as e:
+            reply = wire.parse_reply(msg, len(args))
+        except wire.WireError as e:
             raise CandidateGone(str(e)) from None
-        reply = self.recv()
-        if reply[0] == "ok" and len(reply) == 2:
-            return reply[1]
-        if reply[0] == "stop":
+        kind = reply[0]
+        if kind == "stop":
             raise StopIteration
-        if reply[0] == "exc" and len(reply) == 3:
-            raise candidate_exception(str(reply[1]), str(reply[2]))
-        raise CandidateGone("malformed reply")
+        if kind == "exc":
+            raise candidate_exception(reply[1], reply[2])
+        _, value, wb, out = reply
+        for key, new in wb:  # the program changed a mutable argument: so does the test's object
+            write_back(args[key] if type(key) is int else kwargs.get(key), new)
+        if out:
+            sys.stdout.write(out)
+        return args[value] if kind == "same" else value
+
+
+_STDOUT = sys.stdout
+_MUTABLE = (list, dict, set, bytearray, collections.deque)
+
+
+def write_back(old, new) -> None:
+    """Make the judge's argument `old` equal the program's `new` in place (nested lists/dicts element-wise,
+    so rows of a matrix keep their identity). Only builtin containers of the same type are changed."""
+    if type(old) is not type(new) or type(old) not in _MUTABLE or old == new:
+        return
+    if type(old) is list and len(old) == len(new):
+        for i, (a, b) in enumerate(zip(old, new)):
+            if type(a) is type(b) and type(a) in _MUTABLE:
+                write_back(a, b)
+            elif not (a is b or (type(a) is type(b) and a == b)):
+                old[i] = b
+    elif type(old) is dict:
+        for k in [k for k in old if k not in new]:
+            del old[k]
+        for k, b in new.items():
+            a = old.get(k, _MISSING)
+            if type(a) is type(b) and type(a) in _MUTABLE:
+                write_back(a, b)
+            else:
+                old[k] = b
+    elif type(old) is set:
+        old.clear()
+        old.update(new)
+    elif type(old) is collections.deque:
+        old.clear()
+        old.extend(new)
+    else:
+        old[:] = new
+
+
+_MISSING = object()
 
 
 class _IsRemote(Exception):
@@ -155,6 +246,9 @@ class Remote:
             raise TypeError("the program's iterator is not an object")
         return _RemoteIterator(it)
 
+    def __next__(self):  # next() on a generator the program returned
+        return self._chan.request("next", self._ref)
+
     def __eq__(self, other) -> bool:
         return self is other
 
@@ -179,61 +273,128 @@ class _RemoteIterator:
 
 
 class _CountAsserts(ast.NodeTransformer):
+    """Counts executed checks: every assert; entering a handler of a named exception type (`except ValueError`
+    after a call that must raise); leaving a `with ...raises(...)` block normally (pytest.raises)."""
+
+    @staticmethod
+    def _hit(node: ast.AST) -> ast.Expr:
+        return ast.copy_location(ast.Expr(ast.Call(ast.Name("__codechat_assert_hit__", ast.Load()), [], [])), node)
+
     def visit_Assert(self, node: ast.Assert):
-        hit = ast.Expr(ast.Call(ast.Name("__codechat_assert_hit__", ast.Load()), [], []))
-        return [ast.copy_location(hit, node), node]
+        return [self._hit(node), node]
+
+    def visit_ExceptHandler(self, node: ast.ExceptHandler):
+        self.generic_visit(node)
+        broad = node.type is None or (isinstance(node.type, ast.Name) and node.type.id in _BROAD)
+        if not broad:
+            node.body.insert(0, self._hit(node))
+        return node
+
+    def visit_With(self, node: ast.With):
+        self.generic_visit(node)
+        raises = any(isinstance(i.context_expr, ast.Call) and _called_name(i.context_expr.func) == "raises"
+                     for i in node.items)
+        return [node, self._hit(node)] if raises else node
+
+
+_BROAD = {"Exception", "BaseException"}
+
+
+def _called_name(f: ast.AST) -> str | None:
+    return f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
 
 
 _COMPILED: dict[tuple[str, str], types.CodeType] = {}
+_NAMES: dict[str, tuple[frozenset, frozenset]] = {}
+_CACHE_MAX = 20000
+"""Compiled tests and their name sets kept per judge (keyed by the task's own text, not the program's)."""
 
 
 def instrument(src: str, name: str) -> types.CodeType:
-    """Compile a test with every assert counted; cached, since RL verifies the same task many times."""
+    """Compile a test with every check counted; cached, since RL verifies the same task many times."""
     key = (src, name)
     code = _COMPILED.get(key)
     if code is None:
         tree = _CountAsserts().visit(ast.parse(src))
         code = compile(ast.fix_missing_locations(tree), name, "exec", dont_inherit=True, optimize=0)
-        if len(_COMPILED) > 20000:
+        if len(_COMPILED) > _CACHE_MAX:
             _COMPILED.clear()
         _COMPILED[key] = code
     return code
 
 
-_STDLIB = frozenset(sys.stdlib_module_names) | {"numpy"}
+def names_in(src: str) -> tuple[frozenset, frozenset]:
+    """(every name `src` mentions, the names it uses as `NAME.attr`): what a test can look up (cached)."""
+    got = _NAMES.get(src)
+    if got is None:
+        try:
+            tree = ast.parse(src)
+        except SyntaxError:
+            tree = ast.Module([], [])
+        names, bases = set(), set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name):
+                names.add(node.id)
+            elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+                bases.add(node.value.id)
+        got = frozenset(names), frozenset(bases)
+        if len(_NAMES) > _CACHE_MAX:
+            _NAMES.clear()
+        _NAMES[src] = got
+    return got
 
 
-def build_namespace(chan: Channel, names: list, entry_point: str | None) -> dict:
-    """The judge's globals: the program's names as proxies/plain values, minus builtins and stdlib modules."""
+_STDLIB = frozenset(sys.stdlib_module_names)
+_MODULES = _STDLIB - {"this", "antigravity", "idlelib", "turtle", "turtledemo",
+                                                  "tkinter", "venv", "ensurepip", "pydoc", "webbrowser"}
+"""Top-level modules the judge imports itself when a test uses `NAME.attr` and the task does not define NAME."""
+_ALIASES = {"np": "numpy", "numpy": "numpy"}
+"""Conventional aliases of non-stdlib modules a test may use the same way (`np.allclose`)."""
+
+
+def build_namespace(chan: Channel, entries: list, entry_point: str | None, wanted: frozenset,
+                    modules: frozenset) -> tuple[dict, set]:
+    """The judge's globals before the task's own code runs: (namespace, names taken from the program).
+
+    The rule: only names the tests (or setup) mention are looked up; never a dunder, never a builtin's name
+    (except the entry point), never a module: a test's `math.x` / `np.x` gets the judge's own import of that
+    module, whatever the program says it is, and the program's hello never makes the judge import anything.
+    The task's prelude and setup run after this (`modes.run_tests`), so the names they define replace the
+    program's: the program can add names the tests use, never replace the task's."""
     mod = types.ModuleType("__sandbox__")
     sys.modules["__sandbox__"] = mod  # so pickled instances of setup-defined classes resolve on both sides
     ns = mod.__dict__
     ns["__builtins__"] = builtins
-    stdlib = _STDLIB
-    for item in names:
-        if not (isinstance(item, list) and len(item) == 3 and isinstance(item[0], str)):
+    taken = set()
+    for name, kind, val in entries:
+        if name not in wanted or kind == "module" or hasattr(builtins, name) or name in _ALIASES \
+                or (name in modules and name in _STDLIB):  # a fake `math` the tests use as the module
             continue
-        name, kind, val = item
-        if not name.isidentifier() or hasattr(builtins, name):
-            continue
-        if kind == "module" and isinstance(val, str) and val.split(".")[0] in stdlib:
-            try:
-                ns[name] = importlib.import_module(val)
-            except Exception:  # noqa: BLE001
-                pass
-        elif name.split(".")[0] in stdlib:
-            continue  # a fake `math`/`np` object from the program must not stand in for the real module
-        elif kind == "value":
+        if kind == "value":
             try:
                 ns[name] = wire.from_plain(val, chan._decode_handle)
             except wire.WireError:
-                pass
+                continue
         else:
-            ns[name] = Remote(chan, ("n", name), str(kind))
-    if entry_point and entry_point.isidentifier() and entry_point not in ns:
-        # the function under test is always the program's, even when named like a builtin (MBPP 126: `sum`)
+            ns[name] = Remote(chan, ("n", name), val)
+        taken.add(name)
+    for name in modules - ns.keys():
+        target = _ALIASES.get(name, name if name in _MODULES else None)
+        if target is not None and not hasattr(builtins, name) and name != entry_point:
+            try:
+                ns[name] = importlib.import_module(target)
+            except Exception:  # noqa: BLE001 - not installed here: the test sees a NameError, as in a plain run
+                pass
+    bind_entry_point(chan, ns, entry_point)
+    if entry_point in ns:
+        taken.add(entry_point)
+    return ns, taken
+
+
+def bind_entry_point(chan: Channel, ns: dict, entry_point: str | None) -> None:
+    """The function under test is always the program's, even when named like a builtin (MBPP 126: `sum`)."""
+    if entry_point and wire.plain_name(entry_point):
         ns[entry_point] = Remote(chan, ("n", entry_point), "function")
-    return ns
 
 
 def classify(e: BaseException) -> tuple[str, str, str]:

@@ -8,10 +8,12 @@ The judge reports one result record (plain data) on its result pipe; the zygote 
 from __future__ import annotations
 
 import copy
+import math
 import pickle
 
 from codechat.sandbox import stdio_judge, wire
-from codechat.sandbox.judge import (Channel, CandidateGone, Remote, build_namespace, classify, instrument)
+from codechat.sandbox.judge import (Channel, CandidateGone, Remote, bind_entry_point, build_namespace, classify,
+                                    instrument, names_in)
 
 
 def _first_failure(results: list[tuple]) -> tuple[str, str | None, str]:
@@ -26,20 +28,36 @@ def _at(i: int, result: tuple[str, str, str]) -> tuple[str, str, str]:
     return status, etype, f"test {i}: {msg}" if msg else f"test {i} failed"
 
 
-def run_tests(chan: Channel, ns: dict, job: dict) -> dict:
+def _task_code(ns: dict, chan: Channel, job: dict) -> dict | None:
+    """Run the task's own code here (trusted): the prelude (a HumanEval prompt's imports and helpers), then the
+    setup. The names they define replace the program's; returns an error record if either fails."""
+    for part in ("prelude", "setup"):
+        if job.get(part):
+            try:
+                exec(compile(job[part], f"<{part}>", "exec", dont_inherit=True), ns)
+            except BaseException as e:  # noqa: BLE001
+                status, etype, msg = classify(e)
+                return {"status": "error" if status == "failed" else status, "error_type": etype,
+                        "message": f"{part}: {msg}", "tests_passed": 0}
+        if part == "prelude":
+            bind_entry_point(chan, ns, job.get("entry_point"))
+    return None
+
+
+def run_tests(chan: Channel, entries: list, job: dict) -> dict:
     hits = [0]
 
     def hit() -> None:
         hits[0] += 1
 
+    wanted, modules = _referenced(job)
+    ns, taken = build_namespace(chan, entries, job.get("entry_point"), wanted, modules)
+    bound = {n: ns[n] for n in taken}
+    failed = _task_code(ns, chan, job)
+    if failed:
+        return failed
+    program = {n for n, v in bound.items() if ns.get(n) is v}  # still the program's after the task's code ran
     ns["__codechat_assert_hit__"] = hit
-    if job.get("setup"):
-        try:
-            exec(compile(job["setup"], "<setup>", "exec", dont_inherit=True), ns)
-        except BaseException as e:  # noqa: BLE001
-            status, etype, msg = classify(e)
-            return {"status": "error" if status == "failed" else status, "error_type": etype,
-                    "message": f"setup: {msg}", "tests_passed": 0}
     results = []
     for i, src in enumerate(job["tests"]):
         hits0, calls0 = hits[0], chan.calls
@@ -53,13 +71,23 @@ def run_tests(chan: Channel, ns: dict, job: dict) -> dict:
             continue
         if hits[0] == hits0:
             results.append(("failed", "NoAssertion", f"test {i} executed no assertion"))
-        elif chan.calls == calls0:
+        elif chan.calls == calls0 and not (names_in(src)[0] & program):  # reading a program's value counts
             results.append(("failed", "NoCall", f"test {i} never called the program"))
         else:
             results.append(("passed", None, ""))
     status, etype, msg = _first_failure(results)
     return {"status": status, "error_type": etype, "message": msg,
             "tests_passed": sum(r[0] == "passed" for r in results)}
+
+
+def _referenced(job: dict) -> tuple[frozenset, frozenset]:
+    """Names the task's tests and setup mention, and those they use as modules (`NAME.attr`)."""
+    names, bases = set(), set()
+    for src in [*job["tests"], job.get("setup") or ""]:
+        n, b = names_in(src)
+        names |= n
+        bases |= b
+    return frozenset(names), frozenset(bases)
 
 
 def _is_floats(x) -> bool:
@@ -70,31 +98,42 @@ def _is_floats(x) -> bool:
     return False
 
 
+def _close(a, b, atol: float) -> bool:
+    """numpy's isclose(a, b, rtol=1e-7, atol) for one number; bools and non-numbers never match a float."""
+    if type(a) not in (int, float) or type(b) not in (int, float):
+        return False
+    if math.isinf(a) or math.isinf(b) or math.isnan(a) or math.isnan(b):
+        return a == b
+    return abs(a - b) <= atol + 1e-7 * abs(b)
+
+
 def outputs_match(out, exp, atol: float) -> bool:
-    """EvalPlus's rule: exact equality, or allclose(rtol=1e-7, atol) when the expected value is float(s)."""
+    """EvalPlus's rule: exact equality, or closeness (rtol=1e-7, atol) when the expected value is float(s).
+    No broadcasting: a float expected needs a number, a sequence of floats a sequence of the same length
+    (an empty list is not close to 2.5, as it is under np.allclose)."""
     if atol == 0 and _is_floats(exp):
         atol = 1e-6
     try:
-        if bool(out == exp):
+        if bool(out == exp):  # evalplus's exact check: plain ==, as Python says
             return True
-    except Exception:  # noqa: BLE001 - e.g. an array compared elementwise: fall through to allclose
+    except Exception:  # noqa: BLE001 - e.g. an array compared elementwise
         pass
-    if atol and _is_floats(exp) and (isinstance(out, (int, float)) or isinstance(out, (list, tuple))):
-        try:
-            import numpy as np
-            return bool(np.allclose(out, exp, rtol=1e-07, atol=atol))
-        except Exception:  # noqa: BLE001
-            return False
-    return False
+    if not atol or not _is_floats(exp):
+        return False
+    if isinstance(exp, float):
+        return _close(out, exp, atol)
+    return type(out) in (list, tuple) and len(out) == len(exp) and all(_close(a, b, atol) for a, b in zip(out, exp))
 
 
-def _call_each(chan: Channel, ns: dict, job: dict, on_value) -> list[tuple]:
-    fn = ns.get(job["entry_point"])
+def _call_each(chan: Channel, entries: list, job: dict, on_value) -> list[tuple]:
+    ep = job["entry_point"]
+    # the entry point comes from the job (trusted), not the hello: the candidate resolves it, or answers NameError
+    fn = Remote(chan, ("n", ep), "function") if isinstance(ep, str) and ep.isidentifier() else None
     results = []
     for i, args in enumerate(job["inputs"]):
         try:
-            if not isinstance(fn, Remote):
-                raise NameError(f"name '{job['entry_point']}' is not defined by the program")
+            if fn is None:
+                raise NameError(f"name '{ep}' is not defined by the program as a function")
             value = fn(*copy.deepcopy(list(args)))
             results.append(on_value(i, value))
         except CandidateGone as e:
@@ -106,14 +145,14 @@ def _call_each(chan: Channel, ns: dict, job: dict, on_value) -> list[tuple]:
     return results
 
 
-def run_io(chan: Channel, ns: dict, job: dict) -> dict:
+def run_io(chan: Channel, entries: list, job: dict) -> dict:
     def check(i, value):
         if isinstance(value, Remote):
             return ("failed", "NotPlainData", f"input {i}: returned a {value._type} object")
         if outputs_match(value, job["expected"][i], float(job.get("atol") or 0)):
             return ("passed", None, "")
         return ("failed", "AssertionError", f"input {i}: wrong output")
-    results = _call_each(chan, ns, job, check)
+    results = _call_each(chan, entries, job, check)
     status, etype, msg = _first_failure(results)
     if not job["inputs"]:
         status, etype, msg = "failed", "NoAssertion", "no inputs to compare"
@@ -121,7 +160,7 @@ def run_io(chan: Channel, ns: dict, job: dict) -> dict:
             "tests_passed": sum(r[0] == "passed" for r in results)}
 
 
-def run_calls(chan: Channel, ns: dict, job: dict) -> dict:
+def run_calls(chan: Channel, entries: list, job: dict) -> dict:
     outputs: list = [None] * len(job["inputs"])
 
     def keep(i, value):
@@ -130,7 +169,7 @@ def run_calls(chan: Channel, ns: dict, job: dict) -> dict:
         outputs[i] = value
         return ("passed", None, "")
 
-    results = _call_each(chan, ns, job, keep)
+    results = _call_each(chan, entries, job, keep)
     errors = [None if status == "passed" else f"{etype}: {msg}" for status, etype, msg in results]
     return {"status": "ok", "outputs": outputs, "errors": errors,
             "tests_passed": sum(e is None for e in errors)}
@@ -150,15 +189,18 @@ def judge(sock_fd: int, payload_fd: int, max_bytes: int) -> bytes:
     except CandidateGone as e:
         result = {"status": "error", "error_type": "EarlyExit", "message": f"program ended while loading ({e})"}
     else:
-        if first[0] == "load_error" and len(first) == 3:
-            etype = str(first[1])
+        try:
+            kind, body = wire.parse_hello(first)
+        except wire.WireError as e:
+            kind, body = "malformed", str(e)
+        if kind == "load_error":
+            etype, msg = body
             status = {"SyntaxError": "syntax_error", "IndentationError": "syntax_error",
                       "TabError": "syntax_error", "MemoryError": "memory"}.get(etype, "error")
-            result = {"status": status, "error_type": etype, "message": str(first[2])[:300]}
-        elif first[0] == "loaded" and len(first) == 2 and isinstance(first[1], list):
-            ns = build_namespace(chan, first[1], job.get("entry_point"))
-            result = MODES[job["mode"]](chan, ns, job)
+            result = {"status": status, "error_type": etype, "message": msg[:300]}
+        elif kind == "loaded":
+            result = MODES[job["mode"]](chan, body, job)
         else:
-            result = {"status": "error", "error_type": "EarlyExit", "message": "malformed hello"}
+            result = {"status": "error", "error_type": "ProtocolError", "message": body}
     result.setdefault("tests_passed", 0)
     return wire.dumps(result)

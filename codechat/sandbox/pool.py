@@ -64,6 +64,9 @@ class Job:
     """Mode `stdio`: the program's standard input (the candidate gets only this test's input)."""
     stdio: dict = field(default_factory=dict)
     """Mode `stdio`, judge side only: `input`, `float_tol`, `checker`, `cpu_limit_s` (see sandbox/stdio_judge.py)."""
+    prelude: str = ""
+    """Task-authored code run in the judge before `setup` (a HumanEval prompt's imports and helpers): the
+    names it defines are the task's, and the program cannot replace them for the tests."""
 
 
 @dataclass
@@ -119,13 +122,14 @@ class Zygote:
             os.close(judge_r)
             cand_r = judge_r = -1
             # Each payload goes down its own pipe: only the candidate reads the code, only the judge the tests.
-            payload = {"code": str(job.code), "setup": str(job.setup)}
+            payload = {"code": str(job.code), "setup": str(job.setup), "mode": str(job.mode)}
             if job.mode == "stdio":
                 payload["stdin"] = bytes(job.stdin)
             _write_quietly(cand_w, marshal.dumps(payload))
             _write_quietly(judge_w, pickle.dumps({
-                "mode": job.mode, "setup": job.setup, "entry_point": job.entry_point, "tests": job.tests,
-                "inputs": job.inputs, "expected": job.expected, "atol": job.atol, "stdio": job.stdio}))
+                "mode": job.mode, "prelude": job.prelude, "setup": job.setup, "entry_point": job.entry_point,
+                "tests": job.tests, "inputs": job.inputs, "expected": job.expected, "atol": job.atol,
+                "stdio": job.stdio}))
         finally:
             for fd in (cand_r, judge_r, cand_w, judge_w):
                 if fd >= 0:
@@ -166,12 +170,35 @@ def _write_quietly(fd: int, data: bytes) -> None:
         pass  # the reader died before reading: the zygote reports what happened
 
 
+MAX_ERROR_TYPE = 200
+MAX_MESSAGE = 2048
+MAX_BLOCKED = 32
+_STATUSES = frozenset({"passed", "failed", "error", "syntax_error", "timeout", "memory", "output_limit", "ok"})
+"""Bounds on what reaches a RunResult (and a Verdict) from a job, whatever the program made its parts say."""
+
+
+def _signal_name(sig) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:  # real-time signals (SIGRTMIN..SIGRTMAX) have no enum member
+        return f"signal {int(sig)}"
+
+
 def merge(raw: dict | None) -> RunResult:
-    """Combine the zygote's observations with the judge's result record into one RunResult."""
+    """Combine the zygote's observations with the judge's result record into one RunResult. Never raises: a
+    record that cannot be merged is that job's `error`, so one program cannot spoil its batch."""
+    try:
+        return _merge(raw)
+    except Exception as e:  # noqa: BLE001
+        return RunResult("error", "SandboxError", f"unreadable sandbox record ({type(e).__name__})")
+
+
+def _merge(raw: dict | None) -> RunResult:
     if raw is None or "fatal" in raw:
-        return RunResult("infra_error", "SandboxError",
-                         f"the sandbox failed: {(raw or {}).get('fatal', 'no reply')}")
-    base = dict(duration_s=raw["duration_s"], blocked=tuple(raw["blocked"]), output_head=raw["output_head"])
+        fatal = str((raw or {}).get("fatal", "no reply"))[:MAX_MESSAGE]
+        return RunResult("infra_error", "SandboxError", f"the sandbox failed: {fatal}")
+    blocked = tuple(str(b)[:MAX_ERROR_TYPE] for b in list(raw["blocked"])[:MAX_BLOCKED])
+    base = dict(duration_s=float(raw["duration_s"]), blocked=blocked, output_head=str(raw["output_head"])[:4096])
     if raw["output_over"]:
         return RunResult("output_limit", None, "output exceeded the cap", **base)
     if raw["timed_out"] or raw["c_signal"] == signal.SIGXCPU:
@@ -183,11 +210,17 @@ def merge(raw: dict | None) -> RunResult:
         rec = wire.loads(raw["judge"][4:4 + n])
     except (wire.WireError, struct.error):
         return RunResult("error", "JudgeError", "unreadable judge result", **base)
-    msg = rec.get("message") or ""
-    if rec.get("error_type") == "EarlyExit" and raw["c_signal"] not in (None, signal.SIGKILL):
-        msg += f" (killed by {signal.Signals(raw['c_signal']).name})"
-    return RunResult(rec["status"], rec.get("error_type"), msg[:300], int(rec.get("tests_passed", 0)),
-                     outputs=rec.get("outputs", []), errors=rec.get("errors", []), **base)
+    if not isinstance(rec, dict) or rec.get("status") not in _STATUSES:
+        return RunResult("error", "JudgeError", "malformed judge result", **base)
+    msg = wire.cut(rec.get("message") or "", MAX_MESSAGE)
+    etype = rec.get("error_type")
+    etype = None if etype is None else wire.cut(etype, MAX_ERROR_TYPE)
+    if etype == "EarlyExit" and raw["c_signal"] not in (None, signal.SIGKILL):
+        msg += f" (killed by {_signal_name(raw['c_signal'])})"
+    outputs, errors = rec.get("outputs", []), rec.get("errors", [])
+    return RunResult(rec["status"], etype, msg[:MAX_MESSAGE], int(rec.get("tests_passed", 0)),
+                     outputs=outputs if isinstance(outputs, list) else [],
+                     errors=errors if isinstance(errors, list) else [], **base)
 
 
 def missing_protections_message(active: list[str]) -> str | None:

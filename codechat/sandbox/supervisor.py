@@ -18,7 +18,7 @@ import _socket
 import struct
 import time
 
-from codechat.sandbox import isolation, modes, procs, rootfs, wire
+from codechat.sandbox import candidate, isolation, modes, procs, rootfs, wire
 from codechat.sandbox.procs import _LIMITS, _REPLY, _REQ, _child_fds, _fork, _kill, die_with_parent
 
 
@@ -226,7 +226,7 @@ def run_job(job: dict, spare: Spare, cand_r: int, judge_r: int, judge: JudgeProc
                 out_head = (out_head + chunk)[:2048] if len(out_head) < 2048 else out_head
                 over = out_total > job["max_output_bytes"]
             elif fd == spare.ev_r:
-                events += chunk[:4096]
+                events += chunk[:max(0, 4096 - len(events))]  # the program can write anything here
             else:
                 res += chunk
                 res_done = not chunk or (len(res) >= 4 and len(res) >= 4 + struct.unpack(">I", res[:4])[0])
@@ -241,10 +241,10 @@ def run_job(job: dict, spare: Spare, cand_r: int, judge_r: int, judge: JudgeProc
     c_status = spare.collect(clean and res_done and not over and b'"EarlyExit"' not in res)
     os.set_blocking(spare.ev_r, False)
     try:
-        events += os.read(spare.ev_r, 4096)
+        events += os.read(spare.ev_r, 4096)[:max(0, 4096 - len(events))]
     except OSError:
         pass
-    blocked = {e for e in events.decode(errors="replace").split() if e}
+    blocked = set(events.decode(errors="replace").split()) & candidate.EVENT_KINDS
     if isolation.clean_scratch(spare.uid, keep=spare.tmp):
         blocked.add("write_outside")
     c_signal = os.WTERMSIG(c_status) if os.WIFSIGNALED(c_status) else None

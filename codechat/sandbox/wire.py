@@ -8,6 +8,32 @@ plain data (class instances, functions, generators) travel as a *handle*: an id 
 the process that owns the object.
 
 Framing is a 4-byte big-endian length, then the payload; `recv` refuses payloads over a size cap.
+
+## The protocol (every message from the candidate is hostile: `parse_hello` / `parse_reply` check its grammar)
+Parent -> judge (payload pipe, pickle, trusted): the job {mode, prelude, setup, entry_point, tests, inputs, ...}.
+Parent -> candidate (payload pipe, marshal, trusted): {code, setup}.
+Judge -> candidate (socket, pickle, trusted direction): (op, ref, args, kwargs) with
+    op   in OPS = call | callout | getattr | setattr | getitem | len | bool | iter | next  (| cbret | cbexc:
+         the answer to a CALLBACK, ref None, args (value,) or (etype, message))
+    ref  ("n", NAME) a name of the program's module, or ("h", ID) a handle the candidate gave earlier;
+    `callout` is `call` with the program's prints captured and returned (the test redirected stdout).
+Candidate -> judge (socket, tagged JSON of plain data, at most `max_result_mb` per frame), one of:
+    HELLO  = ["loaded", [ENTRY, ...]]          ENTRY = [NAME, "value", PLAIN] | [NAME, "object", TYPE]
+                                                      | [NAME, "module", MODNAME]      (at most MAX_NAMES)
+           | ["load_error", ETYPE, MSG]
+    REPLY  = ["ok", PLAIN] | ["ok", PLAIN, WB, OUT] | ["same", ARGI, WB, OUT] | ["stop"] | ["exc", ETYPE, MSG]
+    WB     = [[ARGI | KWNAME, PLAIN], ...]      the program's mutable arguments after the call (at most MAX_ARGS)
+    NAME   a plain identifier of at most MAX_NAME chars, never a dunder; TYPE/MODNAME/ETYPE: str, cut to
+           MAX_TYPE chars; MSG, OUT: str, cut to MAX_MSG / MAX_OUT; ARGI an int index of a call argument.
+    `same` says the result *is* argument ARGI (identity survives the trip); PLAIN is `from_plain` data.
+    CALLBACK = ["cb", JID, [PLAIN, ...], [[KWNAME, PLAIN], ...]]   (instead of a REPLY, any number of times)
+           the program calls a function of the test it was given as JID (an id the judge handed out in this
+           job); the judge runs it and answers (op "cbret" with the result, or "cbexc" with its error).
+Anything else (another kind, a wrong arity or type, bad JSON, an over-long frame) is a `WireError`: the judge
+ends that program as `error`. A MODNAME is only a description: the judge never imports what a message names.
+Supervisor -> parent (socket, pickle, trusted): the observations {timed_out, output_over, output_head,
+c_signal, judge (the judge's record, still encoded), duration_s, blocked}, or {"fatal": MSG}.
+Judge -> supervisor: one tagged-JSON record {status, error_type, message, tests_passed, outputs?, errors?}.
 """
 from __future__ import annotations
 
@@ -20,6 +46,24 @@ from typing import Any, Callable
 
 MAX_DEPTH = 200
 """Nesting depth an encoded value may have (deeper = not plain data)."""
+MAX_NAMES = 20000
+"""Names a program's hello may list."""
+MAX_NAME = 100
+"""Characters of a name in the hello."""
+MAX_TYPE = 200
+"""Characters kept of a type, module or exception-type name from the program."""
+MAX_MSG = 2048
+"""Characters kept of an exception message from the program."""
+MAX_OUT = 1 << 16
+"""Characters of captured prints returned with one `callout` reply."""
+MAX_ARGS = 64
+"""Written-back arguments one reply may carry."""
+OPS = frozenset({"call", "callout", "getattr", "setattr", "getitem", "len", "bool", "iter", "next"})
+"""Requests the judge sends (trusted direction; the candidate refuses any other)."""
+HELLO_KINDS = frozenset({"value", "object", "module"})
+"""Kinds a hello entry may have."""
+_BIG_INT_BITS = 12000
+"""Ints wider than this travel as hex (decimal str<->int conversion is capped at 4300 digits)."""
 
 
 class WireError(Exception):
@@ -98,7 +142,8 @@ def to_plain(x: Any, handle: Callable[[Any], int] | None = None, depth: int = 0)
         # bool/str subclasses are reduced to the builtin value: only fidelity is at stake, never safety
         return x if type(x) in (bool, str, type(None)) else (bool(x) if isinstance(x, bool) else str.__str__(x))
     if isinstance(x, int):
-        return int.__index__(x) if type(x) is not int else x
+        v = int.__index__(x) if type(x) is not int else x
+        return v if v.bit_length() <= _BIG_INT_BITS else {"$i": format(v, "x")}
     if isinstance(x, float):
         v = float.__float__(x)
         return v if math.isfinite(v) else {"$f": repr(v)}
@@ -172,6 +217,8 @@ def from_plain(x: Any, handle: Callable[[int, str], Any] | None = None) -> Any:
             pairs = [(from_plain(k, handle), from_plain(val, handle)) for k, val in v]
             cls = {"$d": dict, "$od": collections.OrderedDict, "$ctr": collections.Counter}[tag]
             return cls(pairs) if tag != "$ctr" else collections.Counter(dict(pairs))
+        if tag == "$i" and isinstance(v, str) and len(v) <= 1 << 22:
+            return int(v, 16)
         if tag == "$f":
             return float({"nan": "nan", "inf": "inf", "-inf": "-inf"}[v])
         if tag == "$c":
@@ -233,3 +280,80 @@ def loads(b: bytes, handle=None) -> Any:
         return from_plain(_decode(b.decode()), handle)
     except (ValueError, RecursionError) as e:
         raise WireError(f"malformed message: {type(e).__name__}") from None
+
+
+# --- the candidate's messages, checked against the grammar in the module docstring ------------------------------
+def plain_name(x: Any) -> bool:
+    """A name the judge may look up for the tests: a str identifier, short, not a dunder."""
+    return (type(x) is str and 0 < len(x) <= MAX_NAME and x.isidentifier()
+            and not (x.startswith("__") and x.endswith("__")))
+
+
+def cut(x: Any, n: int) -> str:
+    """`x` as a builtin str of at most `n` characters ('' for a non-str)."""
+    return str.__str__(x)[:n] if isinstance(x, str) else ""
+
+
+def parse_hello(msg: Any) -> tuple[str, Any]:
+    """("loaded", [(name, kind, value)]) with only well-formed entries, or ("load_error", (etype, msg)).
+    Raises WireError for anything outside the grammar. Entries with a name the judge must never take (not an
+    identifier, a dunder) are dropped, not trusted; a `value` entry that is not plain data is dropped too."""
+    if type(msg) is not list or not msg:
+        raise WireError("malformed hello")
+    if msg[0] == "load_error" and len(msg) == 3 and type(msg[1]) is str and type(msg[2]) is str:
+        return "load_error", (cut(msg[1], MAX_TYPE), cut(msg[2], MAX_MSG))
+    if msg[0] != "loaded" or len(msg) != 2 or type(msg[1]) is not list or len(msg[1]) > MAX_NAMES:
+        raise WireError("malformed hello")
+    entries = []
+    for item in msg[1]:
+        if type(item) is not list or len(item) != 3 or type(item[1]) is not str or item[1] not in HELLO_KINDS:
+            raise WireError("malformed hello entry")
+        name, kind, val = item
+        if not plain_name(name):
+            continue
+        if kind != "value" and type(val) is not str:
+            raise WireError("malformed hello entry")
+        entries.append((name, kind, val if kind == "value" else cut(val, MAX_TYPE)))
+    return "loaded", entries
+
+
+def _argi(x: Any, nargs: int) -> bool:
+    return (type(x) is int and 0 <= x < nargs) or (type(x) is str and plain_name(x))
+
+
+def parse_callback(msg: Any, objects: dict) -> tuple:
+    """(function, args, kwargs) of a CALLBACK message; only ids the judge handed out resolve."""
+    if type(msg) is not list or len(msg) != 4 or type(msg[1]) is not int or msg[1] not in objects \
+            or type(msg[2]) is not list or type(msg[3]) is not list or len(msg[2]) + len(msg[3]) > MAX_ARGS:
+        raise WireError("malformed callback")
+    kwargs = {}
+    for item in msg[3]:
+        if type(item) is not list or len(item) != 2 or not plain_name(item[0]):
+            raise WireError("malformed callback")
+        kwargs[item[0]] = item[1]
+    return objects[msg[1]], msg[2], kwargs
+
+
+def parse_reply(msg: Any, nargs: int) -> tuple:
+    """One reply to a request with `nargs` positional arguments, checked: ("ok", value, wb, out),
+    ("same", argi, wb, out), ("stop",) or ("exc", etype, message). Raises WireError outside the grammar."""
+    if type(msg) is not list or not msg:
+        raise WireError("malformed reply")
+    kind, n = msg[0], len(msg)
+    if kind == "ok" and n == 2:
+        return "ok", msg[1], (), ""
+    if kind in ("ok", "same") and n == 4 and type(msg[2]) is list and len(msg[2]) <= MAX_ARGS \
+            and type(msg[3]) is str:
+        wb = []
+        for item in msg[2]:
+            if type(item) is not list or len(item) != 2 or not _argi(item[0], nargs):
+                raise WireError("malformed write-back")
+            wb.append((item[0], item[1]))
+        if kind == "same" and not (type(msg[1]) is int and 0 <= msg[1] < nargs):
+            raise WireError("malformed reply")
+        return kind, msg[1], tuple(wb), cut(msg[3], MAX_OUT)
+    if kind == "stop" and n == 1:
+        return ("stop",)
+    if kind == "exc" and n == 3 and type(msg[1]) is str and type(msg[2]) is str:
+        return "exc", cut(msg[1], MAX_TYPE), cut(msg[2], MAX_MSG)
+    raise WireError("malformed reply")

@@ -45,12 +45,36 @@ def _defines(code: str, name: str | None) -> bool:
 
 
 def _is_code(prompt: str) -> bool:
-    """A prompt that is itself code (HumanEval), not prose that shows a starter in a fence."""
-    try:
-        ast.parse(prompt)
-        return True
-    except (SyntaxError, ValueError):
+    """A prompt that is itself code to continue (HumanEval, a `class Solution:` header ending mid-body), not
+    prose that shows a starter in a fence."""
+    if "```" in prompt:
         return False
+    last = next((ln for ln in reversed(prompt.splitlines()) if ln.strip()), "")
+    indent = last[:len(last) - len(last.lstrip())] + ("    " if last.rstrip().endswith(":") else "")
+    for src in (prompt, prompt.rstrip() + "\n" + indent + "pass\n"):  # a header with no body yet
+        try:
+            ast.parse(src)
+            return True
+        except (SyntaxError, ValueError):
+            continue
+    return False
+
+
+def _head(entry_point: str | None) -> str | None:
+    """The name an entry point starts with: `f` for `f`, `Solution` for `Solution().maxProfit`."""
+    m = re.match(r"[A-Za-z_]\w*", entry_point or "")
+    return m.group(0) if m else None
+
+
+def task_prelude(task: Task) -> str:
+    """The task-authored code of a HumanEval-style prompt: everything before the entry point's definition
+    (imports, helpers such as `poly` / `encode_cyclic`, classes). The judge runs it itself, so the tests get the
+    task's helpers, not the program's versions of them; empty when the prompt is not code to continue."""
+    head = _head(task.entry_point)
+    if not head or not _defines(task.prompt, head) or not _is_code(task.prompt):  # prose shows no prelude
+        return ""
+    m = re.search(rf"^(async\s+)?(def|class)\s+{re.escape(head)}\b", task.prompt, re.M)
+    return task.prompt[:m.start()] if m else ""
 
 
 def extract_code(completion: str, task: Task) -> str | None:
@@ -66,25 +90,27 @@ def extract_code(completion: str, task: Task) -> str | None:
     blocks = [(lang.lower(), body) for lang, body in _FENCE.findall(completion)]
     if blocks:
         py = [b for lang, b in blocks if lang in _PY_LANGS] or [b for _, b in blocks]
-        defining = [b for b in py if _defines(b, task.entry_point)]
+        defining = [b for b in py if _defines(b, _head(task.entry_point))]
         code = (defining or py)[-1]
     else:
         code = completion
         lines = code.splitlines(keepends=True)
         first = next((i for i, ln in enumerate(lines) if ln.strip()), 0)
-        if not _LOOKS_LIKE_CODE.match(lines[first]):  # leading prose ("Here is the solution:")
+        mid_line = task.prompt.endswith((" ", "\t")) and _defines(task.prompt, _head(task.entry_point))
+        if not mid_line and not _LOOKS_LIKE_CODE.match(lines[first]):  # leading prose ("Here is the solution:")
             start = next((i for i in range(first, len(lines)) if _CODE_START.match(lines[i])), None)
             if start is None:
                 return None  # prose only
             code = "".join(lines[start:])
     if not code.strip():
         return None
+    if task.entry_point and _defines(task.prompt, _head(task.entry_point)) and _is_code(task.prompt):
+        # HumanEval-style: the prompt is code ending in the signature + docstring; the completion continues it.
+        # A completion that redefines the function comes after the prompt's prelude (its imports and helpers),
+        # not after the unfinished signature (a `class Solution:` prompt ends mid-body).
+        code = task_prelude(task) + "\n" + code if _defines(code, _head(task.entry_point)) else task.prompt + code
     if task.metadata.get("prelude"):  # the harness imports of call-based competitive tasks (stdio_loaders.py)
         code = task.metadata["prelude"] + code
-    if task.entry_point and _defines(task.prompt, task.entry_point) and _is_code(task.prompt):
-        # HumanEval-style: the prompt is code ending in the signature + docstring; the completion continues it.
-        # A completion that redefines the function still comes after the prompt, so the prompt's imports apply.
-        return task.prompt + ("\n" + code if _defines(code, task.entry_point) else code)
     return code
 
 
@@ -162,7 +188,7 @@ class Verifier:
         if not task.tests:
             return Verdict("error", False, 0.0, error_type="NoTests", message=f"task {task.task_id} has no tests")
         return self._job("tests", code, task.timeout_s, setup=task.setup, entry_point=task.entry_point,
-                         tests=list(task.tests))
+                         tests=list(task.tests), prelude=task_prelude(task))
 
     def verify(self, task: Task, completion: str) -> Verdict:
         if task.stdio is not None:
