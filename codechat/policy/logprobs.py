@@ -9,7 +9,10 @@ forward over every [prompt + completion] row this saves (n - 1) / n of the promp
 Reference path (any causal LM, wrapped models such as DDP, FSDP-sharded ones): one forward over [prompt + completion] rows,
 right-padded. Tests check the two agree in values and gradients.
 
-Simplification: the (N, T, V) logits are materialised; for very large vocabularies x batch, chunk the batch.
+Both paths give the LM head and the log-prob only the R masked-in positions (not padding), drop the columns past
+every row's last real token, and pick the sampled token's log-prob as logit - logsumexp instead of materialising
+the (R, V) log-softmax; the entropy (a detached diagnostic) is computed in chunks of rows.
+Simplification: the (R, V) logits are materialised; for very large vocabularies x batch, chunk the batch.
 """
 from __future__ import annotations
 
@@ -42,32 +45,54 @@ def completion_logprobs(model, prompts: list[list[int]], prompt_index, tokens, m
     `temperature` first. fast: None = fast path when usable, False = reference path."""
     dev = _device(model)
     tokens, mask = tokens.to(dev), mask.to(dev)
+    N, T = tokens.shape
     index = torch.as_tensor(prompt_index, device=dev).long()  # (N,)
     used, index = torch.unique(index, return_inverse=True)  # run only the prompts these rows use (minibatches)
     prompts = [prompts[i] for i in used.tolist()]
     # tokens up to each row's last masked-in one are real (attended to); a 0 before it only drops the token's
-    # log-prob, e.g. a loss mask with holes. Zeros after it are padding.
+    # log-prob, e.g. a loss mask with holes. Zeros after it are padding: columns past every row's last real
+    # token are not run at all.
     real = mask.flip(1).cumsum(1).flip(1) > 0  # (N, T) bool
+    Tr = int(real.any(0).nonzero().max()) + 1 if real.any() else 1
+    tokens, real, sel = tokens[:, :Tr], real[:, :Tr], mask[:, :Tr] > 0  # (N, Tr)
     if fast is None and is_sharded(model):  # FSDP: only the model's own forward gathers the shards; and one path
         fast = False  # for policy, old and reference log-probs, so that equal weights give exactly equal values
+    flat = sel.flatten().nonzero()[:, 0]  # (R,) the masked-in positions: the only ones given a log-prob
     if fast or (fast is None and usable(model)):
-        logits = _fast_logits(model, prompts, index, tokens, real)
+        logits = _fast_logits(model, prompts, index, tokens, real, flat)
     else:
-        logits = _reference_logits(model, prompts, index, tokens, real)
-    logits = logits.float()  # (N, T, V)
+        logits = _reference_logits(model, prompts, index, tokens, real, flat)
+    logits = logits.float()  # (R, V)
     if temperature != 1.0:
         logits = logits / temperature
-    logp_all = torch.log_softmax(logits, dim=-1)  # (N, T, V)
-    m = mask.to(logp_all.dtype)
-    logp = logp_all.gather(2, tokens[..., None])[..., 0] * m  # (N, T)
+    lse = torch.logsumexp(logits, dim=-1)  # (R,)
+    picked = logits.gather(1, tokens.flatten()[flat][:, None])[:, 0]  # (R,)
+    logp = _scatter(picked - lse, flat, N, T, Tr)  # (N, T)
     if not with_entropy:
         return logp
     with torch.no_grad():  # a diagnostic: no graph, so it costs no memory or time in the backward pass
-        entropy = -(logp_all.exp() * logp_all).sum(-1) * m  # (N, T)
+        ent = torch.cat([_entropy(c, l) for c, l in zip(logits.split(_CHUNK), lse.split(_CHUNK))]) \
+            if len(flat) else lse  # (R,)
+        entropy = _scatter(ent, flat, N, T, Tr)  # (N, T)
     return logp, entropy
 
 
-def _fast_logits(model, prompts, index, tokens, real):
+_CHUNK = 2048
+"""Rows of the (R, V) logits per entropy chunk: bounds the temporary softmax."""
+
+
+def _entropy(logits, lse):
+    """Entropy (R,) of softmax(logits (R, V)) given its logsumexp (R,): lse - sum p * logits."""
+    return lse - (torch.softmax(logits, dim=-1) * logits).sum(-1)
+
+
+def _scatter(vals, flat, N: int, T: int, Tr: int):
+    """Values (R,) at flat positions of an (N, Tr) grid -> (N, T), zeros elsewhere."""
+    out = vals.new_zeros(N * Tr).index_put((flat,), vals)  # unique indices: a plain (deterministic) copy
+    return torch.nn.functional.pad(out.view(N, Tr), (0, T - Tr))
+
+
+def _fast_logits(model, prompts, index, tokens, real, flat):
     fl = FastLM(model)
     ids, valid = _left_pad(prompts, 0, tokens.device)  # (P, Lp); pad id irrelevant (masked)
     hp, kv = fl.forward(ids, positions(valid), valid)  # hp (P, Lp, C); kv per layer (P, Hkv, Lp, D)
@@ -78,10 +103,10 @@ def _fast_logits(model, prompts, index, tokens, real):
     cpos = valid.long().sum(1)[index][:, None] + torch.arange(T, device=tokens.device)  # (N, T)
     hc, _ = fl.forward(tokens, cpos, real, past, valid[index])  # (N, T, C)
     h = torch.cat([hp[:, -1:].index_select(0, index), hc[:, :-1]], dim=1)  # (N, T, C): state predicting each token
-    return fl.logits(h)
+    return fl.logits(h.flatten(0, 1).index_select(0, flat))  # (R, V): the LM head only where a log-prob is wanted
 
 
-def _reference_logits(model, prompts, index, tokens, real):
+def _reference_logits(model, prompts, index, tokens, real, flat):
     dev = tokens.device
     N, T = tokens.shape
     lens = torch.tensor([len(p) for p in prompts], device=dev)[index]  # (N,)
@@ -96,4 +121,5 @@ def _reference_logits(model, prompts, index, tokens, real):
         attn[i, len(p) : len(p) + T] = real[i].long()
     out = model(input_ids=ids, attention_mask=attn, position_ids=positions(attn.bool())).logits  # (N, L, V)
     at = lens[:, None] - 1 + torch.arange(T, device=dev)  # (N, T) position predicting each new token
-    return out.gather(1, at[..., None].expand(-1, -1, out.shape[-1]))  # (N, T, V)
+    rows = torch.arange(N, device=dev)[:, None] * L + at  # (N, T) flat positions in out
+    return out.flatten(0, 1).index_select(0, rows.flatten()[flat])  # (R, V)
