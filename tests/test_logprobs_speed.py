@@ -80,3 +80,16 @@ def test_fuzzed_batches_agree_with_brute_force(pol, seed, n, t):
         lp = completion_logprobs(pol.model, prompts, idx, tokens, mask)
         ref, _ = brute_force(pol.model, prompts, idx, tokens, mask)
     assert (lp - ref).abs().max() < 1e-4
+
+
+def test_picked_logprob_gradient_is_exact():
+    from codechat.policy.logprobs import _PickedLogprob
+
+    g = torch.Generator().manual_seed(0)
+    logits = (torch.randn(5, 7, generator=g, dtype=torch.float64) * 3).requires_grad_()
+    tok = torch.tensor([0, 6, 3, 3, 1])
+    assert torch.autograd.gradcheck(lambda x: _PickedLogprob.apply(x, tok)[0], (logits,))
+    lp, ent = _PickedLogprob.apply(logits, tok)
+    ref = torch.log_softmax(logits, -1)
+    assert torch.allclose(lp, ref.gather(1, tok[:, None])[:, 0]) and not ent.requires_grad
+    assert torch.allclose(ent, -(ref.exp() * ref).sum(-1))

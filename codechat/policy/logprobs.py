@@ -11,7 +11,8 @@ right-padded. Tests check the two agree in values and gradients.
 
 Both paths give the LM head and the log-prob only the R masked-in positions (not padding), drop the columns past
 every row's last real token, and pick the sampled token's log-prob as logit - logsumexp instead of materialising
-the (R, V) log-softmax; the entropy (a detached diagnostic) is computed in chunks of rows.
+the (R, V) log-softmax; the softmax is computed once and serves the entropy (a detached diagnostic) and the
+backward (`_PickedLogprob`).
 Simplification: the (R, V) logits are materialised; for very large vocabularies x batch, chunk the batch.
 """
 from __future__ import annotations
@@ -65,25 +66,33 @@ def completion_logprobs(model, prompts: list[list[int]], prompt_index, tokens, m
     logits = logits.float()  # (R, V)
     if temperature != 1.0:
         logits = logits / temperature
-    lse = torch.logsumexp(logits, dim=-1)  # (R,)
-    picked = logits.gather(1, tokens.flatten()[flat][:, None])[:, 0]  # (R,)
-    logp = _scatter(picked - lse, flat, N, T, Tr)  # (N, T)
+    picked, ent = _PickedLogprob.apply(logits, tokens.flatten()[flat])  # (R,) each
+    logp = _scatter(picked, flat, N, T, Tr)  # (N, T)
     if not with_entropy:
         return logp
-    with torch.no_grad():  # a diagnostic: no graph, so it costs no memory or time in the backward pass
-        ent = torch.cat([_entropy(c, l) for c, l in zip(logits.split(_CHUNK), lse.split(_CHUNK))]) \
-            if len(flat) else lse  # (R,)
-        entropy = _scatter(ent, flat, N, T, Tr)  # (N, T)
-    return logp, entropy
+    return logp, _scatter(ent, flat, N, T, Tr)  # entropy (N, T): detached, a diagnostic
 
 
-_CHUNK = 2048
-"""Rows of the (R, V) logits per entropy chunk: bounds the temporary softmax."""
+class _PickedLogprob(torch.autograd.Function):
+    """logits (R, V), token ids (R,) -> the tokens' log-probs (R,) and the entropies (R,) (no gradient).
 
+    One pass: p = softmax(logits) is computed once, gives the entropy, and is saved for the backward, whose
+    gradient d logp / d logits = onehot(token) - p needs no second exp (autograd's logsumexp recomputes it)."""
 
-def _entropy(logits, lse):
-    """Entropy (R,) of softmax(logits (R, V)) given its logsumexp (R,): lse - sum p * logits."""
-    return lse - (torch.softmax(logits, dim=-1) * logits).sum(-1)
+    @staticmethod
+    def forward(ctx, logits, tok):
+        lse = torch.logsumexp(logits, dim=-1)  # (R,)
+        p = torch.exp(logits - lse[:, None])  # (R, V)
+        ent = lse - (p * logits).sum(-1)  # (R,)
+        ctx.save_for_backward(p, tok)
+        ctx.mark_non_differentiable(ent)
+        return logits.gather(1, tok[:, None])[:, 0] - lse, ent
+
+    @staticmethod
+    def backward(ctx, g, _g_ent):
+        p, tok = ctx.saved_tensors
+        grad = p * -g[:, None]  # (R, V)
+        return grad.scatter_add_(1, tok[:, None], g[:, None]), None
 
 
 def _scatter(vals, flat, N: int, T: int, Tr: int):
