@@ -137,3 +137,30 @@ def test_real_sandbox_verdicts_equal_undeduplicated_ones():
     assert strip(first) == strip(plain) and second == first
     assert [x.status for x in first] == ["passed", "failed", "passed", "syntax_error", "failed", "no_code"]
     assert v.total.n == 12 and v.total.ran == 4  # 4 distinct pairs, once
+
+
+def test_collect_logs_verify_dedup_metrics():
+    import torch
+
+    from codechat.config import SamplingConfig
+    from codechat.policy import SampleBatch
+    from codechat.rollout.collect import collect, rollout_metrics
+
+    class Pol:
+        def encode_prompt(self, text):
+            return [1, 2]
+
+    class Samp:
+        def sample(self, prompts, n, cfg):
+            texts = [GOOD, GOOD, WRONG, GOOD]
+            N = len(prompts) * n
+            return SampleBatch(torch.arange(len(prompts)).repeat_interleave(n), torch.ones(N, 3, dtype=torch.long),
+                               torch.ones(N, 3), torch.zeros(N, 3), ["stop"] * N, texts[:N], torch.full((N,), 3))
+
+    inner = Counting()
+    r = collect(Pol(), Samp(), DedupVerifier(inner), [ADD], 4, SamplingConfig())
+    m = rollout_metrics(r)
+    assert len(inner.calls) == 2 and m["verify/dedup_frac"] == pytest.approx(0.5)
+    assert m["pass_rate"] == pytest.approx(0.75)
+    plain = rollout_metrics(collect(Pol(), Samp(), Counting(), [ADD], 4, SamplingConfig()))
+    assert "verify/dedup_frac" not in plain

@@ -12,6 +12,7 @@ import torch
 
 from codechat.config import RewardConfig, SamplingConfig
 from codechat.tasks import Task
+from codechat.verifier.dedup import DedupStats, DedupVerifier
 from codechat.verifier.verdict import Verdict
 
 
@@ -41,6 +42,8 @@ class Rollouts:
     """Seconds spent sampling."""
     verify_s: float = 0.0
     """Seconds spent verifying."""
+    verify_stats: DedupStats | None = None
+    """With a DedupVerifier: what verification ran and reused (logged as verify/dedup_frac, ...)."""
 
     @property
     def group_ids(self) -> torch.Tensor:
@@ -86,7 +89,8 @@ def collect(policy, sampler, verifier, tasks: list[Task], group_size: int, sampl
     n_tokens = [int(n) for n in batch.n_tokens]
     truncated = [f == "length" for f in batch.finish_reason]
     rewards, comps = score(per_sample, batch.texts, verdicts, n_tokens, truncated, cfg.max_new_tokens, rewards)
-    return Rollouts(tasks, prompts, batch, verdicts, rewards, comps, t1 - t0, t2 - t1)
+    stats = verifier.last if isinstance(verifier, DedupVerifier) else None
+    return Rollouts(tasks, prompts, batch, verdicts, rewards, comps, t1 - t0, t2 - t1, stats)
 
 
 def rollout_metrics(r: Rollouts) -> dict[str, float]:
@@ -104,6 +108,8 @@ def rollout_metrics(r: Rollouts) -> dict[str, float]:
          "truncated_frac": sum(f == "length" for f in r.batch.finish_reason) / max(len(lens), 1),
          "time/sample_s": r.sample_s, "time/verify_s": r.verify_s,
          "new_tokens_per_s": lens.sum().item() / max(r.sample_s, 1e-9)}
+    if r.verify_stats is not None:
+        m.update(r.verify_stats.metrics())
     for status, c in Counter(v.status for v in r.verdicts).items():
         m[f"verdict/{status}"] = c / len(r.verdicts)
     if len(r.components) > 1:  # each component's mean and share of the total, to see when one dominates

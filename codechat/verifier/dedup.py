@@ -49,6 +49,10 @@ class DedupStats:
         """Share of the pairs that were not run (batch duplicates and cache hits)."""
         return 1.0 - self.ran / self.n if self.n else 0.0
 
+    def __add__(self, other: "DedupStats") -> "DedupStats":
+        return DedupStats(self.n + other.n, self.ran + other.ran, self.cache_hits + other.cache_hits,
+                          self.saved_s + other.saved_s)
+
     def metrics(self) -> dict[str, float]:
         return {"verify/dedup_frac": self.dedup_frac, "verify/cache_hit_frac": self.cache_hits / max(self.n, 1),
                 "verify/saved_s": self.saved_s}
@@ -70,7 +74,7 @@ class DedupVerifier:
 
     def __init__(self, inner, cache_size: int = 0, dedup: bool = True):
         if cache_size < 0:
-            raise CodechatError(f"verifier cache_size must be >= 0, got {cache_size}")
+            raise CodechatError(f"verifier.cache_size must be >= 0, got {cache_size}")
         self.inner, self.cache_size, self.dedup = inner, int(cache_size), bool(dedup)
         self._cache: OrderedDict[bytes, Verdict] = OrderedDict()
         self.last = DedupStats()
@@ -117,8 +121,7 @@ class DedupVerifier:
 
     def _count(self, st: DedupStats) -> None:
         self.last = st
-        self.total = DedupStats(self.total.n + st.n, self.total.ran + st.ran, self.total.cache_hits + st.cache_hits,
-                                self.total.saved_s + st.saved_s)
+        self.total = self.total + st
 
     # --- the rest of the verifier API, unchanged --------------------------------------------------------------
     def verify(self, task: Task, completion: str) -> Verdict:
