@@ -5,8 +5,9 @@ in one run, on the demo's GRPO batch shapes.
 
 Baseline ("full"): what completion_logprobs did before issue 21: the LM head over every (row, column) of the
 padded (N, T) batch, a full (N, T, V) log-softmax, the sampled token gathered, the entropy from exp(log-softmax).
-Ours: the LM head only at the masked-in positions, the columns past every row's end dropped, logit - logsumexp,
-entropy in row chunks (codechat/policy/logprobs.py). Both use the same fast transformer pass (fastlm.py) and
+Ours (codechat/policy/logprobs.py): rows in up to 4 chunks of similar length, each run through the layers at
+its own width; the LM head only at the masked-in positions; logit - logsumexp with one softmax shared by the
+entropy and the backward. Both use the same fast transformer pass (fastlm.py) and
 compute log-probs with entropy, then backward a token-mean loss. The batch is bench/dedup_update.py's replay of
 a demo GRPO step (16 prompts x 8 samples of reference-like code, `tiny` preset), so the padding is realistic.
 Reported: median seconds over --repeats alternating runs, the max |difference| of log-probs and of gradients.
@@ -29,15 +30,26 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from codechat.demo import demo_config  # noqa: E402
 from codechat.policy import completion_logprobs, load_policy  # noqa: E402
-from codechat.policy.logprobs import _fast_logits  # noqa: E402
+from codechat.policy.decoding import positions  # noqa: E402
+from codechat.policy.fastlm import FastLM  # noqa: E402
+from codechat.policy.logprobs import _left_pad  # noqa: E402
 from dedup_update import build_rollouts, replay_groups  # noqa: E402
 
 
 def full_logprobs(model, prompts, index, tokens, mask):
-    """The previous formulation: (N, T, V) logits and log-softmax over the whole padded batch."""
-    N, T = tokens.shape
+    """The previous formulation (commit 761cb17): every row through the layers at the batch's full width T, the
+    (N, T, V) logits and log-softmax over the whole padded batch."""
     real = mask.flip(1).cumsum(1).flip(1) > 0  # (N, T)
-    logits = _fast_logits(model, prompts, index, tokens, real, torch.arange(N * T)).float().view(N, T, -1)
+    used, index = torch.unique(index, return_inverse=True)
+    prompts = [prompts[i] for i in used.tolist()]
+    fl = FastLM(model)
+    ids, valid = _left_pad(prompts, 0, tokens.device)  # (P, Lp)
+    hp, kv = fl.forward(ids, positions(valid), valid)
+    past = [(k.index_select(0, index), v.index_select(0, index)) for k, v in kv]  # each (N, Hkv, Lp, D)
+    cpos = valid.long().sum(1)[index][:, None] + torch.arange(tokens.shape[1])  # (N, T)
+    hc, _ = fl.forward(tokens, cpos, real, past, valid[index])  # (N, T, C)
+    h = torch.cat([hp[:, -1:].index_select(0, index), hc[:, :-1]], dim=1)  # (N, T, C)
+    logits = fl.logits(h).float()  # (N, T, V)
     logp_all = torch.log_softmax(logits, dim=-1)  # (N, T, V)
     logp = logp_all.gather(2, tokens[..., None])[..., 0] * mask  # (N, T)
     with torch.no_grad():

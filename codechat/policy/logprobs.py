@@ -105,14 +105,33 @@ def _fast_logits(model, prompts, index, tokens, real, flat):
     fl = FastLM(model)
     ids, valid = _left_pad(prompts, 0, tokens.device)  # (P, Lp); pad id irrelevant (masked)
     hp, kv = fl.forward(ids, positions(valid), valid)  # hp (P, Lp, C); kv per layer (P, Hkv, Lp, D)
-    # index_select: its backward (index_add) sums in a fixed order; k[index] with unsorted rows (minibatches of
-    # a permutation) summed the prompt gradients in thread-dependent order: runs differed in the last bits
-    past = [(k.index_select(0, index), v.index_select(0, index)) for k, v in kv]  # each (N, Hkv, Lp, D)
-    T = tokens.shape[1]
+    N, T = tokens.shape
     cpos = valid.long().sum(1)[index][:, None] + torch.arange(T, device=tokens.device)  # (N, T)
-    hc, _ = fl.forward(tokens, cpos, real, past, valid[index])  # (N, T, C)
-    h = torch.cat([hp[:, -1:].index_select(0, index), hc[:, :-1]], dim=1)  # (N, T, C): state predicting each token
-    return fl.logits(h.flatten(0, 1).index_select(0, flat))  # (R, V): the LM head only where a log-prob is wanted
+    hs, at = [], []
+    for rows, Tc in _length_chunks(real.sum(1)):  # rows of similar length: little padding run through the layers
+        idx = index.index_select(0, rows)  # (n,)
+        # index_select: its backward (index_add) sums in a fixed order; k[index] with unsorted rows (minibatches
+        # of a permutation) summed the prompt gradients in thread-dependent order: runs differed in the last bits
+        past = [(k.index_select(0, idx), v.index_select(0, idx)) for k, v in kv]  # each (n, Hkv, Lp, D)
+        hc, _ = fl.forward(tokens[rows, :Tc], cpos[rows, :Tc], real[rows, :Tc], past, valid[idx])  # (n, Tc, C)
+        h = torch.cat([hp[:, -1:].index_select(0, idx), hc[:, :-1]], dim=1)  # (n, Tc, C): states predicting tokens
+        pos = (rows[:, None] * T + torch.arange(Tc, device=tokens.device)).flatten()  # (n * Tc,) in the (N, T) grid
+        hs.append(h.flatten(0, 1))
+        at.append(pos)
+    grid = torch.full((N * T,), -1, dtype=torch.long, device=tokens.device)
+    at_all = torch.cat(at)
+    grid[at_all] = torch.arange(len(at_all), device=tokens.device)  # (N, T) grid position -> row of cat(hs)
+    h = torch.cat(hs).index_select(0, grid[flat])  # (R, C); flat positions always lie in some chunk
+    return fl.logits(h)  # (R, V): the LM head only where a log-prob is wanted
+
+
+def _length_chunks(lengths, max_chunks: int = 4, min_rows: int = 16):
+    """Split rows by real length (N,) into up to max_chunks groups of similar length (longest first): a list of
+    (rows (n,) long, the group's longest length). Deterministic (a stable sort)."""
+    N = len(lengths)
+    order = torch.sort(lengths, descending=True, stable=True).indices  # (N,)
+    k = max(1, min(max_chunks, N // min_rows))
+    return [(rows, max(int(lengths[rows[0]]), 1)) for rows in order.chunk(k)]
 
 
 def _reference_logits(model, prompts, index, tokens, real, flat):
