@@ -148,7 +148,8 @@ def main() -> None:
         verdicts, v_plain, v_dedup, v_frac = verify(r, cfg, args.workers)
         r.verdicts = verdicts
         r.rewards, r.components = score([r.task_of(i) for i in range(len(verdicts))], r.batch.texts, verdicts,
-                                        [int(n) for n in r.batch.n_tokens], [f == "length" for f in r.batch.finish_reason],
+                                        [int(n) for n in r.batch.n_tokens],
+                                        [f == "length" for f in r.batch.finish_reason],
                                         cfg.sampling.max_new_tokens, cfg.rewards)
         adv = compute_advantages(cfg.algo.advantage, r.rewards, r.group_ids, cfg.algo)  # (N,)
         rows = torch.arange(len(verdicts))
@@ -187,7 +188,8 @@ def main() -> None:
           f"verify/dedup_frac {v_frac:.3f}")
     print(json.dumps({"naive_update_s": round(naive, 4), "dedup_update_s": round(fast, 4),
                       "ratio": round(naive / fast, 3), "update_dup_frac": round(upd_frac, 4),
-                      "sample_dup_frac": round(smp_frac, 4), "rel_l2_weight_diff": rel_l2, "max_rel_metric_diff": met_diff,
+                      "sample_dup_frac": round(smp_frac, 4), "rel_l2_weight_diff": rel_l2,
+                      "max_rel_metric_diff": met_diff,
                       "verify_plain_s": round(v_plain, 4), "verify_dedup_s": round(v_dedup, 4),
                       "verify_ratio": round(v_plain / max(v_dedup, 1e-9), 3), "verify_dedup_frac": round(v_frac, 4)}))
 

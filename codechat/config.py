@@ -35,6 +35,10 @@ class VerifierConfig:
     """backend=ray: the cluster to join (`auto`, `ray://host:10001`); empty = RAY_ADDRESS, else a local instance."""
     ray_grace_s: float = 30.0
     """backend=ray: a job not back within its timeout + this many seconds marks its node pool hung: replaced."""
+    dedup: bool = True
+    """In training: run each distinct (completion, task) of a batch once; its copies get the same verdict."""
+    cache_size: int = 0
+    """In training: also reuse the verdicts of up to this many distinct pairs across steps (LRU); 0 = off."""
 
 
 # --- algorithms -----------------------------------------------------------------------------------------------
@@ -218,6 +222,9 @@ class RLConfig:
     """With zero_variance=resample: at most this many extra sampling rounds per step."""
     mask_truncated: bool = False
     """Drop samples that hit max_new_tokens from the loss (overlong masking)."""
+    dedup: bool = True
+    """Run the update's forward/backward once per distinct (prompt, completion), weighted by its count: the same
+    loss, metrics and gradient, less compute (algos/dedup.py); logged as update/dedup_frac."""
 
 
 @dataclass

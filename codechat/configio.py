@@ -147,6 +147,7 @@ def validate(cfg: RunConfig) -> None:
         ("dist.parallel", cfg.dist.parallel in ("ddp", "fsdp")),
         ("dist.backend", cfg.dist.backend in ("auto", "nccl", "gloo")),
         ("verifier.backend", cfg.verifier.backend in ("local", "ray")),
+        ("verifier.cache_size", cfg.verifier.cache_size >= 0),
     ]
     for key, ok in checks:
         if not ok:

@@ -64,6 +64,7 @@ def train(cfg: RunConfig | None = None, resume: str | Path | None = None, overri
     from codechat.policy import load_policy
     from codechat.train import dist
     from codechat.train.metrics import MetricsLogger, plot_run
+    from codechat.verifier.dedup import DedupVerifier
     from codechat.verifier.factory import make_verifier
 
     state, trainer_state, model_path, resumed = TrainState(), None, None, False
@@ -113,6 +114,7 @@ def train(cfg: RunConfig | None = None, resume: str | Path | None = None, overri
         else dist.NullLogger()
     ckpt = Checkpointer(run_dir, cfg.checkpoint.keep_last)
     with make_verifier(dist.per_rank_verifier(cfg.verifier)) as verifier:
+        verifier = DedupVerifier(verifier, cfg.verifier.cache_size, cfg.verifier.dedup)  # once per distinct program
         ctx = Context(cfg, policy, verifier, logger, ckpt, state, run_dir, train_tasks, eval_tasks, extra,
                       resume=trainer_state)
         try:

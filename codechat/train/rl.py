@@ -13,6 +13,7 @@ import time
 
 import torch
 
+from codechat.algos.dedup import expand, find_duplicates
 from codechat.rollout.collect import Rollouts, collect, rollout_metrics
 from codechat.train import dist
 from codechat.train.common import Context, end_step, grad_norm_clip, make_optimizer, reference_model, restore, \
@@ -42,7 +43,9 @@ def sample_groups(ctx: Context, sampler) -> tuple[Rollouts, dict]:
             r2 = collect(ctx.policy, sampler, ctx.verifier, more, c.group_size, ctx.cfg.sampling,
                          ctx.cfg.rewards, seed=ctx.step_seed(salt=rounds))
             extra["samples"] += len(r2.verdicts)
+            stats = r.verify_stats + r2.verify_stats if r.verify_stats and r2.verify_stats else None
             r = merge_keep_signal(r, r2, len(tasks))
+            r.verify_stats = stats  # every round's verification
             zv, _ = zero_variance_groups(r.rewards, r.group_ids)
         extra["resample_rounds"] = rounds
     return r, extra
@@ -98,14 +101,25 @@ def concat_groups(groups) -> Rollouts:
                     sum(g[1].verify_s for g in groups) / max(len(groups), 1))
 
 
-def logprobs_for(model, r: Rollouts, rows: torch.Tensor, temperature: float, with_entropy: bool = False):
+def logprobs_for(model, r: Rollouts, rows: torch.Tensor, temperature: float, with_entropy: bool = False,
+                 dedup: bool = False, count: list | None = None):
+    """Log-probs (n, T) of rows (and entropies). dedup: the model runs once per distinct (prompt, completion) row
+    and the results are expanded back (algos/dedup.py: same values, gradients weighted by multiplicity).
+    count: [rows asked, rows run], added to."""
     from codechat.policy import completion_logprobs
 
     dev = next(model.parameters()).device
     b = r.batch
-    return completion_logprobs(model, r.prompts, b.prompt_index[rows].to(dev), b.tokens[rows].to(dev),
-                               b.mask[rows].to(dev).float(), temperature=max(temperature, 1e-6) if temperature else 1.0,
-                               with_entropy=with_entropy)
+    d = find_duplicates(b.prompt_index[rows], b.tokens[rows], b.mask[rows]) if dedup else None
+    run = rows[d.keep] if d is not None else rows
+    if count is not None:
+        count[0], count[1] = count[0] + len(rows), count[1] + len(run)
+    out = completion_logprobs(model, r.prompts, b.prompt_index[run].to(dev), b.tokens[run].to(dev),
+                              b.mask[run].to(dev).float(), temperature=max(temperature, 1e-6) if temperature else 1.0,
+                              with_entropy=with_entropy)
+    if d is None:
+        return out
+    return tuple(expand(x, d) for x in out) if with_entropy else expand(out, d)  # (n, T) each
 
 
 def rl_update(ctx: Context, r: Rollouts, adv: torch.Tensor, rows: torch.Tensor, ref, opt, sched) -> dict:
@@ -120,16 +134,18 @@ def rl_update(ctx: Context, r: Rollouts, adv: torch.Tensor, rows: torch.Tensor, 
     one_pass = c.epochs == 1 and (not c.minibatch_size or c.minibatch_size >= len(rows))
     from codechat.policy import reference
     # (a rank may have no rows this step: it still joins the gradient sum, and under FSDP every gather)
+    count = [0, 0]  # rows asked for, rows run through the model (rl.dedup: distinct ones only)
     with torch.no_grad(), full_weights(model):
-        old = None if one_pass or not len(rows) else logprobs_for(model, r, rows, temp)  # (N, T)
+        old = None if one_pass or not len(rows) else logprobs_for(model, r, rows, temp, dedup=c.dedup,
+                                                                  count=count)  # (N, T)
     ref_lp = None
     if ref is not None:
         with torch.no_grad(), full_weights(ref), reference(ref):  # LoRA: adapters off; a frozen copy: no-op
-            ref_lp = logprobs_for(ref, r, rows, temp) if len(rows) else None  # (N, T)
+            ref_lp = logprobs_for(ref, r, rows, temp, dedup=c.dedup, count=count) if len(rows) else None  # (N, T)
     mb = c.minibatch_size or max(len(rows), 1)
     n_mb = int(dist.all_max(-(-len(rows) // mb)))  # optimizer steps per epoch, the same on every rank
     sums: dict[str, float] = {}
-    count, gen = 0, torch.Generator().manual_seed(ctx.step_seed(7))
+    n_terms, gen = 0, torch.Generator().manual_seed(ctx.step_seed(7))
     for _ in range(c.epochs):
         perm = torch.randperm(len(rows), generator=gen) if c.epochs > 1 or mb < len(rows) else torch.arange(len(rows))
         for s in range(0, n_mb * mb, mb):
@@ -144,7 +160,8 @@ def rl_update(ctx: Context, r: Rollouts, adv: torch.Tensor, rows: torch.Tensor, 
                 if not len(m_idx):
                     idle_pass(model)
                     continue
-                logp, ent = logprobs_for(model, r, rows[m_idx], temp, with_entropy=True)  # (n, T)
+                logp, ent = logprobs_for(model, r, rows[m_idx], temp, with_entropy=True, dedup=c.dedup,
+                                         count=count)  # (n, T)
                 m = mask[m_idx]
                 old_lp = logp.detach() if old is None else old[m_idx]
                 sampler_lp = r.batch.logprobs[rows[m_idx]].to(dev) if a.tis_cap > 0 else None
@@ -159,12 +176,14 @@ def rl_update(ctx: Context, r: Rollouts, adv: torch.Tensor, rows: torch.Tensor, 
                 met["entropy"] = ((ent * m).sum() / m.sum().clamp(min=1)).item()
                 for k, v in met.items():
                     sums[k] = sums.get(k, 0.0) + float(v)
-                count += 1
+                n_terms += 1
             dist.sync_grads(model)
             sums["grad_norm"] = sums.get("grad_norm", 0.0) + grad_norm_clip(model, c.max_grad_norm) * len(micro)
             opt.step()
         sched.step()
-    return {k: v / max(count, 1) for k, v in sums.items()}
+    out = {k: v / max(n_terms, 1) for k, v in sums.items()}
+    out["update/dedup_frac"] = 1.0 - count[1] / count[0] if count[0] else 0.0  # forward rows saved
+    return out
 
 
 def make_sampler(ctx: Context):
