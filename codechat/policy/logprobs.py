@@ -3,8 +3,9 @@ compute for the sampler's samples.
 
 Fast path (Llama-family models, see fastlm.py): each distinct prompt runs once (P rows), and its per-layer KV is
 gathered for its n completions (a differentiable index, so gradients of the prompt part are summed over its
-completions, exactly as in a full forward); the completions then run attending to that KV. Compared with a
-forward over every [prompt + completion] row this saves (n - 1) / n of the prompt's compute.
+completions, exactly as in a full forward); the completions then run attending to that KV, in up to 4 chunks
+of rows of similar length, each at its own width (`_length_chunks`: less padding through the layers). Compared
+with a forward over every [prompt + completion] row this saves (n - 1) / n of the prompt's compute.
 
 Reference path (any causal LM, wrapped models such as DDP, FSDP-sharded ones): one forward over [prompt + completion] rows,
 right-padded. Tests check the two agree in values and gradients.
@@ -12,7 +13,8 @@ right-padded. Tests check the two agree in values and gradients.
 Both paths give the LM head and the log-prob only the R masked-in positions (not padding), drop the columns past
 every row's last real token, and pick the sampled token's log-prob as logit - logsumexp instead of materialising
 the (R, V) log-softmax; the softmax is computed once and serves the entropy (a detached diagnostic) and the
-backward (`_PickedLogprob`).
+backward (`_PickedLogprob`). Tests: tests/test_logprobs_speed.py (against a brute-force per-row forward);
+speed: bench/logprob_speed.py.
 Simplification: the (R, V) logits are materialised; for very large vocabularies x batch, chunk the batch.
 """
 from __future__ import annotations
