@@ -18,10 +18,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"codechat {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, (module, help_text) in COMMANDS.items():
-        p = sub.add_parser(name, help=help_text, description=help_text)
+    for name, module in COMMANDS.items():
+        mod = importlib.import_module(module)
+        p = sub.add_parser(name, help=mod.HELP, description=mod.HELP)
         p.set_defaults(_module=module)
-        importlib.import_module(module).add_arguments(p)
+        mod.add_arguments(p)
     return parser
 
 

@@ -1,7 +1,11 @@
-"""Configuration: one dataclass per concern, a docstring under every field. The only place defaults live.
+"""Configuration: one dataclass per concern, a docstring under every field; the defaults of a training run.
 
-Sections are owned by the modules that use them: VerifierConfig (sandbox/, verify.py), AlgoConfig (algos/),
-ModelConfig and SamplingConfig (policy/, rollout.py), TrainConfig (train/). A run saves the resolved config.
+Sections are owned by the modules that use them: VerifierConfig (sandbox/, verifier/), AlgoConfig (algos/),
+RewardConfig (rollout/rewards.py), ModelConfig, SamplingConfig and RolloutConfig (policy/, rollout/), and the
+stage sections SFTConfig, RFTConfig, RLConfig, DPOConfig with DataConfig, OptimConfig, EvalConfig,
+CheckpointConfig, LogConfig and DistConfig (train/). RunConfig holds them all; a run saves it resolved as
+config.yaml. Parsing, overrides and validation: configio.py. Commands other than `train` (eval, chat, model
+sample) have their own flags, whose defaults are their own.
 """
 from __future__ import annotations
 
@@ -35,10 +39,43 @@ class VerifierConfig:
     """backend=ray: the cluster to join (`auto`, `ray://host:10001`); empty = RAY_ADDRESS, else a local instance."""
     ray_grace_s: float = 30.0
     """backend=ray: a job not back within its timeout + this many seconds marks its node pool hung: replaced."""
+    cpu_time_limit: bool = False
+    """stdin/stdout tasks: judge the time limit on CPU time, not wall clock (same verdict on a busy machine);
+    the wall clock then allows 3x the limit + 1 s."""
+    stop_at_first_failure: bool = False
+    """stdin/stdout tasks: run no test after the first failing one (tests after it count as not passed)."""
+    total_timeout_s: float = 0.0
+    """stdin/stdout tasks: limit on the summed time of all tests of one completion (0 = none); tests past it
+    count as not passed and the verdict is `timeout`."""
+    answer: AnswerConfig = field(default_factory=lambda: AnswerConfig())
+    """How answer (math) tasks are judged: extraction order, percent rule, tolerance, time limit."""
     dedup: bool = True
     """In training: run each distinct (completion, task) of a batch once; its copies get the same verdict."""
     cache_size: int = 0
     """In training: also reuse the verdicts of up to this many distinct pairs across steps (LRU); 0 = off."""
+
+
+@dataclass
+class AnswerConfig:
+    """How answer tasks (`Task.kind == "answer"`) are judged: codechat/verifier/answer*.py."""
+
+    extractors: list[str] = field(default_factory=lambda: ["boxed", "hashes", "answer-is", "bare", "last-number"])
+    """Where the final answer is looked for, in order; the first that finds one wins: `boxed` (the last
+    \\boxed{...}), `hashes` (`#### N`), `answer-is` ("the answer is ..."), `bare` (a completion that is only an
+    answer, e.g. `\\frac{1}{2}`), `last-number` (the fallback)."""
+    percent: str = "both"
+    """`50\\%` is `ratio` (= 0.5), `number` (= 50), or `both` (either is accepted)."""
+    rel_tol: float = 1e-6
+    """Plain numbers, one written as a decimal: equal within this relative tolerance (integers and fractions
+    are compared exactly)."""
+    timeout_s: float = 5.0
+    """Wall-clock limit per symbolic comparison; the worker process is killed past it (verdict `timeout`)."""
+    workers: int = 1
+    """Comparison worker processes (a worker imports sympy once, ~1 s, and serves many comparisons)."""
+    memory_mb: int = 2048
+    """Address-space limit of a comparison worker, in MiB (huge powers fail as an error, not an OOM)."""
+    max_answer_chars: int = 512
+    """An extracted answer longer than this is not compared (verdict `failed`)."""
 
 
 # --- algorithms -----------------------------------------------------------------------------------------------
@@ -53,9 +90,10 @@ class AlgoConfig:
     filter_threshold: float = 1.0
     """`filter` advantage: samples whose reward is at least this get 1, the rest 0."""
     difficulty_alpha: float = 0.0
-    """Weight prompts by difficulty: advantages times (1 - running pass rate)^alpha, batch mean 1; 0 = off."""
+    """Weight prompts by difficulty: advantages times (1 - running pass rate)^alpha, mean 1 over the batch of
+    all ranks; 0 = off. The rates (prior 0.5) are updated from every step's pass results and checkpointed."""
     difficulty_ema: float = 0.9
-    """Decay of the running per-prompt pass rate behind difficulty weighting."""
+    """Decay of the running per-prompt pass rate behind difficulty weighting (rate = ema*old + (1-ema)*step's)."""
     loss: str = "ppo-clip"
     """Policy loss: ppo-clip, reinforce (DPO has its own signature: algos.dpo_loss)."""
     clip_low: float = 0.2
@@ -69,11 +107,14 @@ class AlgoConfig:
     kl_beta: float = 0.0
     """Coefficient of the KL-to-reference term; 0 disables it and loads no reference model."""
     kl_estimator: str = "k3"
-    """KL estimator: k1 (log ratio), k2 (half squared log ratio), k3 (ratio - 1 - log ratio)."""
+    """KL estimator of the loss term: k2 (half squared log ratio; gradient = that of KL(pi || ref)) or k3
+    (ratio - 1 - log ratio; gradient = that of KL(ref || pi)). k1 (the log ratio) has zero expected gradient:
+    refused as a loss (algos/kl.py)."""
     agg: str = "token-mean"
     """Loss aggregation: token-mean, seq-mean-token-mean, seq-mean-token-sum, seq-mean-token-sum-norm."""
     agg_norm: float = 0.0
-    """Constant normaliser for seq-mean-token-sum-norm (Dr. GRPO); set it to max_new_tokens; 0 = padded length T."""
+    """Constant normaliser for seq-mean-token-sum-norm (Dr. GRPO); 0 = sampling.max_new_tokens (the RL stages
+    resolve it so; algos.agg_loss called directly with 0 divides by the padded length T)."""
     dpo_beta: float = 0.1
     """DPO temperature beta."""
     dpo_label_smoothing: float = 0.0
@@ -162,6 +203,9 @@ class DataConfig:
     """Force a task-file format (empty = detect)."""
     max_eval_tasks: int = 0
     """Evaluate on at most this many tasks (0 = all)."""
+    exclude: str = ""
+    """A quarantine file (task ids, one per line; `codechat tasks check --write-quarantine` writes one): those
+    tasks are left out of the train, eval and extra_eval sets. Empty = none."""
 
 
 @dataclass
@@ -174,8 +218,6 @@ class SFTConfig:
     """(prompt, solution) pairs per step."""
     warmup: int = 10
     """Warmup steps."""
-    epochs_per_round: float = 1.0
-    """RFT only: passes over the kept samples per improve round (SFT uses `steps`)."""
 
 
 @dataclass
@@ -193,7 +235,8 @@ class RFTConfig:
     batch_size: int = 16
     """Kept samples per fine-tuning step."""
     rest_em: bool = False
-    """ReST-EM: every improve step restarts from the stage's base checkpoint (on all samples kept so far)."""
+    """ReST-EM: every improve step restarts from the stage's starting weights (with LoRA: its starting adapters)
+    and trains on the samples of the latest grow step only."""
 
 
 @dataclass
@@ -203,17 +246,18 @@ class RLConfig:
     lr: float = 1e-5
     """Learning rate (constant after warmup)."""
     warmup: int = 0
-    """Warmup steps."""
+    """Warmup RL steps (the schedule advances once per RL step, whatever rl.epochs and minibatches)."""
     prompts_per_step: int = 4
     """Prompts per step (P)."""
     group_size: int = 8
     """Samples per prompt (G)."""
     epochs: int = 1
-    """Inner epochs (mu) over the same rollouts; >1 uses the old log-probs and the clip."""
+    """Inner epochs (mu) over the same rollouts; >1 uses the old log-probs and the clip (not with reinforce)."""
     minibatch_size: int = 0
-    """Samples per optimizer step; 0 = all samples of the step in one optimizer step."""
+    """Samples per optimizer step, counted over all ranks (the same steps on any world size); 0 = all samples
+    of the step in one optimizer step."""
     grad_accum: int = 1
-    """Micro-batches per minibatch (memory); gradients are accumulated."""
+    """Micro-batches per minibatch on each rank (memory); gradients are accumulated."""
     max_grad_norm: float = 1.0
     """Gradient clipping by global norm; 0 disables it."""
     zero_variance: str = "keep"
@@ -225,6 +269,20 @@ class RLConfig:
     dedup: bool = True
     """Run the update's forward/backward once per distinct (prompt, completion), weighted by its count: the same
     loss, metrics and gradient, less compute (algos/dedup.py); logged as update/dedup_frac."""
+
+
+@dataclass
+class OptimConfig:
+    """AdamW settings of every stage (each stage's section sets its learning rate and schedule)."""
+
+    beta1: float = 0.9
+    """AdamW beta1."""
+    beta2: float = 0.95
+    """AdamW beta2."""
+    weight_decay: float = 0.0
+    """AdamW decoupled weight decay."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping by global norm in the SFT, RFT and DPO stages (RL: rl.max_grad_norm); 0 disables it."""
 
 
 @dataclass
@@ -299,6 +357,21 @@ class DistConfig:
     """Collective timeout: a rank that waits longer for the others fails the run instead of hanging it."""
 
 
+# --- repository agent episodes (rollout/episode.py, rollout/tools.py) -------------------------------------------
+@dataclass
+class AgentConfig:
+    turn_tokens: int = 256
+    """Most new tokens of one model turn (also capped by the task's token budget)."""
+    max_live: int = 64
+    """Episodes advanced together: every model turn of the live ones is one batched decode."""
+    tool_workers: int = 8
+    """Threads running tool calls and final judgements of different episodes at the same time."""
+    tool_output_chars: int = 2000
+    """Longest tool result appended to the transcript; longer ones are cut, saying how much was dropped."""
+    run_timeout_s: float = 10.0
+    """Wall-clock limit of one `run` tool call."""
+
+
 @dataclass
 class RunConfig:
     """Everything one `codechat train` run needs; saved resolved as config.yaml in the run directory."""
@@ -308,7 +381,7 @@ class RunConfig:
     seed: int = 0
     """Seed of everything: data order, sampling, initialisation."""
     stages: list[str] = field(default_factory=lambda: ["grpo"])
-    """Stages run in order: sft, rft, grpo, rloo, dpo."""
+    """Stages run in order: sft, rft, grpo, rloo, dpo (the registry: train/stages.py)."""
     model: ModelConfig = field(default_factory=ModelConfig)
     """Policy model."""
     data: DataConfig = field(default_factory=DataConfig)
@@ -339,3 +412,7 @@ class RunConfig:
     """Logging."""
     dist: DistConfig = field(default_factory=DistConfig)
     """Data-parallel training across processes (torchrun)."""
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    """Repository agent episodes: batching, tool output caps and timeouts."""
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    """Optimizer (AdamW) settings shared by the stages."""

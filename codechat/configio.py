@@ -5,6 +5,8 @@ Unknown keys and values of the wrong type fail with one line naming the key and 
 from __future__ import annotations
 
 import dataclasses
+import math
+import re
 import types
 import typing
 from pathlib import Path
@@ -13,7 +15,11 @@ from typing import Any
 import yaml
 
 from codechat import CodechatError
+from codechat.algos import check_config
 from codechat.config import RewardConfig, RunConfig
+from codechat.rollout.rewards import check_components
+from codechat.train.stages import check_stages
+from codechat.verifier.answer_equiv import check_config as check_answer_config
 
 
 class ConfigError(CodechatError):
@@ -125,43 +131,56 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     return cfg
 
 
-STAGES = ("sft", "rft", "grpo", "rloo", "dpo")
-
-
 def validate(cfg: RunConfig) -> None:
-    """Checks that types alone cannot express."""
-    for s in cfg.stages:
-        if s not in STAGES:
-            raise ConfigError(f"stages: unknown stage '{s}' (valid: {', '.join(STAGES)})")
+    """Checks that types alone cannot express: the stages and their settings (train/stages.py), then the rest."""
+    problems = check_stages(cfg)
+    if problems:
+        raise ConfigError(problems[0])
     checks = [
         ("sampling.temperature", cfg.sampling.temperature >= 0), ("sampling.top_p", 0 < cfg.sampling.top_p <= 1),
         ("sampling.max_new_tokens", cfg.sampling.max_new_tokens > 0),
-        ("rl.group_size", cfg.rl.group_size >= 2), ("rl.prompts_per_step", cfg.rl.prompts_per_step >= 1),
-        ("rl.epochs", cfg.rl.epochs >= 1), ("rl.lr", cfg.rl.lr > 0), ("sft.lr", cfg.sft.lr > 0),
-        ("sft.batch_size", cfg.sft.batch_size >= 1), ("rft.group_size", cfg.rft.group_size >= 1),
         ("algo.kl_beta", cfg.algo.kl_beta >= 0), ("checkpoint.keep_last", cfg.checkpoint.keep_last >= 1),
-        ("rl.zero_variance", cfg.rl.zero_variance in ("keep", "skip", "resample")),
         ("model.dtype", cfg.model.dtype in ("float32", "bfloat16", "float16")),
-        ("algo.kl_estimator", cfg.algo.kl_estimator in ("k1", "k2", "k3")),
         ("rollout.engine", cfg.rollout.engine in ("hf", "vllm")),
         ("dist.parallel", cfg.dist.parallel in ("ddp", "fsdp")),
         ("dist.backend", cfg.dist.backend in ("auto", "nccl", "gloo")),
         ("verifier.backend", cfg.verifier.backend in ("local", "ray")),
         ("verifier.cache_size", cfg.verifier.cache_size >= 0),
+        ("optim.beta1", 0 <= cfg.optim.beta1 < 1), ("optim.beta2", 0 <= cfg.optim.beta2 < 1),
+        ("optim.weight_decay", cfg.optim.weight_decay >= 0), ("optim.max_grad_norm", cfg.optim.max_grad_norm >= 0),
     ]
     for key, ok in checks:
         if not ok:
             raise ConfigError(f"{key}: invalid value")
+    check_ranges(cfg)
     if cfg.dist.parallel == "fsdp" and cfg.model.lora_r > 0:
         raise ConfigError("dist.parallel=fsdp: not with LoRA (model.lora_r > 0); LoRA training fits one device, "
                           "use dist.parallel=ddp")
-    from codechat.algos import check_config
-    from codechat.rollout.rewards import check_components
     try:
         check_config(cfg.algo)
         check_components(cfg.rewards.components)
-    except (ValueError, KeyError, TypeError) as e:
+    except (CodechatError, ValueError, KeyError, TypeError) as e:
         raise ConfigError(str(e).strip("'\"")) from None
+    try:
+        check_answer_config(cfg.verifier.answer)
+    except CodechatError as e:
+        raise ConfigError(str(e)) from None
+
+
+def check_ranges(cfg: RunConfig) -> None:
+    """Values that would hang the verifier, crash late or evaluate nothing: refused with the allowed range."""
+    v, e = cfg.verifier, cfg.eval
+    if v.workers < 0:
+        raise ConfigError(f"verifier.workers: expected >= 0 (0 = one per CPU core), got {v.workers}")
+    if not (math.isfinite(v.timeout_s) and v.timeout_s > 0):
+        raise ConfigError(f"verifier.timeout_s: expected a positive number of seconds, got {v.timeout_s}")
+    if e.n < 1:
+        raise ConfigError(f"eval.n: expected >= 1 (samples per task for pass@k), got {e.n}")
+    bad = [k for k in e.k if not 1 <= k <= e.n]
+    if bad or not e.k:
+        raise ConfigError(f"eval.k: every k must be in 1..eval.n ({e.n}), got {e.k}")
+    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?|mps", cfg.model.device):
+        raise ConfigError(f"model.device: expected auto, cpu, cuda or cuda:N, got '{cfg.model.device}'")
 
 
 def save_config(cfg: RunConfig, path: str | Path) -> None:

@@ -21,6 +21,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
+
+from codechat.configio import load_config
+from codechat.plotting import figure, save
+from codechat.train import train
+from codechat.train.metrics import read_metrics
+
 DEMO: list[str] = [
     "stages=[sft,rft,grpo]",
     "model.path=tiny",
@@ -51,8 +58,6 @@ QUICK: list[str] = [
 
 def demo_config(run_dir: str = "runs/demo", quick: bool = False, overrides: list[str] | None = None):
     """The demo's RunConfig: DEMO (+ QUICK), then run_dir, then the user's overrides."""
-    from codechat.configio import load_config
-
     return load_config(None, DEMO + (QUICK if quick else []) + [f"run_dir={run_dir}"] + list(overrides or []))
 
 
@@ -80,8 +85,6 @@ class StageRow:
 
 def summarize(run_dir: str | Path) -> list[StageRow]:
     """The last evaluation of each stage, in stage order, from RUN_DIR/metrics.jsonl."""
-    from codechat.train.metrics import read_metrics
-
     last: dict[str, dict] = {}
     for r in read_metrics(run_dir):
         if "eval/pass@1" in r:
@@ -118,15 +121,9 @@ def eval_label(eval_set: str, train_set: str) -> str:
 def plot_pass_rates(run_dir: str | Path, out: str | Path | None = None, what: str = "held-out") -> Path:
     """PNG of held-out pass rates (eval points) and the training pass rate of each RL/RFT step over steps,
     with the stages shaded."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from codechat.train.metrics import read_metrics
-
     rows = read_metrics(run_dir)
     out = Path(out or Path(run_dir) / "pass_rates.png")
-    fig, ax = plt.subplots(figsize=(8, 4))
+    fig, ax = figure(8, 4)
     spans: dict[str, list[int]] = {}
     for r in rows:
         if "stage" in r:
@@ -147,16 +144,11 @@ def plot_pass_rates(run_dir: str | Path, out: str | Path | None = None, what: st
     ax.set_ylim(0, 1)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="upper left")
-    fig.tight_layout()
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
-    return out
+    return save(fig, out)
 
 
 def write_report(run_dir: str | Path, command: str = "codechat demo") -> Path:
     """RUN_DIR/report.md: the table, the plot, the settings and what to do next."""
-    import yaml
-
     run_dir = Path(run_dir)
     rows = summarize(run_dir)
     cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
@@ -176,8 +168,6 @@ def write_report(run_dir: str | Path, command: str = "codechat demo") -> Path:
 
 def run_demo(cfg, command: str = "codechat demo") -> tuple[Path, list[StageRow]]:
     """Train with `cfg` (from demo_config), then write report.md and pass_rates.png; returns (run_dir, rows)."""
-    from codechat.train import train
-
     run_dir = train(cfg)
     write_report(run_dir, command)
     return run_dir, summarize(run_dir)

@@ -60,7 +60,7 @@ def update(r: Rollouts, cfg: RunConfig, tmp: Path, seen: list | None = None) -> 
     from codechat.policy import load_policy
     from codechat.train.checkpoint import TrainState
     from codechat.train.common import Context
-    from codechat.train.rl import rl_update
+    from codechat.train import rl
 
     torch.manual_seed(0)
     policy = load_policy(cfg.model)
@@ -69,25 +69,23 @@ def update(r: Rollouts, cfg: RunConfig, tmp: Path, seen: list | None = None) -> 
     ref = None if cfg.model.lora_r else copy.deepcopy(model).eval()
     ctx = Context(cfg, policy, None, None, None, TrainState(), tmp, [])
     opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.5)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
-    adv = dist.batch_advantages(cfg.algo.advantage, r.rewards, r.group_ids, cfg.algo)  # (N,)
+    a = rl.stage_algo(cfg, "grpo")
+    adv = dist.batch_advantages(a.advantage, r.rewards, r.group_ids, a)  # (N,)
     model.train()
+    real = rl.completion_logprobs
     if seen is not None:  # record the rows of every forward pass
-        import codechat.policy as cp
-        real = cp.completion_logprobs
 
-        def spy(model, prompts, idx, tokens, *a, **kw):
+        def spy(model, prompts, idx, tokens, *args, **kw):
             seen.append(tokens.shape[0])
-            return real(model, prompts, idx, tokens, *a, **kw)
+            return real(model, prompts, idx, tokens, *args, **kw)
 
-        cp.completion_logprobs = spy
+        rl.completion_logprobs = spy
     try:
         if cfg.model.lora_r:
             ref = model  # LoRA: the reference is the base with adapters off (rl_update switches them off)
-        met = rl_update(ctx, r, adv, torch.arange(len(r.rewards)), ref, opt, sched)
+        met = rl.rl_update(ctx, r, adv, torch.arange(len(r.rewards)), ref, opt, a)
     finally:
-        if seen is not None:
-            cp.completion_logprobs = real
+        rl.completion_logprobs = real
     return {k: (v.detach() - before[k]) for k, v in model.named_parameters()}, met
 
 
@@ -116,7 +114,7 @@ def test_dedup_update_equals_naive(tmp_path, agg, epochs, minibatch_size, grad_a
     naive, m_naive = update(r, cfg_naive, tmp_path)
     dedup, m_dedup = update(r, cfg_dedup, tmp_path)
     close(dedup, naive)
-    assert m_naive.keys() == m_dedup.keys()
+    assert m_naive.keys() == m_dedup.keys() and m_dedup["optimizer_steps"] == epochs * -(-16 // (minibatch_size or 16))
     for k in set(m_naive) - {"update/dedup_frac"}:  # loss, clip fractions, KL, entropy, grad norm agree
         assert m_dedup[k] == pytest.approx(m_naive[k], rel=1e-4, abs=1e-6), k
     assert m_naive["update/dedup_frac"] == 0.0

@@ -42,15 +42,20 @@ def test_summarize_keeps_the_last_eval_of_each_stage(tmp_path):
 
 
 def test_compare_spends_equal_budgets():
+    """Each method's resolved config (demo settings + the method's batch shape + its stage lengths) samples the
+    budget: completions counted from the config's own fields, stage by stage."""
     from codechat.commands.compare import METHODS, method_overrides
 
-    cfg = demo_config()
+    budget = 2048
     for m in METHODS:
-        (ov,) = method_overrides(m, 2048, cfg)
-        n = int(ov.split("=")[1])
-        spent = {"grpo": n * 128, "rloo": n * 128, "rft": n * cfg.rft.prompts * cfg.rft.group_size,
-                 "rft-grpo": cfg.rft.prompts * cfg.rft.group_size + n * 128, "dpo": n * 128}[m]
-        assert spent == 2048, (m, spent)
+        cfg = demo_config(overrides=METHODS[m])
+        cfg = demo_config(overrides=METHODS[m] + method_overrides(m, budget, cfg))
+        per_stage = {"grpo": cfg.rl.steps * cfg.rl.prompts_per_step * cfg.rl.group_size,
+                     "rloo": cfg.rl.steps * cfg.rl.prompts_per_step * cfg.rl.group_size,
+                     "rft": cfg.rft.rounds * cfg.rft.prompts * cfg.rft.group_size,
+                     "dpo": cfg.dpo.steps * cfg.dpo.prompts_per_step * cfg.dpo.group_size}
+        spent = sum(per_stage[s] for s in cfg.stages)
+        assert spent == budget, (m, cfg.stages, spent)
 
 
 @pytest.fixture

@@ -1,6 +1,8 @@
-"""Data parallelism (codechat/train/dist.py) on CPU with gloo: one GRPO update on 2 ranks x B prompts equals the
-update on 1 rank x 2B prompts (unequal completion lengths, batch-std advantages, KL, grad accumulation), and
-`torchrun -m codechat train` writes logs, rollouts and checkpoints from rank 0 only."""
+"""Data parallelism (codechat/train/dist.py) on CPU with gloo: a GRPO update on 2 ranks x B prompts equals the
+update on 1 rank x 2B prompts (unequal completion lengths, batch-std advantages, KL, grad accumulation,
+minibatches counted over all ranks, inner epochs, a rank with nothing, FSDP), and `torchrun -m codechat train`
+writes logs, rollouts and checkpoints from rank 0 only."""
+import copy
 import json
 import os
 import shutil
@@ -13,14 +15,19 @@ from pathlib import Path
 import pytest
 import torch
 import torch.multiprocessing as mp
+from train_helpers import P, fixed_rollouts, part
 
 from codechat.algos import AGG_MODES
-from codechat.config import ModelConfig, RunConfig
+from codechat.config import DistConfig, ModelConfig, RunConfig
+from codechat.policy import load_policy
+from codechat.policy.fsdp import shard
 from codechat.rollout.collect import Rollouts
 from codechat.train import dist
+from codechat.train.checkpoint import TrainState
+from codechat.train.common import Context
+from codechat.train.rl import rl_update, stage_algo
 
 ROOT = Path(__file__).resolve().parents[1]
-P, G, T = 4, 3, 10  # the single-process batch: P prompts x G samples, completions up to T tokens
 
 
 def torchrun(*args: str, timeout: int = 240) -> subprocess.CompletedProcess:
@@ -41,91 +48,72 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def config(grad_accum: int = 2) -> RunConfig:
+def config(grad_accum: int = 2, minibatch: int = 0, epochs: int = 1) -> RunConfig:
     cfg = RunConfig(model=ModelConfig(path="tiny", device="cpu"))
     cfg.algo.std_scale, cfg.algo.kl_beta, cfg.algo.agg = "batch", 0.04, "token-mean"  # batch statistics, KL
     cfg.rl.grad_accum, cfg.rl.max_grad_norm = grad_accum, 0.0  # no clipping: the update is the gradient itself
+    cfg.rl.minibatch_size, cfg.rl.epochs = minibatch, epochs
     return cfg
 
 
-def rollouts(vocab: int) -> Rollouts:
-    """P groups of G fixed completions with unequal lengths (the ranks' token counts differ)."""
-    from codechat.policy import SampleBatch
-
-    g = torch.Generator().manual_seed(0)
-    prompts = [torch.randint(3, vocab, (3 + i,), generator=g).tolist() for i in range(P)]
-    lens = torch.tensor([1, 2, 3, 9, 10, 10, 2, 1, 2, 4, 7, 8])[:P * G]  # (N,) first half shorter than the second
-    mask = (torch.arange(T)[None] < lens[:, None]).float()  # (N, T)
-    tokens = torch.randint(3, vocab, (P * G, T), generator=g) * mask.long()  # (N, T)
-    batch = SampleBatch(torch.arange(P).repeat_interleave(G), tokens, mask, -torch.rand(P * G, T, generator=g) * mask,
-                        ["stop"] * (P * G), [""] * (P * G), lens)
-    rewards = torch.tensor([1, 0, 0, 1, 1, 0, 0, 0, 1, 1, 0, 1.0])[:P * G]  # (N,)
-    return Rollouts([None] * P, prompts, batch, [None] * (P * G), rewards)
+def vocab() -> int:
+    return load_policy(config().model).model.config.vocab_size
 
 
-def part(r: Rollouts, g0: int, g1: int) -> Rollouts:
-    """Groups g0..g1 of r (what a rank samples), same padded length."""
-    import dataclasses
-    rows = slice(g0 * G, g1 * G)
-    b = r.batch
-    batch = dataclasses.replace(b, prompt_index=b.prompt_index[rows] - g0, tokens=b.tokens[rows], mask=b.mask[rows],
-                                logprobs=b.logprobs[rows], finish_reason=b.finish_reason[rows], texts=b.texts[rows],
-                                n_tokens=b.n_tokens[rows])
-    return Rollouts(r.tasks[g0:g1], r.prompts[g0:g1], batch, r.verdicts[rows], r.rewards[rows])
-
-
-def update(r: Rollouts, tmp: Path, grad_accum: int = 2, fsdp: bool = False) -> dict[str, torch.Tensor]:
-    """One rl_update with SGD(lr=1) on the tiny preset; returns the weight change per parameter. fsdp: policy and
-    reference sharded over the ranks (dist.parallel=fsdp)."""
-    import copy
-
-    from codechat.policy import load_policy
-    from codechat.policy.fsdp import shard
-    from codechat.train.checkpoint import TrainState
-    from codechat.train.common import Context
-    from codechat.train.rl import rl_update
-
+def update(r: Rollouts, tmp: Path, grad_accum: int = 2, fsdp: bool = False, minibatch: int = 0, epochs: int = 1,
+           agg: str = "token-mean", ref_noise: float = 0.0, lr: float = 1.0) -> tuple[dict[str, torch.Tensor], dict]:
+    """One rl_update with SGD(lr) on the tiny preset; returns the weight change per parameter and the update's
+    metrics. fsdp: policy and reference sharded over the ranks (dist.parallel=fsdp). ref_noise: a reference that
+    differs from the policy."""
     torch.manual_seed(0)
-    cfg = config(grad_accum)
+    cfg = config(grad_accum, minibatch, epochs)
+    cfg.algo.agg = agg
     policy = load_policy(cfg.model)
     model = policy.model
     before = {k: v.detach().clone() for k, v in model.named_parameters()}
     ref = copy.deepcopy(model).eval()
+    with torch.no_grad():
+        for p in ref.parameters():
+            p.add_(torch.randn_like(p) * ref_noise)
     if fsdp:
         shard(model)
         shard(ref)
     ctx = Context(cfg, policy, None, None, None, TrainState(), tmp, [])
-    opt = torch.optim.SGD(model.parameters(), lr=1.0)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
-    adv = dist.batch_advantages(cfg.algo.advantage, r.rewards, r.group_ids, cfg.algo)  # (N,)
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    a = stage_algo(cfg, "grpo")
+    adv = dist.batch_advantages(a.advantage, r.rewards, r.group_ids, a)  # (N,)
     model.train()
-    rl_update(ctx, r, adv, torch.arange(len(r.rewards)), ref, opt, sched)
+    metrics = rl_update(ctx, r, adv, torch.arange(len(r.rewards)), ref, opt, a)
     full = lambda v: v.full_tensor() if hasattr(v, "full_tensor") else v  # noqa: E731  (FSDP: a shard)
-    return {k: (full(v.detach()) - before[k]) for k, v in model.named_parameters()}
+    return {k: (full(v.detach()) - before[k]) for k, v in model.named_parameters()}, metrics
 
 
-def _rank(rank: int, world: int, port: int, out: str, fsdp: bool = False) -> None:
+CASES = {  # name: (groups per rank, update arguments)
+    "even": ([0, 2, 4], dict()),
+    "minibatches-epochs": ([0, 1, 4], dict(minibatch=4, epochs=2, lr=0.05)),  # 12 samples: 3 steps x 2 epochs
+    "empty-rank": ([0, 4, 4], dict(minibatch=5)),  # rank 1 has no rows: 3 optimizer steps on both
+    "fsdp": ([0, 3, 4], dict(grad_accum=4, fsdp=True)),  # 4 micro-batches and 3 (the short rank runs an idle pass)
+}
+
+
+def _rank(rank: int, world: int, port: int, out: str, case: str) -> None:
     torch.set_num_threads(1)
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world),
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    from codechat.config import DistConfig
     assert dist.init(DistConfig(backend="gloo"))
-    from codechat.policy import load_policy
-    full = rollouts(load_policy(config().model).model.config.vocab_size)
-    if fsdp:  # uneven: 3 groups and 1 group, 4 micro-batches and 3 (the short rank runs an idle pass)
-        cut = [0, 3, P]
-        delta = update(part(full, cut[rank], cut[rank + 1]), Path(out), grad_accum=4, fsdp=True)
+    if case == "weights":  # difficulty weights: 3 samples here, 1 there; mean 1 over all 4
+        w = torch.tensor([1.0, 2.0, 3.0]) if rank == 0 else torch.tensor([6.0])
+        torch.save(dist.mean_one(w), Path(out) / f"rank{rank}.pt")
     else:
-        per = P // world
-        delta = update(part(full, rank * per, (rank + 1) * per), Path(out))
-    torch.save(delta, Path(out) / f"rank{rank}.pt")
+        cut, kw = CASES[case]
+        torch.save(update(part(fixed_rollouts(vocab()), cut[rank], cut[rank + 1]), Path(out), **kw),
+                   Path(out) / f"rank{rank}.pt")
     dist.close()
 
 
-def two_ranks(tmp_path: Path, fsdp: bool = False) -> tuple[dict, dict]:
-    """Both ranks' weight changes; fork (no re-import: ~10 s faster than spawn), with a deadline in case a
-    child hangs."""
-    procs = mp.start_processes(_rank, args=(2, free_port(), str(tmp_path), fsdp), nprocs=2, join=False,
+def two_ranks(tmp_path: Path, case: str):
+    """Both ranks' results; fork (no re-import: ~10 s faster than spawn), with a deadline in case a child hangs."""
+    procs = mp.start_processes(_rank, args=(2, free_port(), str(tmp_path), case), nprocs=2, join=False,
                                start_method="fork")
     deadline = time.monotonic() + 120
     while not procs.join(timeout=1):
@@ -136,42 +124,71 @@ def two_ranks(tmp_path: Path, fsdp: bool = False) -> tuple[dict, dict]:
     return torch.load(tmp_path / "rank0.pt"), torch.load(tmp_path / "rank1.pt")
 
 
-def test_two_ranks_equal_one_rank_with_twice_the_prompts(tmp_path):
-    from codechat.policy import load_policy
-    torch.set_num_threads(1)
-    full = rollouts(load_policy(config().model).model.config.vocab_size)
-    one = update(full, tmp_path)  # 1 rank x 2B prompts
-    r0, r1 = two_ranks(tmp_path)  # 2 ranks x B prompts
-    assert all(torch.equal(r0[k], r1[k]) for k in r0), "ranks disagree"
-    diff = max((r0[k] - one[k]).abs().max().item() for k in one)
-    scale = max(one[k].abs().max().item() for k in one)
-    # what averaging the two ranks' own token-means would have given instead (the mistake this guards against)
-    halves = [update(part(full, 0, P // 2), tmp_path), update(part(full, P // 2, P), tmp_path)]
-    naive = max(((halves[0][k] + halves[1][k]) / 2 - one[k]).abs().max().item() for k in one)
-    print(f"max |update diff| 2 ranks vs 1: {diff:.2e} (largest update {scale:.2e}; rank-mean averaging: {naive:.2e})")
-    assert scale > 1e-4 and diff < 1e-4 * scale and naive > 100 * diff
+def max_diff(a: dict, b: dict) -> float:
+    return max((a[k] - b[k]).abs().max().item() for k in a)
 
 
-def test_fsdp_two_ranks_equal_one_rank(tmp_path):
-    """dist.parallel=fsdp: policy and reference sharded, the update through FSDP's reduce-scatter, ranks with
-    unequal prompts and micro-batch counts: the same update as one process on all the prompts."""
-    from codechat.policy import load_policy
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_two_ranks_equal_one_rank_with_twice_the_prompts(tmp_path, case):
+    """2 ranks x their prompts == 1 rank x all of them: the same weights (and the same optimizer steps, the same
+    grad_norm: a rank with no rows does not inflate it), also with minibatches and epochs > 1 (rl.minibatch_size
+    counts samples over all ranks) and under FSDP."""
     torch.set_num_threads(1)
-    one = update(rollouts(load_policy(config().model).model.config.vocab_size), tmp_path)
-    r0, r1 = two_ranks(tmp_path, fsdp=True)
+    full = fixed_rollouts(vocab())
+    kw = {k: v for k, v in CASES[case][1].items() if k != "fsdp"}
+    one, one_m = update(full, tmp_path, **kw)  # 1 rank x 2B prompts
+    (r0, m0), (r1, m1) = two_ranks(tmp_path, case)  # 2 ranks x B prompts
     assert all(torch.equal(r0[k], r1[k]) for k in r0), "ranks disagree"
-    diff = max((r0[k] - one[k]).abs().max().item() for k in one)
-    scale = max(one[k].abs().max().item() for k in one)
-    print(f"FSDP: max |update diff| 2 ranks vs 1: {diff:.2e} (largest update {scale:.2e})")
+    diff, scale = max_diff(r0, one), max(v.abs().max().item() for v in one.values())
+    print(f"{case}: max |update diff| 2 ranks vs 1: {diff:.2e} (largest update {scale:.2e})")
     assert scale > 1e-4 and diff < 1e-4 * scale
+    assert m0["optimizer_steps"] == m1["optimizer_steps"] == one_m["optimizer_steps"]
+    assert m0["grad_norm"] == pytest.approx(one_m["grad_norm"], rel=1e-4)
+    assert m1["grad_norm"] == pytest.approx(one_m["grad_norm"], rel=1e-4)
+    if case == "even":  # what averaging the two ranks' own token-means would have given (the mistake it guards)
+        halves = [update(part(full, 0, P // 2), tmp_path)[0], update(part(full, P // 2, P), tmp_path)[0]]
+        naive = max(((halves[0][k] + halves[1][k]) / 2 - one[k]).abs().max().item() for k in one)
+        assert naive > 100 * diff
+
+
+def test_minibatch_size_counts_samples_over_all_ranks(tmp_path):
+    """12 samples, minibatch_size 4, 2 epochs: 6 optimizer steps, in one process as on two ranks (above)."""
+    _, m = update(fixed_rollouts(vocab()), tmp_path, minibatch=4, epochs=2)
+    assert m["optimizer_steps"] == 6.0
+
+
+def test_difficulty_weights_have_mean_one_over_all_ranks(tmp_path):
+    w0, w1 = two_ranks(tmp_path, "weights")
+    assert torch.allclose(torch.cat([w0, w1]), torch.tensor([1.0, 2.0, 3.0, 6.0]) / 3.0)
+
+
+def test_logged_kl_is_the_token_mean_whatever_the_aggregation(tmp_path):
+    """The trainer's KL goes through algos.kl_loss: the logged `kl` is the token mean of the per-token estimate
+    (not the aggregated loss term), under seq-mean-token-sum too."""
+    from codechat.algos import kl_penalty, masked_mean
+    from codechat.policy import completion_logprobs
+
+    r = fixed_rollouts(vocab())
+    torch.manual_seed(0)
+    model = load_policy(config().model).model
+    ref = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in ref.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+        lp = completion_logprobs(model, r.prompts, r.batch.prompt_index, r.batch.tokens, r.batch.mask)
+        ref_lp = completion_logprobs(ref, r.prompts, r.batch.prompt_index, r.batch.tokens, r.batch.mask)
+    want = masked_mean(kl_penalty(lp, ref_lp, "k3"), r.batch.mask).item()
+    for agg in ("token-mean", "seq-mean-token-sum"):
+        _, m = update(r, tmp_path, grad_accum=1, agg=agg, ref_noise=0.05)  # one micro-batch: its token mean
+        assert m["kl"] == pytest.approx(want, rel=1e-4), agg
+    assert want > 1e-3
 
 
 def test_grad_accumulation_equals_one_micro_batch(tmp_path):
     """The per-micro-batch weighting makes grad_accum=2 (unequal token counts) equal grad_accum=1, one process."""
-    from codechat.policy import load_policy
-    full = rollouts(load_policy(config().model).model.config.vocab_size)
-    a, b = update(full, tmp_path, grad_accum=2), update(full, tmp_path, grad_accum=1)
-    assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-6
+    full = fixed_rollouts(vocab())
+    a, b = update(full, tmp_path, grad_accum=2)[0], update(full, tmp_path, grad_accum=1)[0]
+    assert max_diff(a, b) < 1e-6
 
 
 @pytest.mark.slow

@@ -1,6 +1,7 @@
 """pass@k: the estimator equals brute-force enumeration over all k-subsets; edge cases; summaries; compare."""
 import itertools
 import json
+import math
 
 import pytest
 
@@ -25,7 +26,9 @@ def test_edge_cases():
     assert pass_at_k(5, 5, 1) == 1.0 and pass_at_k(5, 5, 5) == 1.0
     assert pass_at_k(5, 1, 5) == 1.0  # n = k: any pass counts
     assert pass_at_k(10, 3, 1) == pytest.approx(0.3)
-    assert 0.0 <= pass_at_k(200, 1, 100) <= 1.0  # large n stays finite (no huge binomials)
+    assert pass_at_k(200, 1, 100) == pytest.approx(0.5, abs=1e-12)  # 1 - C(199,100)/C(200,100) = 1 - 100/200
+    exact = 1 - math.comb(190, 100) / math.comb(200, 100)  # large n: no huge binomials, still exact
+    assert pass_at_k(200, 10, 100) == pytest.approx(exact, rel=1e-12)
     with pytest.raises(ValueError):
         pass_at_k(3, 1, 4)
 

@@ -57,3 +57,43 @@ def test_unknown_estimator():
     with pytest.raises(UnknownNameError, match="k1, k2, k3"):
         kl_penalty(torch.zeros(1, 1), torch.zeros(1, 1), "k4")
     assert KL_ESTIMATORS.names() == ["k1", "k2", "k3"]
+
+
+def _expected_grad(estimator: str, logits: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
+    """E_{y ~ pi}[grad_logits k(y)] with the sampled tokens held fixed, as the trainer differentiates the loss:
+    each outcome's estimator differentiated through log pi(y), weighted by pi(y) (detached)."""
+    logits = logits.clone().requires_grad_(True)
+    logp = torch.log_softmax(logits, -1)  # (V,)
+    k = kl_penalty(logp[None], ref.log()[None], estimator)[0]  # (V,) one "token" per outcome
+    (logp.exp().detach() * k).sum().backward()
+    return logits.grad
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_each_estimator_has_the_documented_gradient(seed):
+    """k1 -> 0 (no regularisation); k2 -> grad KL(pi || ref); k3 -> grad KL(ref || pi) (algos/kl.py)."""
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(6, generator=g, dtype=torch.float64)
+    ref = torch.softmax(torch.randn(6, generator=g, dtype=torch.float64), -1)
+
+    def grad_of(f):
+        x = logits.clone().requires_grad_(True)
+        f(torch.log_softmax(x, -1)).backward()
+        return x.grad
+
+    reverse = grad_of(lambda lp: (lp.exp() * (lp - ref.log())).sum())  # grad KL(pi || ref)
+    forward = grad_of(lambda lp: (ref * (ref.log() - lp)).sum())  # grad KL(ref || pi)
+    assert torch.allclose(_expected_grad("k1", logits, ref), torch.zeros(6, dtype=torch.float64), atol=1e-12)
+    assert torch.allclose(_expected_grad("k2", logits, ref), reverse, atol=1e-12)
+    assert torch.allclose(_expected_grad("k3", logits, ref), forward, atol=1e-12)
+    assert not torch.allclose(reverse, forward, atol=1e-3)  # the two KLs pull differently here
+
+
+def test_k1_is_refused_as_a_loss_term():
+    from codechat import CodechatError
+    from codechat.algos import check_config
+
+    with pytest.raises(CodechatError, match="expected gradient of zero"):
+        check_config(AlgoConfig(kl_beta=0.1, kl_estimator="k1"))
+    check_config(AlgoConfig(kl_beta=0.1, kl_estimator="k2"))
+    check_config(AlgoConfig(kl_beta=0.0, kl_estimator="k1"))  # no KL term: nothing to refuse

@@ -142,8 +142,12 @@ def test_cut_at_stop():
 
 def test_one_token_and_bad_inputs(pol, prompts):
     b = Sampler(pol).sample(prompts[:1], 2, SamplingConfig(max_new_tokens=1))
-    assert b.tokens.shape == (2, 1) and b.finish_reason in (["length"] * 2, ["stop"] * 2, ["length", "stop"],
-                                                            ["stop", "length"])
+    assert b.tokens.shape == (2, 1) and b.n_tokens.tolist() == [1, 1]
+    for i in range(2):  # one token: 'stop' exactly when it is an EOS id, else cut by the length limit
+        assert b.finish_reason[i] == ("stop" if int(b.tokens[i, 0]) in pol.eos_token_ids else "length")
+    forced = Sampler(pol).sample(prompts[:1], 2, SamplingConfig(max_new_tokens=1, temperature=0.0))
+    greedy_tok = int(forced.tokens[0, 0])
+    assert forced.finish_reason == ["stop" if greedy_tok in pol.eos_token_ids else "length"] * 2
     with pytest.raises(CodechatError):
         Sampler(pol).sample([[]], 2, SamplingConfig())
     with pytest.raises(CodechatError, match="top_p"):

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from codechat.cli import main
-from codechat.tasks import Task, TaskFormatError, load_tasks, load_tasks_with_format, save_tasks
+from codechat.tasks import TaskFormatError, load_tasks, load_tasks_with_format, save_tasks
 
 COUNTS = {
     "mbpp.jsonl": (974, "mbpp"),
@@ -35,9 +35,20 @@ def test_mbpp_details(shared_data):
     assert sum(len(t.metadata["base_input"]) for t in plus.values()) == 1174
 
 
-def test_builtin_set_loads():
+def test_builtin_set_is_well_formed():
+    """Unique ids, tests that compile, and every reference solution defines the entry point its tests call."""
+    import ast
+
     tasks = load_tasks("builtin")
-    assert tasks and all(isinstance(t, Task) and t.tests for t in tasks)
+    assert len({t.task_id for t in tasks}) == len(tasks) > 0
+    for t in tasks:
+        assert t.tests, t.task_id
+        for test in t.tests:
+            compile(test, t.task_id, "exec")
+        if t.solution and t.entry_point:
+            defined = {n.name for n in ast.walk(ast.parse(t.solution)) if isinstance(n, ast.FunctionDef)}
+            assert t.entry_point in defined, t.task_id
+            assert any(t.entry_point in test for test in t.tests), t.task_id
 
 
 def test_humaneval_format(tmp_path):

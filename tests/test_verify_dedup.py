@@ -8,6 +8,7 @@ from hypothesis import given, settings, strategies as st
 from codechat import CodechatError
 from codechat.config import VerifierConfig
 from codechat.tasks import Task
+from codechat.tasks.stdio import IOTest, StdioSpec
 from codechat.verifier.dedup import DedupVerifier, pair_key
 from codechat.verifier.verdict import Verdict
 from codechat.verifier.verify import Verifier
@@ -61,10 +62,24 @@ def test_same_text_on_another_task_is_another_program():
 def test_every_task_field_is_in_the_key():
     base = Task("t", "p", ["assert 1"], "f", "s", 3.0, {"a": 1})
     variants = [dataclasses.replace(base, **{f.name: v}) for f, v in zip(
-        dataclasses.fields(Task), ["u", "q", ["assert 2"], "g", "x", 4.0, {"a": 2}])]
+        dataclasses.fields(Task), ["u", "q", ["assert 2"], "g", "x", 4.0, {"a": 2}, "answer",
+                                   StdioSpec([IOTest("1\n", "1\n")])])]
     assert len(variants) == len(dataclasses.fields(Task))  # a new Task field must be added here and to the key
     keys = {pair_key(base, "c")} | {pair_key(t, "c") for t in variants} | {pair_key(base, "d")}
     assert len(keys) == len(variants) + 2
+
+
+def test_every_stdio_field_is_in_the_key():
+    spec = StdioSpec([IOTest("1\n", "1\n"), IOTest("2\n", "2\n")], 0.0, "")
+    base = Task("s", "p", [], stdio=spec)
+    variants = [dataclasses.replace(spec, tests=[IOTest("1\n", "1\n")]),
+                dataclasses.replace(spec, tests=[IOTest("1\n", "1\n"), IOTest("2\n", "3\n")]),
+                dataclasses.replace(spec, tests=[IOTest("1\n", "1\n"), IOTest("3\n", "2\n")]),
+                dataclasses.replace(spec, float_tol=1e-6), dataclasses.replace(spec, checker="def check(i, o, e): 1")]
+    assert len(dataclasses.fields(StdioSpec)) == 3  # a new StdioSpec field must be varied here
+    keys = {pair_key(base, "c")} | {pair_key(dataclasses.replace(base, stdio=v), "c") for v in variants}
+    assert len(keys) == len(variants) + 1
+    assert pair_key(base, "c") == pair_key(Task("s", "p", [], stdio=dataclasses.replace(spec)), "c")  # equal input
 
 
 @settings(max_examples=50, deadline=None)
@@ -104,6 +119,15 @@ def test_no_cache_by_default_and_load_dependent_verdicts_are_never_cached():
     v.verify_many([(ADD, "loop"), (ADD, "loop")])
     v.verify_many([(ADD, "loop")])
     assert [c for _, c in inner.calls[2:]] == ["loop", "loop"]  # once per batch, not cached
+
+
+def test_infra_error_verdicts_are_never_cached():
+    inner = Counting(lambda t, c: "infra_error" if c == "lost" else "passed")
+    v = DedupVerifier(inner, cache_size=10)
+    assert [x.status for x in v.verify_many([(ADD, "lost"), (ADD, "lost"), (ADD, GOOD)])] == ["infra_error"] * 2 + \
+        ["passed"]
+    v.verify_many([(ADD, "lost"), (ADD, GOOD)])
+    assert [c for _, c in inner.calls] == ["lost", GOOD, "lost"]  # the lost worker's pair runs again; GOOD cached
 
 
 def test_dedup_off_runs_every_pair_and_bad_cache_size():
@@ -164,3 +188,18 @@ def test_collect_logs_verify_dedup_metrics():
     assert m["pass_rate"] == pytest.approx(0.75)
     plain = rollout_metrics(collect(Pol(), Samp(), Counting(), [ADD], 4, SamplingConfig()))
     assert "verify/dedup_frac" not in plain
+
+
+def test_real_sandbox_stdio_and_answer_tasks_equal_undeduplicated_ones():
+    echo = Task("echo", "Echo.", [], stdio=StdioSpec([IOTest("1\n", "1\n"), IOTest("2\n", "2\n")]))
+    math = Task("m", "1+1?", [], kind="answer", metadata={"answer": "2"})
+    ok, bad = "```python\nprint(input())\n```", "```python\nprint(1)\n```"
+    pairs = [(echo, ok), (echo, bad), (echo, ok), (math, "\\boxed{2}"), (math, "\\boxed{3}"), (math, "\\boxed{2}")]
+    with Verifier(VerifierConfig(workers=2, timeout_s=3)) as inner:
+        plain = inner.verify_many(pairs)
+        v = DedupVerifier(inner, cache_size=8)
+        first = v.verify_many(pairs)
+    strip = lambda vs: [dataclasses.replace(x, duration_s=0.0, cpu_s=0.0) for x in vs]  # noqa: E731
+    assert strip(first) == strip(plain)
+    assert [x.passed for x in first] == [True, False, True, True, False, True]
+    assert v.last.ran == 4

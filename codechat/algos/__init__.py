@@ -15,12 +15,12 @@ from codechat import CodechatError
 from codechat.algos.advantages import (ADVANTAGES, STD_SCALES, DifficultyTracker, compute_advantages,
                                        group_stats, zero_variance_groups)
 from codechat.algos.aggregation import AGG_MODES, agg_loss, masked_mean
-from codechat.algos.kl import KL_ESTIMATORS, kl_loss, kl_penalty
+from codechat.algos.kl import KL_ESTIMATORS, KL_NO_GRADIENT, kl_loss, kl_penalty
 from codechat.algos.losses import POLICY_LOSSES, dpo_loss, policy_loss, truncated_is
 from codechat.algos.registry import Registry, UnknownNameError
 
 __all__ = [
-    "ADVANTAGES", "AGG_MODES", "KL_ESTIMATORS", "POLICY_LOSSES", "STD_SCALES", "DifficultyTracker", "Registry",
+    "ADVANTAGES", "AGG_MODES", "KL_ESTIMATORS", "KL_NO_GRADIENT", "POLICY_LOSSES", "STD_SCALES", "DifficultyTracker", "Registry",
     "UnknownNameError", "agg_loss", "check_config", "compute_advantages", "dpo_loss", "group_stats", "kl_loss",
     "kl_penalty", "masked_mean", "policy_loss", "truncated_is", "zero_variance_groups",
 ]
@@ -29,6 +29,7 @@ __all__ = [
 def check_config(cfg) -> None:
     """Fail early (CodechatError naming the field) on an unknown name or an out-of-range value in an AlgoConfig."""
     ADVANTAGES[cfg.advantage], POLICY_LOSSES[cfg.loss], KL_ESTIMATORS[cfg.kl_estimator], AGG_MODES[cfg.agg]
+    # (the stage registry, train/stages.py, checks what depends on other sections: reinforce with rl.epochs > 1)
     problems = []
     if cfg.std_scale not in STD_SCALES:
         problems.append(f"std_scale {cfg.std_scale!r} is not one of {', '.join(STD_SCALES)}")
@@ -40,6 +41,9 @@ def check_config(cfg) -> None:
         problems.append("tis_cap, kl_beta, eps and agg_norm must be >= 0")
     if not 0 <= cfg.dpo_label_smoothing < 0.5:
         problems.append(f"dpo_label_smoothing must be in [0, 0.5), got {cfg.dpo_label_smoothing}")
+    if cfg.kl_beta > 0 and cfg.kl_estimator in KL_NO_GRADIENT:
+        problems.append(f"kl_estimator {cfg.kl_estimator!r} as a loss has an expected gradient of zero (it adds noise,"
+                        f" not regularisation); use k2 or k3 with kl_beta > 0")
     if not 0 <= cfg.difficulty_ema < 1:
         problems.append(f"difficulty_ema must be in [0, 1), got {cfg.difficulty_ema}")
     if problems:

@@ -144,13 +144,18 @@ class DifficultyTracker:
             old = self.rates.get(t)
             self.rates[t] = total / n if old is None else self.ema * old + (1 - self.ema) * total / n
 
-    def weights(self, task_ids: Sequence[str]) -> torch.Tensor:
-        """(B,) weights (1 - p)^alpha normalised to mean 1 over the batch (1 - p floored at 1e-3); ones when alpha is 0."""
-        hardness = torch.tensor([1.0 - self.pass_rate(t) for t in task_ids]).clamp_min(1e-3)  # (B,)
-        if self.alpha == 0 or hardness.numel() == 0:
+    def hardness(self, task_ids: Sequence[str]) -> torch.Tensor:
+        """(B,) unnormalised weights (1 - p)^alpha (1 - p floored at 1e-3); ones when alpha is 0. The trainer
+        normalises them over the samples of all ranks (train/dist.py `mean_one`)."""
+        if self.alpha == 0 or not task_ids:
             return torch.ones(len(task_ids))
-        w = hardness ** self.alpha  # (B,)
-        return w / w.mean()
+        h = torch.tensor([1.0 - self.pass_rate(t) for t in task_ids]).clamp_min(1e-3)  # (B,)
+        return h ** self.alpha
+
+    def weights(self, task_ids: Sequence[str]) -> torch.Tensor:
+        """(B,) weights (1 - p)^alpha normalised to mean 1 over this batch; ones when alpha is 0."""
+        w = self.hardness(task_ids)  # (B,)
+        return w / w.mean() if w.numel() else w
 
     def state_dict(self) -> dict:
         return {"rates": dict(self.rates)}

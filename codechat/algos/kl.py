@@ -2,11 +2,21 @@
 divergence", 2020). Samples come from the policy pi; with log r = log pi_ref(y_t) - log pi(y_t):
 
     k1 = -log r                 unbiased for KL(pi || ref), high variance, can be negative
-    k2 = (log r)^2 / 2          biased, low variance, >= 0 (its gradient is the unbiased KL gradient)
-    k3 = (r - 1) - log r        unbiased, low variance, >= 0 (DeepSeekMath's choice)
+    k2 = (log r)^2 / 2          biased, low variance, >= 0
+    k3 = (r - 1) - log r        unbiased for KL(pi || ref), low variance, >= 0 (DeepSeekMath's choice)
+
+As a loss the estimate is differentiated with the sampled tokens held fixed, so what matters is its expected
+gradient E_{y~pi}[grad k(y)], not its value (tests/test_kl.py checks each exactly on a small distribution):
+    k1 -> E[grad log pi] = 0: no regularisation at all, only noise. Refused as a loss (`KL_NO_GRADIENT`; the
+          config check), though it stays available as a metric.
+    k2 -> E[log(pi/ref) grad log pi] = grad KL(pi || ref): the reverse KL, mode-seeking.
+    k3 -> E[(1 - ref/pi) grad log pi] = -sum_y ref grad log pi = grad KL(ref || pi): the forward KL, mass-covering,
+          although k3's value estimates KL(pi || ref).
+(For a penalty on the reward instead of the loss, as in PPO-RLHF, k1 is the natural choice; codechat has none.)
 
 log r is clamped to [-20, 20] before exponentiating so k3 stays finite (verl clamps likewise).
-The trainer adds `kl_beta * agg_loss(kl_penalty(...), mask, agg)`, or calls `kl_loss` which does exactly that.
+The trainer calls `kl_loss`: the loss term kl_beta * agg_loss(k, mask, agg) and the logged `kl` (token mean of
+the estimate) come from that one function.
 """
 from __future__ import annotations
 
@@ -16,6 +26,8 @@ from codechat.algos.aggregation import agg_loss, masked_mean
 from codechat.algos.registry import Registry
 
 KL_ESTIMATORS = Registry("KL estimator", ("logp", "ref_logp"))
+KL_NO_GRADIENT = ("k1",)
+"""Estimators whose expected gradient is zero: refused as a loss term (algos.check_config)."""
 LOG_RATIO_CLAMP = 20.0
 """Log-ratios are clamped to +-this before exp (exp(20) ~ 5e8 is finite in float32 and bfloat16)."""
 

@@ -10,7 +10,10 @@
     s.handle("/save chat.jsonl")                    # one task per turn, in our task schema
 
 Prompts: the tokenizer's chat template over the whole conversation when it has one (`prompt_format="chat"`),
-else plain text, `User: ...\\nAssistant: ...` per turn, with generation stopped at `\\nUser:` (`"plain"`).
+else plain text, `User: ...\\nAssistant: ...` per turn, with generation stopped at `\\nUser:` (`"plain"`), or
+`"raw"`: the way a run with `model.chat: false` trained, each question continued as is (`prompt_text`: ends in a
+newline), earlier turns as question + answer lines before it. `trained=True` (a run's model) poses every question
+as training posed a task (`prompt_text`) in the chat template too, and adds the run's stop strings.
 Sampling: the sampler's own logit processing and inverse-CDF draw (codechat/policy/sampler.py), one sequence,
 KV-cached through the policy's decoders; answer i of a session uses seed `seed + i`, so an answer equals
 `Sampler.sample(prompt, n=1)` with that seed (tested), and a session replays exactly with the same questions.
@@ -35,9 +38,17 @@ from codechat import CodechatError
 from codechat.chat.run import (AssertResult, RunReport, guess_entry_point, run_program, split_tests,
                               check_asserts, why)
 from codechat.config import SamplingConfig, VerifierConfig
+from codechat.chat.stdio_test import check_io, parse_io_tests
+from codechat.rollout.collect import prompt_text
 from codechat.tasks import Task, load_tasks, save_tasks
 
 PLAIN_STOP = "\nUser:"
+
+
+def prompt_text_of(question: str) -> str:
+    """A question posed as training poses a task's prompt (rollout.collect.prompt_text)."""
+    return prompt_text(Task("chat", question, []))
+
 SETTINGS = {  # /set NAME -> (where, type); names also accept dashes (max-new-tokens)
     "temperature": ("sampling", float), "top_p": ("sampling", float), "top_k": ("sampling", int),
     "max_new_tokens": ("sampling", int), "seed": ("sampling", int), "timeout": ("sandbox", float),
@@ -45,7 +56,8 @@ SETTINGS = {  # /set NAME -> (where, type); names also accept dashes (max-new-to
 HELP = """commands:
   /set [NAME VALUE]  show or change a setting: temperature, top_p, top_k, max_new_tokens, seed, timeout (s)
   /run               run the last code block of the last answer in the sandbox: stdout, stderr, status, time
-  /test [ASSERT]     paste asserts (end with an empty line); reports which pass against the last answer
+  /test [ASSERT]     paste asserts (end with an empty line); reports which pass against the last answer;
+                     or 'input:' / 'output:' blocks to run it as a stdin/stdout program
   /save FILE         write the conversation as JSONL tasks (question + your asserts), loadable as a task file
   /load FILE         continue a conversation saved with /save
   /reset             forget the conversation
@@ -73,19 +85,23 @@ class Turn:
 
 class ChatSession:
     def __init__(self, policy, sampling: SamplingConfig | None = None, verifier: VerifierConfig | None = None,
-                 prompt_format: str = "auto", model_name: str = ""):
-        """prompt_format: `auto` (chat template when the tokenizer has one, else plain), `chat`, `plain`."""
+                 prompt_format: str = "auto", model_name: str = "", trained: bool = False,
+                 stop: list[str] | None = None):
+        """prompt_format: `auto` (chat template when the tokenizer has one, else plain), `chat`, `plain`, `raw`.
+        trained: questions go through `prompt_text` as the training run posed tasks; stop: extra stop strings."""
         self.policy = policy
         self.sampling = sampling or SamplingConfig()
         self.verifier_cfg = verifier or VerifierConfig(workers=1)
         self.model_name = model_name or str(policy.config.path)
         has_template = bool(getattr(policy.tokenizer, "chat_template", None))
-        if prompt_format not in ("auto", "chat", "plain"):
-            raise CodechatError(f"prompt format '{prompt_format}': expected auto, chat or plain")
+        if prompt_format not in ("auto", "chat", "plain", "raw"):
+            raise CodechatError(f"prompt format '{prompt_format}': expected auto, chat, plain or raw")
         if prompt_format == "chat" and not has_template:
             raise CodechatError(f"{self.model_name}: the tokenizer has no chat template; use --format plain")
         self.prompt_format = "chat" if prompt_format == "chat" or (prompt_format == "auto" and has_template) \
-            else "plain"
+            else "raw" if prompt_format == "raw" else "plain"
+        self.trained = trained
+        self.stop = list(stop or [])
         self.turns: list[Turn] = []
         self.answers = 0
         """Answers generated so far (answer i is sampled with seed + i)."""
@@ -102,11 +118,15 @@ class ChatSession:
     def prompt_ids(self, turns: list[Turn]) -> list[int]:
         """Token ids of the conversation `turns`, the last one's answer still to come."""
         tok = self.policy.tokenizer
+        pose = prompt_text_of if self.trained or self.prompt_format == "raw" else (lambda q: q)
+        if self.prompt_format == "raw":  # what training continued: prompt_text(task), no markers
+            text = "".join(f"{pose(t.question)}{t.answer.strip()}\n" for t in turns[:-1]) + pose(turns[-1].question)
+            return list(tok(text, add_special_tokens=True)["input_ids"])
         if self.prompt_format == "chat":
             messages = []
             for t in turns[:-1]:
-                messages += [{"role": "user", "content": t.question}, {"role": "assistant", "content": t.answer}]
-            messages.append({"role": "user", "content": turns[-1].question})
+                messages += [{"role": "user", "content": pose(t.question)}, {"role": "assistant", "content": t.answer}]
+            messages.append({"role": "user", "content": pose(turns[-1].question)})
             ids = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
             if hasattr(ids, "keys"):  # BatchEncoding in transformers 5
                 ids = ids["input_ids"]
@@ -151,7 +171,7 @@ class ChatSession:
     def _stream(self, prompt: list[int], cfg: SamplingConfig, turn: Turn) -> Iterator[str]:
         """Text pieces as tokens arrive; returns the finish reason. Holds back an incomplete UTF-8 character and
         the start of a possible stop string until the next tokens decide."""
-        stops = [PLAIN_STOP] if self.prompt_format == "plain" else []
+        stops = ([PLAIN_STOP] if self.prompt_format == "plain" else []) + self.stop
         eos = set(self.policy.eos_token_ids)
         ids: list[int] = []
 
@@ -252,6 +272,9 @@ class ChatSession:
     def test(self, text: str) -> list[AssertResult]:
         """Run each assert in `text` against the last answer (the code the verifier would pick) on its own."""
         turn = self.last_answer()
+        io = parse_io_tests(text)
+        if io is not None:  # input:/output: pairs: run the answer as a stdin/stdout program (chat/stdio_test.py)
+            return self.sandboxed(check_io, self.verifier, turn.question, turn.answer, io)
         tests, setup = split_tests(text)
         turn.tests += [t for t in tests if t not in turn.tests]
         turn.setup = "\n".join(s for s in (turn.setup, setup) if s and s not in turn.setup)

@@ -1,6 +1,7 @@
 """`codechat chat`: talk to a model in the terminal and run its answers in the sandbox.
 
-    codechat chat runs/x                          # a run directory: its best (else latest) checkpoint
+    codechat chat runs/x                          # a run directory: its final checkpoint, in its prompt format
+    codechat chat runs/x --checkpoint best        # the checkpoint with the best eval greedy pass@1
     codechat chat tiny --temperature 0.2          # a preset or a Hugging Face model directory
     codechat chat runs/x --once "Write fizzbuzz"  # answer one question on stdout and exit
 
@@ -17,27 +18,35 @@ HELP = "chat with a model in the terminal; /run and /test its answers in the san
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", metavar="MODEL_OR_RUN_DIR",
-                   help="model directory, preset name (tiny, small), or run directory (its best/last checkpoint)")
+    p.add_argument("model", metavar="MODEL_OR_RUN_DIR", nargs="?",
+                   help="model directory, preset name (tiny, small), or run directory (its final checkpoint; "
+                        "RUN/final, RUN/best); optional with --repo-task (then you drive the tools)")
+    p.add_argument("--checkpoint", default="final", choices=["final", "best"],
+                   help="which checkpoint of a run directory: final (default) or best (eval greedy pass@1)")
     p.add_argument("--temperature", type=float, default=0.7, help="sampling temperature, 0 = greedy (default 0.7)")
     p.add_argument("--top-p", type=float, default=0.95, help="nucleus sampling mass (default 0.95)")
     p.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens, 0 = off (default 0)")
     p.add_argument("--max-new-tokens", type=int, default=512, help="answer length limit in tokens (default 512)")
     p.add_argument("--seed", type=int, default=0, help="seed of answer 0; answer i uses seed + i (default 0)")
     p.add_argument("--timeout", type=float, default=None, help="/run and /test time limit in seconds (default 5)")
-    p.add_argument("--format", default="auto", choices=["auto", "chat", "plain"],
-                   help="prompt format: the tokenizer's chat template (chat), User:/Assistant: text (plain), "
-                        "or chat when there is a template (auto, the default)")
+    p.add_argument("--format", default="auto", choices=["auto", "chat", "plain", "raw"],
+                   help="prompt format: the tokenizer's chat template (chat), User:/Assistant: text (plain), the "
+                        "question continued as is (raw); auto (default): a run's own training format, else chat "
+                        "when there is a template, else plain")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda[:N] (default auto)")
     p.add_argument("--dtype", default="float32", help="float32, bfloat16 or float16 (default float32)")
     p.add_argument("--once", metavar="QUESTION", help="answer QUESTION on stdout and exit (no terminal needed)")
+    p.add_argument("--repo-task", metavar="TASKS", help="a repository task set: drive its tools by hand, or with "
+                                                        "MODEL watch one episode (docs/agent.md)")
+    p.add_argument("--task-id", help="with --repo-task: which task (default: the first)")
+    p.add_argument("--repos", help="with --repo-task: directory of SWE-bench checkouts")
 
 
 def open_session(args: argparse.Namespace):
     """Load the model (clear one-line errors for missing or broken paths) and build the ChatSession."""
     from codechat import CodechatError
     from codechat.chat.session import ChatSession
-    from codechat.commands.eval import resolve_model
+    from codechat.rundir import resolve_model, run_config, run_prompt_format, section
     from codechat.config import ModelConfig, SamplingConfig, VerifierConfig
     from codechat.policy import load_policy
     from codechat.policy.sampler import validate
@@ -50,9 +59,10 @@ def open_session(args: argparse.Namespace):
     vcfg = VerifierConfig(workers=1)
     if args.timeout:
         vcfg.timeout_s = args.timeout
-    path = resolve_model(args.model)
-    from transformers.utils import logging as hf_logging
-    hf_logging.disable_progress_bar()
+    path = resolve_model(args.model, args.checkpoint)
+    trained = run_prompt_format(path)  # raw / chat when the model comes from a codechat run, else None
+    fmt = trained if args.format == "auto" and trained else args.format
+    stop = section(run_config(path), "sampling").get("stop") or [] if trained else []
     try:
         policy = load_policy(ModelConfig(path=path, device=args.device, dtype=args.dtype))
     except CodechatError:
@@ -60,7 +70,8 @@ def open_session(args: argparse.Namespace):
     except Exception as e:  # noqa: BLE001 - a broken checkpoint fails in many ways; name the path, not a traceback
         first = (str(e).strip().splitlines() or [""])[0][:200]
         raise CodechatError(f"{args.model}: cannot load the model ({type(e).__name__}: {first})") from None
-    return ChatSession(policy, sampling, vcfg, prompt_format=args.format, model_name=args.model)
+    return ChatSession(policy, sampling, vcfg, prompt_format=fmt, model_name=args.model,
+                       trained=bool(trained) and fmt == trained, stop=[str(x) for x in stop])
 
 
 def stream_answer(session, question: str, out=sys.stdout) -> str:
@@ -121,7 +132,10 @@ def repl(session) -> int:
     from codechat import CodechatError
 
     setup_readline()
-    fmt = "chat template" if session.prompt_format == "chat" else "plain User:/Assistant: prompts"
+    fmt = {"chat": "chat template", "raw": "raw continuation, as trained"}.get(
+        session.prompt_format, "plain User:/Assistant: prompts")
+    if session.trained and session.prompt_format == "chat":
+        fmt += ", as trained"
     print(f"codechat chat: {session.model_name} ({fmt}). /help lists commands; /quit or Ctrl-D leaves.")
     while not session.done:
         try:
@@ -150,6 +164,12 @@ def repl(session) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.repo_task:  # a repository task: tools by hand, or one watched episode
+        from codechat.commands import repo
+        return repo.run_chat(args)
+    if not args.model:
+        from codechat import CodechatError
+        raise CodechatError("chat needs MODEL_OR_RUN_DIR (or --repo-task to drive a repository task's tools)")
     session = open_session(args)
     try:
         if args.once is not None:

@@ -131,12 +131,25 @@ def table(stats: dict[str, list[dict]], sft_pass1: float, target: float, budget:
     return "\n".join(out)
 
 
-def plot(curves: dict[str, list[list[tuple[int, float]]]], sft_pass1: float, out: Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+def differences(stats: dict[str, list[dict]], seeds: list[int]) -> list[str]:
+    """Final held-out pass@1 of each method minus the first method's, with a bootstrap interval paired by seed
+    (run i of every method used seed i: same SFT start and data order). Few seeds make it coarse."""
+    from codechat.evaluation.stats import paired_bootstrap
 
-    fig, ax = plt.subplots(figsize=(7, 4))
+    methods = list(stats)
+    if len(methods) < 2:
+        return []
+    base = [r["final_pass1"] for r in stats[methods[0]]]
+    lines = [f"Difference in final pass@1 from {methods[0]}, paired by seed ({len(seeds)} seeds):"]
+    for m in methods[1:]:
+        lines.append(f"- {m} - {methods[0]}: {paired_bootstrap(base, [r['final_pass1'] for r in stats[m]])}")
+    return lines
+
+
+def plot(curves: dict[str, list[list[tuple[int, float]]]], sft_pass1: float, out: Path) -> None:
+    from codechat.plotting import figure, save
+
+    fig, ax = figure(7, 4)
     for i, (m, runs) in enumerate(curves.items()):
         for j, c in enumerate(runs):
             xs, ys = zip(*([(0, sft_pass1)] + c))
@@ -150,15 +163,13 @@ def plot(curves: dict[str, list[list[tuple[int, float]]]], sft_pass1: float, out
     ax.set_ylabel("held-out pass@1 (T=1)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
+    save(fig, out)
 
 
 def sft_model(args, out: Path, cfg) -> tuple[str, float]:
     """The SFT model directory (training it with the demo's settings if --sft is not given) and its held-out
     pass@1 under the runs' eval settings (evaluated once, cached in OUT/sft_eval.json)."""
-    from codechat.commands.eval import resolve_model
+    from codechat.rundir import resolve_model
 
     src = Path(args.sft) if args.sft else out / "sft"
     if not args.sft:
@@ -205,7 +216,7 @@ def run(args: argparse.Namespace) -> int:
                               *method_overrides(m, args.budget, base), *args.overrides])
             stats.setdefault(m, []).append(run_stats(run_dir, target))
             curves.setdefault(m, []).append(curve(run_dir))
-    text = table(stats, sft_pass1, target, args.budget)
+    text = "\n\n".join([table(stats, sft_pass1, target, args.budget), "\n".join(differences(stats, seeds))])
     (out / "compare.md").write_text(text + "\n\n![pass@1 vs samples](compare.png)\n")
     (out / "compare.json").write_text(json.dumps({"sft_model": model, "sft_pass1": sft_pass1, "target": target,
                                                   "budget": args.budget, "seeds": seeds, "runs": stats,

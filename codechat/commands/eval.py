@@ -1,52 +1,121 @@
 """`codechat eval`: pass@k (unbiased estimator) of a model, or of existing completions, on a task file.
 
-    codechat eval --model runs/x --tasks builtin:synthetic-heldout --n 10 --k 1,5,10
+    codechat eval --model runs/x --tasks builtin:synthetic-heldout          # the run's own eval settings
+    codechat eval --model runs/x --tasks mbpp.jsonl:test --n 10 --k 1,5,10 --checkpoint best
     codechat eval --completions samples.jsonl --tasks ../shared/data/mbpp/mbpp.jsonl
-    codechat eval --compare runs/a/eval runs/b/eval
+    codechat eval --compare runs/a/eval/synthetic-heldout runs/b/eval/synthetic-heldout
+
+Defaults are the training evaluation's (codechat/train/common.py `evaluate_now`): for a run directory its
+config's eval.n, eval.k, eval.temperature, eval.greedy, sampling (top_p, top_k, max_new_tokens, stop), seed + 99
+and prompt format, so the command reproduces the run's logged eval numbers; for other models the same from the
+config defaults. Output: RUN/eval/SET[-best] for a run, else eval-NAME/SET (or --out); a folder that holds another
+task set's or model's results is never overwritten. summary.json records what was evaluated and how.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
+
+from codechat import CodechatError
+from codechat.config import EvalConfig, RunConfig, SamplingConfig
+from codechat.evaluation.compare import compare
+from codechat.rundir import is_run_dir, resolve_model, run_config, section
 
 HELP = "evaluate pass@k of a model or of a completions file; compare two evaluations"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", help="model directory, preset name, or run directory (its best/last checkpoint)")
-    p.add_argument("--tasks", help="task file or builtin[:NAME]")
+    p.add_argument("--model", help="model directory, preset name, or run directory (its final checkpoint)")
+    p.add_argument("--checkpoint", default="final", choices=["final", "best"],
+                   help="which checkpoint of a run directory: final (default) or best (eval greedy pass@1)")
+    p.add_argument("--tasks", help="task file, FILE:SPLIT for MBPP files (train, test, validation), or builtin[:NAME]")
     p.add_argument("--completions", help="JSONL of {task_id, completion[, sample_id]} to score instead of sampling")
-    p.add_argument("--n", type=int, default=10, help="samples per task (default 10)")
-    p.add_argument("--k", default="1,5,10", help="comma-separated k values (default 1,5,10)")
-    p.add_argument("--temperature", type=float, default=0.8, help="sampling temperature (default 0.8)")
-    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (default 1)")
-    p.add_argument("--max-new-tokens", type=int, default=256, help="generation limit (default 256)")
-    p.add_argument("--greedy", action="store_true", help="also report greedy pass@1 (one extra sample per task)")
+    p.add_argument("--n", type=int, default=None, help="samples per task (default: the training eval's, eval.n)")
+    p.add_argument("--k", default=None, help="comma-separated k values, each <= n (default: eval.k)")
+    p.add_argument("--temperature", type=float, default=None, help="sampling temperature (default eval.temperature)")
+    p.add_argument("--top-p", type=float, default=None, help="nucleus sampling mass (default sampling.top_p)")
+    p.add_argument("--max-new-tokens", type=int, default=None, help="generation limit (default sampling.max_new_tokens)")
+    p.add_argument("--greedy", action=argparse.BooleanOptionalAction, default=None,
+                   help="also report greedy pass@1, one extra sample per task (default eval.greedy)")
     p.add_argument("--limit", type=int, default=0, help="evaluate only the first N tasks")
-    p.add_argument("--out", help="output directory (default: RUN_DIR/eval or eval-<name>)")
+    p.add_argument("--out", help="output directory (default RUN_DIR/eval/SET, else eval-NAME/SET)")
     p.add_argument("--workers", type=int, default=0, help="verifier workers (default: one per core)")
     p.add_argument("--verifier-backend", default="local", choices=["local", "ray"], help="sandbox pool: local or ray")
     p.add_argument("--timeout", type=float, default=None, help="per-program time limit in seconds")
-    p.add_argument("--seed", type=int, default=0, help="sampling seed")
+    p.add_argument("--seed", type=int, default=None, help="sampling seed (default: the run's seed + 99)")
     p.add_argument("--compare", nargs=2, metavar=("A", "B"), help="compare two eval output directories")
+    p.add_argument("--repos", help="repository tasks: directory holding the SWE-bench checkouts (owner__name)")
 
 
-def resolve_model(path: str) -> str:
-    """A run directory means its best checkpoint (else the latest); anything else is passed through."""
-    from codechat.train.checkpoint import Checkpointer, TrainState
+def set_name(spec: str) -> str:
+    """Folder name of a task set: builtin:synthetic-heldout -> synthetic-heldout, mbpp.jsonl:test -> mbpp-test."""
+    if spec.startswith("builtin"):
+        return spec.split(":", 1)[1] if ":" in spec else "builtin"
+    from codechat.tasks.splits import split_spec
+    path, split = split_spec(spec)
+    name = Path(path).name
+    for suffix in (".gz", ".jsonl", ".json"):
+        name = name.removesuffix(suffix)
+    return (name or "tasks") + (f"-{split}" if split else "")
 
-    p = Path(path)
-    if (p / "checkpoints").is_dir():
-        ck = Checkpointer(p)
-        latest = ck.latest()
-        if latest is None:
-            from codechat import CodechatError
-            raise CodechatError(f"{p}: run directory has no complete checkpoint")
-        state, _ = ck.load_state(latest)
-        best = p / "checkpoints" / state.best_checkpoint if state.best_checkpoint else None
-        return str((best if best and best.is_dir() else latest) / "model")
-    return path
+
+def eval_settings(args: argparse.Namespace, model_path: str | None) -> dict:
+    """The settings of this evaluation: flags given, else the training evaluation's (run config or defaults)."""
+    cfg = run_config(model_path) if model_path else None
+    ev, sa = {**vars(EvalConfig()), **section(cfg, "eval")}, {**vars(SamplingConfig()), **section(cfg, "sampling")}
+    seed = (cfg or {}).get("seed", RunConfig().seed) + 99  # evaluate_now's seed
+    s = {"n": ev["n"] if args.n is None else args.n,
+         "temperature": ev["temperature"] if args.temperature is None else args.temperature,
+         "greedy": ev["greedy"] if args.greedy is None else args.greedy,
+         "top_p": sa["top_p"] if args.top_p is None else args.top_p, "top_k": sa["top_k"],
+         "max_new_tokens": sa["max_new_tokens"] if args.max_new_tokens is None else args.max_new_tokens,
+         "stop": list(sa["stop"]), "seed": seed if args.seed is None else args.seed,
+         "chat": section(cfg, "model").get("chat") is True}
+    if args.k is None:
+        s["k"] = sorted(set(ev["k"]))
+    else:
+        try:
+            s["k"] = sorted({int(k) for k in args.k.split(",") if k.strip()})
+        except ValueError:
+            raise CodechatError(f"eval: --k must be comma-separated integers, got '{args.k}'") from None
+    if not s["k"] or s["k"][0] < 1:
+        raise CodechatError(f"eval: --k values must be >= 1, got {s['k']}")
+    if model_path is not None:
+        if s["n"] < 1:
+            raise CodechatError(f"eval: --n must be >= 1 (samples per task), got {s['n']}")
+        big = [k for k in s["k"] if k > s["n"]]
+        if big:
+            raise CodechatError(f"eval: --k {','.join(map(str, big))} exceeds --n {s['n']}: pass@k needs k <= n "
+                                f"samples per task (raise --n or lower --k)")
+    return s
+
+
+def out_dir(args: argparse.Namespace, tasks_name: str) -> Path:
+    if args.out:
+        return Path(args.out)
+    if args.model and is_run_dir(args.model):
+        return Path(args.model) / "eval" / (tasks_name + ("-best" if args.checkpoint == "best" else ""))
+    source = Path(args.model or args.completions).name.removesuffix(".jsonl") or "model"
+    return Path(f"eval-{source}") / tasks_name
+
+
+def check_out(out: Path, provenance: dict) -> None:
+    """Refuse to overwrite results of another task set or model (re-running the same evaluation is fine)."""
+    f = out / "summary.json"
+    if not f.is_file():
+        if out.exists() and any(out.iterdir()):
+            raise CodechatError(f"{out}: exists and is not an eval output directory; choose another --out")
+        return
+    try:
+        old = json.loads(f.read_text()).get("provenance") or {}
+    except (OSError, ValueError):
+        old = {}
+    for key in ("tasks", "model_path", "completions"):
+        if old.get(key) != provenance.get(key):
+            raise CodechatError(f"{out}: holds the results of {key} {old.get(key)!r}, not {provenance.get(key)!r}; "
+                                f"choose another --out (or remove it)")
 
 
 def markdown_table(metrics: dict, name: str) -> str:
@@ -56,78 +125,78 @@ def markdown_table(metrics: dict, name: str) -> str:
     return "\n".join(rows) + "\n"
 
 
-def write_report(report, out: Path, name: str) -> None:
+def write_report(report, out: Path, name: str, provenance: dict | None = None) -> None:
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "samples.jsonl", "w") as f:
         for s in report.samples:
             f.write(json.dumps(s) + "\n")
-    (out / "summary.json").write_text(json.dumps({"metrics": report.metrics, "per_task": report.per_task}, indent=1))
+    (out / "summary.json").write_text(json.dumps({"provenance": provenance or {}, "metrics": report.metrics,
+                                                  "per_task": report.per_task}, indent=1))
     (out / "summary.md").write_text(markdown_table(report.metrics, name))
 
 
-def compare(a: str, b: str) -> str:
-    from codechat import CodechatError
+def progress_bar(label: str, total: int):
+    """(callback, close) drawing a rich progress bar on a terminal's stderr; no-ops when not a terminal."""
+    if not sys.stderr.isatty():
+        return None, lambda: None
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    runs = []
-    for d in (a, b):
-        f = Path(d) / "summary.json"
-        if not f.is_file():
-            raise CodechatError(f"{d}: no summary.json (not an eval output directory)")
-        runs.append(json.loads(f.read_text()))
-    lines = [f"| metric | {a} | {b} | delta |", "|---|---|---|---|"]
-    for k in sorted(set(runs[0]["metrics"]) & set(runs[1]["metrics"])):
-        x, y = runs[0]["metrics"][k], runs[1]["metrics"][k]
-        lines.append(f"| {k} | {x:.4f} | {y:.4f} | {y - x:+.4f} |")
-    pa, pb = runs[0]["per_task"], runs[1]["per_task"]
-
-    def solved(t):
-        return t.get("greedy", t.get("c", 0) > 0)
-    gained = sorted(t for t in set(pa) & set(pb) if solved(pb[t]) and not solved(pa[t]))
-    lost = sorted(t for t in set(pa) & set(pb) if solved(pa[t]) and not solved(pb[t]))
-    lines += ["", f"gained ({len(gained)}): {', '.join(gained[:50])}", f"lost ({len(lost)}): {', '.join(lost[:50])}"]
-    return "\n".join(lines)
+    bar = Progress(TextColumn("eval {task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("tasks"),
+                   TimeRemainingColumn(), transient=True)
+    bar.start()
+    job = bar.add_task(label, total=total)
+    return (lambda done, total: bar.update(job, completed=done, total=total)), bar.stop
 
 
 def run(args: argparse.Namespace) -> int:
-    from codechat import CodechatError
-
     if args.compare:
         print(compare(*args.compare))
         return 0
     if not args.tasks:
         raise CodechatError("eval: --tasks is required (a task file or builtin[:NAME])")
+    from codechat.tasks.repo_loaders import is_repo_spec
+    if is_repo_spec(args.tasks):  # agent episodes on repository tasks
+        from codechat.commands import repo
+        return repo.run_eval(args)
     if bool(args.model) == bool(args.completions):
         raise CodechatError("eval: give exactly one of --model or --completions")
-    try:
-        ks = sorted({int(k) for k in args.k.split(",") if k.strip()})
-    except ValueError:
-        raise CodechatError(f"eval: --k must be comma-separated integers, got '{args.k}'") from None
-    from codechat.config import SamplingConfig, VerifierConfig
+    from codechat.config import ModelConfig, VerifierConfig
     from codechat.evaluation.evaluate import evaluate_completions, evaluate_policy
     from codechat.tasks import load_tasks
     from codechat.verifier.factory import make_verifier
 
+    model_path = resolve_model(args.model, args.checkpoint) if args.model else None
+    s = eval_settings(args, model_path)
     tasks = load_tasks(args.tasks)
     if args.limit:
         tasks = tasks[:args.limit]
+    name = set_name(args.tasks)
+    prov = {"tasks": args.tasks, "n_tasks": len(tasks), "limit": args.limit, "model": args.model,
+            "model_path": model_path, "checkpoint": args.checkpoint if args.model and is_run_dir(args.model)
+            else None, "completions": args.completions}
+    prov.update(s if args.model else {"k": s["k"]})
+    out = out_dir(args, name)
+    check_out(out, prov)
     vcfg = VerifierConfig(workers=args.workers, backend=args.verifier_backend)
-    if args.timeout:
+    if args.timeout is not None:
+        if not args.timeout > 0:
+            raise CodechatError(f"eval: --timeout must be a positive number of seconds, got {args.timeout}")
         vcfg.timeout_s = args.timeout
     with make_verifier(vcfg) as verifier:
         if args.completions:
-            report = evaluate_completions(verifier, tasks, args.completions, ks)
-            name = Path(args.completions).stem
+            report = evaluate_completions(verifier, tasks, args.completions, s["k"])
         else:
-            from codechat.config import ModelConfig
             from codechat.policy import load_policy
-            policy = load_policy(ModelConfig(path=resolve_model(args.model)))
-            sampling = SamplingConfig(top_p=args.top_p, max_new_tokens=args.max_new_tokens, seed=args.seed)
-            report = evaluate_policy(policy, verifier, tasks, n=args.n, ks=ks, temperature=args.temperature,
-                                     greedy=args.greedy, sampling=sampling, seed=args.seed)
-            name = Path(args.model).name
-    out = Path(args.out) if args.out else (Path(args.model) / "eval" if args.model and (Path(args.model) / "checkpoints").is_dir()
-                                           else Path(f"eval-{name}"))
-    write_report(report, out, name)
+            policy = load_policy(ModelConfig(path=model_path, chat=s["chat"]))
+            sampling = SamplingConfig(top_p=s["top_p"], top_k=s["top_k"], max_new_tokens=s["max_new_tokens"],
+                                      stop=s["stop"], seed=s["seed"])
+            tick, close = progress_bar(name, len(tasks))
+            try:
+                report = evaluate_policy(policy, verifier, tasks, n=s["n"], ks=s["k"], temperature=s["temperature"],
+                                         greedy=s["greedy"], sampling=sampling, seed=s["seed"], progress=tick)
+            finally:
+                close()
+    write_report(report, out, name, prov)
     print(markdown_table(report.metrics, name), end="")
     print(f"per-sample results: {out / 'samples.jsonl'}; summary: {out / 'summary.json'}")
     return 0

@@ -1,8 +1,9 @@
-"""`codechat model create|info|sample`: build a preset, describe a model directory, sample from a model.
+"""`codechat model create|info|sample|export`: build a preset, describe or sample a model, export a run.
 
     codechat model create tiny --out runs/tiny          # Llama-architecture model + BPE tokenizer, HF format
     codechat model info runs/tiny                       # architecture, parameters, vocabulary, special tokens
     codechat model sample tiny --prompt "def add(a, b):" -n 2 --max-new-tokens 40
+    codechat model export runs/x --out exported/x       # clean HF dir: weights, tokenizer, template, card
 """
 from __future__ import annotations
 
@@ -19,6 +20,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     c.add_argument("--seed", type=int, default=0, help="weight-initialisation seed (default 0)")
     i = sub.add_parser("info", help="describe a model directory or preset")
     i.add_argument("path", help="model directory or preset name")
+    e = sub.add_parser("export", help="write a run's checkpoint as a clean Hugging Face model directory")
+    e.add_argument("path", help="run directory (RUN, RUN/final, RUN/best) or model directory")
+    e.add_argument("--out", required=True, help="new (or empty) output directory")
+    e.add_argument("--checkpoint", default="final", choices=["final", "best"],
+                   help="which checkpoint of a run directory (default final)")
     s = sub.add_parser("sample", help="sample completions of a prompt")
     s.add_argument("path", help="model directory or preset name")
     s.add_argument("--prompt", required=True, help="prompt text")
@@ -27,7 +33,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--temperature", type=float, default=1.0)
     s.add_argument("--top-p", type=float, default=1.0)
     s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--chat", action="store_true", help="wrap the prompt in the chat template")
+    s.add_argument("--chat", action="store_true", help="wrap the prompt in the chat template (a run directory "
+                   "uses the format it trained with: its model.chat, the prompt posed as a task)")
+    s.add_argument("--checkpoint", default="final", choices=["final", "best"],
+                   help="which checkpoint of a run directory (default final)")
     s.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
 
 
@@ -53,6 +62,9 @@ def run(args: argparse.Namespace) -> int:
     from codechat.config import ModelConfig, SamplingConfig
     from codechat.policy import Sampler, build_preset, load_policy
     from codechat.policy.presets import PRESETS
+    from codechat.rollout.collect import prompt_text
+    from codechat.rundir import resolve_model, run_prompt_format
+    from codechat.tasks import Task
 
     if args.action == "create":
         if args.preset not in PRESETS:
@@ -63,13 +75,21 @@ def run(args: argparse.Namespace) -> int:
         print(f"wrote {args.preset} to {out}")
         print(describe(load_policy(ModelConfig(path=str(out), device="cpu"))))
         return 0
-    if args.action == "info":
-        print(describe(load_policy(ModelConfig(path=args.path, device="cpu"))))
+    if args.action == "export":
+        from codechat.export import export
+        out = export(args.path, args.out, args.checkpoint)
+        print(f"exported {args.path} to {out} (weights, tokenizer, chat template, generation config, README.md)")
         return 0
-    policy = load_policy(ModelConfig(path=args.path, chat=args.chat))
+    if args.action == "info":
+        print(describe(load_policy(ModelConfig(path=resolve_model(args.path), device="cpu"))))
+        return 0
+    path = resolve_model(args.path, args.checkpoint)
+    trained = run_prompt_format(path)  # a run's model: pose the prompt exactly as training posed tasks
+    policy = load_policy(ModelConfig(path=path, chat=args.chat or trained == "chat"))
+    prompt = prompt_text(Task("prompt", args.prompt, [])) if trained else args.prompt
     cfg = SamplingConfig(temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens,
                          stop=args.stop, seed=args.seed)
-    batch = Sampler(policy).sample([policy.encode_prompt(args.prompt)], args.n, cfg)
+    batch = Sampler(policy).sample([policy.encode_prompt(prompt)], args.n, cfg)
     for i, text in enumerate(batch.texts):
         print(f"--- sample {i} ({batch.finish_reason[i]}, {int(batch.n_tokens[i])} tokens)")
         print(text)

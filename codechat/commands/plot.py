@@ -1,4 +1,4 @@
-"""`codechat plot RUN_DIR`: draw the main curves of a run to RUN_DIR/curves.png."""
+"""`codechat plot RUN_DIR`: a run's curves, one metric per panel, stages shaded, to RUN_DIR/curves.png."""
 from __future__ import annotations
 
 import argparse
@@ -12,7 +12,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from codechat.train.metrics import plot_run
+    from codechat.plotting import plot_run
 
     print(plot_run(args.run_dir, args.out))
     return 0

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 HELP = "train a policy: sft, rft, grpo, rloo, dpo stages from a YAML config (resumable)"
 
@@ -11,12 +12,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="YAML config file (see configs/)")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last complete checkpoint")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. rl.lr=3e-5 stages=[sft,grpo]")
+    p.set_defaults(_usage=p.format_usage)
 
 
 def run(args: argparse.Namespace) -> int:
     from codechat.configio import load_config
     from codechat.train import train
 
+    if not (args.config or args.resume or args.overrides):  # not a random model into runs/default by accident
+        print(args._usage(), end="", file=sys.stderr)
+        print("codechat train: give --config FILE (see configs/), KEY=VALUE overrides, or --resume RUN_DIR",
+              file=sys.stderr)
+        return 2
     if args.resume:
         run_dir = train(resume=args.resume, overrides=args.overrides)
     else:

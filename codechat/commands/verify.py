@@ -2,6 +2,7 @@
 
     codechat verify --tasks T.jsonl --completions C.jsonl --out R.jsonl [--workers N] [--timeout S] [--memory-mb M]
     codechat verify --regress tests/attacks/attacks.jsonl      # exit 1 if any known attack is judged a pass
+    codechat verify --check                                    # the sandbox protections active here
 
 A completion line is {"task_id", "completion"} (optionally "sample_id"); a result line is the verdict plus the
 ids. Unknown task ids, malformed lines and empty completions are reported (and written as results with
@@ -27,15 +28,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=int, default=None, help="sandbox workers (default: one per CPU core)")
     p.add_argument("--timeout", type=float, default=None, help="wall-clock seconds per program (default 5)")
     p.add_argument("--memory-mb", type=int, default=None, help="address-space limit per program (default 1024)")
+    p.add_argument("--percent", choices=["both", "ratio", "number"], default=None,
+                   help="answer tasks: 50%% means 0.5 (ratio), 50 (number) or either (both, the default)")
     p.add_argument("--regress", metavar="FILE", help="JSONL of known attacks {task, completion, description}: "
                                                      "exit 1 if any is judged a pass")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--cpu-time", action="store_true", help="stdin/stdout tasks: judge the time limit on CPU time")
+    p.add_argument("--repos", help="repository tasks: directory holding the SWE-bench checkouts (owner__name)")
+    p.add_argument("--check", action="store_true", help="start one sandbox worker and print the protections "
+                                                        "active on this machine, one per line")
 
 
 def _config(args):
     from codechat.config import VerifierConfig
     cfg = VerifierConfig()
     if args.workers is not None:
+        if args.workers < 0:
+            raise CodechatError(f"--workers must be >= 0 (0 = one per CPU core), got {args.workers}")
         cfg.workers = args.workers
     if args.timeout is not None:
         if args.timeout <= 0:
@@ -45,6 +54,9 @@ def _config(args):
         if args.memory_mb < 64:
             raise CodechatError(f"--memory-mb must be at least 64, got {args.memory_mb}")
         cfg.memory_mb = args.memory_mb
+    cfg.cpu_time_limit = bool(getattr(args, "cpu_time", False))
+    if args.percent:
+        cfg.answer.percent = args.percent
     return cfg
 
 
@@ -94,6 +106,8 @@ def run_verify(args) -> int:
 
     if not (args.tasks and args.completions and args.out):
         raise CodechatError("verify needs --tasks, --completions and --out (or --regress FILE)")
+    if not Path(args.out).resolve().parent.is_dir():
+        raise CodechatError(f"--out {args.out}: directory {Path(args.out).parent} does not exist")
     tasks = {t.task_id: t for t in load_tasks(args.tasks)}
     warnings: list[str] = []
     rows = read_completions(args.completions, set(tasks), warnings.append)
@@ -163,7 +177,25 @@ def run_regress(args) -> int:
     return 1 if fooled else 0
 
 
+def run_check(args) -> int:
+    from codechat.sandbox.pool import SandboxPool, protection_report
+
+    pool = SandboxPool(1, warn=False)
+    try:
+        for line in protection_report(pool.active):
+            print(line)
+    finally:
+        pool.close()
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.check:
+        return run_check(args)
+    from codechat.tasks.repo_loaders import is_repo_spec
+    if args.tasks and not args.regress and is_repo_spec(args.tasks):  # patches against repository tasks
+        from codechat.commands import repo
+        return repo.run_verify(args)
     if args.regress:
         return run_regress(args)
     return run_verify(args)

@@ -9,6 +9,7 @@ import dataclasses
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Callable
 
 from codechat.config import SamplingConfig
 from codechat.tasks import Task
@@ -95,8 +96,9 @@ def score_records(verifier, pairs: list[tuple[Task, str]], verdicts=None) -> lis
 
 def evaluate_policy(policy, verifier, tasks: list[Task], n: int = 4, ks: list[int] = (1,), temperature: float = 1.0,
                     greedy: bool = True, sampling: SamplingConfig | None = None, seed: int = 1234,
-                    prompts_per_batch: int = 16) -> EvalReport:
-    """Sample n completions per task (and one greedy), verify, and compute pass@k."""
+                    prompts_per_batch: int = 16, progress: Callable[[int, int], None] | None = None) -> EvalReport:
+    """Sample n completions per task (and one greedy), verify, and compute pass@k. `progress(done, total)` is
+    called after every batch of tasks."""
     from codechat.policy import Sampler
     from codechat.rollout.collect import collect
 
@@ -124,6 +126,8 @@ def evaluate_policy(policy, verifier, tasks: list[Task], n: int = 4, ks: list[in
                     continue
                 rec.update({"sample": i % count, "n_tokens": int(r.batch.n_tokens[i])})
                 records.append(rec)
+        if progress is not None:
+            progress(start + len(chunk), len(tasks))
     if was_training:
         policy.model.train()
     report = summarize(records, list(ks), greedy_ok if greedy else None)
@@ -173,6 +177,9 @@ def evaluate_completions(verifier, tasks: list[Task], path: str, ks: list[int]) 
     records = score_records(verifier, [(by_id[t], c) for t, _, c in triples])
     for rec, (_, s, _) in zip(records, triples):
         rec["sample"] = s
-    ks = [k for k in ks if records and k <= min(sum(1 for r in records if r["task_id"] == t)
-                                                for t in {r["task_id"] for r in records})]
-    return summarize(records, ks or [1])
+    fewest = min(Counter(r["task_id"] for r in records).values()) if records else 0
+    dropped = [k for k in ks if k > fewest]
+    if dropped:
+        print(f"warning: pass@{','.join(map(str, dropped))} not reported: a task has only {fewest} completion(s) "
+              f"(k must be <= the samples of every task)", file=sys.stderr)
+    return summarize(records, [k for k in ks if k <= fewest] or [1])

@@ -22,6 +22,7 @@ from pathlib import Path
 from codechat import CodechatError
 from codechat.config import ModelConfig
 from codechat.policy import fsdp
+from codechat.rundir import resolve_model
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +66,7 @@ class Policy:
         state_dict: the weights to write instead of the model's own (an FSDP model's gathered weights)."""
         from codechat.policy.presets import save_tokenizer
 
+        quiet_transformers()
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         model = self.model
@@ -76,6 +78,14 @@ class Policy:
             _write_plain(model, out, state_dict)
         save_tokenizer(self.tokenizer, out)
         return out
+
+
+def quiet_transformers() -> None:
+    """No tqdm bars from transformers ("Loading weights", "Writing model shards"): they garble codechat's own
+    output and progress display."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
 
 
 def _rank() -> int:
@@ -107,8 +117,11 @@ def _write_plain(model, out: Path, state_dict: dict | None) -> None:
 
 
 def resolve_path(path: str) -> Path:
-    """Preset name -> cached build; otherwise a local directory that must exist."""
+    """Preset name -> cached build; a run directory -> its final checkpoint (codechat/rundir.py); otherwise a
+    local directory that must exist."""
     from codechat.policy.presets import PRESETS, preset_dir
+
+    path = resolve_model(path)
 
     if path in PRESETS and not Path(path).exists():
         return preset_dir(path)
@@ -136,7 +149,10 @@ def pick_device(name: str):
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise CodechatError(f"device '{name}': CUDA is not available on this machine")
-    return torch.device(name)
+    try:
+        return torch.device(name)
+    except RuntimeError:
+        raise CodechatError(f"device '{name}': expected auto, cpu or cuda[:N]") from None
 
 
 def load_tokenizer(path: Path, label: str):
@@ -161,6 +177,7 @@ def load_policy(cfg: ModelConfig) -> Policy:
 
     if cfg.dtype not in DTYPES:
         raise CodechatError(f"dtype '{cfg.dtype}': expected one of {', '.join(DTYPES)}")
+    quiet_transformers()
     path = resolve_path(cfg.path)
     device = pick_device(cfg.device)
     tok = load_tokenizer(path, cfg.path)

@@ -101,6 +101,11 @@ def validate(cfg: SamplingConfig) -> None:
 
 
 class Sampler:
+    """codechat's own rollout engine (policy/engine.py `RolloutEngine`): samples the training model in place."""
+
+    samples_training_weights = True
+    """It reads the live training model: nothing to push after an update."""
+
     def __init__(self, policy, fast: bool | None = None, compact_every: float = 0.25):
         """fast: None = lean forward when supported (else transformers' forward), False = always transformers'.
         compact_every: drop finished rows once they are this fraction of the batch."""
@@ -108,6 +113,12 @@ class Sampler:
         self.fast = fast
         self.compact_every = compact_every
         self.stops = StopChecker(policy.tokenizer)
+
+    def update_weights(self, model) -> None:
+        """Nothing to do: the next `sample` reads the model's current weights."""
+
+    def close(self) -> None:
+        """Nothing to release."""
 
     def sample(self, prompts: list[list[int]], n: int, cfg: SamplingConfig) -> SampleBatch:
         validate(cfg)

@@ -50,8 +50,8 @@ import torch
 
 from codechat import CodechatError
 from codechat.config import RolloutConfig, SamplingConfig
-
-from codechat.policy.sampler import SampleBatch, cut_at_stop  # the same type as the built-in sampler's
+from codechat.policy.fsdp import is_sharded
+from codechat.policy.sampler import SampleBatch, cut_at_stop, validate  # the built-in sampler's type and checks
 
 
 @torch.no_grad()
@@ -74,8 +74,6 @@ def hf_weights(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
                 if a in mod.lora_A:
                     w = w + mod.get_delta_weight(a)
             merged[f"{mname}.base_layer.weight"] = w
-    from codechat.policy.fsdp import is_sharded
-
     # FSDP (inside fsdp.full_weights): state_dict() would hand out the shards; the parameters are whole now
     items = ((n, p.detach()) for n, p in model.named_parameters()) if is_sharded(model) else model.state_dict().items()
     seen = set()
@@ -92,13 +90,18 @@ def hf_weights(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
 
 
 class VLLMSampler:
+    """A colocated vLLM engine behind the `RolloutEngine` interface (policy/engine.py)."""
+
+    samples_training_weights = False
+    """It holds its own copy of the weights: the trainer pushes them after every update (`update_weights`)."""
+
     def __init__(self, policy_or_model_dir, cfg: RolloutConfig, sampling: SamplingConfig | None = None):
         """policy_or_model_dir: a Hugging Face model directory, or a codechat Policy (saved once to a temporary
         directory for the engine to start from; later updates go through `update_weights`)."""
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # engine in this process: weights pass by reference
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
         try:
-            from vllm import LLM
+            from vllm import LLM  # vllm: heavy optional dependency (the vllm extra), imported on use
         except ImportError as e:
             raise CodechatError(f"rollout.engine=vllm needs vLLM ({e}); see docs/scaling.md") from None
         self.cfg, self.sampling = cfg, sampling or SamplingConfig()
@@ -149,7 +152,7 @@ class VLLMSampler:
         self.last_push_s = time.perf_counter() - t0
 
     def params(self, cfg: SamplingConfig, n: int, seed: int | None):
-        from vllm import SamplingParams
+        from vllm import SamplingParams  # vllm: heavy optional dependency, imported on use
 
         greedy = cfg.temperature <= 0
         return SamplingParams(n=1 if greedy else n, temperature=max(cfg.temperature, 0.0), top_p=cfg.top_p,
@@ -159,9 +162,7 @@ class VLLMSampler:
     def sample(self, prompts: list[list[int]], n: int, cfg: SamplingConfig | None = None) -> SampleBatch:
         """P prompts (token ids) x n samples each -> SampleBatch (samples of a prompt contiguous)."""
         cfg = cfg or self.sampling
-        if cfg.temperature < 0 or not 0 < cfg.top_p <= 1 or cfg.top_k < 0 or cfg.max_new_tokens < 1:
-            raise CodechatError(f"sampling: need temperature >= 0, 0 < top_p <= 1, top_k >= 0, max_new_tokens >= 1 "
-                                f"(got {cfg.temperature}, {cfg.top_p}, {cfg.top_k}, {cfg.max_new_tokens})")
+        validate(cfg)
         if not prompts or any(len(p) == 0 for p in prompts) or n < 1:
             raise CodechatError("sampler: need at least one non-empty prompt and n >= 1")
         too_long = max(len(p) for p in prompts) + cfg.max_new_tokens

@@ -14,6 +14,8 @@ import statistics
 from collections import Counter
 from pathlib import Path
 
+from codechat import CodechatError
+from codechat.runlog import read_jsonl
 from codechat.tasks import Task
 
 WATCHED_MODULES = ("sys", "os", "inspect", "gc", "builtins", "ctypes", "signal")
@@ -134,12 +136,10 @@ def append_audit(run_dir: str | Path, records: list[dict]) -> None:
 
 def report(run_dir: str | Path, limit: int = 20, show_top: bool = False) -> str:
     """Readable audit: flagged samples (code, verdict, reason, step) and the trend of flags over the run."""
-    from codechat import CodechatError
-
     path = Path(run_dir) / "audit.jsonl"
     if not path.is_file():
         raise CodechatError(f"{run_dir}: no audit.jsonl (run `codechat train` with log.audit=true)")
-    recs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    recs = read_jsonl(path, "audit")  # tolerates a half-written last line
     flagged = [r for r in recs if r["reason"].startswith("suspicious")]
     steps = sorted({r["step"] for r in recs})
     lines = [f"audit of {run_dir}: {len(recs)} samples kept over {len(steps)} steps, {len(flagged)} flagged", ""]

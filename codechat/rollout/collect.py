@@ -1,16 +1,22 @@
 """Tasks -> G completions each -> verdicts -> rewards: the data that every training stage and evaluation uses.
 
-Samplers know token ids, the verifier knows text; this module is where the two meet (STYLE habit 3).
+Samplers know token ids, the verifier knows text; this module is where the two meet (STYLE habit 3: rewards
+know only text and test results, samplers only token ids). `rollout_records` is the line format of a run's
+rollouts.jsonl, which offline DPO reads back.
 """
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 
 import torch
 
+from codechat.algos import group_stats
 from codechat.config import RewardConfig, SamplingConfig
+from codechat.rollout.rewards import RewardContext, compose_rewards, reward_metrics
 from codechat.tasks import Task
 from codechat.verifier.dedup import DedupStats, DedupVerifier
 from codechat.verifier.verdict import Verdict
@@ -50,6 +56,11 @@ class Rollouts:
         return self.batch.prompt_index  # (N,)
 
     @property
+    def infra(self) -> torch.Tensor:
+        """(N,) bool: samples whose verification failed for infrastructure reasons (status `infra_error`)."""
+        return torch.tensor([v.status == "infra_error" for v in self.verdicts], dtype=torch.bool)
+
+    @property
     def passed(self) -> torch.Tensor:
         return torch.tensor([v.passed for v in self.verdicts], dtype=torch.float32)  # (N,)
 
@@ -63,8 +74,6 @@ def score(tasks_per_sample: list[Task], texts: list[str], verdicts: list[Verdict
     if rewards is None or rewards.components == {"pass-all": 1.0}:
         r = torch.tensor([v.reward for v in verdicts], dtype=torch.float32)
         return r, {"pass-all": r.clone()}
-    from codechat.rollout.rewards import RewardContext, compose_rewards
-
     totals, comps = [], {}
     for task, text, v, n, tr in zip(tasks_per_sample, texts, verdicts, n_tokens, truncated):
         ctx = RewardContext(n_tokens=n, max_new_tokens=max_new_tokens, truncated=tr, cfg=rewards)
@@ -73,6 +82,21 @@ def score(tasks_per_sample: list[Task], texts: list[str], verdicts: list[Verdict
         for k, val in parts.items():
             comps.setdefault(k, []).append(val)
     return torch.tensor(totals, dtype=torch.float32), {k: torch.tensor(v, dtype=torch.float32) for k, v in comps.items()}
+
+
+def fill_infra(rewards: torch.Tensor, group_ids: torch.Tensor, infra: list[bool]) -> torch.Tensor:
+    """Rewards with each `infra_error` sample set to the mean of its group's other samples (0 if none): a lost
+    worker says nothing about the completion, so it must not count as a failure in the group baseline. The
+    trainer also leaves these samples out of the loss (rl.py)."""
+    if not any(infra):
+        return rewards
+    out = rewards.clone()  # (N,)
+    bad = torch.tensor(infra, dtype=torch.bool)  # (N,)
+    for g in torch.unique(group_ids[bad]):
+        same = group_ids == g  # (N,)
+        ok = same & ~bad
+        out[same & bad] = rewards[ok].mean() if ok.any() else 0.0
+    return out
 
 
 def collect(policy, sampler, verifier, tasks: list[Task], group_size: int, sampling: SamplingConfig,
@@ -90,16 +114,15 @@ def collect(policy, sampler, verifier, tasks: list[Task], group_size: int, sampl
     truncated = [f == "length" for f in batch.finish_reason]
     rewards, comps = score(per_sample, batch.texts, verdicts, n_tokens, truncated, cfg.max_new_tokens, rewards)
     stats = verifier.last if isinstance(verifier, DedupVerifier) else None
+    rewards = fill_infra(rewards, batch.prompt_index, [v.status == "infra_error" for v in verdicts])
     return Rollouts(tasks, prompts, batch, verdicts, rewards, comps, t1 - t0, t2 - t1, stats)
 
 
 def rollout_metrics(r: Rollouts) -> dict[str, float]:
-    """Diagnostics of one batch of rollouts (reward, pass rate, group spread, lengths, statuses)."""
-    from collections import Counter
-
-    g = r.group_ids
-    n_groups = int(g.max()) + 1 if len(g) else 0
-    stds = [r.rewards[g == i].std(unbiased=False).item() for i in range(n_groups)]
+    """Diagnostics of one batch of rollouts (reward, pass rate, group spread, lengths, statuses). The group std is
+    the sample (n - 1) std, the one the grpo advantage divides by (0 for a group of one)."""
+    _, _, _, std = group_stats(r.rewards.float(), r.group_ids)  # (K,)
+    stds = std.tolist()
     lens = r.batch.n_tokens.float()
     m = {"reward_mean": r.rewards.mean().item(), "pass_rate": r.passed.mean().item(),
          "group_std_mean": sum(stds) / max(len(stds), 1),
@@ -112,7 +135,28 @@ def rollout_metrics(r: Rollouts) -> dict[str, float]:
         m.update(r.verify_stats.metrics())
     for status, c in Counter(v.status for v in r.verdicts).items():
         m[f"verdict/{status}"] = c / len(r.verdicts)
+    m["infra_errors"] = float(sum(v.status == "infra_error" for v in r.verdicts))  # count, left out of the loss
+    kinds = [r.task_of(i).kind for i in range(len(r.verdicts))]
+    if len(set(kinds)) > 1:  # a mixed set (code + math): pass rate per task kind
+        for kind in sorted(set(kinds)):
+            got = [v.passed for v, k in zip(r.verdicts, kinds) if k == kind]
+            m[f"pass_rate/{kind}"] = sum(got) / len(got)
     if len(r.components) > 1:  # each component's mean and share of the total, to see when one dominates
-        from codechat.rollout.rewards import reward_metrics
         m.update(reward_metrics([{k: float(v[i]) for k, v in r.components.items()} for i in range(len(r.rewards))]))
     return m
+
+
+def rollout_records(r: Rollouts, step: int, eos_ids) -> list[str]:
+    """One rollouts.jsonl line per sample: step, task_id, group, completion, reward, passed, status, and how the
+    sample ended: `finish_reason` ('stop' or 'length') and `eos` (its last token is an EOS id, which the text does
+    not show: a stop-string finish or a truncated sample has none)."""
+    eos = set(eos_ids)
+    out = []
+    for i, v in enumerate(r.verdicts):
+        n = int(r.batch.n_tokens[i])
+        ended_eos = n > 0 and int(r.batch.tokens[i, n - 1]) in eos
+        out.append(json.dumps({"step": step, "task_id": r.task_of(i).task_id, "group": int(r.group_ids[i]),
+                               "completion": r.batch.texts[i], "reward": float(r.rewards[i]), "passed": v.passed,
+                               "status": v.status, "finish_reason": r.batch.finish_reason[i],
+                               "eos": ended_eos}) + "\n")
+    return out

@@ -4,7 +4,10 @@ Rewards know only text and test results (never token ids or tensors); the sample
 in tokens, the limit, whether the sample was cut off — come in a small `RewardContext`.
     pass-all       1 if every test passed, else 0 (the default reward)
     pass-fraction  tests_passed / tests_total (partial credit; a test script counts as one test)
-    format         1 if the answer has exactly one ```python block that parses and defines the entry point, else 0
+    format         1 if the answer has exactly one ```python block that parses and defines the entry point, else 0;
+                   answer tasks: 1 if it has exactly one non-empty \boxed{...} and it comes last, else 0
+    answer-match   answer tasks: 1 if the final answer is equivalent to the reference, else 0; code tasks: 0
+                   (with pass-all in a mixed run it weights math answers up: {pass-all: 1.0, answer-match: 0.5})
     overlong       DAPO's soft penalty: 0 until max_new_tokens - buffer, then linear down to -1 at the limit
     length         -length_per_token per token beyond length_budget ("answer concisely")
     safety         -1 if the program ran into a sandbox protection (network, subprocess, ...; verdict.blocked)
@@ -24,6 +27,7 @@ from typing import Mapping, Sequence
 
 from codechat.algos.registry import Registry
 from codechat.config import RewardConfig
+from codechat.tasks.answer import KIND as ANSWER_KIND, extract_boxed
 from codechat.tasks.model import Task
 from codechat.verifier.verdict import Verdict
 
@@ -65,8 +69,28 @@ def _defines(tree: ast.Module, name: str) -> bool:
     return False
 
 
+BOXED_START = re.compile(r"\\(?:boxed|fbox)\b")
+
+
+def _boxed_format(completion: str) -> float:
+    """Exactly one \\boxed{...}, non-empty, and nothing after it but closing punctuation and math delimiters."""
+    if len(BOXED_START.findall(completion)) != 1:
+        return 0.0
+    inner = extract_boxed(completion)
+    if not inner or not inner.strip():
+        return 0.0
+    j = BOXED_START.search(completion).end()
+    j += len(completion[j:]) - len(completion[j:].lstrip())
+    if not completion.startswith("{", j):
+        return 0.0
+    tail = completion[j + len(inner) + 2:]
+    return 1.0 if re.fullmatch(r"[\s$.)\]\\]*", tail) else 0.0
+
+
 @REWARDS.register("format")
 def format_(task: Task, completion: str, verdict: Verdict, ctx: RewardContext) -> float:
+    if task.kind == ANSWER_KIND:
+        return _boxed_format(completion)
     if ctx.cfg.format_fenced:
         blocks = FENCE.findall(completion)
         if len(blocks) != 1 or blocks[0][0].lower() not in PYTHON_TAGS:
@@ -79,6 +103,11 @@ def format_(task: Task, completion: str, verdict: Verdict, ctx: RewardContext) -
     except (SyntaxError, ValueError):
         return 0.0
     return 0.0 if task.entry_point and not _defines(tree, task.entry_point) else 1.0
+
+
+@REWARDS.register("answer-match")
+def answer_match(task: Task, completion: str, verdict: Verdict, ctx: RewardContext) -> float:
+    return 1.0 if task.kind == ANSWER_KIND and verdict.passed else 0.0
 
 
 @REWARDS.register("overlong")

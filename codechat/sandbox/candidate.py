@@ -21,7 +21,7 @@ import os
 import sys
 import types
 
-from codechat.sandbox import wire
+from codechat.sandbox import stdio_run, wire
 
 EVENTS = {
     "socket.connect": "network", "socket.bind": "network", "socket.sendto": "network",
@@ -171,6 +171,8 @@ def serve(sock_fd: int, payload_fd: int, events_fd: int) -> None:
     """Entry point in the sandboxed child; returns when the judge closes the channel."""
     payload = marshal.loads(wire.recv(payload_fd))  # written by the parent (marshal: less to touch than pickle)
     os.close(payload_fd)
+    if "stdin" in payload:  # a stdin/stdout job: run as __main__, stdout to the judge (stdio_run.py)
+        return stdio_run.serve(sock_fd, payload, lambda: _install_audit_hook(events_fd, os.getcwd()))
     # (the zygote does not import `random`, so each program that does gets a fresh seed)
     mod = types.ModuleType("__sandbox__")
     mod.__dict__["__builtins__"] = builtins

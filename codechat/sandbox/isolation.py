@@ -1,16 +1,16 @@
-"""OS-level isolation for sandboxed programs: namespaces, mounts, resource limits, an unprivileged uid, reaping.
+"""OS-level isolation for sandboxed programs: namespaces, resource limits, an unprivileged uid, reaping.
 
-`enter_namespaces()` runs once in each zygote (before any program is forked): a new network namespace (no
-interfaces up, not even loopback) and a new mount namespace in which /tmp, /dev/shm and /var/tmp are fresh
-private tmpfs mounts (a Python or codechat installed under one of them is mounted back at its path: a clone
-in /tmp works) and each `hide_paths` entry is covered by an empty tmpfs. When running as root, every
-program also runs under a uid of its own (`sandbox_uid()`), which makes RLIMIT_NPROC bite (root ignores it),
-keeps the program from signalling or ptracing the root-owned judge, zygote and parent, and from reading
-root-only files. Directories on the Python prefix that the uid could not traverse (e.g. /root, mode 0700)
-are re-exposed read-only through bind mounts so the standard library still imports.
+`enter_namespaces()` runs once in each zygote (before any program is forked). As root: a new network namespace
+(no interfaces up, not even loopback), a new mount namespace whose root is the minimal view of `rootfs.py`
+(Python read-only, its own /proc, a private /tmp, nothing else of the host), and per program (made by
+`procs.serve_forks` at each fork) a new PID namespace, in which the program is process 1, so that the kernel
+kills everything it started when it dies, and a new IPC namespace (SysV objects and POSIX queues die with it).
+Every program also runs under a uid of its own (`sandbox_uid()`), which makes RLIMIT_NPROC bite (root ignores
+it), keeps the program from signalling or ptracing the root-owned judge, zygote and parent, and from reading
+root-only files; and under the seccomp filter of `seccomp.py`.
 
-Simplifications: no seccomp filter and no PID namespace; processes that leave their process group are
-still killed because everything running under the program's uid is killed (`reap_uid`).
+Not root: an unprivileged user namespace gives the network namespace only (the pool's warning says what is
+missing); processes that leave their process group are then found through the zygote's children.
 """
 from __future__ import annotations
 
@@ -18,12 +18,16 @@ import ctypes
 import os
 import resource
 import signal
-import stat
 import sys
 
+from codechat.sandbox import rootfs
+
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET = 0x00020000, 0x10000000, 0x40000000
-MS_RDONLY, MS_BIND, MS_REMOUNT, MS_REC, MS_PRIVATE = 0x1, 0x1000, 0x20, 0x4000, 0x40000
+CLONE_NEWIPC, CLONE_NEWPID = 0x08000000, 0x20000000
+MS_REC, MS_PRIVATE = 0x4000, 0x40000
 SCRATCH_DIRS = ("/tmp", "/dev/shm", "/var/tmp")
+PROGRAM_NS = 0  # namespaces made for each program (CLONE_NEWPID | CLONE_NEWIPC) when enter_namespaces could
+OWN_PIDNS_FD = -1  # the zygote's own PID namespace, to return to after forking a program into a new one
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -40,11 +44,14 @@ class Limits:
 
 
 def rmtree(path: str, dir_fd: int | None = None) -> None:
-    """shutil.rmtree without importing shutil (which loads bz2/lzma into the zygote). Never follows a symlink,
-    not even at `path` itself: a program can replace its own temp dir by a link to a directory of ours, and
-    this runs as root. Each directory is opened with O_NOFOLLOW and emptied through its fd."""
+    """shutil.rmtree without importing shutil (which loads bz2/lzma into the zygote), and without recursion:
+    a program can build a tree deeper than Python's recursion limit (or than the fd limit), so this walks down
+    holding one directory fd at a time and climbs back through "..", keeping only names on a list. Runs after
+    every process of the program is dead (nothing moves under it). Never follows a symlink, not even at `path`
+    itself: a program can replace its own temp dir by a link to a directory of ours, and this runs as root."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+        fd = os.open(path, flags, dir_fd=dir_fd)
     except FileNotFoundError:
         return
     except OSError:  # not a directory, or a symlink (ELOOP): remove the entry itself
@@ -53,19 +60,47 @@ def rmtree(path: str, dir_fd: int | None = None) -> None:
         except OSError:
             pass
         return
+    down: list[tuple[str, set[str]]] = []  # the names walked down from `path`, each with its parent's stuck names
+    stuck: set[str] = set()  # subdirectories of the current one that could not be removed
     try:
-        with os.scandir(fd) as it:
-            entries = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
-        for name, is_dir in entries:
+        while True:
+            sub = None
             try:
-                if is_dir:
-                    rmtree(name, dir_fd=fd)
-                else:
-                    os.unlink(name, dir_fd=fd)
+                with os.scandir(fd) as it:
+                    for e in it:
+                        if e.is_dir(follow_symlinks=False):
+                            if sub is None and e.name not in stuck:
+                                sub = e.name
+                        else:
+                            try:
+                                os.unlink(e.name, dir_fd=fd)
+                            except OSError:
+                                pass
             except OSError:
                 pass
-    except OSError:
-        pass
+            if sub is not None:
+                try:
+                    child = os.open(sub, flags, dir_fd=fd)
+                except OSError:
+                    stuck.add(sub)
+                    continue
+                os.close(fd)
+                down.append((sub, stuck))
+                fd, stuck = child, set()
+                continue
+            if not down:
+                break
+            name, stuck = down.pop()
+            try:
+                parent = os.open("..", flags, dir_fd=fd)
+            except OSError:
+                break
+            os.close(fd)
+            fd = parent
+            try:
+                os.rmdir(name, dir_fd=fd)
+            except OSError:
+                stuck.add(name)
     finally:
         os.close(fd)
     try:
@@ -80,28 +115,12 @@ def _unshare(flags: int) -> bool:
     return False
 
 
-def _mount(src: str, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
-    if _libc.mount(src.encode(), target.encode(), fstype.encode() if fstype else None, flags,
-                   data.encode() if data else None) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"mount {src} on {target}: {os.strerror(err)}")
-
-
-def _untraversable_ancestor(path: str) -> str | None:
-    """The highest ancestor of `path` that 'other' cannot traverse (needs o+x), if any."""
-    parts = os.path.abspath(path).split(os.sep)
-    for i in range(2, len(parts) + 1):
-        d = os.sep.join(parts[:i]) or os.sep
-        try:
-            if not os.stat(d).st_mode & stat.S_IXOTH:
-                return d
-        except OSError:
-            return None
-    return None
-
-
-def enter_namespaces(hide_paths: tuple[str, ...] = ()) -> list[str]:
-    """Isolate the calling process (a zygote) and its future children. Returns the protections now active."""
+def enter_namespaces(hide_paths: tuple[str, ...] = (), binds: tuple[str, ...] = ()) -> list[str]:
+    """Isolate the calling process (a zygote) and its future children. Returns the protections now active.
+    As root: a network namespace, a mount namespace with the fresh root of `rootfs.build_root`, and a check that
+    PID and IPC namespaces can be made for each program (`procs.serve_forks` makes them; `PROGRAM_NS`).
+    `binds`: extra host directories visible read-only inside the fresh root (launch.py: the workspace)."""
+    global PROGRAM_NS, OWN_PIDNS_FD
     active: list[str] = []
     if os.geteuid() != 0:
         # unprivileged user namespaces: we become "root" inside, which allows a network namespace
@@ -122,41 +141,20 @@ def enter_namespaces(hide_paths: tuple[str, ...] = ()) -> list[str]:
         active.append("network")
     if not _unshare(CLONE_NEWNS):
         return active
+    package_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     try:
-        _mount("none", "/", None, MS_REC | MS_PRIVATE)
-        prefixes = sorted({p for p in (sys.base_prefix, sys.prefix, sys.exec_prefix) if os.path.isdir(p)})
-        # Python or codechat itself under /tmp (a clone or venv there): keep a handle on it, cover the scratch
-        # dirs, then mount it back at its path through the handle (the path alone is gone under the tmpfs).
-        package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        in_scratch = sorted({p for p in prefixes + [package_root]
-                             if any(p.startswith(d + os.sep) for d in SCRATCH_DIRS)})
-        in_scratch = [p for p in in_scratch if not any(p.startswith(q + os.sep) for q in in_scratch)]
-        handles = [(p, os.open(p, os.O_PATH | os.O_DIRECTORY)) for p in in_scratch]
-        for d in SCRATCH_DIRS:
-            if os.path.isdir(d):
-                _mount("tmpfs", d, "tmpfs", 0, "mode=1777,size=256m")
-        for p, fd in handles:
-            os.makedirs(p, exist_ok=True)
-            _mount(f"/proc/self/fd/{fd}", p, None, MS_BIND | MS_REC)
-            os.close(fd)
-        # Python prefixes behind a directory the sandbox uid cannot traverse: stage, cover, re-expose.
-        covers = {a for p in prefixes if (a := _untraversable_ancestor(p))}
-        covers |= {os.path.abspath(os.path.expanduser(h)) for h in hide_paths if os.path.isdir(os.path.expanduser(h))}
-        exposed = [p for p in prefixes if any(p.startswith(c + os.sep) for c in covers)]
-        staged = []
-        for i, p in enumerate(exposed):
-            stage = f"/tmp/.sandbox-python-{i}"
-            os.makedirs(stage, exist_ok=True)
-            _mount(p, stage, None, MS_BIND | MS_REC)
-            staged.append((stage, p))
-        for c in sorted(covers, key=len):
-            _mount("tmpfs", c, "tmpfs", 0, "mode=0755,size=1m")
-        for stage, p in staged:
-            os.makedirs(p, exist_ok=True)
-            _mount(stage, p, None, MS_BIND | MS_REC)
-        active += ["private_tmp", "hidden_paths"]
+        rootfs.mount("none", "/", None, MS_REC | MS_PRIVATE)
+        rootfs.build_root(package_dir, hide_paths, binds)
+        active.append("fresh_root")
     except OSError as e:
-        print(f"codechat sandbox: mount isolation incomplete: {e}", file=sys.stderr)
+        print(f"codechat sandbox: no fresh root: {e}", file=sys.stderr)
+        return active
+    own = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+    if _unshare(CLONE_NEWPID | CLONE_NEWIPC) and _libc.setns(own, CLONE_NEWPID) == 0:
+        PROGRAM_NS, OWN_PIDNS_FD = CLONE_NEWPID | CLONE_NEWIPC, own
+        active += ["pid_namespace", "ipc_namespace"]
+    else:
+        os.close(own)
     return active
 
 
@@ -230,7 +228,7 @@ def clean_scratch(uid: int | None, keep: str = "") -> bool:
     found = False
     if uid is None:
         return False
-    for d in SCRATCH_DIRS:
+    for d in {os.path.realpath(d) for d in SCRATCH_DIRS}:  # (in the fresh root /dev/shm and /var/tmp are /tmp)
         try:
             entries = list(os.scandir(d))
         except OSError:

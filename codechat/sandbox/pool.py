@@ -1,7 +1,7 @@
 """Parent side of the sandbox: a pool of zygotes, one job at a time each, and the typed result of a job.
 
 `SandboxPool(workers).run(Job(...)) -> RunResult` is thread-safe: each call borrows an idle zygote. A zygote
-that dies or stops answering is killed and replaced; the job gets status `error`. When some protection is not
+that dies or stops answering is killed and replaced; the job gets status `infra_error`. When some protection is not
 available on this machine, one warning lists which ones are active.
 """
 from __future__ import annotations
@@ -27,7 +27,18 @@ from typing import Any, Iterable, Iterator
 from codechat.sandbox import wire
 from codechat.sandbox.isolation import Limits
 
-ALL_PROTECTIONS = ("network", "private_tmp", "hidden_paths", "own_uid")
+PROTECTIONS = {  # what each layer a zygote reports as active does (`codechat verify --check` prints these)
+    "network": "network namespace: no interfaces, not even loopback",
+    "fresh_root": "fresh root: Python and site-packages read-only, own /proc, /dev, /tmp; no host files, "
+                  "no codechat tasks or checkout",
+    "pid_namespace": "PID namespace per program: everything it started dies with it",
+    "ipc_namespace": "IPC namespace per program: no SysV or POSIX IPC objects shared or kept",
+    "own_uid": "own unprivileged uid per worker: process cap, no signals or ptrace to ours, no root-only files",
+    "seccomp": "seccomp filter: no ptrace, mount, namespaces, bpf, perf, keyrings, kexec, modules; "
+               "sockets AF_UNIX only",
+}
+ALL_PROTECTIONS = tuple(PROTECTIONS)
+ALWAYS = "rlimits, own session, scrubbed env, temp cwd, separate judge process"
 _END = object()
 _warned = False
 
@@ -36,7 +47,8 @@ _warned = False
 class Job:
     """One program to run: the candidate's code (+ setup) and what the judge does with it."""
     mode: str
-    """`tests` (run task tests), `io` (compare outputs with `expected`), `call` (return outputs)."""
+    """`tests` (run task tests), `io` (compare outputs with `expected`), `call` (return outputs),
+    `stdio` (run as `__main__` on `stdin`, compare its stdout with `expected[0]`)."""
     code: str
     setup: str = ""
     entry_point: str | None = None
@@ -48,6 +60,10 @@ class Job:
     limits: Limits = field(default_factory=Limits)
     max_output_bytes: int = 65536
     max_result_bytes: int = 16 << 20
+    stdin: bytes = b""
+    """Mode `stdio`: the program's standard input (the candidate gets only this test's input)."""
+    stdio: dict = field(default_factory=dict)
+    """Mode `stdio`, judge side only: `input`, `float_tol`, `checker`, `cpu_limit_s` (see sandbox/stdio_judge.py)."""
 
 
 @dataclass
@@ -103,10 +119,13 @@ class Zygote:
             os.close(judge_r)
             cand_r = judge_r = -1
             # Each payload goes down its own pipe: only the candidate reads the code, only the judge the tests.
-            _write_quietly(cand_w, marshal.dumps({"code": str(job.code), "setup": str(job.setup)}))
+            payload = {"code": str(job.code), "setup": str(job.setup)}
+            if job.mode == "stdio":
+                payload["stdin"] = bytes(job.stdin)
+            _write_quietly(cand_w, marshal.dumps(payload))
             _write_quietly(judge_w, pickle.dumps({
                 "mode": job.mode, "setup": job.setup, "entry_point": job.entry_point, "tests": job.tests,
-                "inputs": job.inputs, "expected": job.expected, "atol": job.atol}))
+                "inputs": job.inputs, "expected": job.expected, "atol": job.atol, "stdio": job.stdio}))
         finally:
             for fd in (cand_r, judge_r, cand_w, judge_w):
                 if fd >= 0:
@@ -150,7 +169,8 @@ def _write_quietly(fd: int, data: bytes) -> None:
 def merge(raw: dict | None) -> RunResult:
     """Combine the zygote's observations with the judge's result record into one RunResult."""
     if raw is None or "fatal" in raw:
-        return RunResult("error", "SandboxError", f"the sandbox failed: {(raw or {}).get('fatal', 'no reply')}")
+        return RunResult("infra_error", "SandboxError",
+                         f"the sandbox failed: {(raw or {}).get('fatal', 'no reply')}")
     base = dict(duration_s=raw["duration_s"], blocked=tuple(raw["blocked"]), output_head=raw["output_head"])
     if raw["output_over"]:
         return RunResult("output_limit", None, "output exceeded the cap", **base)
@@ -176,12 +196,17 @@ def missing_protections_message(active: list[str]) -> str | None:
     if not missing:
         return None
     return (f"codechat sandbox: reduced isolation on this machine; active: {', '.join(active) or 'none'} "
-            f"(+ always: rlimits, own session, scrubbed env, temp cwd, separate judge process); "
-            f"missing: {', '.join(missing)}")
+            f"(+ always: {ALWAYS}); missing: {', '.join(missing)}")
+
+
+def protection_report(active: list[str]) -> list[str]:
+    """One line per protection: active or missing, and what it does (`codechat verify --check`)."""
+    lines = [f"{'active ' if p in active else 'MISSING'} {p:<14} {d}" for p, d in PROTECTIONS.items()]
+    return lines + [f"always  {'basics':<14} {ALWAYS}"]
 
 
 class SandboxPool:
-    def __init__(self, workers: int, hide_paths: tuple[str, ...] = ()):
+    def __init__(self, workers: int, hide_paths: tuple[str, ...] = (), warn: bool = True):
         self.workers = workers
         self.hide_paths = hide_paths
         self._idle: queue.Queue[Zygote | None] = queue.Queue()  # None: a slot whose zygote must be (re)started
@@ -191,7 +216,8 @@ class SandboxPool:
         self.active: list[str] = []
         for _ in range(workers):
             self._idle.put(self._start())
-        self._warn_once()
+        if warn:  # (`codechat verify --check` prints the full report instead)
+            self._warn_once()
 
     def _start(self) -> Zygote:
         z = Zygote(self.hide_paths)

@@ -17,13 +17,16 @@ import struct
 import _socket
 import sys
 
-from codechat.sandbox import candidate, isolation
+from codechat.sandbox import candidate, isolation, seccomp
 
 PR_SET_PDEATHSIG = 1
+CLONE_NEWPID = isolation.CLONE_NEWPID
+_SECCOMP = False  # set by the zygote when the filter is prepared (`seccomp.prepare`)
 _libc = ctypes.CDLL(None)
 # Resolved here, once: the first attribute access on a CDLL builds a function object, and doing that in every
 # forked child costs it dozens of copy-on-write page faults.
 _prctl = _libc.prctl
+_unshare, _setns = _libc.unshare, _libc.setns
 _SIGKILL = int(signal.SIGKILL)
 _LIMITS = struct.Struct(f"={3 * isolation.N_RLIMITS}q")  # isolation.rlimits(): (resource, soft, hard) * 6
 _FD = struct.Struct("=i")
@@ -80,6 +83,7 @@ def serve_forks(sock: _socket.socket, uid: int | None, keep: int, tmp: str) -> N
     so all the per-job work (select loop, output, /proc checks, temp dirs, replies) lives in the supervisor."""
     global _devnull
     _devnull = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+    ns, own_ns = isolation.PROGRAM_NS, isolation.OWN_PIDNS_FD
     # the zygote's environment is scrubbed (pool.py builds it from nothing): only HOME and TMPDIR are added
     os.environ["HOME"] = os.environ["TMPDIR"] = tmp
     fork, waitpid, close, recvmsg, send = os.fork, os.waitpid, os.close, sock.recvmsg, sock.send
@@ -95,6 +99,9 @@ def serve_forks(sock: _socket.socket, uid: int | None, keep: int, tmp: str) -> N
             fds = struct.unpack(fds_fmt, anc[0][2]) if anc and len(anc[0][2]) == _SPARE_FDS * 4 else ()
             if len(fds) != _SPARE_FDS:
                 return
+            if ns:  # the program is process 1 of a new PID namespace (and alone in a new IPC namespace)
+                if _unshare(ns) != 0:
+                    return  # a program without its namespaces must not run: the supervisor sees us go
             pid = fork()
             if pid == 0:
                 code = 0
@@ -103,6 +110,8 @@ def serve_forks(sock: _socket.socket, uid: int | None, keep: int, tmp: str) -> N
                 except BaseException:  # noqa: BLE001 - a child must never return into the zygote's loop
                     code = 70
                 os._exit(code)
+            if ns and _setns(own_ns, CLONE_NEWPID) != 0:  # back home for every other fork (reaper, next spare)
+                return
             for fd in fds:
                 close(fd)
             send(pack(pid))
@@ -139,6 +148,8 @@ def _candidate_main(tmp: str, uid: int | None, sc: int, cz: int, out_w: int, ev_
     isolation.apply_rlimits(_LIMITS.unpack(msg))
     isolation.drop_privileges(uid)
     _prctl(PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0)  # setuid cleared it
+    if _SECCOMP and not seccomp.install(_prctl):
+        return  # never run a program without the filter the zygote reported as active
     candidate.serve(3, payload_fd, 5)
     try:
         sys.stdout.flush()

@@ -18,7 +18,7 @@ import _socket
 import struct
 import time
 
-from codechat.sandbox import isolation, modes, procs, wire
+from codechat.sandbox import isolation, modes, procs, rootfs, wire
 from codechat.sandbox.procs import _LIMITS, _REPLY, _REQ, _child_fds, _fork, _kill, die_with_parent
 
 
@@ -64,17 +64,21 @@ class Spare:
     """A candidate process forked ahead of time (by the zygote, on the supervisor's request), waiting for its job.
     Its pid is read from the zygote's reply when first needed."""
 
-    def __init__(self, uid: int | None, forker: Forker, tmp: str):
+    def __init__(self, uid: int | None, forker: Forker, tmp: str, tmpfs: bool = False, pid_ns: bool = False):
         self.uid = uid
         self.forker = forker
         self.tmp = tmp  # the same path for every program of this zygote, removed after each (see spare_dir)
-        try:
-            os.mkdir(tmp, 0o700)
-        except FileExistsError:  # left by the previous program (a link planted there, ...): remove, no follow
-            isolation.rmtree(tmp)
-            os.mkdir(tmp, 0o700)
-        if uid is not None:
-            os.chown(self.tmp, uid, uid)
+        self.tmpfs = tmpfs  # the temp dir is a tmpfs of its own, dropped whole after each program (fresh root)
+        if tmpfs:
+            rootfs.fresh_dir(tmp, uid)
+        else:
+            try:
+                os.mkdir(tmp, 0o700)
+            except FileExistsError:  # left by the previous program (a link planted there, ...): remove, no follow
+                isolation.rmtree(tmp)
+                os.mkdir(tmp, 0o700)
+            if uid is not None:
+                os.chown(self.tmp, uid, uid)
         # (bare _socket pairs: socket.socketpair re-wraps each end, one getsockname per end)
         sc, self.sj = _socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)  # candidate <-> judge
         self.ctl, cz = _socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)  # supervisor -> candidate
@@ -87,19 +91,27 @@ class Spare:
         cz.close()
         self._pid: int | None = None
         self.collected = False
+        self.pid_ns = pid_ns  # the program is process 1 of its own PID namespace (see stop_program)
+        self.pidfd = -1
 
     @property
     def pid(self) -> int:
         if self._pid is None:
             self._pid = self.forker.reply()
+            if self.pid_ns:  # (the pid cannot be reused before the zygote reaps it, which it does on our word)
+                self.pidfd = os.pidfd_open(self._pid)
         return self._pid
 
     def collect(self, clean: bool) -> int:
-        """After `stop_program`: have the zygote wait for the program (`clean`: nothing else to do, no reply)
-        or reap it and everything it left; returns its wait status (0 when clean)."""
+        """After `stop_program`: have the zygote wait for the program (`clean`: nothing else to do) or reap it
+        and everything it left; returns its wait status (0 when clean). Returns once all of it is gone: the
+        program's pidfd turns readable when it has exited, which for process 1 of a PID namespace is after
+        the kernel has killed and released every other process in it."""
         self.collected = True
         if clean:
             self.forker.wait(self.pid)
+            if self.pidfd >= 0:
+                select.select([self.pidfd], [], [])
             return 0
         return self.forker.reap(self.pid)
 
@@ -108,11 +120,12 @@ class Spare:
         socket.send_fds(self.ctl, [msg], [cand_r])
 
     def close(self) -> None:
-        for fd in (self.out_r, self.ev_r):
+        for fd in (self.out_r, self.ev_r) + ((self.pidfd,) if self.pidfd >= 0 else ()):
             os.close(fd)
         self.sj.close()
         self.ctl.close()
-        isolation.rmtree(self.tmp)
+        if not self.tmpfs:  # (a tmpfs temp dir is dropped by the next Spare: one umount, no walk)
+            isolation.rmtree(self.tmp)
 
 
 class JudgeProc:
@@ -164,16 +177,20 @@ def _judge_server(sock: socket.socket, memory_mb: int) -> None:
         sock.sendall(struct.pack(">I", len(rec)) + rec)
 
 
-def stop_program(cpid: int, zygote_pid: int, supervisor_pid: int) -> bool:
+def stop_program(cpid: int, zygote_pid: int, supervisor_pid: int, pid_ns: bool = False) -> bool:
     """SIGKILL the program's group; True if it provably left no other process (the common, fast case).
 
-    After the kill returns, the program cannot create processes any more (fork checks for a pending fatal
-    signal). The zygote is a child subreaper, so any descendant is either a child of the program or re-parented
-    to us: if neither list holds one, there is nothing else to kill."""
+    `pid_ns`: the program is process 1 of its own PID namespace, so its death kills every process in it, and
+    the zygote's wait for it returns only once they are all gone: always True. Otherwise: after the kill
+    returns, the program cannot create processes any more (fork checks for a pending fatal signal). The zygote
+    is a child subreaper, so any descendant is either a child of the program or re-parented to us: if neither
+    list holds one, there is nothing else to kill."""
     try:
         os.killpg(cpid, signal.SIGKILL)
     except OSError:
         pass
+    if pid_ns:
+        return True
     mine = procs._children(zygote_pid, single_threaded=True)
     theirs = procs._children(cpid)
     return mine is not None and theirs == [] and set(mine) <= {cpid, supervisor_pid}
@@ -218,7 +235,7 @@ def run_job(job: dict, spare: Spare, cand_r: int, judge_r: int, judge: JudgeProc
         if over:
             break
     duration = time.monotonic() - t0
-    clean = stop_program(spare.pid, zygote_pid, os.getpid())
+    clean = stop_program(spare.pid, zygote_pid, os.getpid(), spare.pid_ns)
     # fast path: the zygote only collects the (killed) program; slow path: it waits for the program (its exit
     # status explains an early end) and reaps every descendant
     c_status = spare.collect(clean and res_done and not over and b'"EarlyExit"' not in res)
@@ -245,7 +262,8 @@ def supervise(sock: socket.socket, zsock: socket.socket, uid: int | None, judge_
     zygote_pid = os.getppid()
     forker = Forker(zsock)
     judge = JudgeProc(judge_mb)
-    spare = Spare(uid, forker, tmp)
+    layers = {"tmpfs": "fresh_root" in active, "pid_ns": "pid_namespace" in active}
+    spare = Spare(uid, forker, tmp, **layers)
     wire.send(sock.fileno(), pickle.dumps({"pid": zygote_pid, "active": active, "uid": uid}))
     while True:
         try:
@@ -271,7 +289,7 @@ def supervise(sock: socket.socket, zsock: socket.socket, uid: int | None, judge_
         if replace_judge:
             judge.kill()
             judge = JudgeProc(judge_mb)
-        spare = Spare(uid, forker, tmp)
+        spare = Spare(uid, forker, tmp, **layers)
     try:
         if not spare.collected:
             spare.collect(False)

@@ -1,7 +1,8 @@
 """The zygote: a warm, pre-imported process that forks one program at a time; its supervisor runs the job.
 
 Started by `pool.py` as `python -m codechat.sandbox.zygote FD` with a scrubbed environment, it enters its own
-network and mount namespaces once (`isolation.enter_namespaces`), becomes a child subreaper, and forks its
+network and mount namespaces and the fresh root once (`isolation.enter_namespaces`, `rootfs.py`), prepares the
+seccomp filter every program installs (`seccomp.py`), becomes a child subreaper, and forks its
 supervisor (`supervisor.py`), which owns the socket to the parent and forks the judge. From then on the zygote only forks spares
 and waits for programs, as the supervisor asks (`procs.serve_forks`): every page a process writes while a child
 shares it is copied, so the process that forks must do as little as possible between forks.
@@ -25,7 +26,7 @@ import os
 import _socket
 import sys
 
-from codechat.sandbox import isolation, procs, wire
+from codechat.sandbox import isolation, procs, seccomp, wire
 
 # Imported once here so that forked programs do not pay for them (copy-on-write after fork).
 # Only small, common ones: each extension module adds mappings, and fork time grows with them (random and
@@ -42,6 +43,9 @@ def serve(sock: _socket.socket) -> None:
     uid = isolation.sandbox_uid()
     if uid is not None:
         active.append("own_uid")
+    if seccomp.prepare():
+        procs._SECCOMP = True
+        active.append("seccomp")
     judge_mb = int(hello.get("judge_memory_mb", 4096))  # address space of the judge, which decodes values
     tmp = procs.spare_dir()
     zsock, ssock = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)

@@ -63,6 +63,17 @@ GENERATED["toy"] = _toy(False)
 GENERATED["toy-sft"] = _toy(True)
 
 
+def _arith(split: str) -> Callable[[], list[Task]]:
+    def load() -> list[Task]:
+        from codechat.tasks import arith  # imported on use, like the other generated families
+        return arith.generate(split, arith.TRAIN_SIZE if split == "train" else arith.HELDOUT_SIZE, arith.SEED)
+    return load
+
+
+GENERATED["arith-train"] = _arith("train")
+GENERATED["arith-heldout"] = _arith("heldout")
+
+
 def builtin_names() -> list[str]:
     files = [p.name[:-6] for p in resources.files("codechat.tasks").joinpath("data").iterdir()
              if p.name.endswith(".jsonl")]

@@ -3,20 +3,29 @@
 Formats: `codechat` (our JSONL schema, see README), `mbpp` (mbpp.jsonl), `mbpp-sanitized` (sanitized-mbpp.json),
 `mbpp-originfmt` (evalplus MbppPlus-OriginFmt: asserts with baked expected results), `evalplus` (MBPP+ / HumanEval+
 main files: inputs only, reference and atol kept on the task), `humaneval` (prompt/test/entry_point with
-`check(candidate)`). Files may be JSONL or a JSON array, gzipped or plain.
+`check(candidate)`); competitive-programming sets `apps` (also APPS folders), `codecontests`, `livecodebench`,
+`sandboxfusion`, `deepcoder` (stdio_loaders.py); answer tasks `gsm8k`, `math`, `answer` (tasks/answer.py). Files
+may be JSONL or a JSON array, gzipped or plain; `A+B` loads several sets as one (a mixed code + math training set).
 """
 from __future__ import annotations
 
 import ast
 import gzip
 import json
+import math
+import zlib
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from codechat.tasks import answer
 from codechat.tasks.model import Task, TaskFormatError
+from codechat.tasks.stdio import spec_from_record, spec_to_record
+from codechat.tasks.stdio_loaders import STDIO_LOADERS, detect_stdio_format, load_apps_dir
+from codechat.tasks.splits import apply_split, split_spec
 
-FORMATS = ["codechat", "mbpp", "mbpp-sanitized", "mbpp-originfmt", "evalplus", "humaneval"]
+FORMATS = ["codechat", "mbpp", "mbpp-sanitized", "mbpp-originfmt", "evalplus", "humaneval", *STDIO_LOADERS,
+           *answer.LOADERS]
 
 
 def read_records(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
@@ -28,8 +37,10 @@ def read_records(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
         raise TaskFormatError(f"{path}: is a directory, expected a task file")
     try:
         raw = path.read_bytes()
+        if path.suffix == ".gz" and raw[:2] != b"\x1f\x8b":
+            raise TaskFormatError(f"{path}: named .gz but not gzip-compressed (no gzip header)")
         text = (gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw).decode("utf-8")
-    except (OSError, EOFError, UnicodeDecodeError) as e:
+    except (OSError, EOFError, UnicodeDecodeError, zlib.error) as e:
         raise TaskFormatError(f"{path}: cannot read: {e}") from None
     if not text.strip():
         raise TaskFormatError(f"{path}: empty file, no tasks")
@@ -39,6 +50,8 @@ def read_records(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
         except json.JSONDecodeError as e:
             raise TaskFormatError(f"{path}:{e.lineno}: malformed JSON: {e.msg}") from None
         records = list(enumerate(data, 1))
+    elif (whole := _one_object(text)) is not None:  # one pretty-printed JSON object (AlphaCodium's example)
+        records = [(1, whole)]
     else:
         records = []
         for lineno, line in enumerate(text.splitlines(), 1):
@@ -56,6 +69,23 @@ def read_records(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
     return records
 
 
+def _one_object(text: str) -> dict | None:
+    """The record of a file holding one JSON object over several lines, else None (JSONL)."""
+    first = text.lstrip().split("\n", 1)[0]
+    if not first.startswith("{"):
+        return None
+    try:
+        json.loads(first)
+        return None  # the first line is a whole record: JSONL
+    except json.JSONDecodeError:
+        pass
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def detect_format(rec: dict[str, Any]) -> str | None:
     keys = set(rec)
     if {"base_input", "plus_input"} <= keys:
@@ -70,7 +100,8 @@ def detect_format(rec: dict[str, Any]) -> str | None:
         return "humaneval"
     if {"prompt", "tests"} <= keys:
         return "codechat"
-    return None
+    # APPS, CodeContests, LiveCodeBench, SandboxFusion, DeepCoder; then GSM8K, MATH, our answer JSONL
+    return detect_stdio_format(rec) or answer.detect(rec)
 
 
 def _need(rec: dict, fields: Iterable[str], where: str) -> None:
@@ -124,17 +155,26 @@ def _split_asserts(src: str) -> list[str]:
 
 def _from_codechat(rec: dict, where: str) -> Task:
     _need(rec, ["task_id", "prompt", "tests"], where)
+    if rec.get("kind", "function") not in ("function", "stdio"):
+        raise TaskFormatError(f"{where}: field 'kind' must be 'function' or 'stdio', got {rec.get('kind')!r}")
     tests = rec["tests"]
     if isinstance(tests, str):
-        tests = [tests]
-    if not isinstance(tests, list) or not all(isinstance(t, str) for t in tests):
-        raise TaskFormatError(f"{where}: field 'tests' must be a list of strings")
+        raise TaskFormatError(f"{where}: field 'tests' must be a list of strings, got a string (write [\"...\"])")
+    if rec.get("metadata") is not None and not isinstance(rec["metadata"], dict):
+        raise TaskFormatError(f"{where}: field 'metadata' must be a JSON object, got "
+                              f"{type(rec['metadata']).__name__}")
     meta = dict(rec.get("metadata") or {})
     if rec.get("solution"):
         meta["solution"] = rec["solution"]
     timeout = rec.get("timeout_s")
-    if timeout is not None and (not isinstance(timeout, (int, float)) or timeout <= 0):
+    if timeout is not None and (not isinstance(timeout, (int, float)) or isinstance(timeout, bool)
+                                or not math.isfinite(timeout) or timeout <= 0):
         raise TaskFormatError(f"{where}: field 'timeout_s' must be a positive number, got {timeout!r}")
+    if rec.get("kind") == "stdio":
+        return Task(str(rec["task_id"]), str(rec["prompt"]), [], None, "", timeout, meta,
+                    stdio=spec_from_record(rec, where))
+    if not isinstance(tests, list) or not all(isinstance(t, str) for t in tests):
+        raise TaskFormatError(f"{where}: field 'tests' must be a list of strings")
     return Task(str(rec["task_id"]), str(rec["prompt"]), tests, rec.get("entry_point"), rec.get("setup") or "",
                 timeout, meta)
 
@@ -192,13 +232,26 @@ def _from_humaneval(rec: dict, where: str) -> Task:
 _LOADERS: dict[str, Callable[[dict, str], Task]] = {
     "codechat": _from_codechat, "mbpp": _from_mbpp, "mbpp-sanitized": _from_mbpp_sanitized,
     "mbpp-originfmt": _from_mbpp_originfmt, "evalplus": _from_evalplus, "humaneval": _from_humaneval,
+    **STDIO_LOADERS,
+    **answer.LOADERS,
 }
+
+
+def _check_tests_parse(task: Task, where: str) -> None:
+    for i, test in enumerate(task.tests, 1):
+        try:
+            _parse(test)
+        except SyntaxError as e:
+            raise TaskFormatError(f"{where}: task '{task.task_id}': test {i} is not valid Python ({e.msg}, line "
+                                  f"{e.lineno}): {test.strip()[:60]!r}") from None
 
 
 def load_tasks_with_format(path: str | Path, fmt: str | None = None) -> tuple[list[Task], str]:
     """Load every task in `path`; returns (tasks, format). `fmt` forces a format instead of detecting it."""
     if fmt is not None and fmt not in _LOADERS:
         raise TaskFormatError(f"{path}: unknown format '{fmt}' (valid: {', '.join(FORMATS)})")
+    if Path(path).is_dir() and fmt in (None, "apps"):  # an APPS problem folder, or a folder of them
+        return _unique(load_apps_dir(Path(path)), path), "apps"
     records = read_records(path)
     first_line, first = records[0]
     if fmt is None:
@@ -211,6 +264,8 @@ def load_tasks_with_format(path: str | Path, fmt: str | None = None) -> tuple[li
         where = f"{path}:{lineno}"
         task = loader(rec, where)
         task.metadata.setdefault("source", fmt)
+        if fmt in FORMATS:  # the formats whose tests are Python: a test that does not parse is the file's fault
+            _check_tests_parse(task, where)
         if task.task_id in seen:
             raise TaskFormatError(f"{where}: duplicate task_id '{task.task_id}' (first at line {seen[task.task_id]})")
         seen[task.task_id] = lineno
@@ -218,18 +273,49 @@ def load_tasks_with_format(path: str | Path, fmt: str | None = None) -> tuple[li
     return tasks, fmt
 
 
+def _unique(tasks: list[Task], path) -> list[Task]:
+    seen: set[str] = set()
+    for t in tasks:
+        if t.task_id in seen:
+            raise TaskFormatError(f"{path}: duplicate task_id '{t.task_id}'")
+        seen.add(t.task_id)
+        t.metadata.setdefault("source", "apps")
+    return tasks
+
+
 def load_tasks(path: str | Path, fmt: str | None = None) -> list[Task]:
-    """Load a task file (or `builtin` / `builtin:NAME` for a set shipped with codechat)."""
+    """Load a task file (or `builtin` / `builtin:NAME` for a set shipped with codechat); `A+B` joins sets;
+    `FILE:SPLIT` takes one split of an MBPP file (train, test, validation, prompt)."""
+    if "+" in str(path) and not Path(path).exists():
+        return _join([(p, load_tasks(p, fmt)) for p in str(path).split("+") if p])
     if str(path).startswith("builtin"):
         from codechat.tasks.builtin import load_builtin
         return load_builtin(str(path))
-    return load_tasks_with_format(path, fmt)[0]
+    file, split = split_spec(str(path))  # `mbpp.jsonl:train` (codechat/tasks/splits.py)
+    tasks = load_tasks_with_format(file, fmt)[0]
+    return apply_split(tasks, split, str(path)) if split else tasks
+
+
+def _join(sets: list[tuple[str, list[Task]]]) -> list[Task]:
+    """Several task sets as one list; a task_id in two sets is an error naming both."""
+    seen: dict[str, str] = {}
+    out = []
+    for name, tasks in sets:
+        for t in tasks:
+            if t.task_id in seen:
+                raise TaskFormatError(f"{name}: task_id '{t.task_id}' is also in {seen[t.task_id]}")
+            seen[t.task_id] = name
+            out.append(t)
+    return out
 
 
 def save_tasks(tasks: Iterable[Task], path: str | Path) -> None:
-    """Write tasks in our own JSONL schema."""
+    """Write tasks in our own JSONL schemas (`codechat` for code tasks, `answer` for answer tasks)."""
     with open(path, "w", encoding="utf-8") as f:
         for t in tasks:
+            if t.kind == answer.KIND:
+                f.write(json.dumps(answer.to_record(t), ensure_ascii=False) + "\n")
+                continue
             rec = {"task_id": t.task_id, "prompt": t.prompt, "tests": t.tests, "entry_point": t.entry_point,
                    "setup": t.setup, "timeout_s": t.timeout_s}
             meta = dict(t.metadata)
@@ -237,4 +323,6 @@ def save_tasks(tasks: Iterable[Task], path: str | Path) -> None:
                 rec["solution"] = meta.pop("solution")
             meta.pop("source", None)
             rec["metadata"] = meta
+            if t.stdio is not None:
+                rec.update(spec_to_record(t.stdio))
             f.write(json.dumps(rec, ensure_ascii=False) + "\n")

@@ -3,7 +3,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from codechat.tasks.stdio import StdioSpec
 
 from codechat import CodechatError
 
@@ -28,7 +31,19 @@ class Task:
     """Per-task time limit in seconds; None means the verifier's default."""
     metadata: dict[str, Any] = field(default_factory=dict)
     """Everything else: `solution` (reference code), `source` format, and for evalplus files
-    `base_input`, `plus_input`, `atol` (expected outputs come from running the reference)."""
+    `base_input`, `plus_input`, `atol` (expected outputs come from running the reference); for answer tasks
+    `answer` (the reference final answer) and `accepted` (other accepted forms)."""
+    kind: str = "function"
+    """How the task is judged: `function` (a program runs against `tests` in the sandbox), `stdio` (the program
+    reads stdin and writes stdout, compared with `stdio`'s pairs), `answer` (the completion's final answer is
+    compared with `metadata["answer"]` / `metadata["accepted"]` by codechat/verifier/answer.py; `tests` empty)."""
+    stdio: "StdioSpec | None" = None
+    """For stdin/stdout tasks: the (input, expected output) tests and how to compare them (tasks/stdio.py);
+    `tests` is then empty. None for other kinds."""
+
+    def __post_init__(self):
+        if self.stdio is not None:  # the spec decides: a task built with one is a stdin/stdout task
+            self.kind = "stdio"
 
     @property
     def solution(self) -> str | None:

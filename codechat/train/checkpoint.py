@@ -19,6 +19,9 @@ import numpy as np
 import torch
 
 from codechat import CodechatError
+from codechat.rundir import update_links
+from codechat.policy.fsdp import full_state_dict, is_sharded, optimizer_state
+from codechat.train import dist
 
 
 @dataclass
@@ -83,9 +86,6 @@ class Checkpointer:
     def save(self, policy, state: TrainState, optimizer=None, scheduler=None) -> Path | None:
         """Called by every rank (under FSDP the weights and optimizer state are gathered first); rank 0 writes
         and returns the checkpoint, the others return None."""
-        from codechat.policy.fsdp import full_state_dict, is_sharded, optimizer_state
-        from codechat.train import dist
-
         weights = full_state_dict(policy.model) if is_sharded(policy.model) else None
         opt_state = optimizer_state(policy.model, optimizer) if optimizer else None
         if not dist.is_main():
@@ -93,17 +93,23 @@ class Checkpointer:
         name = f"step-{state.global_step:07d}"
         final, tmp = self.dir / name, self.dir / f"{name}.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        policy.save(tmp / "model", state_dict=weights)
-        torch.save({"optimizer": opt_state,
-                    "scheduler": scheduler.state_dict() if scheduler else None,
-                    "rng": rng_state()}, tmp / "trainer.pt")
-        (tmp / "state.json").write_text(json.dumps(asdict(state), indent=1))
-        _fsync_tree(tmp)
+        try:
+            tmp.mkdir(parents=True)
+            policy.save(tmp / "model", state_dict=weights)
+            torch.save({"optimizer": opt_state,
+                        "scheduler": scheduler.state_dict() if scheduler else None,
+                        "rng": rng_state()}, tmp / "trainer.pt")
+            (tmp / "state.json").write_text(json.dumps(asdict(state), indent=1))
+            _fsync_tree(tmp)
+        except (OSError, RuntimeError) as e:  # e.g. ENOSPC: drop the partial copy, keep every finished one
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise CodechatError(f"{final}: checkpoint not written ({e}); the earlier checkpoints are intact, "
+                                f"--resume starts from the latest") from None
         if final.exists():  # re-saving the same step (e.g. stage end right after a periodic save)
             shutil.rmtree(final)
         os.replace(tmp, final)
         _fsync_tree(self.dir)
+        update_links(self.dir.parent, final, state.best_checkpoint)  # RUN/final, RUN/best (codechat/rundir.py)
         self._rotate(state)
         return final
 

@@ -12,7 +12,11 @@ from typing import Any
 
 import torch
 
-from codechat.config import RunConfig
+from codechat.config import ModelConfig, OptimConfig, RunConfig
+from codechat.evaluation.evaluate import evaluate_policy
+from codechat.policy import load_policy
+from codechat.policy.fsdp import full_state_dict, full_weights, grad_norm, is_sharded, load_optimizer_state, shard
+from codechat.policy.lora import is_lora
 from codechat.tasks import Task
 from codechat.train import dist
 from codechat.train.checkpoint import Checkpointer, TrainState, set_rng_state
@@ -52,9 +56,11 @@ class Context:
         return self.run_dir / "stages" / f"{self.state.stage_idx}-{self.stage}-start"
 
 
-def make_optimizer(model: torch.nn.Module, lr: float, warmup: int, total: int, cosine: bool):
+def make_optimizer(model: torch.nn.Module, lr: float, warmup: int, total: int, cosine: bool, cfg: OptimConfig):
+    """AdamW over the trainable parameters (cfg: betas, weight decay) and a LambdaLR: linear warmup over `warmup`
+    scheduler steps, then constant, or with `cosine` a cosine decay to 10% at `total`."""
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
+    opt = torch.optim.AdamW(params, lr=lr, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay)
 
     def factor(step: int) -> float:
         if warmup and step < warmup:
@@ -72,7 +78,6 @@ def restore(ctx: Context, optimizer, scheduler) -> None:
     if ctx.resume is None:
         return
     if ctx.resume.get("optimizer") and optimizer is not None:
-        from codechat.policy.fsdp import load_optimizer_state
         load_optimizer_state(ctx.policy.model, optimizer, ctx.resume["optimizer"])
     if ctx.resume.get("scheduler") and scheduler is not None:
         scheduler.load_state_dict(ctx.resume["scheduler"])
@@ -104,7 +109,6 @@ def pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]
 
 def grad_norm_clip(model: torch.nn.Module, max_norm: float) -> float:
     """Gradient norm before clipping (over all shards under FSDP); clipped to max_norm when it is > 0."""
-    from codechat.policy.fsdp import grad_norm
     return grad_norm(model, max_norm)
 
 
@@ -112,16 +116,11 @@ def reference_model(ctx: Context):
     """Frozen copy of the stage's starting weights (saved at the stage start so a resume finds them). With LoRA
     the reference is the policy itself with adapters disabled (use it inside `codechat.policy.reference(model)`),
     so no second copy of the weights is held."""
-    from codechat.policy.fsdp import is_sharded, shard
-    from codechat.policy.lora import is_lora
-
     if is_lora(ctx.policy.model):
         return ctx.policy.model
     d = ctx.stage_start_dir()
     sharded = is_sharded(ctx.policy.model)  # FSDP: the copy is loaded from the stage-start save, then sharded
     if sharded or (d.is_dir() and ctx.state.step > 0):
-        from codechat.config import ModelConfig
-        from codechat.policy import load_policy
         ref = load_policy(ModelConfig(path=str(d), device=str(ctx.device), dtype=ctx.cfg.model.dtype)).model
     else:
         ref = copy.deepcopy(ctx.policy.model)
@@ -132,13 +131,12 @@ def reference_model(ctx: Context):
 
 
 def save_stage_start(ctx: Context) -> None:
-    from codechat.policy.lora import is_lora
-
+    """Save the stage's starting weights once (rank 0, at step 0) to stage_start_dir: the reference of KL and DPO,
+    and ReST-EM's restart point. With LoRA the reference needs no copy (adapters off); ReST-EM saves the
+    starting adapters (rft.py)."""
     d = ctx.stage_start_dir()
-    if is_lora(ctx.policy.model) and not ctx.cfg.rft.rest_em:
-        return  # the base weights are the reference
-    from codechat.policy.fsdp import full_state_dict, is_sharded
-
+    if is_lora(ctx.policy.model):
+        return
     if not is_sharded(ctx.policy.model):
         if ctx.state.step == 0 and not d.is_dir() and dist.is_main():
             tmp = d.with_name(d.name + ".tmp")
@@ -157,9 +155,6 @@ def save_stage_start(ctx: Context) -> None:
 
 def evaluate_now(ctx: Context) -> dict[str, float]:
     """Held-out greedy pass@1 and sampled pass@k, plus each extra set (capability regression)."""
-    from codechat.evaluation.evaluate import evaluate_policy
-    from codechat.policy.fsdp import full_weights
-
     e, out = ctx.cfg.eval, {}
     sets = ([("eval", ctx.eval_tasks)] if ctx.eval_tasks else []) + [(f"eval_{k}", v) for k, v in ctx.extra_eval.items()]
     for name, tasks in sets:
@@ -170,7 +165,7 @@ def evaluate_now(ctx: Context) -> dict[str, float]:
             if k.startswith("pass@") or k == "greedy_pass@1":
                 out[f"{name}/{k}"] = v
     base = ctx.state.extra.setdefault("stage_start_eval", {})
-    for k, v in out.items():
+    for k, v in list(out.items()):  # (adds the /regressed flags)
         if k.startswith("eval_"):
             start = base.setdefault(k, v)
             if start - v > e.regression_margin:
@@ -205,8 +200,8 @@ def end_step(ctx: Context, metrics: dict, total_steps: int, optimizer=None, sche
     else:
         save = False
     metrics.update({"stage": ctx.stage, "samples": st.samples})
-    if optimizer is not None:
-        metrics["lr"] = optimizer.param_groups[0]["lr"]
+    if optimizer is not None:  # the lr of the step just taken, unless the stage logged it before its schedule step
+        metrics.setdefault("lr", optimizer.param_groups[0]["lr"])
     ctx.logger.log(dist.mean_metrics(metrics), st.global_step)
     if dist.decide(save or last or bool(cfg.checkpoint.every and st.step % cfg.checkpoint.every == 0)):
         ctx.ckpt.save(ctx.policy, st, optimizer, scheduler)  # every rank: a collective under FSDP; rank 0 writes

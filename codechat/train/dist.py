@@ -14,6 +14,11 @@ How the one-process update is kept exact (tests/test_dist.py checks it: 2 ranks 
   the seq-mean modes): each micro-batch's loss is weighted by `units(micro) / all_sum(units(minibatch))` and the
   gradients are summed (`sync_grads`). A mean of per-rank means would weigh a rank's tokens by its batch size.
   The same weighting makes gradient accumulation equal the full minibatch in one process too.
+- `rl.minibatch_size` counts samples over all ranks: `minibatch_plan` cuts one permutation of the global rows
+  (the same seed on every rank) into minibatches, and each rank trains on its rows of each; the number of
+  optimizer steps and what each step sees do not depend on the world size (grad_norm: of the summed gradient);
+- difficulty weights are normalised over the samples of all ranks (`mean_one`), the tracker updated with every
+  rank's pass results (`all_items`), so every rank holds the same rates;
 - parameters are broadcast from rank 0 at the start; all ranks then apply identical updates.
 Logs, metrics.jsonl, rollouts.jsonl, checkpoints and the stage-start copy are written by rank 0 only (metrics are
 means over ranks, sample counts sums). Resume works on any world size: the data position is global.
@@ -29,6 +34,7 @@ number of forward/backward passes, and sampling runs on weights gathered for the
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import os
 from typing import Any, Sequence
@@ -37,6 +43,8 @@ import torch
 import torch.distributed as tdist
 
 from codechat import CodechatError
+from codechat.algos import compute_advantages
+from codechat.policy.fsdp import is_sharded
 
 
 def world() -> int:
@@ -120,16 +128,11 @@ def shard(items: Sequence) -> list:
     return list(items[r * n // w:(r + 1) * n // w])
 
 
-def check(cfg) -> None:
-    """Every global batch of the run's stages has at least one item per rank (uneven shards are fine and exact)."""
-    sizes = {"sft": [("sft.batch_size", cfg.sft.batch_size)], "rft": [("rft.prompts", cfg.rft.prompts)],
-             "grpo": [("rl.prompts_per_step", cfg.rl.prompts_per_step)],
-             "rloo": [("rl.prompts_per_step", cfg.rl.prompts_per_step)],
-             "dpo": [("dpo.prompts_per_step", cfg.dpo.prompts_per_step),
-                     ("dpo.pairs_per_step", cfg.dpo.pairs_per_step)]}
-    for stage in cfg.stages:
-        for name, size in sizes.get(stage, []):
-            if size < world():
+def check_batches(sizes: list[tuple[str, int]]) -> None:
+    """Every global batch (name, size) of the run's stages has at least one item per rank (uneven shards are fine
+    and exact). The stage registry (train/stages.py) says which sizes each stage has."""
+    for name, size in sizes:
+        if size < world():
                 raise CodechatError(f"{name}={size} is smaller than the number of ranks ({world()}): some rank "
                                     f"would get nothing to train on; raise {name} or run fewer ranks")
 
@@ -156,8 +159,6 @@ def broadcast_params(model: torch.nn.Module) -> None:
 def sync_grads(model: torch.nn.Module, bucket_mb: int = 64) -> None:
     """Sum the gradients over ranks, in flat buckets per dtype. A parameter without a gradient on this rank
     (e.g. no micro-batch here this step) counts as zeros. Losses must already carry their global weights."""
-    from codechat.policy.fsdp import is_sharded
-
     if not tdist.is_initialized() or world() == 1 or is_sharded(model):  # FSDP has reduce-scattered them already
         return
     params = [p for p in model.parameters() if p.requires_grad]
@@ -206,13 +207,13 @@ def loss_units(mask: torch.Tensor, agg: str) -> float:
     return float(_UNITS[agg](mask))
 
 
-def batch_advantages(name: str, rewards: torch.Tensor, group_ids: torch.Tensor, cfg) -> torch.Tensor:
-    """compute_advantages over the rewards of all ranks, this rank's part returned: (B_local,). Group ids are
-    made unique per rank; batch-level statistics (std_scale=batch, batch-mean) then equal one-process ones."""
-    from codechat.algos import compute_advantages
-
+def batch_advantages(name: str, rewards: torch.Tensor, group_ids: torch.Tensor, cfg,
+                     weights: torch.Tensor | None = None) -> torch.Tensor:
+    """compute_advantages over the rewards of all ranks, this rank's part returned: (B_local,), times this rank's
+    `weights` (B_local,) when given. Group ids are made unique per rank; batch-level statistics (std_scale=batch,
+    batch-mean) then equal one-process ones."""
     if world() == 1:
-        return compute_advantages(name, rewards, group_ids, cfg)
+        return compute_advantages(name, rewards, group_ids, cfg, weights=weights)
     parts = gather((rewards.cpu(), group_ids.cpu()))
     offset, rs, gs, start = 0, [], [], 0
     for i, (r, g) in enumerate(parts):
@@ -222,7 +223,53 @@ def batch_advantages(name: str, rewards: torch.Tensor, group_ids: torch.Tensor, 
         gs.append(g.long() + offset)
         offset += int(g.max()) + 1 if len(g) else 0
     adv = compute_advantages(name, torch.cat(rs), torch.cat(gs), cfg)  # (B_global,)
-    return adv[start:start + len(rewards)].to(rewards.device)
+    adv = adv[start:start + len(rewards)].to(rewards.device)  # (B_local,)
+    return adv if weights is None else adv * weights.to(adv)
+
+
+def mean_one(w: torch.Tensor) -> torch.Tensor:
+    """Per-sample weights w (B_local,) divided by their mean over the samples of all ranks: mean 1 globally, so
+    a rank's weights do not depend on how the batch was split."""
+    total, count = all_sum(float(w.sum())), all_sum(float(w.numel()))
+    return w / (total / count) if total > 0 else torch.ones_like(w)
+
+
+def all_items(items: list) -> list:
+    """The concatenation of every rank's `items`, in rank order (identical on every rank)."""
+    return [x for part in gather(items) for x in part]
+
+
+def minibatch_plan(n_local: int, minibatch_size: int, epochs: int, seed: int) -> list[torch.Tensor]:
+    """The optimizer steps of one RL update: per step, the positions (into this rank's n_local rows) of the rows it
+    trains on. `minibatch_size` counts samples over all ranks (0 = all of them in one step): every epoch draws one
+    permutation of the global rows (the same on every rank: the seed is shared) and cuts it into minibatches, so
+    the number of steps and what each step trains on do not depend on the world size. Same length on every rank.
+    Global row g is rank r's row g - offset(r), ranks in order (shard keeps prompts in order)."""
+    counts = [int(c) for c in gather(n_local)]
+    offset, total = sum(counts[:rank()]), sum(counts)
+    mb = minibatch_size if 0 < minibatch_size < total else max(total, 1)
+    gen = torch.Generator().manual_seed(seed)
+    plan = []
+    for _ in range(epochs):
+        perm = torch.randperm(total, generator=gen) if epochs > 1 or mb < total else torch.arange(total)
+        for s in range(0, max(total, 1), mb):
+            g = perm[s:s + mb]
+            plan.append(g[(g >= offset) & (g < offset + n_local)] - offset)
+    return plan
+
+
+def micro_batches(model: torch.nn.Module, idx: torch.Tensor, grad_accum: int) -> list[torch.Tensor | None]:
+    """`idx` cut into at most `grad_accum` micro-batches. Under FSDP every rank gets the same number of entries
+    (every forward/backward is a collective): None marks an idle pass (`fsdp.idle_pass`) on a rank with fewer."""
+    micro = list(idx.chunk(max(1, min(grad_accum, len(idx))))) if len(idx) else []
+    if is_sharded(model):
+        micro += [None] * (int(all_max(len(micro))) - len(micro))
+    return micro
+
+
+def global_units(mask: torch.Tensor, agg: str) -> float:
+    """loss_units of a minibatch summed over the ranks: what its aggregated loss divides by."""
+    return all_sum(loss_units(mask, agg))
 
 
 def mean_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
@@ -240,8 +287,6 @@ def mean_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
 
 def per_rank_verifier(cfg):
     """VerifierConfig with `workers=0` (one per core) split between the ranks of this node."""
-    import dataclasses
-
     if cfg.workers or local_world() == 1 or cfg.backend != "local":
         return cfg
     return dataclasses.replace(cfg, workers=max(1, (os.cpu_count() or 1) // local_world()))

@@ -1,21 +1,27 @@
 """DPO on (passing, failing) pairs from the same group: online from fresh rollouts, or offline from a
-rollouts.jsonl written by an earlier run (`dpo.source: PATH`). The reference is the stage's starting weights."""
+rollouts.jsonl written by an earlier run (`dpo.source: PATH`). The reference is the stage's starting weights.
+
+Offline answers are re-encoded from the recorded text, with an EOS only where the sample really ended with one
+(the record's `eos`): a truncated or stop-string sample gets none (records written before `eos` existed: none).
+
+    codechat train --config configs/dpo.yaml
+"""
 from __future__ import annotations
 
-import json
 import random
 import time
-from pathlib import Path
 
 import torch
 
 from codechat import CodechatError
+from codechat.algos import dpo_loss
+from codechat.jsonl import read_jsonl
+from codechat.policy import Sampler, completion_logprobs, reference
 from codechat.policy.fsdp import full_weights, idle_pass
 from codechat.rollout.collect import collect, prompt_text, rollout_metrics
 from codechat.train import dist
 from codechat.train.common import Context, end_step, grad_norm_clip, make_optimizer, pad, reference_model, restore, \
     save_stage_start, take
-from codechat.train.sft import answer_ids
 
 
 def pairs_from_groups(groups: dict[str, tuple[list[int], list[list[int]], list[list[int]]]], seed: int):
@@ -29,27 +35,30 @@ def pairs_from_groups(groups: dict[str, tuple[list[int], list[list[int]], list[l
     return out
 
 
+def recorded_answer(policy, completion: str, eos: bool) -> list[int]:
+    """The token ids of a recorded completion: its text's tokens, then EOS only when the sample ended with one."""
+    ids = policy.tokenizer.encode(completion, add_special_tokens=False)
+    eos_id = policy.tokenizer.eos_token_id
+    return ids + ([eos_id] if eos and eos_id is not None else [])
+
+
 def offline_pairs(ctx: Context, path: str):
-    p = Path(path)
-    if not p.is_file():
-        raise CodechatError(f"dpo.source: {p}: no such rollout file")
     by_id = {t.task_id: t for t in ctx.train_tasks}
     groups: dict[str, tuple[list[int], list, list]] = {}
-    for lineno, line in enumerate(p.read_text().splitlines(), 1):
+    for where, rec in read_jsonl(path, what="dpo.source rollout file"):
         try:
-            rec = json.loads(line)
             task = by_id.get(str(rec["task_id"]))
             key = f"{rec.get('step', 0)}/{rec['task_id']}"
-            completion, passed = rec["completion"], bool(rec["passed"])
-        except (json.JSONDecodeError, KeyError, TypeError) as e:
-            raise CodechatError(f"{p}:{lineno}: bad rollout record: {e}") from None
-        if task is None:
+            completion, passed, eos = str(rec["completion"]), bool(rec["passed"]), bool(rec.get("eos", False))
+        except (KeyError, TypeError) as e:
+            raise CodechatError(f"{where}: bad rollout record: missing or invalid field {e}") from None
+        if task is None or rec.get("status") == "infra_error":  # a lost sandbox says nothing about the sample
             continue
         g = groups.setdefault(key, (ctx.policy.encode_prompt(prompt_text(task)), [], []))
-        (g[1] if passed else g[2]).append(answer_ids(ctx.policy, completion))
+        (g[1] if passed else g[2]).append(recorded_answer(ctx.policy, completion, eos))
     pairs = pairs_from_groups(groups, ctx.cfg.seed)
     if not pairs:
-        raise CodechatError(f"{p}: no (passing, failing) pair from the same group for tasks in {ctx.cfg.data.train}")
+        raise CodechatError(f"{path}: no (passing, failing) pair from the same group for tasks in {ctx.cfg.data.train}")
     return pairs
 
 
@@ -63,6 +72,8 @@ def online_pairs(ctx: Context, sampler) -> tuple[list, dict]:
         r = collect(ctx.policy, sampler, ctx.verifier, tasks, c.group_size, ctx.cfg.sampling, seed=ctx.step_seed())
     groups: dict[str, tuple[list[int], list, list]] = {}
     for i, v in enumerate(r.verdicts):
+        if v.status == "infra_error":  # not a failing answer: the verifier failed
+            continue
         gi = int(r.group_ids[i])
         n = int(r.batch.mask[i].sum())
         g = groups.setdefault(str(gi).zfill(4), (r.prompts[gi], [], []))
@@ -74,8 +85,6 @@ def online_pairs(ctx: Context, sampler) -> tuple[list, dict]:
 
 def seq_logp(model, prompts, answers, pad_id) -> torch.Tensor:
     """Summed log-prob of each answer given its prompt -> (P,)."""
-    from codechat.policy import completion_logprobs
-
     dev = next(model.parameters()).device
     tokens, mask = pad(answers, pad_id)
     idx = torch.arange(len(prompts), device=dev)
@@ -84,13 +93,10 @@ def seq_logp(model, prompts, answers, pad_id) -> torch.Tensor:
 
 
 def run_dpo(ctx: Context) -> None:
-    from codechat.algos import dpo_loss
-    from codechat.policy import Sampler, reference
-
     c, model = ctx.cfg.dpo, ctx.policy.model
     save_stage_start(ctx)
     ref = reference_model(ctx)
-    opt, sched = make_optimizer(model, c.lr, 0, c.steps, cosine=False)
+    opt, sched = make_optimizer(model, c.lr, 0, c.steps, cosine=False, cfg=ctx.cfg.optim)
     restore(ctx, opt, sched)
     offline = None if c.source == "online" else offline_pairs(ctx, c.source)
     sampler, pad_id = Sampler(ctx.policy), ctx.policy.tokenizer.pad_token_id or 0
@@ -122,11 +128,12 @@ def run_dpo(ctx: Context) -> None:
             m["loss"] = loss.item()
         if total:
             dist.sync_grads(model)
-            m["grad_norm"] = grad_norm_clip(model, 1.0)
+            m["grad_norm"] = grad_norm_clip(model, ctx.cfg.optim.max_grad_norm)
             opt.step()
             metrics.update({f"dpo/{k}" if k not in ("loss", "grad_norm") else k: float(v) for k, v in m.items()})
         else:
             metrics["skipped_update"] = 1.0
+        metrics["lr"] = opt.param_groups[0]["lr"]  # this step's
         sched.step()
         metrics["dpo/pairs"] = len(batch)
         metrics["time/update_s"] = time.perf_counter() - t0

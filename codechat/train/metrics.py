@@ -9,7 +9,11 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+
+from codechat import CodechatError
 from codechat.config import LogConfig
+from codechat.runlog import read_metrics  # noqa: F401 - re-exported (compare, demo)
 
 
 def _clean(v: Any) -> Any:
@@ -29,13 +33,13 @@ class MetricsLogger:
         self.tb = self.wandb = None
         self.progress = cfg.progress
         if cfg.tensorboard:
-            try:
+            try:  # tensorboard: optional extra, imported on use
                 from torch.utils.tensorboard import SummaryWriter
                 self.tb = SummaryWriter(str(Path(run_dir) / "tb"))
             except ImportError:
                 warnings.warn("log.tensorboard=true but tensorboard is not installed (pip install 'codechat[tensorboard]')")
         if cfg.wandb:
-            try:
+            try:  # wandb: optional extra, imported on use
                 import wandb
                 self.wandb = wandb.init(project=cfg.wandb_project, dir=str(run_dir), config=run_config or {})
             except ImportError:
@@ -67,11 +71,7 @@ class MetricsLogger:
             v = rec.get(key)
             if v is not None:
                 parts.append(f"{label} {v:.3f}" if isinstance(v, float) else f"{label}{' ' if label else ''}{v}")
-        try:
-            from rich.console import Console
-            Console(stderr=True, highlight=False, soft_wrap=True).print(" | ".join(parts))
-        except ImportError:  # pragma: no cover
-            print(" | ".join(parts))
+        Console(stderr=True, highlight=False, soft_wrap=True).print(" | ".join(parts))
 
     def close(self) -> None:
         self.file.close()
@@ -81,37 +81,7 @@ class MetricsLogger:
             self.wandb.finish()
 
 
-def read_metrics(run_dir: str | Path) -> list[dict]:
-    path = Path(run_dir) / "metrics.jsonl"
-    if not path.is_file():
-        from codechat import CodechatError
-        raise CodechatError(f"{run_dir}: no metrics.jsonl (not a codechat run directory?)")
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-PANELS = [("reward_mean", "pass_rate"), ("eval/pass@1", "eval/greedy_pass@1"), ("loss",), ("kl", "entropy"),
-          ("response_len_mean",), ("zero_var_frac", "clip_frac_low", "clip_frac_high")]
-
-
 def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
-    """Draw the main curves of a run to RUN_DIR/curves.png."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows = read_metrics(run_dir)
-    out = Path(out or Path(run_dir) / "curves.png")
-    panels = [p for p in PANELS if any(k in r for r in rows for k in p)]
-    fig, axes = plt.subplots(1, max(len(panels), 1), figsize=(4 * max(len(panels), 1), 3.2), squeeze=False)
-    for ax, keys in zip(axes[0], panels):
-        for k in keys:
-            pts = [(r["step"], r[k]) for r in rows if r.get(k) is not None]
-            if pts:
-                ax.plot(*zip(*pts), marker="." if len(pts) < 30 else None, label=k)
-        ax.set_xlabel("step")
-        ax.legend(fontsize=7)
-        ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(out, dpi=90)
-    plt.close(fig)
-    return out
+    """The run's curves to RUN_DIR/curves.png (codechat/plotting.py)."""
+    from codechat.plotting import plot_run as draw  # matplotlib: loaded only when a plot is drawn
+    return draw(run_dir, out)

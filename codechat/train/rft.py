@@ -1,28 +1,65 @@
 """Rejection-sampling fine-tuning (expert iteration): per round, sample G completions per prompt, keep the
 passing ones (deduplicated per task), fine-tune on them. `rft.rest_em`: ReST-EM — every improve step restarts
-from the stage's base weights and trains on the samples of the latest grow step.
+from the stage's starting weights (with LoRA: its starting adapters, the base being frozen) and trains on the
+samples of the latest grow step.
 
 The stage's step counter counts improve steps over all rounds (rounds x rft.steps). Each round's kept samples
 are saved before its improve step, so a resume into the middle of a round trains on the same data.
+
+    codechat train --config configs/rft.yaml
 """
 from __future__ import annotations
 
 import json
 
+import torch
+
+from codechat.config import ModelConfig
+from codechat.policy import Sampler, load_policy
+from codechat.policy.fsdp import full_weights, load_full_state_dict
+from codechat.policy.lora import is_lora
 from codechat.rollout.collect import collect, rollout_metrics
 from codechat.train import dist
 from codechat.train.common import Context, save_stage_start, take
 from codechat.train.sft import dedupe, train_on_pairs
 
+ADAPTERS = "adapters.pt"
+"""ReST-EM with LoRA: the stage's starting adapter weights, in the stage-start directory."""
+
+
+def save_restart_point(ctx: Context) -> None:
+    """ReST-EM's restart point, once at the stage start: the whole weights, or with LoRA the trainable adapters
+    (the base is frozen, and a merged state dict does not load into the PEFT model)."""
+    if not is_lora(ctx.policy.model):
+        save_stage_start(ctx)
+        return
+    f = ctx.stage_start_dir() / ADAPTERS
+    if ctx.state.step == 0 and not f.is_file() and dist.is_main():
+        f.parent.mkdir(parents=True, exist_ok=True)
+        sd = {n: p.detach().cpu().clone() for n, p in ctx.policy.model.named_parameters() if p.requires_grad}
+        torch.save(sd, f.with_suffix(".tmp"))
+        f.with_suffix(".tmp").replace(f)
+    dist.barrier()
+
+
+def restart(ctx: Context) -> None:
+    """Back to the stage's starting weights (ReST-EM, at the start of every round after the first)."""
+    model = ctx.policy.model
+    if is_lora(model):
+        sd = torch.load(ctx.stage_start_dir() / ADAPTERS, map_location=ctx.device)
+        missing = set(sd) - {n for n, _ in model.named_parameters()}
+        if missing:
+            raise RuntimeError(f"ReST-EM restart: adapters {sorted(missing)[:3]} not in the model")
+        model.load_state_dict(sd, strict=False)
+        return
+    base = load_policy(ModelConfig(path=str(ctx.stage_start_dir()), device=str(ctx.device), dtype=ctx.cfg.model.dtype))
+    load_full_state_dict(model, base.model.state_dict())
+
 
 def grow(ctx: Context, rnd: int) -> tuple[list[tuple[list[int], list[int]]], dict]:
     """Sample and keep passing (prompt ids, completion ids), one copy of each distinct completion per task."""
-    from codechat.policy import Sampler
-
     c = ctx.cfg.rft
     tasks = dist.shard(take(ctx.train_tasks, ctx.cfg.seed + ctx.state.stage_idx, rnd * c.prompts, c.prompts))
-    from codechat.policy.fsdp import full_weights
-
     ctx.policy.model.eval()
     with full_weights(ctx.policy.model):  # FSDP: sample from gathered weights
         r = collect(ctx.policy, Sampler(ctx.policy), ctx.verifier, tasks, c.group_size, ctx.cfg.sampling,
@@ -42,7 +79,7 @@ def grow(ctx: Context, rnd: int) -> tuple[list[tuple[list[int], list[int]]], dic
 def run_rft(ctx: Context) -> None:
     c = ctx.cfg.rft
     if c.rest_em:
-        save_stage_start(ctx)
+        save_restart_point(ctx)
     while ctx.state.step < c.rounds * c.steps:
         rnd = ctx.state.step // c.steps
         data_file = ctx.run_dir / "stages" / f"{ctx.state.stage_idx}-rft-round{rnd}.json"
@@ -61,10 +98,5 @@ def run_rft(ctx: Context) -> None:
             ctx.state.step = (rnd + 1) * c.steps
             continue
         if c.rest_em and rnd > 0 and ctx.state.step == rnd * c.steps:
-            from codechat.config import ModelConfig
-            from codechat.policy import load_policy
-            base = load_policy(ModelConfig(path=str(ctx.stage_start_dir()), device=str(ctx.device),
-                                           dtype=ctx.cfg.model.dtype))
-            from codechat.policy.fsdp import load_full_state_dict
-            load_full_state_dict(ctx.policy.model, base.model.state_dict())
+            restart(ctx)
         train_on_pairs(ctx, None, c.steps, c.lr, c.batch_size, 0, encoded=encoded, start=rnd * c.steps)

@@ -7,7 +7,10 @@ import time
 
 import torch
 
+from codechat import CodechatError
+from codechat.policy import completion_logprobs
 from codechat.rollout.collect import prompt_text
+from codechat.tasks import load_tasks
 from codechat.train import dist
 from codechat.train.common import Context, end_step, grad_norm_clip, make_optimizer, pad, restore, take
 
@@ -21,8 +24,6 @@ def answer_ids(policy, text: str) -> list[int]:
 
 def sft_loss(policy, prompts: list[list[int]], answers: list[list[int]]) -> torch.Tensor:
     """Mean negative log-likelihood of the answer tokens given their prompts (token-mean)."""
-    from codechat.policy import completion_logprobs
-
     tokens, mask = pad(answers, policy.tokenizer.pad_token_id or 0)  # (B, T)
     tokens, mask = tokens.to(policy.device), mask.to(policy.device)
     idx = torch.arange(len(prompts), device=policy.device)
@@ -33,7 +34,6 @@ def sft_loss(policy, prompts: list[list[int]], answers: list[list[int]]) -> torc
 def sft_pairs(ctx: Context, tasks) -> list[tuple[str, str]]:
     pairs = [(prompt_text(t), t.solution) for t in tasks if t.solution]
     if not pairs:
-        from codechat import CodechatError
         raise CodechatError(f"{ctx.cfg.data.sft or ctx.cfg.data.train}: no task has a reference solution for SFT")
     return pairs
 
@@ -45,7 +45,7 @@ def train_on_pairs(ctx: Context, pairs, steps: int, lr: float, batch_size: int, 
     policy = ctx.policy
     if encoded is None:
         encoded = [(policy.encode_prompt(p), answer_ids(policy, a)) for p, a in pairs]
-    opt, sched = make_optimizer(policy.model, lr, warmup, steps, cosine=True)
+    opt, sched = make_optimizer(policy.model, lr, warmup, steps, cosine=True, cfg=ctx.cfg.optim)
     restore(ctx, opt, sched)
     policy.model.train()
     seed = ctx.cfg.seed + ctx.state.stage_idx + 7 * start
@@ -57,16 +57,15 @@ def train_on_pairs(ctx: Context, pairs, steps: int, lr: float, batch_size: int, 
         tokens = sum(len(b[1]) for b in batch)  # token-mean over the whole batch of all ranks:
         (loss * (tokens / max(dist.all_sum(tokens), 1.0))).backward()
         dist.sync_grads(policy.model)
-        gn = grad_norm_clip(policy.model, 1.0)
+        gn = grad_norm_clip(policy.model, ctx.cfg.optim.max_grad_norm)
+        lr = opt.param_groups[0]["lr"]  # the lr of this step
         opt.step()
         sched.step()
-        end_step(ctx, {"loss": loss.item(), "grad_norm": gn, "time/update_s": time.perf_counter() - t0},
+        end_step(ctx, {"loss": loss.item(), "grad_norm": gn, "lr": lr, "time/update_s": time.perf_counter() - t0},
                  start + steps, opt, sched)
 
 
 def run_sft(ctx: Context) -> None:
-    from codechat.tasks import load_tasks
-
     c = ctx.cfg.sft
     tasks = load_tasks(ctx.cfg.data.sft, ctx.cfg.data.format or None) if ctx.cfg.data.sft else ctx.train_tasks
     train_on_pairs(ctx, sft_pairs(ctx, tasks), c.steps, c.lr, c.batch_size, c.warmup)

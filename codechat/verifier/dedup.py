@@ -8,9 +8,12 @@ optional bounded cache of verdicts across batches (steps).
 
 Small models sample the same completion many times per group (58.5% of the demo's GRPO samples); each copy ran
 the same program against the same tests. The key is the completion text and every field of the task (id,
-prompt, tests, setup, entry point, time limit, metadata): whatever the verifier reads to build the job, so a
-reused verdict is the one the verifier returned for exactly that input. Not cached across batches: `timeout`
-and `memory` verdicts (they depend on the machine's load at the time, so a later batch runs them again).
+prompt, tests, setup, entry point, time limit, metadata, kind, and a stdin/stdout task's tests and comparison):
+whatever the verifier reads to build the job (a stdin/stdout task's one job per test included), so a reused
+verdict is the one the verifier returned for exactly that input. Not cached across batches: `timeout` and
+`memory` verdicts (they depend on the machine's load at the time) and `infra_error` ones (the verifier failed,
+not the program): a later batch runs them again. Repository tasks are not verified through a Verifier and never
+reach this wrapper.
 
 Does not: recognise two different completions that extract to the same program (they run twice); make a
 program that behaves randomly (its own random numbers, the clock) deterministic: its copies get the verdict of
@@ -27,8 +30,9 @@ from codechat import CodechatError
 from codechat.tasks import Task
 from codechat.verifier.verdict import Verdict
 
-UNCACHED_STATUSES = ("timeout", "memory")
-"""Verdicts that depend on the machine's load: reused within a batch, never cached across batches."""
+UNCACHED_STATUSES = ("timeout", "memory", "infra_error")
+"""Verdicts that depend on the machine's load or on the verifier's health: reused within a batch, never cached
+across batches."""
 
 
 @dataclass
@@ -62,7 +66,8 @@ def pair_key(task: Task, completion: str) -> bytes:
     """A digest of everything that determines the verdict of `completion` on `task`."""
     h = hashlib.sha256()
     for part in (completion, task.task_id, task.prompt, repr(list(task.tests)), task.setup or "",
-                 task.entry_point or "", repr(task.timeout_s), repr(sorted(task.metadata.items(), key=str))):
+                 task.entry_point or "", repr(task.timeout_s), repr(sorted(task.metadata.items(), key=str)),
+                 task.kind, repr(task.stdio)):  # stdio: a dataclass repr, every test and comparison field
         b = part.encode("utf-8", "surrogatepass")
         h.update(len(b).to_bytes(8, "little"))  # length-prefixed: no two field splits give the same bytes
         h.update(b)

@@ -25,9 +25,9 @@ SET_EQ = {"similar_elements", "find_char_long", "common_in_nested_lists", "extra
 NOT_NONE = {"check_str", "text_match_three", "text_starta_endb"}
 
 REFERENCE_TIMEOUT_S = 180.0
-REFERENCE_MEMORY_MB = 6144
-"""Limits for running a reference on all its inputs (MBPP+ 255 and 599 take ~40 s and GBs on their extreme inputs)."""
 """Time limit for running a reference solution on all its inputs (MBPP+ tasks 255 and 599 take ~40 s)."""
+REFERENCE_MEMORY_MB = 6144
+"""Memory limit for running a reference on all its inputs (MBPP+ 255 and 599 take GBs on their extreme inputs)."""
 
 
 def is_evalplus(task: Task) -> bool:

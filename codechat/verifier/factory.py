@@ -11,6 +11,8 @@ BACKENDS = ("local", "ray")
 def make_verifier(cfg: VerifierConfig | None = None) -> Verifier:
     """`Verifier` for `cfg.backend`: `local` (process pool here) or `ray` (a sandbox pool per Ray node)."""
     cfg = cfg or VerifierConfig()
+    if cfg.workers < 0:  # a negative pool size waits forever for workers that never start
+        raise CodechatError(f"verifier workers must be >= 0 (0 = one per CPU core), got {cfg.workers}")
     if cfg.backend == "local":
         return Verifier(cfg)
     if cfg.backend == "ray":

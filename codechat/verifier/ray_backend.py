@@ -13,7 +13,7 @@ Failures: per-program timeouts and limits are enforced on the worker node, by th
 trainer additionally waits at most timeout + `ray_grace_s` for a reply: a node pool that does not answer by
 then (hung, stopped, swapped out) is killed, a new one is started on the same node, and the job runs again -
 as does a job whose actor died (node lost, OOM). A job that fails on `RETRIES` pools in a row gets the
-`error` verdict (SandboxError) instead of stalling training.
+`infra_error` verdict (SandboxError) instead of stalling training.
 
 Simplifications: the node list is read at start (nodes added later are not used); the actors belong to the
 process that made them (under torchrun each rank has its own actors, sharing the nodes' CPUs: set
@@ -133,7 +133,7 @@ class RayPool:
                 self._replace(i, gen)
             finally:
                 self._slots.put(i)
-        return RunResult("error", "SandboxError", f"the sandbox failed: {why} ({RETRIES} tries)")
+        return RunResult("infra_error", "SandboxError", f"the sandbox failed: {why} ({RETRIES} tries)")
 
     def close(self) -> None:
         ray = _ray()

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-STATUSES = ("passed", "failed", "error", "syntax_error", "timeout", "memory", "no_code", "output_limit")
+STATUSES = ("passed", "failed", "error", "syntax_error", "timeout", "memory", "no_code", "output_limit", "infra_error",
+            "no_answer")
 """The closed set of outcomes:
 passed        every test ran and passed (attested by the verifier, not by the program)
 failed        the code ran, at least one test's assertion failed
@@ -16,6 +17,10 @@ timeout       wall-clock or CPU limit reached
 memory        memory limit reached (MemoryError or the address-space cap)
 no_code       the completion holds no code to run
 output_limit  the program printed more than the output cap
+infra_error   the verifier failed, not the program (a sandbox or Ray worker lost, a pool replaced): says nothing
+              about the completion; training leaves it out of the loss and the advantages (rollout/collect.py)
+no_answer     answer tasks: no final answer found in the completion (failed = found but not equivalent;
+              timeout = the comparison ran past its limit; error = the comparison library failed)
 """
 
 
@@ -39,6 +44,8 @@ class Verdict:
     """Wall-clock time the program ran."""
     blocked: tuple[str, ...] = field(default_factory=tuple)
     """Protections the program ran into: 'network', 'subprocess', 'signal', 'write_outside', ... (for safety rewards)."""
+    cpu_s: float = 0.0
+    """CPU time the program used (user + system, from the kernel); stdin/stdout tasks only, else 0."""
 
     def to_dict(self) -> dict:
         d = asdict(self)

@@ -16,6 +16,7 @@ outputs) and `verify_io` (compare a candidate's outputs with expected ones in th
 """
 from __future__ import annotations
 
+import ast
 import math
 import os
 import re
@@ -28,17 +29,28 @@ from codechat import CodechatError
 from codechat.config import VerifierConfig
 from codechat.sandbox import Job, Limits, RunResult, SandboxPool
 from codechat.tasks import Task
+from codechat.verifier.stdio import StdioRun
+from codechat.verifier.answer import KIND as ANSWER_KIND, AnswerChecker
 from codechat.verifier.verdict import Verdict
 
 _FENCE = re.compile(r"```[ \t]*([\w+#.-]*)[^\n]*\n(.*?)(?:```|\Z)", re.S)
 _PY_LANGS = {"", "python", "py", "python3", "py3"}
 _CODE_START = re.compile(r"^(def |class |import |from |@|async def )")
 _LOOKS_LIKE_CODE = re.compile(r"^(\s|#|def |class |import |from |@|async |if |for |while |return |print\(|"
-                              r"[A-Za-z_][\w.]*\s*(=|\(|\[))")
+                              r"[A-Za-z_][\w.]*(\s*,\s*[A-Za-z_][\w.]*)*\s*(=|\(|\[))")
 
 
 def _defines(code: str, name: str | None) -> bool:
     return bool(name) and re.search(rf"^\s*(async\s+)?(def|class)\s+{re.escape(name)}\b", code, re.M) is not None
+
+
+def _is_code(prompt: str) -> bool:
+    """A prompt that is itself code (HumanEval), not prose that shows a starter in a fence."""
+    try:
+        ast.parse(prompt)
+        return True
+    except (SyntaxError, ValueError):
+        return False
 
 
 def extract_code(completion: str, task: Task) -> str | None:
@@ -67,7 +79,9 @@ def extract_code(completion: str, task: Task) -> str | None:
             code = "".join(lines[start:])
     if not code.strip():
         return None
-    if task.entry_point and _defines(task.prompt, task.entry_point):
+    if task.metadata.get("prelude"):  # the harness imports of call-based competitive tasks (stdio_loaders.py)
+        code = task.metadata["prelude"] + code
+    if task.entry_point and _defines(task.prompt, task.entry_point) and _is_code(task.prompt):
         # HumanEval-style: the prompt is code ending in the signature + docstring; the completion continues it.
         # A completion that redefines the function still comes after the prompt, so the prompt's imports apply.
         return task.prompt + ("\n" + code if _defines(code, task.entry_point) else code)
@@ -98,6 +112,7 @@ class Verifier:
         self.workers = self.cfg.workers or os.cpu_count() or 1
         self._pool: SandboxPool | None = None
         self._lock = threading.Lock()
+        self.answers = AnswerChecker(self.cfg.answer)  # answer tasks (math): no sandbox, workers start on use
 
     # --- lifecycle ---------------------------------------------------------------------------------------------
     @property
@@ -113,6 +128,7 @@ class Verifier:
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.close()
+        self.answers.close()
 
     def __enter__(self) -> "Verifier":
         return self
@@ -137,6 +153,8 @@ class Verifier:
 
     def _tests_job(self, task: Task, completion: str) -> Job | Verdict:
         """The job that verifies `completion`, or the verdict when there is nothing to run."""
+        if task.kind == ANSWER_KIND:
+            return self.answers.check(task, completion)
         code = extract_code(completion, task)
         total = len(task.tests)
         if code is None:
@@ -147,6 +165,8 @@ class Verifier:
                          tests=list(task.tests))
 
     def verify(self, task: Task, completion: str) -> Verdict:
+        if task.stdio is not None:
+            return next(self.imap([(task, completion)]))
         job = self._tests_job(task, completion)
         if isinstance(job, Verdict):
             return job
@@ -158,17 +178,33 @@ class Verifier:
     def imap(self, pairs: Iterable[tuple[Task, str]]) -> Iterator[Verdict]:
         """Verdicts in input order, computed in parallel on all workers with a bounded number in flight
         (one thread drives every worker: no thread pool)."""
-        early: deque = deque()  # per input: the verdict when nothing runs, else the number of tests
+        # per job: the verdict when nothing runs, the number of tests, or (StdioRun, is its last job)
+        early: deque = deque()
 
         def jobs():
             for task, completion in pairs:
+                if task.stdio is not None:  # one job per test (verifier/stdio.py)
+                    run = StdioRun(task, extract_code(completion, task), self.cfg)
+                    if run.early is not None:
+                        early.append(run.early)
+                        yield None
+                        continue
+                    for i, job in enumerate(run.jobs()):
+                        early.append((run, i == run.n - 1))
+                        yield job
+                    continue
                 job = self._tests_job(task, completion)
                 early.append(job if isinstance(job, Verdict) else len(task.tests))
                 yield None if isinstance(job, Verdict) else job
 
         for r in self.pool.run_many(jobs()):
             e = early.popleft()
-            yield e if r is None else self._verdict(r, e)
+            if isinstance(e, tuple):
+                e[0].add(r)
+                if e[1]:
+                    yield e[0].verdict()
+            else:
+                yield e if r is None else self._verdict(r, e)
 
     def verify_io(self, task: Task, completion: str, inputs: list[list], expected: list,
                   atol: float = 0.0, memory_mb: int | None = None) -> Verdict:

@@ -1,0 +1,92 @@
+"""Throughput of repository episodes: 64 concurrent scripted episodes, then the same with the tiny model.
+
+    python bench/agent_episodes.py [--episodes 64] [--tasks builtin:repo-heldout] [--model-turns 4]
+
+1. Scripted policy (no model), a fixed sequence per episode: list_files, read_file, search, write_file (the
+   reference fix), run_tests, submit. Timed end to end: workspace setup, tool calls (run_tests in the sandbox),
+   final verification (clean copy + hidden tests). Baseline in the same run: a few of the same episodes one
+   at a time (max_live=1, one tool thread), reported as `sequential_episodes_per_s` and `speedup`.
+2. The same episodes with the tiny preset (untrained, random text: it mostly makes malformed calls) for
+   `--model-turns` turns of `--turn-tokens` tokens, every turn of all live episodes decoded as one batch:
+   model tokens/s (over the whole wall time, and over the time in batched decodes only) and the slowest
+   episode's share of the wall time.
+Ends with one JSON line: {"episodes_per_s", "tool_calls_per_s", "model_tokens_per_s", "slowest_share",
+"sequential_episodes_per_s", "speedup", "clone_ms", "resolved", ...}.
+"""
+import argparse
+import copy
+import json
+import tempfile
+import time
+
+from codechat.config import AgentConfig, ModelConfig, SamplingConfig
+from codechat.policy import build_preset, load_policy
+from codechat.rollout.agents import ModelAgent, ScriptedAgent
+from codechat.rollout.episode import EpisodeRunner
+from codechat.rollout.tools import format_call
+from codechat.tasks.repo_loaders import load_repo_tasks
+from codechat.verifier.repo import RepoJudge
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--episodes", type=int, default=64)
+ap.add_argument("--tasks", default="builtin:repo-heldout")
+ap.add_argument("--distinct", type=int, default=16, help="distinct tasks the episodes cycle through")
+ap.add_argument("--sequential", type=int, default=4, help="episodes of the one-at-a-time baseline")
+ap.add_argument("--model-turns", type=int, default=4)
+ap.add_argument("--turn-tokens", type=int, default=32)
+ap.add_argument("--workers", type=int, default=8, help="tool threads")
+args = ap.parse_args()
+
+
+def script(task, turn, last):
+    (path, fixed), = sorted(task.solution.items())[:1]
+    unit = task.metadata.get("unit", "def")
+    return [format_call("list_files"), format_call("read_file", path=path), format_call("search", pattern=unit),
+            format_call("write_file", path=path, content=fixed), format_call("run_tests"),
+            format_call("submit")][min(turn, 5)]
+
+
+tasks = load_repo_tasks(args.tasks)[:args.distinct]
+jobs = [(tasks[i % len(tasks)], i // len(tasks)) for i in range(args.episodes)]
+out = {}
+with RepoJudge() as judge:
+    for t in tasks:  # bases and baselines are per task, shared by all its episodes: built once, outside the timing
+        judge.baseline(t)
+    t0 = time.perf_counter()
+    clones = [judge.clone(t) for t, _ in jobs]
+    out["clone_ms"] = (time.perf_counter() - t0) * 1000 / len(clones)
+    for w in clones:
+        w.remove()
+
+    runner = EpisodeRunner(ScriptedAgent(script), judge, AgentConfig(max_live=args.episodes, tool_workers=args.workers))
+    t0 = time.perf_counter()
+    res = runner.run(jobs)
+    wall = time.perf_counter() - t0
+    out.update(episodes=len(res), scripted_wall_s=wall, episodes_per_s=len(res) / wall,
+               tool_calls_per_s=sum(r.tool_calls for r in res) / wall, resolved=sum(r.verdict.passed for r in res))
+
+    seq = EpisodeRunner(ScriptedAgent(script), judge, AgentConfig(max_live=1, tool_workers=1))
+    t0 = time.perf_counter()
+    seq.run(jobs[:args.sequential])
+    out["sequential_episodes_per_s"] = args.sequential / (time.perf_counter() - t0)
+    out["speedup"] = out["episodes_per_s"] / out["sequential_episodes_per_s"]
+
+    with tempfile.TemporaryDirectory() as d:
+        policy = load_policy(ModelConfig(path=str(build_preset("tiny", d, seed=0)), device="cpu"))
+        mjobs = []
+        for t, i in jobs:
+            t = copy.deepcopy(t)
+            t.limits.max_turns = args.model_turns
+            mjobs.append((t, i))
+        agent = ModelAgent(policy, SamplingConfig(temperature=1.0))
+        mrun = EpisodeRunner(agent, judge, AgentConfig(max_live=args.episodes, tool_workers=args.workers,
+                                                       turn_tokens=args.turn_tokens))
+        t0 = time.perf_counter()
+        mres = mrun.run(mjobs)
+        mwall = time.perf_counter() - t0
+    model_tokens = sum(sum(r.transcript.is_model) for r in mres)
+    out.update(model_wall_s=mwall, model_decode_s=mrun.act_s, model_tokens=model_tokens,
+               model_tokens_per_s=model_tokens / mwall, decode_tokens_per_s=model_tokens / max(mrun.act_s, 1e-9),
+               slowest_share=max(r.duration_s for r in mres) / mwall, model_batch_max=max(mrun.step_sizes),
+               model_episodes_per_s=len(mres) / mwall)
+print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in out.items()}))

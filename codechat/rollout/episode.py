@@ -1,0 +1,219 @@
+"""Multi-turn repository episodes: many advance together, each in its own workspace, judged at the end.
+
+    judge = RepoJudge()
+    results = EpisodeRunner(ModelAgent(policy, sampling), judge, AgentConfig()).run([(task, 0), (task, 1)])
+    results[0].transcript.tokens, .is_model, .logprobs      # what the trainer needs, token for token
+
+One episode: prompt (the issue, the tools, the file list) -> model turn (ends with one `<tool_call>`) -> the tool
+runs in the workspace -> its result is appended -> ... until `submit`, an EOS turn without a call, or a budget
+(task limits: turns, tool calls, wall time, tokens) ends it as truncated. Then the workspace's changes go to
+`RepoJudge.judge` (a clean copy, hidden tests): reward 1 iff it passes. Every episode is judged, submitted or not.
+
+Batching: up to `AgentConfig.max_live` episodes are live; every step decodes one model turn of each of them as
+a single batch (`Agent.act`), then runs their tool calls on `tool_workers` threads; a finished episode frees
+its slot at once for the next job, and its judgement runs on the pool while the others continue.
+What it simplifies: each turn re-prefills the whole transcript (no KV cache kept across turns).
+"""
+from __future__ import annotations
+
+import time
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+
+from codechat import CodechatError
+from codechat.config import AgentConfig
+from codechat.rollout.agents import Action, Agent, TurnState
+from codechat.rollout.tools import ToolBox, ToolResult, parse_tool_call
+from codechat.sandbox.workspace import Workspace
+from codechat.tasks.repo import RepoTask
+from codechat.verifier.repo import RepoJudge, RepoVerdict
+
+
+@dataclass
+class Turn:
+    model_start: int
+    """Index in `Transcript.tokens` of this turn's first model token."""
+    model_end: int
+    """One past its last model token; environment tokens of the result are [model_end, env_end)."""
+    env_end: int
+    text: str
+    """The model's text of the turn."""
+    finish_reason: str
+    """`stop` or `length` (the turn hit its token budget)."""
+    tool: str = ""
+    """Tool called ("" when the turn held no well-formed call)."""
+    arguments: dict = field(default_factory=dict)
+    ok: bool = False
+    """The tool call succeeded."""
+    result: str = ""
+    """The tool result as appended (inside the response markers)."""
+
+
+@dataclass
+class Transcript:
+    tokens: list[int] = field(default_factory=list)
+    """Every token of the episode in order: prompt, model turns, tool results."""
+    is_model: list[bool] = field(default_factory=list)
+    """Per token: True = sampled by the model (trained on), False = prompt or environment (masked out)."""
+    logprobs: list[float] = field(default_factory=list)
+    """Per token: the sampler's log-prob for model tokens, 0.0 for the others."""
+    prompt_len: int = 0
+    """Tokens of the initial prompt."""
+    turns: list[Turn] = field(default_factory=list)
+
+    def append(self, ids: list[int], model: bool, logprobs: list[float] | None = None) -> None:
+        self.tokens += ids
+        self.is_model += [model] * len(ids)
+        self.logprobs += logprobs if logprobs is not None else [0.0] * len(ids)
+
+
+@dataclass
+class EpisodeResult:
+    task_id: str
+    sample: int
+    """Index of this episode among the task's samples."""
+    transcript: Transcript
+    verdict: RepoVerdict
+    """Final judgement of the workspace's changes."""
+    submitted: bool
+    """The agent called submit."""
+    truncated: str
+    """"" or the budget that ended it: `turns`, `tool_calls`, `wall`, `tokens`."""
+    tool_calls: int
+    bad_calls: int
+    """Turns without a well-formed call, and calls whose tool failed."""
+    protected_attempts: int
+    """Calls that tried to change a protected path (refused)."""
+    tests_runs: int
+    """run_tests calls."""
+    tested_before_submit: bool
+    """The last run_tests came after the last edit, before the end."""
+    changes: dict
+    """{path: text or None}: the workspace's changes as judged."""
+    duration_s: float
+    """From the episode's start to its judgement."""
+
+    @property
+    def reward(self) -> float:
+        return self.verdict.reward
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["reward"] = self.reward
+        return d
+
+
+class _Live:
+    """One episode in progress."""
+
+    def __init__(self, task: RepoTask, sample: int, ws: Workspace, box: ToolBox, prompt: list[int]):
+        self.task, self.sample, self.ws, self.box = task, sample, ws, box
+        self.t = Transcript()
+        self.t.append(prompt, False)
+        self.t.prompt_len = len(prompt)
+        self.start = time.monotonic()
+        self.tool_calls = self.bad_calls = self.protected = self.tests_runs = 0
+        self.edited_since_test = False
+        self.tested_ever = False
+        self.submitted, self.truncated, self.done = False, "", False
+        self.last_result = ""
+
+    def over_budget(self) -> str:
+        lim = self.task.limits
+        if len(self.t.turns) >= lim.max_turns:
+            return "turns"
+        if self.tool_calls >= lim.max_tool_calls:
+            return "tool_calls"
+        if time.monotonic() - self.start > lim.wall_s:
+            return "wall"
+        if len(self.t.tokens) >= lim.max_tokens:
+            return "tokens"
+        return ""
+
+
+class EpisodeRunner:
+    def __init__(self, agent: Agent, judge: RepoJudge, cfg: AgentConfig):
+        if cfg.max_live < 1 or cfg.tool_workers < 1 or cfg.turn_tokens < 1 or cfg.tool_output_chars < 100 \
+                or cfg.run_timeout_s <= 0:
+            raise CodechatError(f"agent: need max_live, tool_workers, turn_tokens >= 1, tool_output_chars >= 100 "
+                                f"and run_timeout_s > 0 (got {cfg})")
+        self.agent, self.judge, self.cfg = agent, judge, cfg
+        self.step_sizes: list[int] = []
+        """Live episodes per decode step of the last run (how full each batch was)."""
+        self.act_s = 0.0
+        """Seconds the last run spent in `Agent.act` (the batched decodes, for a model)."""
+
+    def run(self, jobs: list[tuple[RepoTask, int]], seed: int = 0) -> list[EpisodeResult]:
+        """Run one episode per (task, sample index); results in the order of `jobs`."""
+        pending = deque(enumerate(jobs))
+        live: list[tuple[int, _Live]] = []
+        judged: dict[int, Future] = {}
+        self.step_sizes, self.act_s = [], 0.0
+        with ThreadPoolExecutor(self.cfg.tool_workers) as pool:
+            step = 0
+            while pending or live:
+                while pending and len(live) < self.cfg.max_live:
+                    i, (task, sample) = pending.popleft()
+                    live.append((i, self._start(task, sample)))
+                for i, e in live:
+                    e.truncated = e.over_budget()
+                    e.done = bool(e.truncated)
+                acting = [(i, e) for i, e in live if not e.done]
+                if acting:
+                    self.step_sizes.append(len(acting))
+                    states = [TurnState(e.task, len(e.t.turns), e.t.tokens,
+                                        min(self.cfg.turn_tokens, e.task.limits.max_tokens - len(e.t.tokens)),
+                                        e.last_result) for _, e in acting]
+                    t0 = time.monotonic()
+                    actions = self.agent.act(states, seed=seed * 1_000_003 + step)
+                    self.act_s += time.monotonic() - t0
+                    calls = [pool.submit(self._turn, e, a) for (_, e), a in zip(acting, actions)]
+                    for c in calls:
+                        c.result()
+                step += 1
+                for i, e in [x for x in live if x[1].done]:
+                    judged[i] = pool.submit(self._finish, e)
+                live = [x for x in live if not x[1].done]
+            return [judged[i].result() for i in range(len(jobs))]
+
+    def _start(self, task: RepoTask, sample: int) -> _Live:
+        ws = self.judge.clone(task)
+        box = ToolBox(task, ws, self.cfg, self.judge.hide_paths)
+        return _Live(task, sample, ws, box, self.agent.prompt(task, ws.listing()))
+
+    def _turn(self, e: _Live, a: Action) -> None:
+        start = len(e.t.tokens)
+        e.t.append(a.tokens, True, a.logprobs)
+        call = parse_tool_call(a.text)
+        turn = Turn(start, len(e.t.tokens), len(e.t.tokens), a.text, a.finish_reason, call.name, call.arguments)
+        e.t.turns.append(turn)
+        if call.error and a.eos:  # the model ended its turn without a call: the episode is over
+            e.done = True
+            return
+        e.tool_calls += 1
+        res: ToolResult = e.box.call(call)
+        turn.ok, turn.result = res.ok, res.text
+        e.bad_calls += not res.ok
+        e.protected += res.protected_attempt
+        if res.ran_tests:
+            e.tests_runs += 1
+            e.tested_ever, e.edited_since_test = True, False
+        elif res.ok and call.name in ("write_file", "edit"):
+            e.edited_since_test = True
+        if res.submitted:
+            e.submitted = e.done = True
+            return
+        e.t.append(self.agent.result_ids(res.text, a.eos), False)
+        turn.env_end = len(e.t.tokens)
+        e.last_result = res.text
+
+    def _finish(self, e: _Live) -> EpisodeResult:
+        try:
+            changes = e.ws.changes()
+            verdict = self.judge.judge(e.task, changes)
+        finally:
+            e.ws.remove()
+        return EpisodeResult(e.task.task_id, e.sample, e.t, verdict, e.submitted, e.truncated, e.tool_calls,
+                             e.bad_calls, e.protected, e.tests_runs, e.tested_ever and not e.edited_since_test,
+                             changes, time.monotonic() - e.start)

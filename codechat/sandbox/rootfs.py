@@ -1,0 +1,156 @@
+"""A minimal filesystem view for sandboxed programs: a fresh root holding only what Python needs to run.
+
+`build_root()` runs once in each zygote, as root, inside its new mount namespace (`isolation.enter_namespaces`),
+before any program is forked; the zygote, its supervisor, its judge and every program then live in this root:
+  /usr, /lib*, /bin, /sbin       read-only binds of the host's (symlinks where the host has symlinks)
+  Python prefixes, sys.path dirs read-only binds at their own paths (stdlib, lib-dynload, site-packages)
+  <codechat>/sandbox             read-only: the only part of codechat there (the candidate's and the judge's code);
+                                 codechat/tasks (reference solutions), the checkout, task files are absent
+  /etc/ld.so.cache               read-only (library lookup); nothing else of /etc
+  /dev/null, zero, full, random, urandom   the host's nodes; /dev/fd and stdio links; /dev/shm -> /tmp
+  /proc                          a new proc instance, hidepid=invisible + subset=pid: a program sees only the
+                                 processes of its own uid, and no system-wide files (/proc/sys, kallsyms, ...)
+  /tmp                           a tmpfs per zygote (mode 1777; /var/tmp -> /tmp), cleaned after each program;
+                                 the program's temp dir under it is a tmpfs of its own, made afresh per program
+Everything else of the host (/etc, /home, /root, /run, /var, /work, caches with tokens) does not exist there.
+The root itself is a read-only tmpfs. Built with pivot_root; the old root is detached.
+
+Simplifications: binds are not recursive (a mount below an exposed dir is not visible; one below /usr would be
+missing); a hide path under an exposed dir is covered by an empty tmpfs. Python's own executable is not run
+from inside (no subprocess `python`), so the venv's bin/ is not exposed.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 0x20, 0x1000, 0x4000, 0x40000
+MNT_DETACH = 2
+SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
+SYSTEM_DIRS = ("/usr", "/lib", "/lib64", "/lib32", "/libx32", "/bin", "/sbin")
+DEVICES = ("null", "zero", "full", "random", "urandom")
+VISIBLE_PACKAGES = ("sandbox",)  # subpackages of codechat visible inside (the candidate and judge import them)
+TMP_OPTS = "mode=1777,size=256m,nr_inodes=16384"
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def mount(src: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    if _libc.mount(src.encode() if src else None, target.encode(), fstype.encode() if fstype else None,
+                   ctypes.c_ulong(flags), data.encode() if data else None) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"mount {src} on {target}: {os.strerror(err)}")
+
+
+def umount(target: str) -> None:
+    if _libc.umount2(target.encode(), MNT_DETACH) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"umount {target}: {os.strerror(err)}")
+
+
+def _under(p: str, d: str) -> bool:
+    return d == "/" or p == d or p.startswith(d.rstrip("/") + "/")
+
+
+def python_paths(package_root: str) -> list[str]:
+    """Host dirs the Python in this process imports from (prefixes and sys.path), outermost only.
+    The package root of codechat itself is left out unless it is a site-packages dir: it is a checkout."""
+    found = {sys.base_prefix, sys.prefix, sys.exec_prefix}
+    for p in sys.path:
+        if p and os.path.isabs(p) and os.path.exists(p):
+            found.add(os.path.realpath(p) if os.path.isdir(p) else os.path.dirname(os.path.realpath(p)))
+    keep = [p for p in found if p != "/" and os.path.isdir(p)
+            and (p != package_root or os.path.basename(p) in ("site-packages", "dist-packages"))]
+    keep = [p for p in keep if not any(q != p and _under(p, q) for q in keep)]
+    return sorted(p for p in keep if not any(_under(p, d) for d in SYSTEM_DIRS))
+
+
+def _bind(src_fd: int, target: str, readonly: bool) -> None:
+    mount(f"/proc/self/fd/{src_fd}", target, None, MS_BIND)
+    if readonly:
+        mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+
+
+def _make_target(root: str, path: str, is_dir: bool) -> str:
+    target = root + path
+    os.makedirs(target if is_dir else os.path.dirname(target), mode=0o755, exist_ok=True)
+    if not is_dir and not os.path.exists(target):
+        os.close(os.open(target, os.O_CREAT | os.O_WRONLY, 0o644))
+    return target
+
+
+def build_root(package_dir: str, hide_paths: tuple[str, ...] = (), binds: tuple[str, ...] = ()) -> list[str]:
+    """Replace this process's root by the minimal view (see the module docstring); returns the exposed dirs.
+    Needs root in a private mount namespace. `package_dir` is the directory of the `codechat` package.
+    `binds`: extra host directories exposed read-only at their own paths (a repository workspace)."""
+    package_root = os.path.dirname(package_dir)
+    exposed = python_paths(package_root)
+    visible = exposed + [d for d in SYSTEM_DIRS if os.path.isdir(d) and not os.path.islink(d)]
+    plan: list[tuple[str, str, bool]] = []  # (host path, kind, read-only): kind dir / file / link
+    for d in SYSTEM_DIRS:
+        if os.path.islink(d):
+            plan.append((d, "link", True))
+        elif os.path.isdir(d):
+            plan.append((d, "dir", True))
+    plan += [(p, "dir", True) for p in exposed]
+    sandbox_dirs = [os.path.join(package_dir, s) for s in VISIBLE_PACKAGES]
+    plan += [(p, "dir", True) for p in sandbox_dirs if not any(_under(p, e) for e in visible)]
+    plan += [(os.path.realpath(b), "dir", True) for b in binds]
+    if os.path.isfile("/etc/ld.so.cache"):
+        plan.append(("/etc/ld.so.cache", "file", True))
+    plan += [(f"/dev/{n}", "file", False) for n in DEVICES if os.path.exists(f"/dev/{n}")]
+    # codechat packages inside an exposed dir (an installed copy) are covered, then its sandbox re-exposed
+    covers = [os.path.realpath(h) for h in hide_paths if os.path.isdir(h)]
+    covers += [package_dir] + [os.path.join(e, "codechat") for e in exposed]
+    covers = sorted({c for c in covers if os.path.isdir(c) and any(_under(c, e) for e in visible)}, key=len)
+    handles = {p: os.open(p, os.O_PATH | os.O_CLOEXEC) for p, kind, _ in plan if kind != "link"}
+    handles.update({p: os.open(p, os.O_PATH | os.O_CLOEXEC) for p in sandbox_dirs if p not in handles})
+    root = "/tmp"  # any existing dir serves as the mount point: every host path is reached through `handles`
+    mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=4m,nr_inodes=4096")
+    try:
+        for d in ("proc", "tmp", "dev", "var"):
+            os.mkdir(f"{root}/{d}", 0o755)
+        # /tmp first: a Python or codechat under the host's /tmp (a clone, a venv) is bound inside it
+        mount("tmpfs", f"{root}/tmp", "tmpfs", MS_NOSUID | MS_NODEV, TMP_OPTS)
+        for p, kind, ro in plan:
+            if kind == "link":
+                os.makedirs(os.path.dirname(root + p), mode=0o755, exist_ok=True)
+                os.symlink(os.readlink(p), root + p)
+            else:
+                _bind(handles[p], _make_target(root, p, kind == "dir"), ro)
+        for c in covers:
+            mount("tmpfs", root + c, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=64k,nr_inodes=64")
+            for s in sandbox_dirs:
+                if _under(s, c):
+                    _bind(handles[s], _make_target(root, s, True), True)
+            mount(None, root + c, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, "size=64k,nr_inodes=64")
+        for link, to in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+                         ("stderr", "/proc/self/fd/2"), ("shm", "/tmp")):
+            os.symlink(to, f"{root}/dev/{link}")
+        os.symlink("/tmp", f"{root}/var/tmp")
+        mount("proc", f"{root}/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=invisible,subset=pid")
+    finally:
+        for fd in handles.values():
+            os.close(fd)
+    os.chdir(root)
+    if _libc.syscall(SYS_PIVOT_ROOT[os.uname().machine], b".", b".") != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"pivot_root: {os.strerror(err)}")
+    umount(".")  # the old root, stacked on the new one by pivot_root(".", ".")
+    os.chdir("/")
+    mount(None, "/", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, "size=4m,nr_inodes=4096")
+    return exposed
+
+
+def fresh_dir(path: str, uid: int | None) -> None:
+    """Make `path` (under the sandbox's /tmp) an empty tmpfs owned by `uid`, dropping the previous one whole:
+    nothing a program built there (deep trees, links, millions of names) is ever walked."""
+    try:
+        umount(path)
+    except OSError:
+        pass
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    owner = f",uid={uid},gid={uid}" if uid is not None else ""
+    mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, f"mode=0700,size=256m,nr_inodes=16384{owner}")

@@ -1,0 +1,115 @@
+"""Workspaces: cheap clones that never alter their base, confined paths, isolated commands; diffs round-trip."""
+import os
+import sys
+import time
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from codechat.sandbox.workspace import Workspace, WorkspaceError, run_isolated, safe_path, scratch_dir, write_tree
+from codechat.sandbox.isolation import rmtree
+from codechat.verifier.patches import PatchError, apply_diff, make_diff, parse_diff
+
+
+@pytest.fixture()
+def ws():
+    d = scratch_dir()
+    base = d / "base"
+    base.mkdir()
+    write_tree(base, {"a.py": "x = 1\n", "pkg/b.py": "y = 2\n"})
+    w = Workspace.clone(base, d, "w")
+    yield w
+    rmtree(str(d))
+
+
+def test_write_replaces_never_touches_base(ws):
+    ws.write("a.py", "x = 99\n")
+    ws.write("new/c.py", "z = 3\n")
+    assert (ws.base / "a.py").read_text() == "x = 1\n"
+    assert ws.changes() == {"a.py": "x = 99\n", "new/c.py": "z = 3\n"}
+    (ws.root / "pkg" / "b.py").unlink()
+    assert ws.changes()["pkg/b.py"] is None
+
+
+@pytest.mark.parametrize("bad", ["../x", "/etc/passwd", "a/../../x", "", "~/x", "a\\b", "x\x00y", "a" * 300])
+def test_paths_outside_are_refused(ws, bad):
+    with pytest.raises(WorkspaceError):
+        ws.read(bad)
+
+
+def test_symlinks_are_not_followed(ws):
+    os.symlink("/etc", ws.root / "etc")
+    with pytest.raises(WorkspaceError, match="symlink"):
+        ws.read("etc/passwd")
+    assert "etc" not in " ".join(ws.listing())
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="own uid and read-only workspace need root")
+def test_command_cannot_write_workspace_nor_reach_network(ws):
+    code = ("import socket\ntry:\n    open('a.py', 'w').write('hacked')\nexcept OSError as e:\n    print('write', type(e).__name__)\n"
+            "try:\n    socket.create_connection(('1.1.1.1', 80), timeout=1)\nexcept OSError as e:\n    print('net', type(e).__name__)\n")
+    r = run_isolated([sys.executable, "-I", "-c", code], ws.root, timeout_s=10)
+    assert r.status == "ok" and ("write PermissionError" in r.output or "write OSError" in r.output)  # EROFS
+    assert "net" in r.output
+    assert (ws.root / "a.py").read_text() == "x = 1\n"
+
+
+def test_command_deadline_output_cap_and_children_reaped(ws):
+    r = run_isolated([sys.executable, "-I", "-c", "while True: pass"], ws.root, timeout_s=1)
+    assert r.status == "timeout" and r.duration_s < 5
+    r = run_isolated([sys.executable, "-I", "-c", "print('x' * 100000)"], ws.root, timeout_s=10, max_output_bytes=100)
+    assert r.truncated and len(r.output) == 100
+    code = ("import os, subprocess, sys\nsubprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'],"
+            " start_new_session=True)\nprint('uid', os.getuid())")
+    r = run_isolated([sys.executable, "-I", "-c", code], ws.root, timeout_s=10)
+    uid = int(r.output.split()[-1])
+    if os.geteuid() == 0:  # everything of the command's own uid is killed afterwards, even a new session
+        assert uid >= 1_000_000
+        for _ in range(50):  # killed processes can linger a moment as zombies until their new parent reaps them
+            if not _alive_with_uid(uid):
+                break
+            time.sleep(0.1)
+        assert not _alive_with_uid(uid)
+
+
+def _alive_with_uid(uid: int) -> list[str]:
+    left = []
+    for p in os.listdir("/proc"):
+        try:
+            if p.isdigit() and os.stat(f"/proc/{p}").st_uid == uid and open(f"/proc/{p}/stat").read().split()[2] != "Z":
+                left.append(p)
+        except OSError:
+            pass
+    return left
+
+
+texts = st.lists(st.sampled_from(["a", "b", "c", "", "x = 1", "  y"]), max_size=8).map(lambda ls: "\n".join(ls))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.dictionaries(st.sampled_from(["a.py", "d/b.py", "c.txt"]), texts, max_size=3),
+       st.dictionaries(st.sampled_from(["a.py", "d/b.py", "c.txt", "new.py"]), st.one_of(st.none(), texts), max_size=3))
+def test_diff_round_trip(before, changes):
+    changes = {p: t for p, t in changes.items() if not (t is None and p not in before) and before.get(p) != t}
+    if not changes:
+        return
+    assert apply_diff(make_diff(before.get, changes), before.get) == changes
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=300))
+def test_fuzz_diff_parser_raises_only_patch_error(text):
+    try:
+        for fp in parse_diff(text):
+            assert safe_path(fp.path) == fp.path
+    except PatchError:
+        pass
+
+
+def test_diff_errors_name_the_line():
+    with pytest.raises(PatchError, match="line 3: malformed hunk"):
+        parse_diff("--- a/x\n+++ b/x\n@@ nope @@\n")
+    with pytest.raises(PatchError, match="'..'"):
+        parse_diff("--- a/../x\n+++ b/../x\n@@ -1 +1 @@\n-a\n+b\n")
+    with pytest.raises(PatchError, match="does not match"):
+        apply_diff("--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n", lambda p: "zzz\n")
