@@ -49,6 +49,10 @@ class VerifierConfig:
     count as not passed and the verdict is `timeout`."""
     answer: AnswerConfig = field(default_factory=lambda: AnswerConfig())
     """How answer (math) tasks are judged: extraction order, percent rule, tolerance, time limit."""
+    dedup: bool = True
+    """In training: run each distinct (completion, task) of a batch once; its copies get the same verdict."""
+    cache_size: int = 0
+    """In training: also reuse the verdicts of up to this many distinct pairs across steps (LRU); 0 = off."""
 
 
 @dataclass
@@ -262,6 +266,9 @@ class RLConfig:
     """With zero_variance=resample: at most this many extra sampling rounds per step."""
     mask_truncated: bool = False
     """Drop samples that hit max_new_tokens from the loss (overlong masking)."""
+    dedup: bool = True
+    """Run the update's forward/backward once per distinct (prompt, completion), weighted by its count: the same
+    loss, metrics and gradient, less compute (algos/dedup.py); logged as update/dedup_frac."""
 
 
 @dataclass

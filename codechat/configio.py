@@ -145,6 +145,7 @@ def validate(cfg: RunConfig) -> None:
         ("dist.parallel", cfg.dist.parallel in ("ddp", "fsdp")),
         ("dist.backend", cfg.dist.backend in ("auto", "nccl", "gloo")),
         ("verifier.backend", cfg.verifier.backend in ("local", "ray")),
+        ("verifier.cache_size", cfg.verifier.cache_size >= 0),
         ("optim.beta1", 0 <= cfg.optim.beta1 < 1), ("optim.beta2", 0 <= cfg.optim.beta2 < 1),
         ("optim.weight_decay", cfg.optim.weight_decay >= 0), ("optim.max_grad_norm", cfg.optim.max_grad_norm >= 0),
     ]

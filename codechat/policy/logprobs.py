@@ -3,13 +3,19 @@ compute for the sampler's samples.
 
 Fast path (Llama-family models, see fastlm.py): each distinct prompt runs once (P rows), and its per-layer KV is
 gathered for its n completions (a differentiable index, so gradients of the prompt part are summed over its
-completions, exactly as in a full forward); the completions then run attending to that KV. Compared with a
-forward over every [prompt + completion] row this saves (n - 1) / n of the prompt's compute.
+completions, exactly as in a full forward); the completions then run attending to that KV, in up to 4 chunks
+of rows of similar length, each at its own width (`_length_chunks`: less padding through the layers). Compared
+with a forward over every [prompt + completion] row this saves (n - 1) / n of the prompt's compute.
 
 Reference path (any causal LM, wrapped models such as DDP, FSDP-sharded ones): one forward over [prompt + completion] rows,
 right-padded. Tests check the two agree in values and gradients.
 
-Simplification: the (N, T, V) logits are materialised; for very large vocabularies x batch, chunk the batch.
+Both paths give the LM head and the log-prob only the R masked-in positions (not padding), drop the columns past
+every row's last real token, and pick the sampled token's log-prob as logit - logsumexp instead of materialising
+the (R, V) log-softmax; the softmax is computed once and serves the entropy (a detached diagnostic) and the
+backward (`_PickedLogprob`). Tests: tests/test_logprobs_speed.py (against a brute-force per-row forward);
+speed: bench/logprob_speed.py.
+Simplification: the (R, V) logits are materialised; for very large vocabularies x batch, chunk the batch.
 """
 from __future__ import annotations
 
@@ -42,46 +48,95 @@ def completion_logprobs(model, prompts: list[list[int]], prompt_index, tokens, m
     `temperature` first. fast: None = fast path when usable, False = reference path."""
     dev = _device(model)
     tokens, mask = tokens.to(dev), mask.to(dev)
+    N, T = tokens.shape
     index = torch.as_tensor(prompt_index, device=dev).long()  # (N,)
     used, index = torch.unique(index, return_inverse=True)  # run only the prompts these rows use (minibatches)
     prompts = [prompts[i] for i in used.tolist()]
     # tokens up to each row's last masked-in one are real (attended to); a 0 before it only drops the token's
-    # log-prob, e.g. a loss mask with holes. Zeros after it are padding.
+    # log-prob, e.g. a loss mask with holes. Zeros after it are padding: columns past every row's last real
+    # token are not run at all.
     real = mask.flip(1).cumsum(1).flip(1) > 0  # (N, T) bool
+    Tr = int(real.any(0).nonzero().max()) + 1 if real.any() else 1
+    tokens, real, sel = tokens[:, :Tr], real[:, :Tr], mask[:, :Tr] > 0  # (N, Tr)
     if fast is None and is_sharded(model):  # FSDP: only the model's own forward gathers the shards; and one path
         fast = False  # for policy, old and reference log-probs, so that equal weights give exactly equal values
+    flat = sel.flatten().nonzero()[:, 0]  # (R,) the masked-in positions: the only ones given a log-prob
     if fast or (fast is None and usable(model)):
-        logits = _fast_logits(model, prompts, index, tokens, real)
+        logits = _fast_logits(model, prompts, index, tokens, real, flat)
     else:
-        logits = _reference_logits(model, prompts, index, tokens, real)
-    logits = logits.float()  # (N, T, V)
+        logits = _reference_logits(model, prompts, index, tokens, real, flat)
+    logits = logits.float()  # (R, V)
     if temperature != 1.0:
         logits = logits / temperature
-    logp_all = torch.log_softmax(logits, dim=-1)  # (N, T, V)
-    m = mask.to(logp_all.dtype)
-    logp = logp_all.gather(2, tokens[..., None])[..., 0] * m  # (N, T)
+    picked, ent = _PickedLogprob.apply(logits, tokens.flatten()[flat])  # (R,) each
+    logp = _scatter(picked, flat, N, T, Tr)  # (N, T)
     if not with_entropy:
         return logp
-    with torch.no_grad():  # a diagnostic: no graph, so it costs no memory or time in the backward pass
-        entropy = -(logp_all.exp() * logp_all).sum(-1) * m  # (N, T)
-    return logp, entropy
+    return logp, _scatter(ent, flat, N, T, Tr)  # entropy (N, T): detached, a diagnostic
 
 
-def _fast_logits(model, prompts, index, tokens, real):
+class _PickedLogprob(torch.autograd.Function):
+    """logits (R, V), token ids (R,) -> the tokens' log-probs (R,) and the entropies (R,) (no gradient).
+
+    One pass: p = softmax(logits) is computed once, gives the entropy, and is saved for the backward, whose
+    gradient d logp / d logits = onehot(token) - p needs no second exp (autograd's logsumexp recomputes it)."""
+
+    @staticmethod
+    def forward(ctx, logits, tok):
+        lse = torch.logsumexp(logits, dim=-1)  # (R,)
+        p = torch.exp(logits - lse[:, None])  # (R, V)
+        ent = lse - (p * logits).sum(-1)  # (R,)
+        ctx.save_for_backward(p, tok)
+        ctx.mark_non_differentiable(ent)
+        return logits.gather(1, tok[:, None])[:, 0] - lse, ent
+
+    @staticmethod
+    def backward(ctx, g, _g_ent):
+        p, tok = ctx.saved_tensors
+        grad = p * -g[:, None]  # (R, V)
+        return grad.scatter_add_(1, tok[:, None], g[:, None]), None
+
+
+def _scatter(vals, flat, N: int, T: int, Tr: int):
+    """Values (R,) at flat positions of an (N, Tr) grid -> (N, T), zeros elsewhere."""
+    out = vals.new_zeros(N * Tr).index_put((flat,), vals)  # unique indices: a plain (deterministic) copy
+    return torch.nn.functional.pad(out.view(N, Tr), (0, T - Tr))
+
+
+def _fast_logits(model, prompts, index, tokens, real, flat):
     fl = FastLM(model)
     ids, valid = _left_pad(prompts, 0, tokens.device)  # (P, Lp); pad id irrelevant (masked)
     hp, kv = fl.forward(ids, positions(valid), valid)  # hp (P, Lp, C); kv per layer (P, Hkv, Lp, D)
-    # index_select: its backward (index_add) sums in a fixed order; k[index] with unsorted rows (minibatches of
-    # a permutation) summed the prompt gradients in thread-dependent order: runs differed in the last bits
-    past = [(k.index_select(0, index), v.index_select(0, index)) for k, v in kv]  # each (N, Hkv, Lp, D)
-    T = tokens.shape[1]
+    N, T = tokens.shape
     cpos = valid.long().sum(1)[index][:, None] + torch.arange(T, device=tokens.device)  # (N, T)
-    hc, _ = fl.forward(tokens, cpos, real, past, valid[index])  # (N, T, C)
-    h = torch.cat([hp[:, -1:].index_select(0, index), hc[:, :-1]], dim=1)  # (N, T, C): state predicting each token
-    return fl.logits(h)
+    hs, at = [], []
+    for rows, Tc in _length_chunks(real.sum(1)):  # rows of similar length: little padding run through the layers
+        idx = index.index_select(0, rows)  # (n,)
+        # index_select: its backward (index_add) sums in a fixed order; k[index] with unsorted rows (minibatches
+        # of a permutation) summed the prompt gradients in thread-dependent order: runs differed in the last bits
+        past = [(k.index_select(0, idx), v.index_select(0, idx)) for k, v in kv]  # each (n, Hkv, Lp, D)
+        hc, _ = fl.forward(tokens[rows, :Tc], cpos[rows, :Tc], real[rows, :Tc], past, valid[idx])  # (n, Tc, C)
+        h = torch.cat([hp[:, -1:].index_select(0, idx), hc[:, :-1]], dim=1)  # (n, Tc, C): states predicting tokens
+        pos = (rows[:, None] * T + torch.arange(Tc, device=tokens.device)).flatten()  # (n * Tc,) in the (N, T) grid
+        hs.append(h.flatten(0, 1))
+        at.append(pos)
+    grid = torch.full((N * T,), -1, dtype=torch.long, device=tokens.device)
+    at_all = torch.cat(at)
+    grid[at_all] = torch.arange(len(at_all), device=tokens.device)  # (N, T) grid position -> row of cat(hs)
+    h = torch.cat(hs).index_select(0, grid[flat])  # (R, C); flat positions always lie in some chunk
+    return fl.logits(h)  # (R, V): the LM head only where a log-prob is wanted
 
 
-def _reference_logits(model, prompts, index, tokens, real):
+def _length_chunks(lengths, max_chunks: int = 4, min_rows: int = 16):
+    """Split rows by real length (N,) into up to max_chunks groups of similar length (longest first): a list of
+    (rows (n,) long, the group's longest length). Deterministic (a stable sort)."""
+    N = len(lengths)
+    order = torch.sort(lengths, descending=True, stable=True).indices  # (N,)
+    k = max(1, min(max_chunks, N // min_rows))
+    return [(rows, max(int(lengths[rows[0]]), 1)) for rows in order.chunk(k)]
+
+
+def _reference_logits(model, prompts, index, tokens, real, flat):
     dev = tokens.device
     N, T = tokens.shape
     lens = torch.tensor([len(p) for p in prompts], device=dev)[index]  # (N,)
@@ -96,4 +151,5 @@ def _reference_logits(model, prompts, index, tokens, real):
         attn[i, len(p) : len(p) + T] = real[i].long()
     out = model(input_ids=ids, attention_mask=attn, position_ids=positions(attn.bool())).logits  # (N, L, V)
     at = lens[:, None] - 1 + torch.arange(T, device=dev)  # (N, T) position predicting each new token
-    return out.gather(1, at[..., None].expand(-1, -1, out.shape[-1]))  # (N, T, V)
+    rows = torch.arange(N, device=dev)[:, None] * L + at  # (N, T) flat positions in out
+    return out.flatten(0, 1).index_select(0, rows.flatten()[flat])  # (R, V)

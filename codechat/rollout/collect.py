@@ -18,6 +18,7 @@ from codechat.algos import group_stats
 from codechat.config import RewardConfig, SamplingConfig
 from codechat.rollout.rewards import RewardContext, compose_rewards, reward_metrics
 from codechat.tasks import Task
+from codechat.verifier.dedup import DedupStats, DedupVerifier
 from codechat.verifier.verdict import Verdict
 
 
@@ -47,6 +48,8 @@ class Rollouts:
     """Seconds spent sampling."""
     verify_s: float = 0.0
     """Seconds spent verifying."""
+    verify_stats: DedupStats | None = None
+    """With a DedupVerifier: what verification ran and reused (logged as verify/dedup_frac, ...)."""
 
     @property
     def group_ids(self) -> torch.Tensor:
@@ -110,8 +113,9 @@ def collect(policy, sampler, verifier, tasks: list[Task], group_size: int, sampl
     n_tokens = [int(n) for n in batch.n_tokens]
     truncated = [f == "length" for f in batch.finish_reason]
     rewards, comps = score(per_sample, batch.texts, verdicts, n_tokens, truncated, cfg.max_new_tokens, rewards)
+    stats = verifier.last if isinstance(verifier, DedupVerifier) else None
     rewards = fill_infra(rewards, batch.prompt_index, [v.status == "infra_error" for v in verdicts])
-    return Rollouts(tasks, prompts, batch, verdicts, rewards, comps, t1 - t0, t2 - t1)
+    return Rollouts(tasks, prompts, batch, verdicts, rewards, comps, t1 - t0, t2 - t1, stats)
 
 
 def rollout_metrics(r: Rollouts) -> dict[str, float]:
@@ -127,6 +131,8 @@ def rollout_metrics(r: Rollouts) -> dict[str, float]:
          "truncated_frac": sum(f == "length" for f in r.batch.finish_reason) / max(len(lens), 1),
          "time/sample_s": r.sample_s, "time/verify_s": r.verify_s,
          "new_tokens_per_s": lens.sum().item() / max(r.sample_s, 1e-9)}
+    if r.verify_stats is not None:
+        m.update(r.verify_stats.metrics())
     for status, c in Counter(v.status for v in r.verdicts).items():
         m[f"verdict/{status}"] = c / len(r.verdicts)
     m["infra_errors"] = float(sum(v.status == "infra_error" for v in r.verdicts))  # count, left out of the loss

@@ -37,7 +37,9 @@ def sample_groups(ctx: Context, engine) -> tuple[Rollouts, dict]:
             rounds += 1
             more = draw(rounds)
             extra["samples"] += len(more.verdicts)
+            stats = r.verify_stats + more.verify_stats if r.verify_stats and more.verify_stats else None
             r = merge_keep_signal(r, more, want)
+            r.verify_stats = stats  # every round's verification (verify/dedup_frac, ...)
             zv, _ = zero_variance_groups(r.rewards, r.group_ids)
         extra["resample_rounds"] = rounds
     return r, extra

@@ -27,6 +27,7 @@ import time
 import torch
 
 from codechat.algos import DifficultyTracker, kl_loss, policy_loss, zero_variance_groups
+from codechat.algos.dedup import expand, find_duplicates
 from codechat.config import AlgoConfig, RunConfig
 from codechat.policy import completion_logprobs, reference
 from codechat.policy.engine import make_engine, push_weights, sampling_weights
@@ -50,21 +51,32 @@ def stage_algo(cfg: RunConfig, stage: str) -> AlgoConfig:
     return a
 
 
-def logprobs_for(model, r: Rollouts, rows: torch.Tensor, temperature: float, with_entropy: bool = False):
+def logprobs_for(model, r: Rollouts, rows: torch.Tensor, temperature: float, with_entropy: bool = False,
+                 dedup: bool = False, count: list | None = None):
+    """Log-probs (n, T) of rows (and entropies). dedup: the model runs once per distinct (prompt, completion) row
+    and the results are expanded back (algos/dedup.py: same values, gradients weighted by multiplicity).
+    count: [rows asked, rows run], added to."""
     dev = next(model.parameters()).device
     b = r.batch
-    return completion_logprobs(model, r.prompts, b.prompt_index[rows].to(dev), b.tokens[rows].to(dev),
-                               b.mask[rows].to(dev).float(), temperature=max(temperature, 1e-6) if temperature else 1.0,
-                               with_entropy=with_entropy)
+    d = find_duplicates(b.prompt_index[rows], b.tokens[rows], b.mask[rows]) if dedup else None
+    run = rows[d.keep] if d is not None else rows
+    if count is not None:
+        count[0], count[1] = count[0] + len(rows), count[1] + len(run)
+    out = completion_logprobs(model, r.prompts, b.prompt_index[run].to(dev), b.tokens[run].to(dev),
+                              b.mask[run].to(dev).float(), temperature=max(temperature, 1e-6) if temperature else 1.0,
+                              with_entropy=with_entropy)
+    if d is None:
+        return out
+    return tuple(expand(x, d) for x in out) if with_entropy else expand(out, d)  # (n, T) each
 
 
-def frozen_logprobs(model, r: Rollouts, rows: torch.Tensor, temperature: float,
-                    as_reference: bool = False) -> torch.Tensor | None:
+def frozen_logprobs(model, r: Rollouts, rows: torch.Tensor, temperature: float, as_reference: bool = False,
+                    dedup: bool = False, count: list | None = None) -> torch.Tensor | None:
     """No-grad log-probs (N, T) of the rows under `model`: the policy before the update, or with as_reference the
     reference (a LoRA policy with its adapters off; a frozen copy as it is). Every rank enters (FSDP gathers);
-    a rank without rows gets None."""
+    a rank without rows gets None. dedup, count: as in logprobs_for."""
     with torch.no_grad(), full_weights(model), reference(model) if as_reference else contextlib.nullcontext():
-        return logprobs_for(model, r, rows, temperature) if len(rows) else None
+        return logprobs_for(model, r, rows, temperature, dedup=dedup, count=count) if len(rows) else None
 
 
 def rl_update(ctx: Context, r: Rollouts, adv: torch.Tensor, rows: torch.Tensor, ref, opt, a: AlgoConfig) -> dict:
@@ -74,8 +86,11 @@ def rl_update(ctx: Context, r: Rollouts, adv: torch.Tensor, rows: torch.Tensor, 
     temp, dev = ctx.cfg.sampling.temperature, ctx.device
     mask = r.batch.mask[rows].to(dev).float()  # (N, T)
     plan = dist.minibatch_plan(len(rows), c.minibatch_size, c.epochs, seed=ctx.step_seed(7))
-    old = None if len(plan) == 1 else frozen_logprobs(model, r, rows, temp)  # (N, T) pi_old; one step: logp itself
-    ref_lp = frozen_logprobs(ref, r, rows, temp, as_reference=True) if ref is not None else None  # (N, T)
+    seen = [0, 0]  # rows asked for, rows run through the model (rl.dedup: distinct ones only), over every pass
+    old = None if len(plan) == 1 else frozen_logprobs(model, r, rows, temp, dedup=c.dedup,
+                                                      count=seen)  # (N, T) pi_old; one step: logp itself
+    ref_lp = frozen_logprobs(ref, r, rows, temp, as_reference=True, dedup=c.dedup,
+                             count=seen) if ref is not None else None  # (N, T)
     sampler_lp = r.batch.logprobs  # (B, T) the engine's log-probs: gap metrics, truncated IS
     sums: dict[str, float] = {}
     count, norms = 0, []
@@ -87,7 +102,8 @@ def rl_update(ctx: Context, r: Rollouts, adv: torch.Tensor, rows: torch.Tensor, 
             if m_idx is None:  # FSDP: this rank has fewer micro-batches; match the others' forward/backward
                 idle_pass(model)
                 continue
-            logp, ent = logprobs_for(model, r, rows[m_idx], temp, with_entropy=True)  # (n, T)
+            logp, ent = logprobs_for(model, r, rows[m_idx], temp, with_entropy=True, dedup=c.dedup,
+                                     count=seen)  # (n, T)
             m = mask[m_idx]  # (n, T)
             old_lp = logp.detach() if old is None else old[m_idx]
             loss, met = policy_loss(a.loss, logp, old_lp, adv[m_idx].to(dev), m, a,
@@ -108,6 +124,7 @@ def rl_update(ctx: Context, r: Rollouts, adv: torch.Tensor, rows: torch.Tensor, 
     out = {k: v / max(count, 1) for k, v in sums.items()}
     out["grad_norm"] = sum(norms) / len(norms)
     out["optimizer_steps"] = float(len(plan))
+    out["update/dedup_frac"] = 1.0 - seen[1] / seen[0] if seen[0] else 0.0  # forward rows saved
     return out
 
 

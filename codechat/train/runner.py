@@ -28,6 +28,7 @@ from codechat.train.checkpoint import Checkpointer, TrainState
 from codechat.train.common import Context
 from codechat.train.metrics import MetricsLogger, plot_run
 from codechat.train.stages import STAGES, batch_sizes, stage_steps
+from codechat.verifier.dedup import DedupVerifier
 from codechat.verifier.factory import make_verifier
 
 
@@ -109,6 +110,7 @@ def train(cfg: RunConfig | None = None, resume: str | Path | None = None, overri
         else dist.NullLogger()
     ckpt = Checkpointer(run_dir, cfg.checkpoint.keep_last)
     with make_verifier(dist.per_rank_verifier(cfg.verifier)) as verifier:
+        verifier = DedupVerifier(verifier, cfg.verifier.cache_size, cfg.verifier.dedup)  # once per distinct program
         ctx = Context(cfg, policy, verifier, logger, ckpt, state, run_dir, train_tasks, eval_tasks, extra,
                       resume=trainer_state)
         try:
