@@ -91,7 +91,7 @@ class AlgoConfig:
     difficulty_ema: float = 0.9
     """Decay of the running per-prompt pass rate behind difficulty weighting (rate = ema*old + (1-ema)*step's)."""
     loss: str = "ppo-clip"
-    """Policy loss: ppo-clip, reinforce (DPO has its own signature: algos.dpo_loss)."""
+    """Policy loss: ppo-clip, reinforce, gspo, cispo (DPO has its own signature: algos.dpo_loss)."""
     clip_low: float = 0.2
     """PPO lower clip epsilon: ratio is clipped below at 1 - clip_low."""
     clip_high: float = 0.2
@@ -115,6 +115,14 @@ class AlgoConfig:
     """DPO temperature beta."""
     dpo_label_smoothing: float = 0.0
     """DPO label smoothing (conservative DPO); 0 = plain DPO."""
+    correction: str = "tis"
+    """Off-policy correction against the sampler's log-probs (algos/corrections.py): tis (token ratio capped at
+    tis_cap), seq-is (GSPO geometric-mean sequence ratio capped at tis_cap), icepop (token ratios outside
+    [icepop_low, icepop_high] masked out)."""
+    icepop_low: float = 0.5
+    """`icepop`: tokens whose ratio pi_old / pi_sampler is below this are dropped from the loss."""
+    icepop_high: float = 2.0
+    """`icepop`: tokens whose ratio pi_old / pi_sampler is above this are dropped from the loss."""
 
 
 # --- rewards --------------------------------------------------------------------------------------------------
