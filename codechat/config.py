@@ -190,6 +190,9 @@ class RolloutConfig:
     """Run vLLM eagerly (no CUDA graphs / torch.compile): starts in seconds; set false on GPU for faster decoding."""
     vllm_prefix_caching: bool = True
     """Let vLLM reuse the KV of shared prompt prefixes (reset after every weight push)."""
+    verify_while_decoding: bool = False
+    """RL stages: send each completion to the verifier the moment it finishes decoding, while the rest of the batch
+    keeps decoding (same verdicts; metric verify_overlap_frac). The vllm engine reports finishes only at the end."""
 
 
 # --- training -------------------------------------------------------------------------------------------------
