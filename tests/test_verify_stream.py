@@ -1,15 +1,18 @@
 """Verify while decoding: the sampler reports each row once with the batch's final text, finished rows first;
 the stream gives verify_many's verdicts in row order and starts verifying before sampling ends; errors surface."""
+import json
 import time
 
 import pytest
 import torch
 
 from codechat.config import SamplingConfig, VerifierConfig
+from codechat.configio import load_config
 from codechat.policy import Sampler
 from codechat.rollout.collect import collect, rollout_metrics
 from codechat.rollout.stream import VerifyStream
 from codechat.tasks.builtin import load_builtin
+from codechat.train import train
 from codechat.verifier import Verifier
 from policy_helpers import tiny_policy
 
@@ -114,3 +117,20 @@ def test_a_row_never_finished_is_an_error(verifier, tasks):
         vs.submit(1, "no code")
         with pytest.raises(RuntimeError, match=r"rows \[0\]"):
             vs.result()
+
+
+def test_training_with_verify_while_decoding_logs_the_same_rollouts(tmp_path):
+    base = ["data.train=builtin:toy", "sampling.max_new_tokens=12", "log.progress=false", "log.plot=false",
+            "verifier.workers=2", "rl.prompts_per_step=2", "rl.group_size=4", "checkpoint.every=0",
+            "log.audit=false", "stages=[grpo]", "rl.steps=2"]
+    runs = {}
+    for flag in ("false", "true"):
+        run = tmp_path / flag
+        train(load_config(None, base + [f"run_dir={run}", f"rollout.verify_while_decoding={flag}"]))
+        rolls = [json.loads(x) for x in (run / "rollouts.jsonl").read_text().splitlines()]
+        mets = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+        runs[flag] = ([(r["completion"], r["reward"], r["status"]) for r in rolls],
+                      [m for m in mets if "pass_rate" in m])
+    assert runs["true"][0] == runs["false"][0] and len(runs["true"][0]) == 16
+    assert all("verify_overlap_frac" in m for m in runs["true"][1]) and runs["true"][1]
+    assert not any("verify_overlap_frac" in m for m in runs["false"][1])
