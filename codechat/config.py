@@ -273,6 +273,9 @@ class RLConfig:
     """With zero_variance=resample: at most this many extra sampling rounds per step."""
     mask_truncated: bool = False
     """Drop samples that hit max_new_tokens from the loss (overlong masking)."""
+    async_steps: int = 0
+    """0 = synchronous (sample, verify, then update); k >= 1 = a producer thread samples and verifies the next
+    batches with weights up to k updates old while the trainer updates (train/producer.py; engine hf, ddp only)."""
 
 
 @dataclass
