@@ -48,7 +48,7 @@ def test_async_one_step_off_policy_trains(tmp_path):
     moved = [s for s in range(1, 3) if async_m[s - 1]["grad_norm"] > 0]
     assert moved and all(async_m[s]["logp_gap_max"] > 1e-3 for s in moved)
     assert async_m[0]["logp_gap_max"] < 1e-4 and all(m["logp_gap_max"] < 1e-4 for m in sync_m)
-    state = json.loads((d / "final" / "state.json").read_text())
+    state = json.loads(((d / "final").resolve().parent / "state.json").read_text())  # final -> step-N/model
     assert state["data_pos"] == 6  # prompts the trainer consumed (3 steps x 2), not the producer's look-ahead
 
 
