@@ -95,7 +95,7 @@ class AlgoConfig:
     difficulty_ema: float = 0.9
     """Decay of the running per-prompt pass rate behind difficulty weighting (rate = ema*old + (1-ema)*step's)."""
     loss: str = "ppo-clip"
-    """Policy loss: ppo-clip, reinforce (DPO has its own signature: algos.dpo_loss)."""
+    """Policy loss: ppo-clip, reinforce, gspo, cispo (DPO has its own signature: algos.dpo_loss)."""
     clip_low: float = 0.2
     """PPO lower clip epsilon: ratio is clipped below at 1 - clip_low."""
     clip_high: float = 0.2
@@ -119,6 +119,14 @@ class AlgoConfig:
     """DPO temperature beta."""
     dpo_label_smoothing: float = 0.0
     """DPO label smoothing (conservative DPO); 0 = plain DPO."""
+    correction: str = "tis"
+    """Off-policy correction against the sampler's log-probs (algos/corrections.py): tis (token ratio capped at
+    tis_cap), seq-is (GSPO geometric-mean sequence ratio capped at tis_cap), icepop (token ratios outside
+    [icepop_low, icepop_high] masked out)."""
+    icepop_low: float = 0.5
+    """`icepop`: tokens whose ratio pi_old / pi_sampler is below this are dropped from the loss."""
+    icepop_high: float = 2.0
+    """`icepop`: tokens whose ratio pi_old / pi_sampler is above this are dropped from the loss."""
 
 
 # --- rewards --------------------------------------------------------------------------------------------------
@@ -186,6 +194,9 @@ class RolloutConfig:
     """Run vLLM eagerly (no CUDA graphs / torch.compile): starts in seconds; set false on GPU for faster decoding."""
     vllm_prefix_caching: bool = True
     """Let vLLM reuse the KV of shared prompt prefixes (reset after every weight push)."""
+    verify_while_decoding: bool = False
+    """RL stages: send each completion to the verifier the moment it finishes decoding, while the rest of the batch
+    keeps decoding (same verdicts; metric verify_overlap_frac). The vllm engine reports finishes only at the end."""
 
 
 # --- training -------------------------------------------------------------------------------------------------
@@ -269,6 +280,9 @@ class RLConfig:
     dedup: bool = True
     """Run the update's forward/backward once per distinct (prompt, completion), weighted by its count: the same
     loss, metrics and gradient, less compute (algos/dedup.py); logged as update/dedup_frac."""
+    async_steps: int = 0
+    """0 = synchronous (sample, verify, then update); k >= 1 = a producer thread samples and verifies the next
+    batches with weights up to k updates old while the trainer updates (train/producer.py; engine hf, ddp only)."""
 
 
 @dataclass

@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from codechat.algos import (AGG_MODES, KL_ESTIMATORS, POLICY_LOSSES, UnknownNameError, agg_loss, dpo_loss,
+from codechat.algos import (AGG_MODES, CORRECTIONS, KL_ESTIMATORS, POLICY_LOSSES, UnknownNameError, agg_loss, dpo_loss,
                             kl_loss, policy_loss)
 from codechat.config import AlgoConfig
 
@@ -132,10 +132,11 @@ def batches(draw):
 @settings(max_examples=60, deadline=None)
 @given(batch=batches(), loss_name=st.sampled_from(sorted(POLICY_LOSSES)), agg=st.sampled_from(sorted(AGG_MODES)),
        kl=st.sampled_from(sorted(KL_ESTIMATORS)), tis=st.sampled_from([0.0, 2.0]), dual=st.sampled_from([0.0, 3.0]),
-       with_sampler=st.booleans())
-def test_every_loss_is_finite(batch, loss_name, agg, kl, tis, dual, with_sampler):
+       with_sampler=st.booleans(), corr=st.sampled_from(sorted(CORRECTIONS)))
+def test_every_loss_is_finite(batch, loss_name, agg, kl, tis, dual, with_sampler, corr):
     logp, old, adv, mask, sampler = batch
-    cfg = replace(CFG, agg=agg, tis_cap=tis, dual_clip=dual, kl_estimator=kl, kl_beta=0.1, agg_norm=8)
+    cfg = replace(CFG, agg=agg, tis_cap=tis, dual_clip=dual, kl_estimator=kl, kl_beta=0.1, agg_norm=8,
+                  correction=corr)
     x = logp.clone().requires_grad_(True)
     loss, metrics = policy_loss(loss_name, x, old, adv, mask, cfg, sampler_logp=sampler if with_sampler else None)
     kl_term, _ = kl_loss(x, old, mask, cfg)

@@ -3,6 +3,7 @@
     advantages.py   ADVANTAGES:     rewards (B,), group_ids (B,), cfg -> advantages (B,)
     losses.py       POLICY_LOSSES:  logp, old_logp (B,T), advantages (B,), mask (B,T), cfg, *, sampler_logp
                                     -> (loss, metrics); plus dpo_loss on sequence-level pairs
+    corrections.py  CORRECTIONS:    old_logp, sampler_logp, mask (B,T), cfg -> (weights (B,T) | None, metrics)
     kl.py           KL_ESTIMATORS:  logp, ref_logp (B,T) -> per-token KL (B,T)
     aggregation.py  AGG_MODES:      loss_mat, mask (B,T), norm -> scalar
 Independent of models and sandboxes. `check_config(cfg)` resolves every name at startup, so a typo fails
@@ -16,11 +17,12 @@ from codechat.algos.advantages import (ADVANTAGES, STD_SCALES, DifficultyTracker
                                        group_stats, zero_variance_groups)
 from codechat.algos.aggregation import AGG_MODES, agg_loss, masked_mean
 from codechat.algos.kl import KL_ESTIMATORS, KL_NO_GRADIENT, kl_loss, kl_penalty
-from codechat.algos.losses import POLICY_LOSSES, dpo_loss, policy_loss, truncated_is
+from codechat.algos.corrections import CORRECTIONS, truncated_is
+from codechat.algos.losses import POLICY_LOSSES, dpo_loss, policy_loss
 from codechat.algos.registry import Registry, UnknownNameError
 
 __all__ = [
-    "ADVANTAGES", "AGG_MODES", "KL_ESTIMATORS", "KL_NO_GRADIENT", "POLICY_LOSSES", "STD_SCALES", "DifficultyTracker", "Registry",
+    "ADVANTAGES", "AGG_MODES", "CORRECTIONS", "KL_ESTIMATORS", "KL_NO_GRADIENT", "POLICY_LOSSES", "STD_SCALES", "DifficultyTracker", "Registry",
     "UnknownNameError", "agg_loss", "check_config", "compute_advantages", "dpo_loss", "group_stats", "kl_loss",
     "kl_penalty", "masked_mean", "policy_loss", "truncated_is", "zero_variance_groups",
 ]
@@ -29,6 +31,7 @@ __all__ = [
 def check_config(cfg) -> None:
     """Fail early (CodechatError naming the field) on an unknown name or an out-of-range value in an AlgoConfig."""
     ADVANTAGES[cfg.advantage], POLICY_LOSSES[cfg.loss], KL_ESTIMATORS[cfg.kl_estimator], AGG_MODES[cfg.agg]
+    CORRECTIONS[cfg.correction]
     # (the stage registry, train/stages.py, checks what depends on other sections: reinforce with rl.epochs > 1)
     problems = []
     if cfg.std_scale not in STD_SCALES:
@@ -44,6 +47,9 @@ def check_config(cfg) -> None:
     if cfg.kl_beta > 0 and cfg.kl_estimator in KL_NO_GRADIENT:
         problems.append(f"kl_estimator {cfg.kl_estimator!r} as a loss has an expected gradient of zero (it adds noise,"
                         f" not regularisation); use k2 or k3 with kl_beta > 0")
+    if not 0 < cfg.icepop_low <= 1 <= cfg.icepop_high:
+        problems.append(f"icepop_low and icepop_high must satisfy 0 < low <= 1 <= high, got {cfg.icepop_low},"
+                        f" {cfg.icepop_high}")
     if not 0 <= cfg.difficulty_ema < 1:
         problems.append(f"difficulty_ema must be in [0, 1), got {cfg.difficulty_ema}")
     if problems:

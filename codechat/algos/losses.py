@@ -8,9 +8,13 @@ tokens. The per-token loss is aggregated by cfg.agg (see aggregation.py); metric
     ppo-clip   max(-A r, -A clip(r, 1-clip_low, 1+clip_high)), r = exp(logp - old_logp); with dual_clip c > 1
                the loss of A < 0 tokens is also capped at -A c. At r = 1 its gradient equals reinforce's.
     reinforce  -A logp (plain policy gradient: no ratio, no clip; the seed design of RLOO)
-Truncated IS (cfg.tis_cap > 0, `sampler_logp` given): when rollouts come from another engine (vLLM) whose
-log-probs differ from the trainer's, each token's loss is weighted by min(exp(old_logp - sampler_logp), cap),
-detached. Gap metrics are reported whenever sampler_logp is given, even with the correction off.
+    gspo       ppo-clip on the sequence ratio s = exp(mean_t (logp - old_logp)) (GSPO: the geometric mean of the
+               token ratios), one clip decision per sequence, the surrogate spread over its tokens
+    cispo      -sg(clip(r, 1-clip_low, 1+clip_high)) A logp (CISPO, MiniMax-M1): the IS weight is clipped and
+               detached, so every token keeps a gradient, unlike ppo-clip which zeroes clipped tokens
+Off-policy correction (`sampler_logp` given): when rollouts come from another engine (vLLM) or older weights,
+each token's loss is weighted by CORRECTIONS[cfg.correction] (corrections.py: tis, seq-is, icepop), detached.
+Gap metrics are reported whenever sampler_logp is given, even with the correction off.
 Padding never contributes: masked entries are zeroed before any arithmetic, and log-ratios are clamped to
 +-20 before exp, so finite inputs always give a finite loss and gradients.
 
@@ -22,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from codechat.algos.aggregation import agg_loss, masked_mean
+from codechat.algos.corrections import CORRECTIONS
 from codechat.algos.kl import LOG_RATIO_CLAMP
 from codechat.algos.registry import Registry
 
@@ -33,27 +38,11 @@ def _zero_padding(mask: torch.Tensor, *xs: torch.Tensor) -> list[torch.Tensor]:
     return [torch.where(m, x, torch.zeros_like(x)) for x in xs]
 
 
-def truncated_is(old_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.Tensor,
-                 cap: float) -> tuple[torch.Tensor | None, dict[str, float]]:
-    """-> (per-token weights min(pi_old / pi_sampler, cap) (B, T), detached; None when cap is 0), gap metrics."""
-    old_logp, sampler_logp = _zero_padding(mask, old_logp.detach(), sampler_logp.detach())
-    gap = old_logp - sampler_logp  # (B, T)
-    ratio = torch.exp(gap.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))  # (B, T)
-    m = mask > 0
-    metrics = {
-        "tis_ratio_mean": masked_mean(ratio, mask).item(),
-        "tis_clipped_frac": masked_mean((ratio > cap).float(), mask).item() if cap > 0 else 0.0,
-        "logp_gap_max": gap.abs().max().item() if m.any() else 0.0,
-        "logp_gap_mean": masked_mean(gap.abs(), mask).item(),
-    }
-    return (ratio.clamp(max=cap) if cap > 0 else None), metrics
-
-
 def _finish(loss_mat: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor, cfg,
             sampler_logp: torch.Tensor | None, metrics: dict[str, float]) -> tuple[torch.Tensor, dict[str, float]]:
-    """Apply truncated IS when asked, aggregate by cfg.agg, add the gap metrics and the loss value."""
+    """Apply the off-policy correction cfg.correction when asked, aggregate by cfg.agg, add the gap metrics and the loss value."""
     if sampler_logp is not None:
-        w, tis_metrics = truncated_is(old_logp, sampler_logp, mask, cfg.tis_cap)
+        w, tis_metrics = CORRECTIONS[cfg.correction](old_logp, sampler_logp, mask, cfg)
         if w is not None:
             loss_mat = loss_mat * w  # (B, T)
         metrics.update(tis_metrics)
@@ -96,6 +85,43 @@ def reinforce(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tens
     loss_mat = -advantages.detach()[:, None] * logp  # (B, T)
     ratio = torch.exp((logp.detach() - old).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))  # (B, T) for monitoring
     return _finish(loss_mat, old_logp, mask, cfg, sampler_logp, {"ratio_mean": masked_mean(ratio, mask).item()})
+
+
+@POLICY_LOSSES.register("gspo")
+def gspo(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, cfg,
+         *, sampler_logp: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+    logp, old = _zero_padding(mask, logp, old_logp.detach())
+    m = (mask > 0).float()  # (B, T)
+    seq_log_ratio = ((logp - old) * m).sum(1) / m.sum(1).clamp(min=1)  # (B,)
+    s = torch.exp(seq_log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))  # (B,) geometric-mean ratio
+    A = advantages.detach()  # (B,)
+    lo, hi = 1 - cfg.clip_low, 1 + cfg.clip_high
+    surr = torch.maximum(-A * s, -A * s.clamp(lo, hi))  # (B,) the pessimistic bound per sequence
+    loss_mat = surr[:, None] * m  # (B, T) each token carries its sequence's surrogate
+    sd, rows = s.detach(), m.sum(1) > 0
+    n = max(int(rows.sum()), 1)
+    metrics = {
+        "clip_frac_low": (((sd < lo) & (A < 0) & rows).float().sum() / n).item(),
+        "clip_frac_high": (((sd > hi) & (A > 0) & rows).float().sum() / n).item(),
+        "ratio_mean": (sd * rows).sum().item() / n,
+    }
+    return _finish(loss_mat, old_logp, mask, cfg, sampler_logp, metrics)
+
+
+@POLICY_LOSSES.register("cispo")
+def cispo(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, cfg,
+          *, sampler_logp: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+    logp, old = _zero_padding(mask, logp, old_logp.detach())
+    r = torch.exp((logp.detach() - old).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))  # (B, T) detached ratio
+    lo, hi = 1 - cfg.clip_low, 1 + cfg.clip_high
+    w = r.clamp(lo, hi)  # (B, T) the clipped IS weight, no gradient
+    loss_mat = -w * advantages.detach()[:, None] * logp  # (B, T)
+    metrics = {
+        "clip_frac_low": masked_mean((r < lo).float(), mask).item(),
+        "clip_frac_high": masked_mean((r > hi).float(), mask).item(),
+        "ratio_mean": masked_mean(r, mask).item(),
+    }
+    return _finish(loss_mat, old_logp, mask, cfg, sampler_logp, metrics)
 
 
 def policy_loss(name: str, logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,

@@ -29,9 +29,11 @@ class RolloutEngine(Protocol):
     """True: samples the training model itself (an FSDP trainer gathers its weights around a rollout, and
     `update_weights` has nothing to do); False: holds its own copy of the weights, refreshed by `update_weights`."""
 
-    def sample(self, prompts: list[list[int]], n: int, cfg: SamplingConfig) -> SampleBatch:
+    def sample(self, prompts: list[list[int]], n: int, cfg: SamplingConfig,
+               on_finish: Callable[[int, str], None] | None = None) -> SampleBatch:
         """P prompts (token ids) x n samples each -> SampleBatch, the samples of a prompt contiguous, with the
-        log-prob of every token under the distribution it was sampled from."""
+        log-prob of every token under the distribution it was sampled from. on_finish(row, text), when given,
+        is called once per sample with its final text, as early as the engine knows it."""
 
     def update_weights(self, model: torch.nn.Module) -> None:
         """Take `model`'s current (whole) parameters; called after every optimizer update."""

@@ -12,7 +12,9 @@ untempered, untruncated log-prob of the argmax token.
 Stops: a sample ends at an EOS token (the policy's eos ids; the token is kept, mask 1, not in the text) or when
 its text contains a stop string (the token that completed it is the last one; the text is cut just after the
 stop string, which is kept), else at max_new_tokens ('length'). Decoding stops when every sample has finished,
-and finished rows are dropped from the batch as they accumulate.
+and finished rows are dropped from the batch as they accumulate. `sample(..., on_finish=fn)` calls fn(row, text)
+once per sample the moment it finishes (a 'length' sample after the last step), from the decoding thread, with
+the text the batch will hold: a verifier can start on it while the other rows keep decoding.
 
 Reproducible: a `torch.Generator` seeded with `cfg.seed` draws one uniform per sample per step (inverse-CDF
 sampling), so a sample's tokens depend on the seed, its index and the model's logits only - not on which other
@@ -23,6 +25,7 @@ rows share the batch, nor on when finished rows are dropped.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -120,7 +123,8 @@ class Sampler:
     def close(self) -> None:
         """Nothing to release."""
 
-    def sample(self, prompts: list[list[int]], n: int, cfg: SamplingConfig) -> SampleBatch:
+    def sample(self, prompts: list[list[int]], n: int, cfg: SamplingConfig,
+               on_finish: Callable[[int, str], None] | None = None) -> SampleBatch:
         validate(cfg)
         if not prompts or any(len(p) == 0 for p in prompts) or n < 1:
             raise CodechatError("sampler: need at least one non-empty prompt and n >= 1")
@@ -129,14 +133,19 @@ class Sampler:
         model.eval()
         try:
             with full_weights(model):  # FSDP: the trainer gathers once around a whole rollout; this is a fallback
-                index, out_tok, out_logp, n_tok, reason = self._generate(prompts, n, cfg)
+                index, out_tok, out_logp, n_tok, reason, texts = self._generate(prompts, n, cfg, on_finish)
         finally:
             model.train(was_training)
         # leave inference mode: the trainer indexes and multiplies with these under autograd
-        return self._finish(index.clone(), out_tok.clone(), out_logp.clone(), n_tok, reason, cfg)
+        return self._finish(index.clone(), out_tok.clone(), out_logp.clone(), n_tok, reason, texts)
+
+    def _text(self, tokens: torch.Tensor, reason: str, cfg: SamplingConfig) -> str:
+        """A finished sample's new tokens (n,) -> its text (special tokens dropped, cut after the stop string)."""
+        text = self.policy.decode(tokens)
+        return cut_at_stop(text, cfg.stop) if reason == "stop" else text
 
     @torch.inference_mode()
-    def _generate(self, prompts, n, cfg):
+    def _generate(self, prompts, n, cfg, on_finish=None):
         pol, dev = self.policy, self.policy.device
         pad = pol.tokenizer.pad_token_id
         P, N, Tn = len(prompts), len(prompts) * n, cfg.max_new_tokens
@@ -158,6 +167,13 @@ class Sampler:
         out_logp = torch.zeros(N + 1, Tn, device=dev)  # finished but are still in the batch
         n_tok = [0] * N
         reason = ["length"] * N
+        texts: list[str | None] = [None] * N
+
+        def finished(r: int) -> None:  # row r's tokens are final: its text, then the caller hears of it
+            texts[r] = self._text(out_tok[r, : n_tok[r]], reason[r], cfg)
+            if on_finish is not None:
+                on_finish(r, texts[r])
+
         rows = torch.arange(N, device=dev)  # (B,) output row of each batch row, N once finished
         for t in range(Tn):
             # one uniform per sample and step, whatever the batch holds: tokens do not depend on batching
@@ -174,6 +190,7 @@ class Sampler:
                     n_tok[r] = t + 1
                     if d:
                         reason[r] = "stop"
+                        finished(r)
             rows = rows.masked_fill(done, N)
             n_live = int((rows < N).sum())
             if n_live == 0 or t == Tn - 1:
@@ -183,18 +200,17 @@ class Sampler:
                 dec.select(keep)
                 rows, tok = rows[keep], tok[keep]
             logits = dec.step(tok)
-        return index, out_tok[:N], out_logp[:N], torch.tensor(n_tok, dtype=torch.long), reason
+        for r in range(N):
+            if texts[r] is None:  # ran to max_new_tokens
+                finished(r)
+        return index, out_tok[:N], out_logp[:N], torch.tensor(n_tok, dtype=torch.long), reason, texts
 
-    def _finish(self, index, out_tok, out_logp, n_tok, reason, cfg) -> SampleBatch:
+    def _finish(self, index, out_tok, out_logp, n_tok, reason, texts) -> SampleBatch:
         T = max(1, int(n_tok.max()))
         n_dev = n_tok.to(out_tok.device)
         mask = (torch.arange(T, device=out_tok.device)[None] < n_dev[:, None]).float()  # (N, T)
         tokens = out_tok[:, :T].masked_fill(mask == 0, self.policy.tokenizer.pad_token_id)
         logprobs = out_logp[:, :T] * mask
-        texts = []
-        for i in range(tokens.shape[0]):
-            text = self.policy.decode(tokens[i, : int(n_tok[i])])
-            texts.append(cut_at_stop(text, cfg.stop) if reason[i] == "stop" else text)
         return SampleBatch(prompt_index=index, tokens=tokens, mask=mask, logprobs=logprobs,
                            finish_reason=reason, texts=texts, n_tokens=n_dev)
 

@@ -159,8 +159,10 @@ class VLLMSampler:
                               top_k=cfg.top_k, max_tokens=cfg.max_new_tokens, stop=list(cfg.stop) or None,
                               include_stop_str_in_output=True, seed=None if greedy else seed, logprobs=0)
 
-    def sample(self, prompts: list[list[int]], n: int, cfg: SamplingConfig | None = None) -> SampleBatch:
-        """P prompts (token ids) x n samples each -> SampleBatch (samples of a prompt contiguous)."""
+    def sample(self, prompts: list[list[int]], n: int, cfg: SamplingConfig | None = None,
+               on_finish=None) -> SampleBatch:
+        """P prompts (token ids) x n samples each -> SampleBatch (samples of a prompt contiguous). on_finish(row,
+        text) is called for every sample once `generate` returns (LLM.generate reports no earlier finishes)."""
         cfg = cfg or self.sampling
         validate(cfg)
         if not prompts or any(len(p) == 0 for p in prompts) or n < 1:
@@ -178,7 +180,11 @@ class VLLMSampler:
             params = [self.params(cfg, n, cfg.seed + i * n) for i in range(len(prompts))]
         outs = self.llm.generate(reqs, params, use_tqdm=False)
         comps = [c for o in outs for c in sorted(o.outputs, key=lambda c: c.index)]  # (N,) in prompt order
-        return self._batch(comps, len(prompts), n, cfg)
+        batch = self._batch(comps, len(prompts), n, cfg)
+        if on_finish is not None:
+            for i, text in enumerate(batch.texts):
+                on_finish(i, text)
+        return batch
 
     def _batch(self, comps, P: int, n: int, cfg: SamplingConfig) -> SampleBatch:
         N = P * n

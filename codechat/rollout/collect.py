@@ -17,6 +17,7 @@ import torch
 from codechat.algos import group_stats
 from codechat.config import RewardConfig, SamplingConfig
 from codechat.rollout.rewards import RewardContext, compose_rewards, reward_metrics
+from codechat.rollout.stream import VerifyStream
 from codechat.tasks import Task
 from codechat.verifier.dedup import DedupStats, DedupVerifier
 from codechat.verifier.verdict import Verdict
@@ -47,9 +48,11 @@ class Rollouts:
     sample_s: float = 0.0
     """Seconds spent sampling."""
     verify_s: float = 0.0
-    """Seconds spent verifying."""
+    """Seconds spent verifying (with verify-while-decoding: only the tail after sampling ended)."""
     verify_stats: DedupStats | None = None
     """With a DedupVerifier: what verification ran and reused (logged as verify/dedup_frac, ...)."""
+    verify_overlap: float | None = None
+    """Share of the verdicts ready before decoding ended (verify-while-decoding); None when verified after."""
 
     @property
     def group_ids(self) -> torch.Tensor:
@@ -100,22 +103,32 @@ def fill_infra(rewards: torch.Tensor, group_ids: torch.Tensor, infra: list[bool]
 
 
 def collect(policy, sampler, verifier, tasks: list[Task], group_size: int, sampling: SamplingConfig,
-            rewards: RewardConfig | None = None, seed: int | None = None) -> Rollouts:
-    """Sample `group_size` completions per task, verify them and score them."""
+            rewards: RewardConfig | None = None, seed: int | None = None, stream: bool = False) -> Rollouts:
+    """Sample `group_size` completions per task, verify them and score them. stream: each completion goes to
+    the verifier as soon as it finishes decoding (rollout/stream.py); the same verdicts, earlier."""
     prompts = [policy.encode_prompt(prompt_text(t)) for t in tasks]
     cfg = sampling if seed is None else dataclasses.replace(sampling, seed=seed)
+    overlap = None
     t0 = time.perf_counter()
-    batch = sampler.sample(prompts, group_size, cfg)
-    t1 = time.perf_counter()
-    per_sample = [tasks[int(i)] for i in batch.prompt_index]
-    verdicts = verifier.verify_many(list(zip(per_sample, batch.texts)))
+    if stream:
+        per_sample = [t for t in tasks for _ in range(group_size)]  # the engines' row order: prompt-contiguous
+        with VerifyStream(verifier, per_sample) as vs:
+            batch = sampler.sample(prompts, group_size, cfg, on_finish=vs.submit)
+            t1 = time.perf_counter()
+            verdicts, timing = vs.result()
+        overlap = timing.overlap_frac
+    else:
+        batch = sampler.sample(prompts, group_size, cfg)
+        t1 = time.perf_counter()
+        per_sample = [tasks[int(i)] for i in batch.prompt_index]
+        verdicts = verifier.verify_many(list(zip(per_sample, batch.texts)))
     t2 = time.perf_counter()
     n_tokens = [int(n) for n in batch.n_tokens]
     truncated = [f == "length" for f in batch.finish_reason]
     rewards, comps = score(per_sample, batch.texts, verdicts, n_tokens, truncated, cfg.max_new_tokens, rewards)
-    stats = verifier.last if isinstance(verifier, DedupVerifier) else None
+    stats = verifier.last if isinstance(verifier, DedupVerifier) and not stream else None  # streamed: per row
     rewards = fill_infra(rewards, batch.prompt_index, [v.status == "infra_error" for v in verdicts])
-    return Rollouts(tasks, prompts, batch, verdicts, rewards, comps, t1 - t0, t2 - t1, stats)
+    return Rollouts(tasks, prompts, batch, verdicts, rewards, comps, t1 - t0, t2 - t1, stats, overlap)
 
 
 def rollout_metrics(r: Rollouts) -> dict[str, float]:
@@ -133,6 +146,8 @@ def rollout_metrics(r: Rollouts) -> dict[str, float]:
          "new_tokens_per_s": lens.sum().item() / max(r.sample_s, 1e-9)}
     if r.verify_stats is not None:
         m.update(r.verify_stats.metrics())
+    if r.verify_overlap is not None:
+        m["verify_overlap_frac"] = r.verify_overlap
     for status, c in Counter(v.status for v in r.verdicts).items():
         m[f"verdict/{status}"] = c / len(r.verdicts)
     m["infra_errors"] = float(sum(v.status == "infra_error" for v in r.verdicts))  # count, left out of the loss

@@ -25,7 +25,8 @@ def sample_groups(ctx: Context, engine) -> tuple[Rollouts, dict]:
         tasks = take(ctx.train_tasks, ctx.cfg.seed + st.stage_idx, st.data_pos, c.prompts_per_step)
         st.data_pos += len(tasks)  # global position: every rank takes the same prompts, then its slice
         return collect(ctx.policy, engine, ctx.verifier, dist.shard(tasks), c.group_size, ctx.cfg.sampling,
-                       ctx.cfg.rewards, seed=ctx.step_seed(salt=salt))
+                       ctx.cfg.rewards, seed=ctx.step_seed(salt=salt),
+                       stream=ctx.cfg.rollout.verify_while_decoding)
 
     r = draw(0)
     want = len(r.tasks)

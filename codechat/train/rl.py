@@ -38,6 +38,7 @@ from codechat.train import dist
 from codechat.train.common import Context, end_step, grad_norm_clip, make_optimizer, reference_model, restore, \
     save_stage_start
 from codechat.train.groups import sample_groups
+from codechat.train.producer import AsyncProducer, check_async
 
 
 def stage_algo(cfg: RunConfig, stage: str) -> AlgoConfig:
@@ -168,11 +169,18 @@ def run_rl(ctx: Context) -> None:
         tracker.load_state_dict(st.extra.get("difficulty", {"rates": {}}))
     engine = make_engine(ctx.policy, ctx.cfg.rollout, ctx.cfg.sampling)
     ctx.on_close.append(engine.close)
+    check_async(ctx.cfg)
+    producer = AsyncProducer(ctx, c.async_steps) if c.async_steps and st.step < c.steps else None
+    if producer is not None:
+        ctx.on_close.append(producer.close)
     while st.step < c.steps:
-        # 1-3. sample, verify, reward
+        # 1-3. sample, verify, reward (async_steps > 0: a producer thread did it while the last update ran)
         ctx.policy.model.eval()
-        with sampling_weights(engine, ctx.policy.model):
-            r, extra = sample_groups(ctx, engine)
+        if producer is not None:
+            r, extra = producer.next_batch()
+        else:
+            with sampling_weights(engine, ctx.policy.model):
+                r, extra = sample_groups(ctx, engine)
         metrics = rollout_metrics(r) | extra
         # 4. advantages (zero-variance groups: keep with zero advantage, or skip from the loss)
         adv = advantages(ctx, r, a, tracker)  # (N,)
@@ -194,6 +202,8 @@ def run_rl(ctx: Context) -> None:
             append_audit(ctx.run_dir, audit_rollouts(r, st.global_step, ctx.cfg.log.audit_top_k))
         # 7-8. log, evaluate, checkpoint
         end_step(ctx, metrics, c.steps, opt, sched, samples=extra["samples"])
+    if producer is not None:
+        producer.close()  # the next stage starts without this stage's model copy
 
 
 def save_rollouts(ctx: Context, r: Rollouts) -> None:

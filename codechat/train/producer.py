@@ -1,0 +1,122 @@
+"""Asynchronous rollouts (`rl.async_steps = k >= 1`): a producer thread samples and verifies the next k batches
+while the trainer updates on the current one, so a step costs about max(sample + verify, update) instead of the sum.
+
+    producer = AsyncProducer(ctx, k)      # the first batch is sampled now, with the starting weights
+    r, extra = producer.next_batch()      # batch s (sampled with the weights after update s - k, or the first);
+                                          # at once submits batch s + k with the current weights
+    ... update ...                        # meanwhile the producer samples
+
+The producer has its own copy of the policy model: the trainer never waits for it to finish with the weights,
+and it never sees a half-updated model. Each submission carries a snapshot of the trainer's weights (an in-memory
+state_dict copy, no disk round trip) and the policy version (RL updates done so far in this stage); every batch
+comes back with that version, and the trainer logs the staleness (its version minus the batch's). A batch more
+than k versions old is dropped and sampled again with the current weights (`async/dropped_batches`). The
+behaviour log-probs are the sampler's (`batch.logprobs`), which `algo.correction` with `algo.tis_cap` corrects.
+
+Data order and seeds are the synchronous loop's: batch s takes the same prompts at the same data position with
+the seed of step s, so batch 0 equals the synchronous run's. `state.data_pos` counts the prompts the trainer has
+consumed, so a checkpoint resumes without losing or repeating prompts (the in-flight batches are sampled again).
+Simplifies: one process's producer (under DDP each rank has its own); the `hf` engine only (vLLM would hold the
+behaviour weights itself); no FSDP, no `zero_variance: resample` (its rounds are collectives); the copy doubles
+the model's memory.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import time
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import torch
+
+from codechat import CodechatError
+from codechat.policy.sampler import Sampler
+from codechat.rollout.collect import Rollouts, collect
+from codechat.train import dist
+from codechat.train.common import Context, take
+
+
+def check_async(cfg) -> None:
+    """Refuse settings the producer cannot honour, naming the field (called before any sampling)."""
+    k = cfg.rl.async_steps
+    if k < 0:
+        raise CodechatError(f"rl.async_steps must be >= 0, got {k}")
+    if k == 0:
+        return
+    if cfg.rollout.engine != "hf":
+        raise CodechatError(f"rl.async_steps > 0 needs rollout.engine=hf, got {cfg.rollout.engine!r}")
+    if cfg.rl.zero_variance == "resample":
+        raise CodechatError("rl.async_steps > 0 does not support rl.zero_variance=resample (use keep or skip)")
+    if dist.world() > 1 and cfg.dist.parallel == "fsdp":
+        raise CodechatError("rl.async_steps > 0 does not support dist.parallel=fsdp (use ddp)")
+
+
+def weights_snapshot(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """A detached copy of the model's parameters and buffers, safe to read from another thread."""
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+class AsyncProducer:
+    def __init__(self, ctx: Context, k: int):
+        self.ctx, self.k = ctx, k
+        model = ctx.policy.model
+        self.behaviour = dataclasses.replace(ctx.policy, model=copy.deepcopy(model).eval())
+        """The producer's policy: the same tokenizer, its own model copy, loaded from a snapshot per batch."""
+        for p in self.behaviour.model.parameters():
+            p.requires_grad_(False)
+        self.sampler = Sampler(self.behaviour)
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="rollout-producer")
+        self.inflight: deque[tuple[int, int, int, Future]] = deque()  # (version, step, data pos, future)
+        self.cursor = ctx.state.data_pos  # next prompt position to submit (state.data_pos: consumed)
+        self.next_step = ctx.state.step  # the RL step the next submitted batch is for
+        self.dropped = 0
+        self._submit()
+
+    def _submit(self) -> None:
+        ctx, c = self.ctx, self.ctx.cfg.rl
+        st = ctx.state
+        pos = self.cursor
+        tasks = take(ctx.train_tasks, ctx.cfg.seed + st.stage_idx, pos, c.prompts_per_step)
+        seed = ctx.step_seed() + 31 * (self.next_step - st.step)  # step_seed of the batch's step (linear in step)
+        fut = self.pool.submit(self._produce, weights_snapshot(ctx.policy.model), dist.shard(tasks), seed)
+        self.inflight.append((st.step, self.next_step, pos, fut))
+        self.cursor += len(tasks)
+        self.next_step += 1
+
+    def _produce(self, snap, tasks, seed) -> tuple[Rollouts, float]:
+        t0 = time.perf_counter()
+        self.behaviour.model.load_state_dict(snap)
+        cfg = self.ctx.cfg
+        r = collect(self.behaviour, self.sampler, self.ctx.verifier, tasks, cfg.rl.group_size, cfg.sampling,
+                    cfg.rewards, seed=seed, stream=cfg.rollout.verify_while_decoding)
+        return r, time.perf_counter() - t0
+
+    def next_batch(self) -> tuple[Rollouts, dict]:
+        """The oldest batch in flight (waiting for it if needed), then the queue refilled to k with the current
+        weights. metrics: samples, async/staleness, async/wait_s (trainer idle), async/dropped_batches."""
+        st, c = self.ctx.state, self.ctx.cfg.rl
+        t0 = time.perf_counter()
+        version, step, pos, fut = self.inflight.popleft()
+        r, produce_s = fut.result()
+        while st.step - version > self.k:  # too stale: sample it and the later ones again with the current weights
+            self.dropped += 1
+            for *_, f in self.inflight:
+                f.result()
+            self.inflight.clear()
+            self.cursor, self.next_step = pos, step
+            self._submit()
+            version, step, pos, fut = self.inflight.popleft()
+            r, produce_s = fut.result()
+        wait = time.perf_counter() - t0
+        st.data_pos += c.prompts_per_step  # consumed: what a checkpoint resumes from
+        while len(self.inflight) < self.k and self.next_step < c.steps:  # batch s + k from the weights of now
+            self._submit()
+        extra = {"samples": len(r.verdicts), "async/staleness": float(st.step - version), "async/wait_s": wait,
+                 "async/produce_s": produce_s, "async/dropped_batches": float(self.dropped)}
+        return r, extra
+
+    def close(self) -> None:
+        for *_, f in self.inflight:
+            f.cancel()
+        self.pool.shutdown(wait=True, cancel_futures=True)
