@@ -169,8 +169,12 @@ def test_realtime_signal_death_does_not_break_the_batch(verifier):
     t = _task(a["task"])
     good = "def add(a, b):\n    return a + b\n"
     verdicts = verifier.verify_many([(t, good), (t, a["completion"]), (t, good)])
-    assert [v.status for v in verdicts] == ["passed", "error", "passed"], verdicts
-    assert "signal" in verdicts[1].message
+    assert [verdicts[0].status, verdicts[2].status] == ["passed", "passed"], verdicts
+    # as pid 1 of its own PID namespace the program ignores a signal it sends itself (no handler): it then fails
+    # its test; without that namespace it dies of the signal, and the batch still carries on
+    assert verdicts[1].status in ("error", "failed") and not verdicts[1].passed, verdicts
+    if verdicts[1].status == "error":
+        assert "signal" in verdicts[1].message
 
 
 def test_any_exception_while_merging_is_that_jobs_error():
