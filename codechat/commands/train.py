@@ -5,6 +5,8 @@ import argparse
 import os
 import sys
 
+from codechat import CodechatError
+
 HELP = "train a policy: sft, rft, grpo, rloo, dpo stages from a YAML config (resumable)"
 
 
@@ -12,6 +14,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="YAML config file (see configs/)")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last complete checkpoint")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. rl.lr=3e-5 stages=[sft,grpo]")
+    p.add_argument("--force", action="store_true",
+                   help="start afresh in a run_dir that holds a run (its config, logs and checkpoints are deleted)")
     p.set_defaults(_usage=p.format_usage)
 
 
@@ -24,10 +28,13 @@ def run(args: argparse.Namespace) -> int:
         print("codechat train: give --config FILE (see configs/), KEY=VALUE overrides, or --resume RUN_DIR",
               file=sys.stderr)
         return 2
+    if args.resume and args.config:
+        raise CodechatError(f"--resume {args.resume} continues with the run's own config.yaml; --config "
+                            f"{args.config} cannot change it (start a new run_dir instead)")
     if args.resume:
         run_dir = train(resume=args.resume, overrides=args.overrides)
     else:
-        run_dir = train(load_config(args.config, args.overrides))
+        run_dir = train(load_config(args.config, args.overrides), force=args.force)
     if os.environ.get("RANK", "0") == "0":  # under torchrun: once
         print(f"run finished: {run_dir} (metrics.jsonl, checkpoints/, curves.png)")
     return 0

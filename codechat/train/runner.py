@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import random
 import warnings
 from pathlib import Path
@@ -17,7 +16,6 @@ import torch
 from codechat import CodechatError
 from codechat import configio  # as a module: configio imports the stage registry, which imports this package
 from codechat.config import RunConfig
-from codechat.jsonl import read_jsonl
 from codechat.policy import load_policy
 from codechat.policy.fsdp import shard
 from codechat.tasks import load_tasks
@@ -27,15 +25,9 @@ from codechat.train import dist
 from codechat.train.checkpoint import Checkpointer, TrainState
 from codechat.train.common import Context
 from codechat.train.metrics import MetricsLogger, plot_run
+from codechat.train.rundir_logs import claim_run_dir, truncate_logs
 from codechat.train.stages import STAGES, batch_sizes, stage_steps
 from codechat.verifier.factory import make_verifier
-
-
-def _truncate_jsonl(path: Path, keep) -> None:
-    """Drop records written after the checkpoint we resume from (they will be written again)."""
-    if path.is_file():
-        kept = [rec for _, rec in read_jsonl(path) if keep(rec)]
-        path.write_text("".join(json.dumps(rec) + "\n" for rec in kept), encoding="utf-8")
 
 
 def _set_name(spec: str) -> str:
@@ -62,9 +54,11 @@ def _load_task_sets(cfg: RunConfig):
     return train_tasks, evals, extra
 
 
-def train(cfg: RunConfig | None = None, resume: str | Path | None = None, overrides: list[str] | None = None) -> Path:
-    """Run (or resume) a training run; returns the run directory."""
-    state, trainer_state, model_path, resumed = TrainState(), None, None, False
+def train(cfg: RunConfig | None = None, resume: str | Path | None = None, overrides: list[str] | None = None,
+          force: bool = False) -> Path:
+    """Run (or resume) a training run; returns the run directory. A fresh run into a directory that holds one
+    is refused unless `force` (which removes the earlier run's files)."""
+    state, trainer_state, model_path = TrainState(), None, None
     if resume:
         run_dir = Path(resume)
         if not (run_dir / "config.yaml").is_file():
@@ -74,20 +68,18 @@ def train(cfg: RunConfig | None = None, resume: str | Path | None = None, overri
         ckpt = Checkpointer(run_dir).latest()
         if ckpt is not None:
             state, trainer_state = Checkpointer.load_state(ckpt)
-            model_path, resumed = str(ckpt / "model"), True
+            model_path = str(ckpt / "model")
     else:
         cfg = cfg or configio.load_config(None, overrides)
         run_dir = Path(cfg.run_dir)
-        if Checkpointer(run_dir).latest() is not None:
-            raise CodechatError(f"{run_dir}: already holds checkpoints; use --resume {run_dir} or another run_dir")
     own_group = dist.init(cfg.dist)  # under torchrun: join the ranks; rank 0 alone writes files
     dist.check_batches(batch_sizes(cfg))
     main = dist.is_main()
     if main:
-        if resumed:
-            _truncate_jsonl(run_dir / "metrics.jsonl", lambda r: r.get("step", 0) <= state.global_step)
-            for name in ("rollouts.jsonl", "audit.jsonl"):
-                _truncate_jsonl(run_dir / name, lambda r: r.get("step", 0) < state.global_step)
+        if resume:  # also a run killed before its first checkpoint: it restarts at step 0 with empty logs
+            truncate_logs(run_dir, state.global_step)
+        else:
+            claim_run_dir(run_dir, force)
         run_dir.mkdir(parents=True, exist_ok=True)
         configio.save_config(cfg, run_dir / "config.yaml")
 
