@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import sys
 import warnings
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from codechat.train.common import Context
 from codechat.train.metrics import MetricsLogger, plot_run
 from codechat.train.rundir_logs import claim_run_dir, truncate_logs
 from codechat.train.stages import STAGES, batch_sizes, stage_steps
+from codechat.train.watch import resume_point, sigterm_as_interrupt
 from codechat.verifier.factory import make_verifier
 
 
@@ -104,15 +106,21 @@ def train(cfg: RunConfig | None = None, resume: str | Path | None = None, overri
         ctx = Context(cfg, policy, verifier, logger, ckpt, state, run_dir, train_tasks, eval_tasks, extra,
                       resume=trainer_state)
         try:
-            while state.stage_idx < len(cfg.stages):
-                if state.step < stage_steps(cfg, ctx.stage):
-                    STAGES[ctx.stage].run(ctx)
-                    latest = ckpt.latest() if main else None
-                    if dist.decide(latest is None or latest.name != f"step-{state.global_step:07d}"):
-                        ckpt.save(policy, state)  # every rank: a collective under FSDP; rank 0 writes
-                ctx.resume = None
-                state.stage_idx += 1
-                state.step, state.data_pos, state.extra = 0, 0, {}
+            with sigterm_as_interrupt():  # SIGTERM stops like Ctrl-C: the step in progress is dropped
+                while state.stage_idx < len(cfg.stages):
+                    if state.step < stage_steps(cfg, ctx.stage):
+                        STAGES[ctx.stage].run(ctx)
+                        latest = ckpt.latest() if main else None
+                        if dist.decide(latest is None or latest.name != f"step-{state.global_step:07d}"):
+                            ckpt.save(policy, state)  # every rank: a collective under FSDP; rank 0 writes
+                    ctx.resume = None
+                    state.stage_idx += 1
+                    state.step, state.data_pos, state.extra = 0, 0, {}
+        except KeyboardInterrupt:
+            if main:
+                print(f"\ntraining stopped after step {state.global_step} (the step in progress is dropped); "
+                      f"{resume_point(run_dir, ckpt.latest())}", file=sys.stderr, flush=True)
+            raise
         finally:
             logger.close()
     dist.barrier()  # rank 0's last checkpoint is complete before any rank returns
