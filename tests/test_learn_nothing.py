@@ -101,3 +101,17 @@ def test_sigterm_stops_a_training_run_and_names_the_checkpoint(tmp_path):
     last = int(err.split("continues from checkpoints/step-")[1][:7])
     steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert last >= 2 and steps[:last] == list(range(1, last + 1))
+
+
+def test_an_untrained_model_warns_in_rft_and_grpo(tmp_path):
+    """The random tiny model never passes: the RFT round keeps nothing and every GRPO group has zero variance."""
+    from codechat.train import train
+    cfg = load_config(None, ["data.train=builtin:toy", "sampling.max_new_tokens=4", "log.progress=false",
+                             "log.plot=false", "verifier.workers=1", "stages=[rft,grpo]", "rft.rounds=1",
+                             "rft.steps=1", "rft.prompts=2", "rft.group_size=2", "rl.steps=3",
+                             "rl.prompts_per_step=2", "rl.group_size=2", f"run_dir={tmp_path / 'r'}"])
+    with pytest.warns(UserWarning) as got:
+        train(cfg)
+    text = " | ".join(str(w.message) for w in got)
+    assert "rft: round 0 kept nothing" in text
+    assert "grpo: 3 steps in a row with 100% zero-variance groups (no sample passes)" in text
