@@ -25,6 +25,7 @@ from codechat.tasks.splits import warn_overlap
 from codechat.train import dist
 from codechat.train.checkpoint import Checkpointer, TrainState
 from codechat.train.common import Context
+from codechat.train.context import drop_long, prompt_limit
 from codechat.train.metrics import MetricsLogger, plot_run
 from codechat.train.rundir_logs import claim_run_dir, truncate_logs
 from codechat.train.stages import STAGES, batch_sizes, stage_steps
@@ -98,6 +99,9 @@ def train(cfg: RunConfig | None = None, resume: str | Path | None = None, overri
             warnings.warn("dist.parallel=fsdp in one process: nothing to shard over, the model stays whole "
                           "(start with torchrun --nproc_per_node N to shard)")
     train_tasks, eval_tasks, extra = _load_task_sets(cfg)
+    limit = prompt_limit(cfg, policy)  # over-long prompts dropped, with a count (train/context.py)
+    train_tasks, eval_tasks = drop_long(train_tasks, policy, limit, "train"), drop_long(eval_tasks, policy, limit, "eval")
+    extra = {k: drop_long(v, policy, limit, k) for k, v in extra.items()}
     total = sum(stage_steps(cfg, s) for s in cfg.stages)
     logger = MetricsLogger(run_dir, cfg.log, total_steps=total, run_config=dataclasses.asdict(cfg)) if main \
         else dist.NullLogger()
