@@ -39,7 +39,7 @@ def _set_name(spec: str) -> str:
     return name.replace("-", "_") or "extra"
 
 
-def _load_task_sets(cfg: RunConfig):
+def load_task_sets(cfg: RunConfig):
     fmt = cfg.data.format or None
     train_tasks = load_tasks(cfg.data.train, fmt)
     evals = load_tasks(cfg.data.eval, fmt) if cfg.data.eval else []
@@ -98,7 +98,7 @@ def train(cfg: RunConfig | None = None, resume: str | Path | None = None, overri
         else:
             warnings.warn("dist.parallel=fsdp in one process: nothing to shard over, the model stays whole "
                           "(start with torchrun --nproc_per_node N to shard)")
-    train_tasks, eval_tasks, extra = _load_task_sets(cfg)
+    train_tasks, eval_tasks, extra = load_task_sets(cfg)
     limit = prompt_limit(cfg, policy)  # over-long prompts dropped, with a count (train/context.py)
     train_tasks, eval_tasks = drop_long(train_tasks, policy, limit, "train"), drop_long(eval_tasks, policy, limit, "eval")
     extra = {k: drop_long(v, policy, limit, k) for k, v in extra.items()}
