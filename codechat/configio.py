@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from codechat import CodechatError
+from codechat import CodechatError, plugins
 from codechat.algos import check_config
 from codechat.config import RewardConfig, RunConfig
 from codechat.rollout.rewards import check_components
@@ -127,6 +127,11 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     if isinstance(rewards, dict) and rewards and not set(rewards) & {f.name for f in dataclasses.fields(RewardConfig)}:
         data["rewards"] = {"components": rewards}  # the short form: a mapping of component -> weight
     cfg = _build(RunConfig, data)
+    # a run dir's config.yaml finds its plugins in RUN/plugins/ first (the copies the run started with)
+    search = [Path(path).parent / "plugins"] if path and Path(path).name == "config.yaml" else []
+    plugins.register_rewards(cfg.rewards.components, search)
+    if cfg.data.loader:
+        plugins.load_object(cfg.data.loader, search)
     validate(cfg)
     return cfg
 

@@ -17,9 +17,9 @@ import torch
 from codechat import CodechatError
 from codechat import configio  # as a module: configio imports the stage registry, which imports this package
 from codechat.config import RunConfig
+from codechat.plugins import load_with, record as record_plugins
 from codechat.policy import load_policy
 from codechat.policy.fsdp import shard
-from codechat.tasks import load_tasks
 from codechat.tasks.quarantine import exclude, read_quarantine
 from codechat.tasks.splits import warn_overlap
 from codechat.train import dist
@@ -40,10 +40,10 @@ def _set_name(spec: str) -> str:
 
 
 def load_task_sets(cfg: RunConfig):
-    fmt = cfg.data.format or None
-    train_tasks = load_tasks(cfg.data.train, fmt)
-    evals = load_tasks(cfg.data.eval, fmt) if cfg.data.eval else []
-    extra = {_set_name(p): load_tasks(p) for p in cfg.data.extra_eval}
+    fmt, loader = cfg.data.format or None, cfg.data.loader
+    train_tasks = load_with(loader, cfg.data.train, fmt)
+    evals = load_with(loader, cfg.data.eval, fmt) if cfg.data.eval else []
+    extra = {_set_name(p): load_with(loader, p) for p in cfg.data.extra_eval}
     if cfg.data.exclude:  # quarantined tasks (codechat tasks check --write-quarantine)
         ids = read_quarantine(cfg.data.exclude)
         train_tasks, evals = exclude(train_tasks, ids), exclude(evals, ids)
@@ -84,6 +84,7 @@ def train(cfg: RunConfig | None = None, resume: str | Path | None = None, overri
         else:
             claim_run_dir(run_dir, force)
         run_dir.mkdir(parents=True, exist_ok=True)
+        record_plugins([*cfg.rewards.components, cfg.data.loader], run_dir)  # RUN/plugins/: what --resume loads
         configio.save_config(cfg, run_dir / "config.yaml")
 
     random.seed(cfg.seed)
