@@ -104,7 +104,8 @@ def train(cfg: RunConfig | None = None, resume: str | Path | None = None, overri
     train_tasks, eval_tasks = drop_long(train_tasks, policy, limit, "train"), drop_long(eval_tasks, policy, limit, "eval")
     extra = {k: drop_long(v, policy, limit, k) for k, v in extra.items()}
     total = sum(stage_steps(cfg, s) for s in cfg.stages)
-    logger = MetricsLogger(run_dir, cfg.log, total_steps=total, run_config=dataclasses.asdict(cfg)) if main \
+    logger = MetricsLogger(run_dir, cfg.log, total_steps=total, run_config=dataclasses.asdict(cfg),
+                           stages=[(s, stage_steps(cfg, s)) for s in cfg.stages]) if main \
         else dist.NullLogger()
     ckpt = Checkpointer(run_dir, cfg.checkpoint.keep_last)
     with make_verifier(dist.per_rank_verifier(cfg.verifier)) as verifier:
