@@ -217,6 +217,12 @@ class DataConfig:
     exclude: str = ""
     """A quarantine file (task ids, one per line; `codechat tasks check --write-quarantine` writes one): those
     tasks are left out of the train, eval and extra_eval sets. Empty = none."""
+    max_prompt_tokens: int = 0
+    """Tasks whose encoded prompt is longer are dropped (a count is printed); 0 = the model's context minus
+    sampling.max_new_tokens. SFT examples must also fit prompt + solution in the context."""
+    loader: str = ""
+    """A task loader plugin, `FILE.py:NAME` or `module:NAME`: NAME(spec) -> list[Task] is called for train, eval,
+    extra_eval and sft instead of codechat's loaders (codechat/plugins.py). Empty = codechat's loaders."""
 
 
 @dataclass

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from codechat import CodechatError
+from codechat import CodechatError, plugins
 from codechat.algos import check_config
 from codechat.config import RewardConfig, RunConfig
 from codechat.rollout.rewards import check_components
@@ -127,6 +127,11 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     if isinstance(rewards, dict) and rewards and not set(rewards) & {f.name for f in dataclasses.fields(RewardConfig)}:
         data["rewards"] = {"components": rewards}  # the short form: a mapping of component -> weight
     cfg = _build(RunConfig, data)
+    # a run dir's config.yaml finds its plugins in RUN/plugins/ first (the copies the run started with)
+    search = [Path(path).parent / "plugins"] if path and Path(path).name == "config.yaml" else []
+    plugins.register_rewards(cfg.rewards.components, search)
+    if cfg.data.loader:
+        plugins.load_object(cfg.data.loader, search)
     validate(cfg)
     return cfg
 
@@ -136,22 +141,27 @@ def validate(cfg: RunConfig) -> None:
     problems = check_stages(cfg)
     if problems:
         raise ConfigError(problems[0])
+    s, o, m, d = cfg.sampling, cfg.optim, cfg.model, cfg.dist
     checks = [
-        ("sampling.temperature", cfg.sampling.temperature >= 0), ("sampling.top_p", 0 < cfg.sampling.top_p <= 1),
-        ("sampling.max_new_tokens", cfg.sampling.max_new_tokens > 0),
-        ("algo.kl_beta", cfg.algo.kl_beta >= 0), ("checkpoint.keep_last", cfg.checkpoint.keep_last >= 1),
-        ("model.dtype", cfg.model.dtype in ("float32", "bfloat16", "float16")),
-        ("rollout.engine", cfg.rollout.engine in ("hf", "vllm")),
-        ("dist.parallel", cfg.dist.parallel in ("ddp", "fsdp")),
-        ("dist.backend", cfg.dist.backend in ("auto", "nccl", "gloo")),
-        ("verifier.backend", cfg.verifier.backend in ("local", "ray")),
-        ("verifier.cache_size", cfg.verifier.cache_size >= 0),
-        ("optim.beta1", 0 <= cfg.optim.beta1 < 1), ("optim.beta2", 0 <= cfg.optim.beta2 < 1),
-        ("optim.weight_decay", cfg.optim.weight_decay >= 0), ("optim.max_grad_norm", cfg.optim.max_grad_norm >= 0),
+        ("sampling.temperature: expected >= 0", s.temperature >= 0), ("sampling.top_p: expected in (0, 1]", 0 < s.top_p <= 1),
+        ("sampling.max_new_tokens: expected >= 1", s.max_new_tokens > 0),
+        ("algo.kl_beta: expected >= 0", cfg.algo.kl_beta >= 0),
+        ("checkpoint.keep_last: expected >= 1", cfg.checkpoint.keep_last >= 1),
+        ("model.dtype: expected float32, bfloat16 or float16", m.dtype in ("float32", "bfloat16", "float16")),
+        ("rollout.engine: expected hf or vllm", cfg.rollout.engine in ("hf", "vllm")),
+        ("dist.parallel: expected ddp or fsdp", d.parallel in ("ddp", "fsdp")),
+        ("dist.backend: expected auto, nccl or gloo", d.backend in ("auto", "nccl", "gloo")),
+        ("verifier.backend: expected local or ray", cfg.verifier.backend in ("local", "ray")),
+        ("verifier.cache_size: expected >= 0 (0 = no cache across steps)", cfg.verifier.cache_size >= 0),
+        ("optim.beta1: expected in [0, 1)", 0 <= o.beta1 < 1), ("optim.beta2: expected in [0, 1)", 0 <= o.beta2 < 1),
+        ("optim.weight_decay: expected >= 0", o.weight_decay >= 0),
+        ("optim.max_grad_norm: expected >= 0 (0 = no clipping)", o.max_grad_norm >= 0),
     ]
-    for key, ok in checks:
+    for msg, ok in checks:
         if not ok:
-            raise ConfigError(f"{key}: invalid value")
+            key = msg.split(":", 1)[0]
+            section, name = key.split(".")
+            raise ConfigError(f"{msg}, got {getattr(getattr(cfg, section), name)!r}")
     check_ranges(cfg)
     if cfg.dist.parallel == "fsdp" and cfg.model.lora_r > 0:
         raise ConfigError("dist.parallel=fsdp: not with LoRA (model.lora_r > 0); LoRA training fits one device, "

@@ -6,7 +6,7 @@ import pytest
 from codechat import CodechatError
 from codechat.cli import main
 from codechat.configio import load_config
-from codechat.train.runner import _load_task_sets
+from codechat.train.runner import load_task_sets
 
 TASKS = [
     {"task_id": "ok", "prompt": "echo", "kind": "stdio", "tests": [{"input": "a\n", "output": "a\n"}],
@@ -51,16 +51,16 @@ def test_data_exclude_drops_quarantined_tasks(task_file, tmp_path):
     q = tmp_path / "q.txt"
     q.write_text("# a comment\nbad  # reference failed\n\ncoin\n")
     base = [f"data.train={task_file}", f"data.eval={task_file}"]
-    train, evals, _ = _load_task_sets(load_config(None, base))
+    train, evals, _ = load_task_sets(load_config(None, base))
     assert {"bad", "coin"} <= {t.task_id for t in train}
-    train, evals, _ = _load_task_sets(load_config(None, base + [f"data.exclude={q}"]))
+    train, evals, _ = load_task_sets(load_config(None, base + [f"data.exclude={q}"]))
     assert {t.task_id for t in train} == {t.task_id for t in evals} == {"ok", "noref", "fn"}
 
 
 def test_data_exclude_errors(task_file, tmp_path):
     with pytest.raises(CodechatError, match="data.exclude: .*missing.txt: no such file"):
-        _load_task_sets(load_config(None, [f"data.train={task_file}", f"data.exclude={tmp_path / 'missing.txt'}"]))
+        load_task_sets(load_config(None, [f"data.train={task_file}", f"data.exclude={tmp_path / 'missing.txt'}"]))
     everything = tmp_path / "all.txt"
     everything.write_text("".join(t["task_id"] + "\n" for t in TASKS))
     with pytest.raises(CodechatError, match="leaves no training task"):
-        _load_task_sets(load_config(None, [f"data.train={task_file}", f"data.exclude={everything}"]))
+        load_task_sets(load_config(None, [f"data.train={task_file}", f"data.exclude={everything}"]))

@@ -11,10 +11,11 @@ untempered, untruncated log-prob of the argmax token.
 
 Stops: a sample ends at an EOS token (the policy's eos ids; the token is kept, mask 1, not in the text) or when
 its text contains a stop string (the token that completed it is the last one; the text is cut just after the
-stop string, which is kept), else at max_new_tokens ('length'). Decoding stops when every sample has finished,
-and finished rows are dropped from the batch as they accumulate. `sample(..., on_finish=fn)` calls fn(row, text)
-once per sample the moment it finishes (a 'length' sample after the last step), from the decoding thread, with
-the text the batch will hold: a verifier can start on it while the other rows keep decoding.
+stop string, which is kept), else at max_new_tokens or at the model's context, whichever comes first
+('length'). Decoding stops when every sample has finished, and finished rows are dropped from the batch as they
+accumulate. `sample(..., on_finish=fn)` calls fn(row, text) once per sample the moment it finishes (a 'length'
+sample after the last step), from the decoding thread, with the text the batch will hold: a verifier can start
+on it while the other rows keep decoding.
 
 Reproducible: a `torch.Generator` seeded with `cfg.seed` draws one uniform per sample per step (inverse-CDF
 sampling), so a sample's tokens depend on the seed, its index and the model's logits only - not on which other
@@ -31,6 +32,7 @@ import torch
 
 from codechat import CodechatError
 from codechat.config import SamplingConfig
+from codechat.policy.context import context_length, new_token_budget
 from codechat.policy.decoding import make_decoder
 from codechat.policy.fsdp import full_weights
 from codechat.policy.stops import StopChecker
@@ -148,8 +150,9 @@ class Sampler:
     def _generate(self, prompts, n, cfg, on_finish=None):
         pol, dev = self.policy, self.policy.device
         pad = pol.tokenizer.pad_token_id
-        P, N, Tn = len(prompts), len(prompts) * n, cfg.max_new_tokens
+        P, N = len(prompts), len(prompts) * n
         Lp = max(len(p) for p in prompts)
+        Tn = new_token_budget(Lp, cfg.max_new_tokens, context_length(pol.model))  # never past the context
         ids = torch.full((P, Lp), pad, dtype=torch.long)
         valid = torch.zeros(P, Lp, dtype=torch.bool)
         for i, p in enumerate(prompts):  # left padding

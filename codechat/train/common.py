@@ -20,6 +20,7 @@ from codechat.policy.lora import is_lora
 from codechat.tasks import Task
 from codechat.train import dist
 from codechat.train.checkpoint import Checkpointer, TrainState, set_rng_state
+from codechat.train.watch import NoSignalWatch
 
 
 @dataclass
@@ -39,6 +40,8 @@ class Context:
     eval_history: list[dict] = field(default_factory=list)
     on_close: list = field(default_factory=list)
     """Called once at the end of the run, after the last barrier (a vLLM engine's shutdown)."""
+    watch: NoSignalWatch = field(default_factory=NoSignalWatch)
+    """Warns when RL steps keep having no learning signal (train/watch.py)."""
 
     @property
     def stage(self) -> str:
@@ -202,6 +205,9 @@ def end_step(ctx: Context, metrics: dict, total_steps: int, optimizer=None, sche
     metrics.update({"stage": ctx.stage, "samples": st.samples})
     if optimizer is not None:  # the lr of the step just taken, unless the stage logged it before its schedule step
         metrics.setdefault("lr", optimizer.param_groups[0]["lr"])
-    ctx.logger.log(dist.mean_metrics(metrics), st.global_step)
+    logged = dist.mean_metrics(metrics)
+    ctx.logger.log(logged, st.global_step)
+    if dist.is_main():
+        ctx.watch.after_step(ctx.stage, logged)
     if dist.decide(save or last or bool(cfg.checkpoint.every and st.step % cfg.checkpoint.every == 0)):
         ctx.ckpt.save(ctx.policy, st, optimizer, scheduler)  # every rank: a collective under FSDP; rank 0 writes

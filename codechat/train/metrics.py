@@ -1,5 +1,6 @@
-"""Run diagnostics: metrics.jsonl always; TensorBoard and W&B when enabled and installed; a live rich line;
-`plot_run` draws the main curves to curves.png (also `codechat plot RUN_DIR`)."""
+"""Run diagnostics: metrics.jsonl always; TensorBoard and W&B when enabled and installed; the progress display
+(train/progress.py: live bars on a terminal, plain lines elsewhere); `plot_run` draws the main curves to
+curves.png (also `codechat plot RUN_DIR`)."""
 from __future__ import annotations
 
 import json
@@ -9,11 +10,10 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-
 from codechat import CodechatError
 from codechat.config import LogConfig
 from codechat.runlog import read_metrics  # noqa: F401 - re-exported (compare, demo)
+from codechat.train.progress import ProgressDisplay
 
 
 def _clean(v: Any) -> Any:
@@ -25,13 +25,15 @@ def _clean(v: Any) -> Any:
 
 
 class MetricsLogger:
-    def __init__(self, run_dir: str | Path, cfg: LogConfig, total_steps: int = 0, run_config: dict | None = None):
+    def __init__(self, run_dir: str | Path, cfg: LogConfig, total_steps: int = 0, run_config: dict | None = None,
+                 stages: list[tuple[str, int]] | None = None):
+        """stages: (name, steps) of the run's stages, for the progress display (default: one bar of total_steps)."""
         self.path = Path(run_dir) / "metrics.jsonl"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.file = open(self.path, "a", encoding="utf-8")
         self.total_steps, self.t0 = total_steps, time.time()
         self.tb = self.wandb = None
-        self.progress = cfg.progress
+        self.display = ProgressDisplay(stages or [("train", total_steps)]) if cfg.progress else None
         if cfg.tensorboard:
             try:  # tensorboard: optional extra, imported on use
                 from torch.utils.tensorboard import SummaryWriter
@@ -56,24 +58,12 @@ class MetricsLogger:
                 self.tb.add_scalar(k, v, step)
         if self.wandb:
             self.wandb.log(numeric, step=step)
-        if self.progress:
-            self._print(rec, step)
-
-    def _print(self, rec: dict, step: int) -> None:
-        parts = [f"step {step}"]
-        if self.total_steps:
-            done = max(step, 1) / self.total_steps
-            eta = (time.time() - self.t0) * (1 - done) / done
-            parts[0] += f"/{self.total_steps} eta {eta:.0f}s"
-        for key, label in [("stage", ""), ("loss", "loss"), ("reward_mean", "reward"), ("pass_rate", "pass"),
-                           ("zero_var_frac", "zero-var"), ("kl", "kl"), ("eval/pass@1", "eval pass@1"),
-                           ("eval/greedy_pass@1", "greedy")]:
-            v = rec.get(key)
-            if v is not None:
-                parts.append(f"{label} {v:.3f}" if isinstance(v, float) else f"{label}{' ' if label else ''}{v}")
-        Console(stderr=True, highlight=False, soft_wrap=True).print(" | ".join(parts))
+        if self.display is not None:
+            self.display.update(rec, step)
 
     def close(self) -> None:
+        if self.display is not None:
+            self.display.close()
         self.file.close()
         if self.tb:
             self.tb.close()

@@ -22,6 +22,7 @@ from codechat.rollout.collect import collect, rollout_metrics
 from codechat.train import dist
 from codechat.train.common import Context, save_stage_start, take
 from codechat.train.sft import dedupe, train_on_pairs
+from codechat.train.watch import warn_empty_round
 
 ADAPTERS = "adapters.pt"
 """ReST-EM with LoRA: the stage's starting adapter weights, in the stage-start directory."""
@@ -95,6 +96,8 @@ def run_rft(ctx: Context) -> None:
                 tmp.replace(data_file)
             ctx.logger.log(m | {"stage": "rft", "samples": ctx.state.samples}, ctx.state.global_step)
         if not encoded:  # nothing passed: skip this round's improve step
+            if dist.is_main():
+                warn_empty_round(rnd, c.prompts * c.group_size)
             ctx.state.step = (rnd + 1) * c.steps
             continue
         if c.rest_em and rnd > 0 and ctx.state.step == rnd * c.steps:

@@ -199,7 +199,7 @@ def run_rl(ctx: Context) -> None:
         metrics["time/update_s"] = time.perf_counter() - t0
         save_rollouts(ctx, r)
         if ctx.cfg.log.audit:
-            append_audit(ctx.run_dir, audit_rollouts(r, st.global_step, ctx.cfg.log.audit_top_k))
+            append_audit(ctx.run_dir, audit_rollouts(r, st.global_step + 1, ctx.cfg.log.audit_top_k))
         # 7-8. log, evaluate, checkpoint
         end_step(ctx, metrics, c.steps, opt, sched, samples=extra["samples"])
     if producer is not None:
@@ -207,8 +207,9 @@ def run_rl(ctx: Context) -> None:
 
 
 def save_rollouts(ctx: Context, r: Rollouts) -> None:
-    """Append this step's samples to rollouts.jsonl (offline DPO and audits read it)."""
-    lines = rollout_records(r, ctx.state.global_step, ctx.policy.eos_token_ids)
+    """Append this step's samples to rollouts.jsonl (offline DPO and audits read it), numbered with the
+    metrics.jsonl step of the update that uses them (the step about to finish)."""
+    lines = rollout_records(r, ctx.state.global_step + 1, ctx.policy.eos_token_ids)
     every = dist.gather(lines)  # every rank's samples, in rank order; rank 0 writes them
     if dist.is_main():
         with open(ctx.run_dir / "rollouts.jsonl", "a", encoding="utf-8") as f:

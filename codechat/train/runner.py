@@ -6,8 +6,8 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import random
+import sys
 import warnings
 from pathlib import Path
 
@@ -17,26 +17,21 @@ import torch
 from codechat import CodechatError
 from codechat import configio  # as a module: configio imports the stage registry, which imports this package
 from codechat.config import RunConfig
-from codechat.jsonl import read_jsonl
+from codechat.plugins import load_with, record as record_plugins
 from codechat.policy import load_policy
 from codechat.policy.fsdp import shard
-from codechat.tasks import load_tasks
 from codechat.tasks.quarantine import exclude, read_quarantine
 from codechat.tasks.splits import warn_overlap
 from codechat.train import dist
 from codechat.train.checkpoint import Checkpointer, TrainState
 from codechat.train.common import Context
+from codechat.train.context import drop_long, prompt_limit
 from codechat.train.metrics import MetricsLogger, plot_run
+from codechat.train.rundir_logs import claim_run_dir, truncate_logs
 from codechat.train.stages import STAGES, batch_sizes, stage_steps
 from codechat.verifier.dedup import DedupVerifier
+from codechat.train.watch import resume_point, sigterm_as_interrupt
 from codechat.verifier.factory import make_verifier
-
-
-def _truncate_jsonl(path: Path, keep) -> None:
-    """Drop records written after the checkpoint we resume from (they will be written again)."""
-    if path.is_file():
-        kept = [rec for _, rec in read_jsonl(path) if keep(rec)]
-        path.write_text("".join(json.dumps(rec) + "\n" for rec in kept), encoding="utf-8")
 
 
 def _set_name(spec: str) -> str:
@@ -45,11 +40,11 @@ def _set_name(spec: str) -> str:
     return name.replace("-", "_") or "extra"
 
 
-def _load_task_sets(cfg: RunConfig):
-    fmt = cfg.data.format or None
-    train_tasks = load_tasks(cfg.data.train, fmt)
-    evals = load_tasks(cfg.data.eval, fmt) if cfg.data.eval else []
-    extra = {_set_name(p): load_tasks(p) for p in cfg.data.extra_eval}
+def load_task_sets(cfg: RunConfig):
+    fmt, loader = cfg.data.format or None, cfg.data.loader
+    train_tasks = load_with(loader, cfg.data.train, fmt)
+    evals = load_with(loader, cfg.data.eval, fmt) if cfg.data.eval else []
+    extra = {_set_name(p): load_with(loader, p) for p in cfg.data.extra_eval}
     if cfg.data.exclude:  # quarantined tasks (codechat tasks check --write-quarantine)
         ids = read_quarantine(cfg.data.exclude)
         train_tasks, evals = exclude(train_tasks, ids), exclude(evals, ids)
@@ -63,9 +58,11 @@ def _load_task_sets(cfg: RunConfig):
     return train_tasks, evals, extra
 
 
-def train(cfg: RunConfig | None = None, resume: str | Path | None = None, overrides: list[str] | None = None) -> Path:
-    """Run (or resume) a training run; returns the run directory."""
-    state, trainer_state, model_path, resumed = TrainState(), None, None, False
+def train(cfg: RunConfig | None = None, resume: str | Path | None = None, overrides: list[str] | None = None,
+          force: bool = False) -> Path:
+    """Run (or resume) a training run; returns the run directory. A fresh run into a directory that holds one
+    is refused unless `force` (which removes the earlier run's files)."""
+    state, trainer_state, model_path = TrainState(), None, None
     if resume:
         run_dir = Path(resume)
         if not (run_dir / "config.yaml").is_file():
@@ -75,21 +72,20 @@ def train(cfg: RunConfig | None = None, resume: str | Path | None = None, overri
         ckpt = Checkpointer(run_dir).latest()
         if ckpt is not None:
             state, trainer_state = Checkpointer.load_state(ckpt)
-            model_path, resumed = str(ckpt / "model"), True
+            model_path = str(ckpt / "model")
     else:
         cfg = cfg or configio.load_config(None, overrides)
         run_dir = Path(cfg.run_dir)
-        if Checkpointer(run_dir).latest() is not None:
-            raise CodechatError(f"{run_dir}: already holds checkpoints; use --resume {run_dir} or another run_dir")
     own_group = dist.init(cfg.dist)  # under torchrun: join the ranks; rank 0 alone writes files
     dist.check_batches(batch_sizes(cfg))
     main = dist.is_main()
     if main:
-        if resumed:
-            _truncate_jsonl(run_dir / "metrics.jsonl", lambda r: r.get("step", 0) <= state.global_step)
-            for name in ("rollouts.jsonl", "audit.jsonl"):
-                _truncate_jsonl(run_dir / name, lambda r: r.get("step", 0) < state.global_step)
+        if resume:  # also a run killed before its first checkpoint: it restarts at step 0 with empty logs
+            truncate_logs(run_dir, state.global_step)
+        else:
+            claim_run_dir(run_dir, force)
         run_dir.mkdir(parents=True, exist_ok=True)
+        record_plugins([*cfg.rewards.components, cfg.data.loader], run_dir)  # RUN/plugins/: what --resume loads
         configio.save_config(cfg, run_dir / "config.yaml")
 
     random.seed(cfg.seed)
@@ -104,9 +100,13 @@ def train(cfg: RunConfig | None = None, resume: str | Path | None = None, overri
         else:
             warnings.warn("dist.parallel=fsdp in one process: nothing to shard over, the model stays whole "
                           "(start with torchrun --nproc_per_node N to shard)")
-    train_tasks, eval_tasks, extra = _load_task_sets(cfg)
+    train_tasks, eval_tasks, extra = load_task_sets(cfg)
+    limit = prompt_limit(cfg, policy)  # over-long prompts dropped, with a count (train/context.py)
+    train_tasks, eval_tasks = drop_long(train_tasks, policy, limit, "train"), drop_long(eval_tasks, policy, limit, "eval")
+    extra = {k: drop_long(v, policy, limit, k) for k, v in extra.items()}
     total = sum(stage_steps(cfg, s) for s in cfg.stages)
-    logger = MetricsLogger(run_dir, cfg.log, total_steps=total, run_config=dataclasses.asdict(cfg)) if main \
+    logger = MetricsLogger(run_dir, cfg.log, total_steps=total, run_config=dataclasses.asdict(cfg),
+                           stages=[(s, stage_steps(cfg, s)) for s in cfg.stages]) if main \
         else dist.NullLogger()
     ckpt = Checkpointer(run_dir, cfg.checkpoint.keep_last)
     with make_verifier(dist.per_rank_verifier(cfg.verifier)) as verifier:
@@ -114,15 +114,21 @@ def train(cfg: RunConfig | None = None, resume: str | Path | None = None, overri
         ctx = Context(cfg, policy, verifier, logger, ckpt, state, run_dir, train_tasks, eval_tasks, extra,
                       resume=trainer_state)
         try:
-            while state.stage_idx < len(cfg.stages):
-                if state.step < stage_steps(cfg, ctx.stage):
-                    STAGES[ctx.stage].run(ctx)
-                    latest = ckpt.latest() if main else None
-                    if dist.decide(latest is None or latest.name != f"step-{state.global_step:07d}"):
-                        ckpt.save(policy, state)  # every rank: a collective under FSDP; rank 0 writes
-                ctx.resume = None
-                state.stage_idx += 1
-                state.step, state.data_pos, state.extra = 0, 0, {}
+            with sigterm_as_interrupt():  # SIGTERM stops like Ctrl-C: the step in progress is dropped
+                while state.stage_idx < len(cfg.stages):
+                    if state.step < stage_steps(cfg, ctx.stage):
+                        STAGES[ctx.stage].run(ctx)
+                        latest = ckpt.latest() if main else None
+                        if dist.decide(latest is None or latest.name != f"step-{state.global_step:07d}"):
+                            ckpt.save(policy, state)  # every rank: a collective under FSDP; rank 0 writes
+                    ctx.resume = None
+                    state.stage_idx += 1
+                    state.step, state.data_pos, state.extra = 0, 0, {}
+        except KeyboardInterrupt:
+            if main:
+                print(f"\ntraining stopped after step {state.global_step} (the step in progress is dropped); "
+                      f"{resume_point(run_dir, ckpt.latest())}", file=sys.stderr, flush=True)
+            raise
         finally:
             logger.close()
     dist.barrier()  # rank 0's last checkpoint is complete before any rank returns

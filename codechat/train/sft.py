@@ -8,11 +8,12 @@ import time
 import torch
 
 from codechat import CodechatError
+from codechat.plugins import load_with
 from codechat.policy import completion_logprobs
 from codechat.rollout.collect import prompt_text
-from codechat.tasks import load_tasks
 from codechat.train import dist
 from codechat.train.common import Context, end_step, grad_norm_clip, make_optimizer, pad, restore, take
+from codechat.train.context import drop_long, prompt_limit
 
 
 def answer_ids(policy, text: str) -> list[int]:
@@ -67,7 +68,9 @@ def train_on_pairs(ctx: Context, pairs, steps: int, lr: float, batch_size: int, 
 
 def run_sft(ctx: Context) -> None:
     c = ctx.cfg.sft
-    tasks = load_tasks(ctx.cfg.data.sft, ctx.cfg.data.format or None) if ctx.cfg.data.sft else ctx.train_tasks
+    d = ctx.cfg.data
+    tasks = load_with(d.loader, d.sft, d.format or None) if d.sft else ctx.train_tasks
+    tasks = drop_long(tasks, ctx.policy, prompt_limit(ctx.cfg, ctx.policy), "sft", with_solution=True)
     train_on_pairs(ctx, sft_pairs(ctx, tasks), c.steps, c.lr, c.batch_size, c.warmup)
 
 

@@ -31,35 +31,56 @@ class Stage:
     batches: Callable[[RunConfig], list[tuple[str, int]]]
     """(setting, global batch size) pairs that must be at least the number of ranks."""
     checks: Callable[[RunConfig], list[tuple[str, bool]]]
-    """(setting, ok) pairs: the value checks of the stage's settings."""
+    """(message, ok) pairs: the value checks of the stage's settings; the message names the setting, the allowed
+    range and the value (see `at_least`)."""
 
 
-def _rl_checks(c: RunConfig) -> list[tuple[str, bool]]:
+def at_least(key: str, value, lo) -> tuple[str, bool]:
+    """A (message, ok) check: `key` must be >= lo; the message gives the allowed range and the value."""
+    return f"{key}: expected >= {lo}, got {value}", value >= lo
+
+
+def positive(key: str, value) -> tuple[str, bool]:
+    return f"{key}: expected > 0, got {value}", value > 0
+
+
+def _sampled_groups(c: RunConfig, stage: str) -> tuple[str, bool]:
+    # at temperature 0 every sample of a group is the same: no group variance (GRPO/RLOO), no pair (DPO)
+    return (f"sampling.temperature: expected > 0 for stage {stage} (at 0 every sample of a group is the same, "
+            f"so there is nothing to learn from), got {c.sampling.temperature}", c.sampling.temperature > 0)
+
+
+def _rl_checks(c: RunConfig, stage: str) -> list[tuple[str, bool]]:
     one_step = c.rl.epochs == 1 and not 0 < c.rl.minibatch_size < c.rl.prompts_per_step * c.rl.group_size
-    return [("rl.group_size", c.rl.group_size >= 2), ("rl.prompts_per_step", c.rl.prompts_per_step >= 1),
-            ("rl.epochs", c.rl.epochs >= 1), ("rl.lr", c.rl.lr > 0), ("rl.minibatch_size", c.rl.minibatch_size >= 0),
-            ("rl.grad_accum", c.rl.grad_accum >= 1), ("rl.warmup", c.rl.warmup >= 0),
-            ("rl.zero_variance", c.rl.zero_variance in ("keep", "skip", "resample")),
+    return [at_least("rl.steps", c.rl.steps, 0), at_least("rl.group_size", c.rl.group_size, 2),
+            at_least("rl.prompts_per_step", c.rl.prompts_per_step, 1), at_least("rl.epochs", c.rl.epochs, 1),
+            positive("rl.lr", c.rl.lr), at_least("rl.minibatch_size", c.rl.minibatch_size, 0),
+            at_least("rl.grad_accum", c.rl.grad_accum, 1), at_least("rl.warmup", c.rl.warmup, 0),
+            (f"rl.zero_variance: expected keep, skip or resample, got '{c.rl.zero_variance}'",
+             c.rl.zero_variance in ("keep", "skip", "resample")), _sampled_groups(c, stage),
             # reinforce has no ratio: a second optimizer step on the same rollouts would be off-policy, uncorrected
             ("algo.loss=reinforce needs one optimizer step per RL step (rl.epochs=1, no smaller rl.minibatch_size;"
              " use ppo-clip for more)", c.algo.loss != "reinforce" or one_step)]
 
 
-_RL = dict(section="rl", steps=lambda c: c.rl.steps, batches=lambda c: [("rl.prompts_per_step", c.rl.prompts_per_step)],
-           checks=_rl_checks)
+_RL = dict(section="rl", steps=lambda c: c.rl.steps, batches=lambda c: [("rl.prompts_per_step", c.rl.prompts_per_step)])
 
 STAGES: dict[str, Stage] = {
     "sft": Stage("sft", run_sft, "sft", lambda c: c.sft.steps, lambda c: [("sft.batch_size", c.sft.batch_size)],
-                 lambda c: [("sft.lr", c.sft.lr > 0), ("sft.batch_size", c.sft.batch_size >= 1),
-                            ("sft.warmup", c.sft.warmup >= 0)]),
+                 lambda c: [at_least("sft.steps", c.sft.steps, 0), positive("sft.lr", c.sft.lr),
+                            at_least("sft.batch_size", c.sft.batch_size, 1), at_least("sft.warmup", c.sft.warmup, 0)]),
     "rft": Stage("rft", run_rft, "rft", lambda c: c.rft.rounds * c.rft.steps, lambda c: [("rft.prompts", c.rft.prompts)],
-                 lambda c: [("rft.group_size", c.rft.group_size >= 1), ("rft.lr", c.rft.lr > 0),
-                            ("rft.batch_size", c.rft.batch_size >= 1), ("rft.rounds", c.rft.rounds >= 1)]),
-    "grpo": Stage("grpo", run_rl, **_RL),
-    "rloo": Stage("rloo", run_rl, **_RL),
+                 lambda c: [at_least("rft.steps", c.rft.steps, 0), at_least("rft.group_size", c.rft.group_size, 1),
+                            positive("rft.lr", c.rft.lr), at_least("rft.batch_size", c.rft.batch_size, 1),
+                            at_least("rft.rounds", c.rft.rounds, 1), at_least("rft.prompts", c.rft.prompts, 1)]),
+    "grpo": Stage("grpo", run_rl, **_RL, checks=lambda c: _rl_checks(c, "grpo")),
+    "rloo": Stage("rloo", run_rl, **_RL, checks=lambda c: _rl_checks(c, "rloo")),
     "dpo": Stage("dpo", run_dpo, "dpo", lambda c: c.dpo.steps,
                  lambda c: [("dpo.prompts_per_step", c.dpo.prompts_per_step), ("dpo.pairs_per_step", c.dpo.pairs_per_step)],
-                 lambda c: [("dpo.lr", c.dpo.lr > 0), ("dpo.group_size", c.dpo.group_size >= 2)]),
+                 lambda c: [at_least("dpo.steps", c.dpo.steps, 0), positive("dpo.lr", c.dpo.lr),
+                            at_least("dpo.group_size", c.dpo.group_size, 2),
+                            at_least("dpo.prompts_per_step", c.dpo.prompts_per_step, 1),
+                            at_least("dpo.pairs_per_step", c.dpo.pairs_per_step, 1), _sampled_groups(c, "dpo")]),
 }
 
 
@@ -69,12 +90,14 @@ def stage_steps(cfg: RunConfig, name: str) -> int:
 
 def check_stages(cfg: RunConfig) -> list[str]:
     """Problems with cfg.stages and the settings of the stages it lists: unknown names, then failed checks."""
+    if not cfg.stages:
+        return [f"stages: expected at least one of {', '.join(STAGES)}, got []"]
     unknown = [s for s in cfg.stages if s not in STAGES]
     if unknown:
         return [f"stages: unknown stage '{unknown[0]}' (valid: {', '.join(STAGES)})"]
     out = []
     for name in dict.fromkeys(cfg.stages):
-        out += [f"{key}: invalid value" if " " not in key else key for key, ok in STAGES[name].checks(cfg) if not ok]
+        out += [msg for msg, ok in STAGES[name].checks(cfg) if not ok]
     return out
 
 
