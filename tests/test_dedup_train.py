@@ -183,7 +183,7 @@ def greedy_run(tmp_path, *extra) -> list[dict]:
     from codechat.train import train
 
     run = tmp_path / "run"
-    train(load_config(None, ["stages=[grpo]", "data.train=builtin:toy", "sampling.temperature=0",
+    train(load_config(None, ["stages=[grpo]", "data.train=builtin:toy", "sampling.top_k=1",
                              "sampling.max_new_tokens=6", "rl.prompts_per_step=10", "rl.group_size=4",
                              "rl.steps=2", "rl.lr=1e-9", "log.progress=false", "log.plot=false", "verifier.workers=1",
                              "checkpoint.every=0", "algo.kl_beta=0.04", f"run_dir={run}", *extra]))
