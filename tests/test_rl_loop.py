@@ -48,7 +48,7 @@ def _expected_rates(rollouts: list[dict], ema: float, upto: int) -> dict[str, fl
     for step in range(upto):
         per: dict[str, list[float]] = {}
         for r in rollouts:
-            if r["step"] == step:
+            if r["step"] == step + 1:  # rollouts carry the metrics step (1-based) of the update that used them
                 per.setdefault(r["task_id"], []).append(float(r["passed"]))
         for t, ps in per.items():
             m = sum(ps) / len(ps)
@@ -70,7 +70,7 @@ def test_difficulty_weights_reach_the_advantages_and_the_checkpoint(tmp_path, sp
     assert len(spy_advantages) == 3 and all(w is not None for _, w in spy_advantages)
     for step, (_, w) in enumerate(spy_advantages):
         rates = _expected_rates(rolls, ema, step)
-        ids = [r["task_id"] for r in rolls if r["step"] == step]
+        ids = [r["task_id"] for r in rolls if r["step"] == step + 1]
         h = torch.tensor([(1 - rates.get(t, 0.5)) for t in ids]).clamp_min(1e-3) ** alpha
         assert torch.allclose(w, h / h.mean(), atol=1e-6), step
     assert not torch.allclose(spy_advantages[2][1], torch.ones(16))  # revisited prompts: weights are not all 1
