@@ -47,6 +47,12 @@ class Rollouts:
     """Seconds spent sampling."""
     verify_s: float = 0.0
     """Seconds spent verifying."""
+    episodes: list = field(default_factory=list)
+    """Multi-turn rollouts: the EpisodeResult of each sample (empty for single answers; train/episodes.py)."""
+    tools_s: float = 0.0
+    """Multi-turn rollouts: wall seconds spent running tool calls."""
+    episode_wall_s: float = 0.0
+    """Multi-turn rollouts: wall seconds of the whole episode run (decode, tools and judgements overlap)."""
 
     @property
     def group_ids(self) -> torch.Tensor:

@@ -39,6 +39,8 @@ class Context:
     eval_history: list[dict] = field(default_factory=list)
     on_close: list = field(default_factory=list)
     """Called once at the end of the run, after the last barrier (a vLLM engine's shutdown)."""
+    judge: Any = None
+    """The RepoJudge of repository-task episodes, made on first use (train/episodes.py), closed with the run."""
 
     @property
     def stage(self) -> str:

@@ -21,6 +21,7 @@ from codechat.jsonl import read_jsonl
 from codechat.policy import load_policy
 from codechat.policy.fsdp import shard
 from codechat.tasks import load_tasks
+from codechat.tasks.repo_loaders import is_repo_spec, load_repo_tasks
 from codechat.tasks.quarantine import exclude, read_quarantine
 from codechat.tasks.splits import warn_overlap
 from codechat.train import dist
@@ -46,7 +47,11 @@ def _set_name(spec: str) -> str:
 
 def _load_task_sets(cfg: RunConfig):
     fmt = cfg.data.format or None
-    train_tasks = load_tasks(cfg.data.train, fmt)
+    for spec in [cfg.data.eval, *cfg.data.extra_eval]:
+        if is_repo_spec(spec):
+            raise CodechatError(f"data.eval: {spec}: repository tasks are evaluated with `codechat eval --tasks "
+                                f"{spec}`, not inside training")
+    train_tasks = load_repo_tasks(cfg.data.train) if is_repo_spec(cfg.data.train) else load_tasks(cfg.data.train, fmt)
     evals = load_tasks(cfg.data.eval, fmt) if cfg.data.eval else []
     extra = {_set_name(p): load_tasks(p) for p in cfg.data.extra_eval}
     if cfg.data.exclude:  # quarantined tasks (codechat tasks check --write-quarantine)
@@ -58,7 +63,9 @@ def _load_task_sets(cfg: RunConfig):
     if cfg.data.max_eval_tasks:
         evals = evals[:cfg.data.max_eval_tasks]
         extra = {k: v[:cfg.data.max_eval_tasks] for k, v in extra.items()}
-    warn_overlap(train_tasks, {**({cfg.data.eval: evals} if evals else {}), **extra}, cfg.data.train)
+    if not is_repo_spec(cfg.data.train):  # repository tasks have no prompt text to compare
+        warn_overlap(train_tasks, {**({cfg.data.eval: evals} if evals else {}), **extra},
+                     cfg.data.train)
     return train_tasks, evals, extra
 
 
