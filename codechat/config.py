@@ -214,6 +214,8 @@ class SFTConfig:
     """(prompt, solution) pairs per step."""
     warmup: int = 10
     """Warmup steps."""
+    expert_wrong: float = 0.2
+    """Repository tasks: share of expert transcripts that apply a plausible but wrong fix (rollout/expert.py)."""
 
 
 @dataclass

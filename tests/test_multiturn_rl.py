@@ -13,7 +13,7 @@ from codechat.policy import load_policy
 from codechat.rollout.episode import EpisodeRunner
 from codechat.tasks import load_tasks
 from codechat.tasks.repo_loaders import load_repo_tasks
-from codechat.train import rl, runner, train
+from codechat.train import rl, runner, sft, train
 from codechat.train.checkpoint import Checkpointer
 from codechat.train.episodes import is_repo_batch
 from codechat.verifier.repo import RepoVerdict
@@ -100,3 +100,57 @@ def test_mixed_repo_and_function_tasks_are_refused():
     with pytest.raises(CodechatError, match="mixes repository tasks"):
         is_repo_batch(load_repo_tasks("builtin:repo-train")[:1] + load_tasks("builtin:toy")[:1])
     assert not is_repo_batch(load_tasks("builtin:toy")[:2])
+
+
+@pytest.fixture
+def sft_seen(monkeypatch):
+    """Every (prompts, answers, masks) batch the SFT loss saw."""
+    calls, real = [], sft.sft_loss
+
+    def spy(policy, prompts, answers, masks=None):
+        calls.append((prompts, answers, masks))
+        return real(policy, prompts, answers, masks)
+    monkeypatch.setattr(sft, "sft_loss", spy)
+    return calls
+
+
+def test_sft_on_expert_transcripts_learns_model_tokens_only(tmp_path, sft_seen, monkeypatch):
+    tasks = {t.task_id: t for t in load_repo_tasks("builtin:repo-train")[:2]}  # the first has a wrong fix
+    monkeypatch.setattr(runner, "load_repo_tasks", lambda spec, repos=None: list(tasks.values()))
+    got = []
+    real = sft.expert_episodes
+    monkeypatch.setattr(sft, "expert_episodes", lambda *a, **k: got.extend(real(*a, **k)) or got)
+    run = tmp_path / "sft"
+    train(load_config(None, BASE + [f"run_dir={run}", "stages=[sft]", "sft.steps=2", "sft.batch_size=2",
+                                    "sft.expert_wrong=0.5", "sft.warmup=0"]))
+    assert len(got) == 2
+
+    def wrote(e, fix):
+        return [u.arguments for u in e.transcript.turns if u.tool == "write_file"] == \
+            [{"path": p, "content": c} for p, c in fix.items()]
+    wrong = [e for e in got if wrote(e, tasks[e.task_id].metadata["wrong_fix"])]
+    right = [e for e in got if wrote(e, tasks[e.task_id].solution)]
+    assert len(wrong) == 1 and len(right) == 1  # expert_wrong=0.5 of 2 tasks
+    assert not wrong[0].verdict.passed  # plausible but wrong: the hidden tests catch it
+    assert right[0].verdict.passed  # the reference fix resolves the task
+    for e in got:
+        assert [u.tool for u in e.transcript.turns] == ["read_file", "run_tests", "write_file", "run_tests", "submit"]
+        assert e.tested_before_submit and not e.truncated
+    by_prompt = {tuple(e.transcript.tokens[:e.transcript.prompt_len]): e for e in got}
+    assert len(sft_seen) == 2
+    for prompts, answers, masks in sft_seen:
+        for p, a, m in zip(prompts, answers, masks):
+            t = by_prompt[tuple(p)].transcript
+            assert a == t.tokens[t.prompt_len:] and m == [float(x) for x in t.is_model[t.prompt_len:]]
+            assert 0 < sum(m) < len(m)  # tool results are context, not targets
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert rows[0]["sft/expert_transcripts"] == 2 and rows[0]["sft/expert_resolved"] == 0.5
+    torch.manual_seed(0)
+    before = load_policy(ModelConfig(path="tiny", device="cpu")).model.state_dict()
+    after = load_file(str(Checkpointer(run).latest() / "model" / "model.safetensors"))
+    assert any(not torch.equal(before[k], after[k]) for k in after)
+
+
+def test_expert_wrong_share_out_of_range_is_refused(tmp_path):
+    with pytest.raises(CodechatError, match="sft.expert_wrong"):
+        train(load_config(None, BASE + [f"run_dir={tmp_path}", "stages=[sft]", "sft.expert_wrong=1.5"]))

@@ -51,7 +51,8 @@ _RL = dict(section="rl", steps=lambda c: c.rl.steps, batches=lambda c: [("rl.pro
 STAGES: dict[str, Stage] = {
     "sft": Stage("sft", run_sft, "sft", lambda c: c.sft.steps, lambda c: [("sft.batch_size", c.sft.batch_size)],
                  lambda c: [("sft.lr", c.sft.lr > 0), ("sft.batch_size", c.sft.batch_size >= 1),
-                            ("sft.warmup", c.sft.warmup >= 0)]),
+                            ("sft.warmup", c.sft.warmup >= 0),
+                            ("sft.expert_wrong", 0.0 <= c.sft.expert_wrong <= 1.0)]),
     "rft": Stage("rft", run_rft, "rft", lambda c: c.rft.rounds * c.rft.steps, lambda c: [("rft.prompts", c.rft.prompts)],
                  lambda c: [("rft.group_size", c.rft.group_size >= 1), ("rft.lr", c.rft.lr > 0),
                             ("rft.batch_size", c.rft.batch_size >= 1), ("rft.rounds", c.rft.rounds >= 1)]),
