@@ -84,7 +84,8 @@ def episodes_to_rollouts(tasks: list[RepoTask], results: list[EpisodeResult], gr
     verdicts = [e.verdict.verdict() for e in results]
     per = [tasks[p] for p in range(len(tasks)) for _ in range(group_size)]
     n_model = [int(m.sum()) for m in mask]
-    rew, comps = score(per, texts, verdicts, n_model, [bool(e.truncated) for e in results], max_tokens, rewards_cfg)
+    rew, comps = score(per, texts, verdicts, n_model, [bool(e.truncated) for e in results], max_tokens, rewards_cfg,
+                       habits=[(e.tool_calls, e.protected_attempts) for e in results])
     rew = fill_infra(rew, batch.prompt_index, [v.status == "infra_error" for v in verdicts])
     return Rollouts(tasks, prompts, batch, verdicts, rew, comps, episodes=results)
 
