@@ -58,3 +58,19 @@ def test_tool_call_and_protected_edit_rewards():
     assert r.components["tool-calls"].tolist() == pytest.approx([-0.3, -0.1])
     plain = episodes_to_rollouts([TASK], eps, 2, 0, None, 99)  # the default: the hidden-test judgement only
     assert plain.rewards.tolist() == [1.0, 0.0]
+
+
+def test_audit_flags_passing_episodes_that_touched_tests_or_the_interpreter():
+    from codechat.rollout.audit import audit_rollouts
+    clean = episode([1], [(True, 2)], passed=True)
+    clean.changes = {"toolkit/stats.py": "def f():\n    return 1\n"}
+    sneaky = episode([1], [(True, 2)], passed=True, protected=2, sample=1)
+    sneaky.changes = {"toolkit/stats.py": "import sys\nclass A:\n    def __eq__(self, o):\n        return True\n"}
+    failed = episode([1], [(True, 2)], protected=1, sample=2)  # failed: nothing to explain
+    r = episodes_to_rollouts([TASK], [clean, sneaky, failed], 3, 0, None, 99)
+    recs = audit_rollouts(r, step=3, top_k=1)
+    flagged = [x for x in recs if x["reason"].startswith("suspicious")]
+    assert [x["index"] for x in flagged] == [1]
+    assert "protected-edit: 2" in flagged[0]["reason"] and "__eq__" in flagged[0]["reason"]
+    assert "import sys" in flagged[0]["reason"]
+    assert [x["index"] for x in recs if x["reason"] == "top reward"] == [0]

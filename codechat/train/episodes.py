@@ -13,7 +13,7 @@ model token of an episode carries its episode's advantage. A truncated episode h
 (`rl.mask_truncated` drops it from the loss); `n_tokens` is the row's length, model and environment tokens.
 
 Simplifications: the G episodes of a task must start from the same prompt (they do: the prompt is the task and
-its file list); the audit of function completions does not apply to episodes (keep `log.audit=false`).
+its file list); the audit has its own checks for episodes (rollout/audit.py: audit_episodes).
 """
 from __future__ import annotations
 
