@@ -18,7 +18,7 @@ from codechat.train.checkpoint import Checkpointer
 from codechat.train.episodes import is_repo_batch
 from codechat.verifier.repo import RepoVerdict
 
-BASE = ["data.train=builtin:repo-train", "data.eval=", "log.progress=false", "log.plot=false", "log.audit=false",
+BASE = ["data.train=builtin:repo-train", "data.eval=", "log.progress=false", "log.plot=false",
         "checkpoint.every=0", "rl.prompts_per_step=2", "rl.group_size=2", "rl.lr=1e-3", "agent.turn_tokens=8",
         "sampling.max_new_tokens=8", "model.device=cpu"]
 
@@ -77,6 +77,8 @@ def test_grpo_on_repo_tasks_trains_on_model_tokens_only(tmp_path, short_tasks, f
             assert len(t.turns) == 2 and any(not m for m in t.is_model[t.prompt_len:t.prompt_len + n])  # results
         # the episode's reward is every model token's advantage: sample 0 passed, sample 1 did not
         assert adv.tolist() == pytest.approx([0.7071, -0.7071] * 2, abs=1e-3)
+    audit = [json.loads(line) for line in (run / "audit.jsonl").read_text().splitlines()]
+    assert audit and all(a["reason"] in ("top reward",) or a["reason"].startswith("suspicious") for a in audit)
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     for m in rows:
         assert m["logp_gap_max"] < 1e-3  # update log-probs over the whole transcript == the sampler's, in context
