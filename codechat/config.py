@@ -133,7 +133,8 @@ class AlgoConfig:
 @dataclass
 class RewardConfig:
     components: dict[str, float] = field(default_factory=lambda: {"pass-all": 1.0})
-    """Reward name -> weight; the reward is the weighted sum (pass-all, pass-fraction, format, overlong, length, safety)."""
+    """Reward name -> weight; the reward is the weighted sum (pass-all, pass-fraction, format, overlong, length, safety,
+    tool-calls, protected-edit)."""
     format_fenced: bool = True
     """`format` expects exactly one fenced code block; False = the completion continues the prompt's code."""
     overlong_buffer: int = 0
@@ -235,6 +236,8 @@ class SFTConfig:
     """(prompt, solution) pairs per step."""
     warmup: int = 10
     """Warmup steps."""
+    expert_wrong: float = 0.2
+    """Repository tasks: share of expert transcripts that apply a plausible but wrong fix (rollout/expert.py)."""
 
 
 @dataclass

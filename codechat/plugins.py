@@ -26,6 +26,7 @@ from typing import Callable, Iterable
 from codechat import CodechatError
 from codechat.rollout.rewards import REWARDS
 from codechat.tasks import Task, load_tasks
+from codechat.tasks.repo_loaders import is_repo_spec, load_repo_tasks
 
 _LOADED: dict[str, Callable] = {}
 """spec -> the object it named, for the life of the process."""
@@ -87,8 +88,8 @@ def register_rewards(components: Iterable[str], search: Iterable[Path] = ()) -> 
 
 def load_with(loader: str, path: str, fmt: str | None = None) -> list:
     """Tasks of `path`: through the configured loader plugin, else codechat's loaders."""
-    if not loader:
-        return load_tasks(path, fmt)
+    if not loader:  # repository task sets (builtin:repo-family, a repo-task folder) have their own loader
+        return load_repo_tasks(path) if is_repo_spec(path) else load_tasks(path, fmt)
     tasks = load_object(loader)(path)
     if not isinstance(tasks, list) or not all(isinstance(t, Task) for t in tasks):
         raise CodechatError(f"data.loader: {loader} must return a list of codechat.tasks.Task for {path!r}")

@@ -124,6 +124,8 @@ def audit_rollouts(r, step: int, top_k: int = 2) -> list[dict]:
     """Audit records for one step: the top_k highest-reward samples and every suspicious one."""
     from codechat.verifier.verify import extract_code
 
+    if getattr(r, "episodes", None):  # multi-turn episodes: their own checks
+        return audit_episodes(r, step, top_k)
     groups: dict[int, list[int]] = {}
     for i in range(len(r.verdicts)):
         groups.setdefault(int(r.group_ids[i]), []).append(i)
@@ -139,6 +141,40 @@ def audit_rollouts(r, step: int, top_k: int = 2) -> list[dict]:
                 records.append(_record(r, i, step, task, "suspicious: " + "; ".join(reasons)))
     flagged = {rec["index"] for rec in records}
     for i in sorted(range(len(r.verdicts)), key=lambda i: -float(r.rewards[i]))[:top_k]:
+        if i not in flagged:
+            records.append(_record(r, i, step, r.task_of(i), "top reward"))
+    return records
+
+
+SUSPICIOUS_CHANGE = ("__eq__", "import os", "import sys", "import gc", "os.", "sys.", "gc.")
+"""Text in an episode's changed files that the judge does not stop and the audit should show (docs/agent.md)."""
+
+
+def episode_reasons(e) -> list[str]:
+    """Why an episode that passed deserves a look: it tried to change protected paths (tests), the judge dropped
+    some of its changes, or its changes use what can fool `==` asserts or reach the interpreter."""
+    if not e.verdict.passed:
+        return []
+    out = []
+    if e.protected_attempts:
+        out.append(f"protected-edit: {e.protected_attempts} attempt(s) to change tests")
+    if e.verdict.dropped:
+        out.append("dropped: " + ", ".join(e.verdict.dropped)[:120])
+    used = sorted({s for text in e.changes.values() if text for s in SUSPICIOUS_CHANGE if s in text})
+    if used:
+        out.append("change uses: " + ", ".join(used))
+    return out
+
+
+def audit_episodes(r, step: int, top_k: int = 2) -> list[dict]:
+    """Audit records of episodes: every suspicious passing episode and the top_k highest-reward ones."""
+    records = []
+    for i, e in enumerate(r.episodes):
+        reasons = episode_reasons(e)
+        if reasons:
+            records.append(_record(r, i, step, r.task_of(i), "suspicious: " + "; ".join(reasons)))
+    flagged = {rec["index"] for rec in records}
+    for i in sorted(range(len(r.episodes)), key=lambda i: -float(r.rewards[i]))[:top_k]:
         if i not in flagged:
             records.append(_record(r, i, step, r.task_of(i), "top reward"))
     return records

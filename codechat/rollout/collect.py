@@ -53,6 +53,12 @@ class Rollouts:
     """With a DedupVerifier: what verification ran and reused (logged as verify/dedup_frac, ...)."""
     verify_overlap: float | None = None
     """Share of the verdicts ready before decoding ended (verify-while-decoding); None when verified after."""
+    episodes: list = field(default_factory=list)
+    """Multi-turn rollouts: the EpisodeResult of each sample (empty for single answers; train/episodes.py)."""
+    tools_s: float = 0.0
+    """Multi-turn rollouts: wall seconds spent running tool calls."""
+    episode_wall_s: float = 0.0
+    """Multi-turn rollouts: wall seconds of the whole episode run (decode, tools and judgements overlap)."""
 
     @property
     def group_ids(self) -> torch.Tensor:
@@ -72,14 +78,18 @@ class Rollouts:
 
 
 def score(tasks_per_sample: list[Task], texts: list[str], verdicts: list[Verdict], n_tokens: list[int],
-          truncated: list[bool], max_new_tokens: int, rewards: RewardConfig | None):
-    """Rewards for each sample: (N,) totals and the weighted per-component values."""
+          truncated: list[bool], max_new_tokens: int, rewards: RewardConfig | None,
+          habits: list[tuple[int, int]] | None = None):
+    """Rewards for each sample: (N,) totals and the weighted per-component values. habits: per episode
+    (tool calls, protected-edit attempts), for the episode rewards."""
     if rewards is None or rewards.components == {"pass-all": 1.0}:
         r = torch.tensor([v.reward for v in verdicts], dtype=torch.float32)
         return r, {"pass-all": r.clone()}
     totals, comps = [], {}
-    for task, text, v, n, tr in zip(tasks_per_sample, texts, verdicts, n_tokens, truncated):
-        ctx = RewardContext(n_tokens=n, max_new_tokens=max_new_tokens, truncated=tr, cfg=rewards)
+    for task, text, v, n, tr, (calls, prot) in zip(tasks_per_sample, texts, verdicts, n_tokens, truncated,
+                                                   habits or [(0, 0)] * len(verdicts)):
+        ctx = RewardContext(n_tokens=n, max_new_tokens=max_new_tokens, truncated=tr, cfg=rewards, tool_calls=calls,
+                            protected_attempts=prot)
         total, parts = compose_rewards(rewards.components, task, text, v, ctx)
         totals.append(total)
         for k, val in parts.items():

@@ -16,6 +16,7 @@ What it simplifies: each turn re-prefills the whole transcript (no KV cache kept
 """
 from __future__ import annotations
 
+import threading
 import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -139,17 +140,22 @@ class EpisodeRunner:
             raise CodechatError(f"agent: need max_live, tool_workers, turn_tokens >= 1, tool_output_chars >= 100 "
                                 f"and run_timeout_s > 0 (got {cfg})")
         self.agent, self.judge, self.cfg = agent, judge, cfg
+        self._lock = threading.Lock()
         self.step_sizes: list[int] = []
         """Live episodes per decode step of the last run (how full each batch was)."""
         self.act_s = 0.0
         """Seconds the last run spent in `Agent.act` (the batched decodes, for a model)."""
+        self.tools_s = 0.0
+        """Wall seconds the last run spent running the turns' tool calls (all live episodes' calls at once)."""
+        self.judge_s = 0.0
+        """Seconds of final judgements in the last run, summed over episodes (they overlap the other phases)."""
 
     def run(self, jobs: list[tuple[RepoTask, int]], seed: int = 0) -> list[EpisodeResult]:
         """Run one episode per (task, sample index); results in the order of `jobs`."""
         pending = deque(enumerate(jobs))
         live: list[tuple[int, _Live]] = []
         judged: dict[int, Future] = {}
-        self.step_sizes, self.act_s = [], 0.0
+        self.step_sizes, self.act_s, self.tools_s, self.judge_s = [], 0.0, 0.0, 0.0
         with ThreadPoolExecutor(self.cfg.tool_workers) as pool:
             step = 0
             while pending or live:
@@ -167,10 +173,12 @@ class EpisodeRunner:
                                         e.last_result) for _, e in acting]
                     t0 = time.monotonic()
                     actions = self.agent.act(states, seed=seed * 1_000_003 + step)
-                    self.act_s += time.monotonic() - t0
+                    t1 = time.monotonic()
+                    self.act_s += t1 - t0
                     calls = [pool.submit(self._turn, e, a) for (_, e), a in zip(acting, actions)]
                     for c in calls:
                         c.result()
+                    self.tools_s += time.monotonic() - t1
                 step += 1
                 for i, e in [x for x in live if x[1].done]:
                     judged[i] = pool.submit(self._finish, e)
@@ -209,11 +217,14 @@ class EpisodeRunner:
         e.last_result = res.text
 
     def _finish(self, e: _Live) -> EpisodeResult:
+        t0 = time.monotonic()
         try:
             changes = e.ws.changes()
             verdict = self.judge.judge(e.task, changes)
         finally:
             e.ws.remove()
+            with self._lock:
+                self.judge_s += time.monotonic() - t0
         return EpisodeResult(e.task.task_id, e.sample, e.t, verdict, e.submitted, e.truncated, e.tool_calls,
                              e.bad_calls, e.protected, e.tests_runs, e.tested_ever and not e.edited_since_test,
                              changes, time.monotonic() - e.start)

@@ -11,6 +11,8 @@ in tokens, the limit, whether the sample was cut off — come in a small `Reward
     overlong       DAPO's soft penalty: 0 until max_new_tokens - buffer, then linear down to -1 at the limit
     length         -length_per_token per token beyond length_budget ("answer concisely")
     safety         -1 if the program ran into a sandbox protection (network, subprocess, ...; verdict.blocked)
+    tool-calls     episodes: -1 per tool call (the weight is the per-call penalty, e.g. 0.01); single answers: 0
+    protected-edit episodes: -1 per attempt to change a protected path (tests); single answers: 0
 Penalties are negative values; their size is set by the weight. A config `{pass-all: 1.0, format: 0.1,
 safety: 0.5}` gives 1.0 * pass + 0.1 * format - 0.5 * blocked. `compose_rewards` returns each component's
 weighted share so `reward_metrics` can log them (mean, and share of the total) and show when one dominates.
@@ -46,6 +48,10 @@ class RewardContext:
     """The sample hit max_new_tokens without stopping."""
     cfg: RewardConfig = field(default_factory=RewardConfig)
     """Reward parameters (buffers, budgets)."""
+    tool_calls: int = 0
+    """Multi-turn episodes: tool calls made (0 for single answers)."""
+    protected_attempts: int = 0
+    """Multi-turn episodes: calls that tried to change a protected path (refused)."""
 
 
 @REWARDS.register("pass-all")
@@ -130,6 +136,16 @@ def length(task: Task, completion: str, verdict: Verdict, ctx: RewardContext) ->
 @REWARDS.register("safety")
 def safety(task: Task, completion: str, verdict: Verdict, ctx: RewardContext) -> float:
     return -1.0 if verdict.blocked else 0.0
+
+
+@REWARDS.register("tool-calls")
+def tool_calls(task: Task, completion: str, verdict: Verdict, ctx: RewardContext) -> float:
+    return -float(ctx.tool_calls)
+
+
+@REWARDS.register("protected-edit")
+def protected_edit(task: Task, completion: str, verdict: Verdict, ctx: RewardContext) -> float:
+    return -float(ctx.protected_attempts)
 
 
 def check_components(components: Mapping[str, float]) -> None:

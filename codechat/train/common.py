@@ -42,6 +42,8 @@ class Context:
     """Called once at the end of the run, after the last barrier (a vLLM engine's shutdown)."""
     watch: NoSignalWatch = field(default_factory=NoSignalWatch)
     """Warns when RL steps keep having no learning signal (train/watch.py)."""
+    judge: Any = None
+    """The RepoJudge of repository-task episodes, made on first use (train/episodes.py), closed with the run."""
 
     @property
     def stage(self) -> str:

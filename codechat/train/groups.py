@@ -14,6 +14,7 @@ from codechat.algos import zero_variance_groups
 from codechat.rollout.collect import Rollouts, collect
 from codechat.train import dist
 from codechat.train.common import Context, pad, take
+from codechat.train.episodes import collect_episodes, episode_metrics, is_repo_batch
 
 
 def sample_groups(ctx: Context, engine) -> tuple[Rollouts, dict]:
@@ -24,6 +25,8 @@ def sample_groups(ctx: Context, engine) -> tuple[Rollouts, dict]:
     def draw(salt: int) -> Rollouts:
         tasks = take(ctx.train_tasks, ctx.cfg.seed + st.stage_idx, st.data_pos, c.prompts_per_step)
         st.data_pos += len(tasks)  # global position: every rank takes the same prompts, then its slice
+        if is_repo_batch(tasks):  # repository tasks: G multi-turn episodes per task (train/episodes.py)
+            return collect_episodes(ctx, engine, dist.shard(tasks), c.group_size, seed=ctx.step_seed(salt=salt))
         return collect(ctx.policy, engine, ctx.verifier, dist.shard(tasks), c.group_size, ctx.cfg.sampling,
                        ctx.cfg.rewards, seed=ctx.step_seed(salt=salt),
                        stream=ctx.cfg.rollout.verify_while_decoding)
@@ -43,6 +46,8 @@ def sample_groups(ctx: Context, engine) -> tuple[Rollouts, dict]:
             r.verify_stats = stats  # every round's verification (verify/dedup_frac, ...)
             zv, _ = zero_variance_groups(r.rewards, r.group_ids)
         extra["resample_rounds"] = rounds
+    if r.episodes:
+        extra.update(episode_metrics(r))
     return r, extra
 
 
@@ -62,13 +67,13 @@ def concat_groups(groups) -> Rollouts:
     """(has_signal, rollouts, group index, rows) entries -> one Rollouts holding those groups, re-padded."""
     first = groups[0][1]
     tasks, prompts = [], []
-    tok, lp, pidx, texts, fin, ntok, verdicts, rewards = [], [], [], [], [], [], [], []
+    tok, lp, pidx, texts, fin, ntok, verdicts, rewards, eps = [], [], [], [], [], [], [], [], []
     comps = {k: [] for k in first.components}
     for new_gi, (_, r, gi, rows) in enumerate(groups):
         tasks.append(r.tasks[gi])
         prompts.append(r.prompts[gi])
         for i in rows.tolist():
-            n = int(r.batch.mask[i].sum())
+            n = int(r.batch.n_tokens[i])  # the row's length (an episode's mask has holes: tool results)
             tok.append(r.batch.tokens[i, :n].tolist())
             lp.append(r.batch.logprobs[i, :n].tolist())
             pidx.append(new_gi)
@@ -77,10 +82,15 @@ def concat_groups(groups) -> Rollouts:
             ntok.append(int(r.batch.n_tokens[i]))
             verdicts.append(r.verdicts[i])
             rewards.append(float(r.rewards[i]))
+            if r.episodes:
+                eps.append(r.episodes[i])
             for k in comps:
                 comps[k].append(float(r.components[k][i]))
+    masks = [r.batch.mask[i, :int(r.batch.n_tokens[i])].tolist() for _, r, _, rows in groups for i in rows.tolist()]
     pad_id = int(first.batch.tokens[first.batch.mask == 0][0]) if (first.batch.mask == 0).any() else 0
     tokens, mask = pad(tok, pad_id)  # (N, T)
+    for i, m in enumerate(masks):  # each row's own mask (holes on an episode's tool results)
+        mask[i, :len(m)] = torch.tensor(m)
     logprobs = torch.zeros_like(mask)  # (N, T)
     for i, row in enumerate(lp):
         logprobs[i, :len(row)] = torch.tensor(row)
@@ -90,4 +100,6 @@ def concat_groups(groups) -> Rollouts:
     return Rollouts(tasks, prompts, batch, verdicts, torch.tensor(rewards),
                     {k: torch.tensor(v) for k, v in comps.items()},
                     sum(g[1].sample_s for g in groups) / max(len(groups), 1),
-                    sum(g[1].verify_s for g in groups) / max(len(groups), 1))
+                    sum(g[1].verify_s for g in groups) / max(len(groups), 1), episodes=eps,
+                    tools_s=sum(g[1].tools_s for g in groups) / max(len(groups), 1),
+                    episode_wall_s=sum(g[1].episode_wall_s for g in groups) / max(len(groups), 1))

@@ -20,6 +20,7 @@ from codechat.config import RunConfig
 from codechat.plugins import load_with, record as record_plugins
 from codechat.policy import load_policy
 from codechat.policy.fsdp import shard
+from codechat.tasks.repo_loaders import is_repo_spec
 from codechat.tasks.quarantine import exclude, read_quarantine
 from codechat.tasks.splits import warn_overlap
 from codechat.train import dist
@@ -42,6 +43,10 @@ def _set_name(spec: str) -> str:
 
 def load_task_sets(cfg: RunConfig):
     fmt, loader = cfg.data.format or None, cfg.data.loader
+    for spec in [cfg.data.eval, *cfg.data.extra_eval]:
+        if is_repo_spec(spec):
+            raise CodechatError(f"data.eval: {spec}: repository tasks are evaluated with `codechat eval --tasks "
+                                f"{spec}`, not inside training")
     train_tasks = load_with(loader, cfg.data.train, fmt)
     evals = load_with(loader, cfg.data.eval, fmt) if cfg.data.eval else []
     extra = {_set_name(p): load_with(loader, p) for p in cfg.data.extra_eval}
@@ -54,7 +59,9 @@ def load_task_sets(cfg: RunConfig):
     if cfg.data.max_eval_tasks:
         evals = evals[:cfg.data.max_eval_tasks]
         extra = {k: v[:cfg.data.max_eval_tasks] for k, v in extra.items()}
-    warn_overlap(train_tasks, {**({cfg.data.eval: evals} if evals else {}), **extra}, cfg.data.train)
+    if not is_repo_spec(cfg.data.train):  # repository tasks have no prompt text to compare
+        warn_overlap(train_tasks, {**({cfg.data.eval: evals} if evals else {}), **extra},
+                     cfg.data.train)
     return train_tasks, evals, extra
 
 

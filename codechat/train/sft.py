@@ -11,9 +11,11 @@ from codechat import CodechatError
 from codechat.plugins import load_with
 from codechat.policy import completion_logprobs
 from codechat.rollout.collect import prompt_text
+from codechat.rollout.expert import expert_episodes
 from codechat.train import dist
 from codechat.train.common import Context, end_step, grad_norm_clip, make_optimizer, pad, restore, take
 from codechat.train.context import drop_long, prompt_limit
+from codechat.train.episodes import is_repo_batch, run_judge
 
 
 def answer_ids(policy, text: str) -> list[int]:
@@ -23,9 +25,15 @@ def answer_ids(policy, text: str) -> list[int]:
     return ids + ([eos] if eos is not None else [])
 
 
-def sft_loss(policy, prompts: list[list[int]], answers: list[list[int]]) -> torch.Tensor:
-    """Mean negative log-likelihood of the answer tokens given their prompts (token-mean)."""
+def sft_loss(policy, prompts: list[list[int]], answers: list[list[int]],
+             masks: list[list[float]] | None = None) -> torch.Tensor:
+    """Mean negative log-likelihood of the answer tokens given their prompts (token-mean). masks: per answer,
+    1 on the tokens to learn (an episode's model tokens), 0 on the others (tool results: context only)."""
     tokens, mask = pad(answers, policy.tokenizer.pad_token_id or 0)  # (B, T)
+    if masks is not None:
+        mask = torch.zeros_like(mask)  # (B, T)
+        for i, m in enumerate(masks):
+            mask[i, :len(m)] = torch.tensor(m, dtype=mask.dtype)
     tokens, mask = tokens.to(policy.device), mask.to(policy.device)
     idx = torch.arange(len(prompts), device=policy.device)
     logp = completion_logprobs(policy.model, prompts, idx, tokens, mask)  # (B, T)
@@ -53,9 +61,10 @@ def train_on_pairs(ctx: Context, pairs, steps: int, lr: float, batch_size: int, 
     while ctx.state.step < start + steps:
         t0 = time.perf_counter()
         batch = dist.shard(take(encoded, seed, (ctx.state.step - start) * batch_size, batch_size))
-        loss = sft_loss(policy, [b[0] for b in batch], [b[1] for b in batch])
+        masks = [b[2] for b in batch] if batch and len(batch[0]) > 2 else None  # episodes: model tokens only
+        loss = sft_loss(policy, [b[0] for b in batch], [b[1] for b in batch], masks)
         opt.zero_grad(set_to_none=True)
-        tokens = sum(len(b[1]) for b in batch)  # token-mean over the whole batch of all ranks:
+        tokens = sum(sum(b[2]) if masks else len(b[1]) for b in batch)  # token-mean over the batch of all ranks:
         (loss * (tokens / max(dist.all_sum(tokens), 1.0))).backward()
         dist.sync_grads(policy.model)
         gn = grad_norm_clip(policy.model, ctx.cfg.optim.max_grad_norm)
@@ -70,8 +79,31 @@ def run_sft(ctx: Context) -> None:
     c = ctx.cfg.sft
     d = ctx.cfg.data
     tasks = load_with(d.loader, d.sft, d.format or None) if d.sft else ctx.train_tasks
+    if is_repo_batch(tasks):  # repository tasks: expert episodes, loss on their model tokens
+        encoded = transcript_examples(ctx, tasks)
+        train_on_pairs(ctx, [], c.steps, c.lr, c.batch_size, c.warmup, encoded=encoded)
+        return
     tasks = drop_long(tasks, ctx.policy, prompt_limit(ctx.cfg, ctx.policy), "sft", with_solution=True)
     train_on_pairs(ctx, sft_pairs(ctx, tasks), c.steps, c.lr, c.batch_size, c.warmup)
+
+
+def transcript_examples(ctx: Context, tasks) -> list[tuple[list[int], list[int], list[float]]]:
+    """(prompt ids, the rest of the transcript, its loss mask = model tokens) per expert episode; the count of
+    transcripts, their wrong share and resolve rate are logged once (`sft/expert_*`)."""
+    episodes = expert_episodes(ctx.policy, run_judge(ctx), tasks, ctx.cfg.agent, ctx.cfg.sft.expert_wrong,
+                               ctx.cfg.seed)
+    if not episodes:
+        raise CodechatError(f"{ctx.cfg.data.sft or ctx.cfg.data.train}: no repository task has a reference fix")
+    out = []
+    for e in episodes:
+        t = e.transcript
+        out.append((t.tokens[:t.prompt_len], t.tokens[t.prompt_len:], [float(m) for m in t.is_model[t.prompt_len:]]))
+    n = len(episodes)
+    ctx.logger.log({"sft/expert_transcripts": float(n), "sft/expert_resolved": sum(e.verdict.passed for e in episodes) / n,
+                    "sft/expert_truncated": sum(bool(e.truncated) for e in episodes) / n,
+                    "sft/expert_tokens_mean": sum(len(e.transcript.tokens) for e in episodes) / n},
+                   step=ctx.state.global_step)
+    return out
 
 
 def dedupe(items: list, key) -> list:

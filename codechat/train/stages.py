@@ -68,7 +68,9 @@ _RL = dict(section="rl", steps=lambda c: c.rl.steps, batches=lambda c: [("rl.pro
 STAGES: dict[str, Stage] = {
     "sft": Stage("sft", run_sft, "sft", lambda c: c.sft.steps, lambda c: [("sft.batch_size", c.sft.batch_size)],
                  lambda c: [at_least("sft.steps", c.sft.steps, 0), positive("sft.lr", c.sft.lr),
-                            at_least("sft.batch_size", c.sft.batch_size, 1), at_least("sft.warmup", c.sft.warmup, 0)]),
+                            at_least("sft.batch_size", c.sft.batch_size, 1), at_least("sft.warmup", c.sft.warmup, 0),
+                            (f"sft.expert_wrong: expected in [0, 1], got {c.sft.expert_wrong}",
+                             0.0 <= c.sft.expert_wrong <= 1.0)]),
     "rft": Stage("rft", run_rft, "rft", lambda c: c.rft.rounds * c.rft.steps, lambda c: [("rft.prompts", c.rft.prompts)],
                  lambda c: [at_least("rft.steps", c.rft.steps, 0), at_least("rft.group_size", c.rft.group_size, 1),
                             positive("rft.lr", c.rft.lr), at_least("rft.batch_size", c.rft.batch_size, 1),

@@ -10,7 +10,9 @@ first hidden case: "`average([])` raises ZeroDivisionError: division by zero, bu
 Splits differ by composition: a (unit, bug kind) pair is either held out or in train (HELDOUT_PAIRS: one pair per
 bug kind), so every bug kind and every unit is seen in train, but held-out tasks need a known fix in a new place.
 Seeded: the same (split, n, seed) gives the same tasks. Each task carries its reference fix as
-`metadata["solution"]` = {module path: fixed source} (for expert transcripts).
+`metadata["solution"]` = {module path: fixed source} (for expert transcripts), and `metadata["wrong_fix"]`, a
+plausible but wrong fix (one edit of the correct or the buggy function that passes the visible tests and fails
+a hidden one; {} when no edit of MUTATIONS qualifies).
 
     from codechat.tasks.repo_family import generate_repo_tasks
     tasks = generate_repo_tasks("heldout", 32, seed=0)     # = load_repo_tasks("builtin:repo-heldout")
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import ast
 import random
+from dataclasses import replace
 from typing import Callable
 
 from codechat.tasks.repo import RepoLimits, RepoTask
@@ -59,6 +62,43 @@ def symptom(buggy_module: str, assert_src: str) -> str:
     except Exception as e:  # noqa: BLE001 - the symptom is the exception
         got = f"raises {type(e).__name__}: {e}"
     return f"`{call}` {got}, but it should return {expected}."
+
+
+MUTATIONS = ((" <= ", " < "), (" < ", " <= "), (" >= ", " > "), (" > ", " >= "), (" + 1", ""), (" - 1", ""),
+             (" and ", " or "), (" or ", " and "))
+"""One-place edits of a correct function that look like fixes (wrong_fix tries them in order)."""
+
+
+def _holds(source: str, asserts: list[str]) -> list[bool]:
+    """Which asserts hold for `source` (our own template code and its mutations, never a model's)."""
+    ns: dict = {}
+    try:
+        exec(compile(source, "<template>", "exec"), ns)
+    except Exception:  # noqa: BLE001 - a mutation that does not compile holds nothing
+        return [False] * len(asserts)
+    out = []
+    for a in asserts:
+        try:
+            exec(compile(a, "<assert>", "exec"), dict(ns))
+            out.append(True)
+        except Exception:  # noqa: BLE001 - a failing or raising assert
+            out.append(False)
+    return out
+
+
+def wrong_fix(unit: Unit, bug: str) -> str | None:
+    """A plausible but wrong fix: one edit (MUTATIONS) of the correct function, else of the buggy one, that still
+    passes the visible asserts and fails a hidden one of the bug; None when no edit qualifies."""
+    for base in (unit.correct, unit.bugs[bug]):  # a near miss of the fix, then an edit beside the bug
+        for old, new in MUTATIONS:
+            start = base.find(old)
+            while start >= 0:
+                src = base[:start] + new + base[start + len(old):]
+                if src not in (unit.bugs[bug], unit.correct) and all(_holds(src, unit.visible)) \
+                        and not all(_holds(src, unit.hidden[bug])):
+                    return src
+                start = base.find(old, start + 1)
+    return None
 
 
 def _module_source(units: list[Unit], bug_unit: str | None, bug: str | None) -> str:
@@ -110,10 +150,13 @@ def make_task(split: str, index: int, unit: str, bug: str, rng: random.Random) -
                f"The function is `{unit}` in `{module_path}`. Fix the code so it behaves as documented; "
                f"do not change the tests.")
     solution = {module_path: _module_source(mod_units, None, None)}
+    wrong_src = wrong_fix(target, bug)
+    wrong = {module_path: _module_source([replace(u, bugs={"wrong": wrong_src}) if u is target else u
+                                          for u in mod_units], unit, "wrong")} if wrong_src else {}
     return RepoTask(f"repo-{split}-{index:04d}-{unit}-{bug}", problem, files, hidden_tests=hidden,
                     visible_tests=sorted(p for p in files if p.startswith("tests/")),
                     limits=RepoLimits(**LIMITS),
-                    metadata={"solution": solution, "bug": bug, "unit": unit, "split": split,
+                    metadata={"solution": solution, "wrong_fix": wrong, "bug": bug, "unit": unit, "split": split,
                               "source": f"builtin:repo-{split}"})
 
 

@@ -1,0 +1,71 @@
+"""Expert transcripts for SFT on repository tasks: real episodes played from the reference fixes.
+
+    episodes = expert_episodes(policy, judge, tasks, AgentConfig(), wrong_share=0.2, seed=0)
+    episodes[0].transcript.tokens, .is_model      # SFT trains on the model tokens only
+
+The expert's habit: read the file to fix -> run the tests -> write the fix -> run the tests -> submit. The
+episodes run through `EpisodeRunner`, so every tool result is the real one (the test output of the workspace)
+and every episode is judged. Turns are encoded with the policy's tokenizer in the model agent's format (the
+same prompt and result tokens as the model sees). A seeded `wrong_share` of the tasks gets a plausible but
+wrong fix instead (`metadata["wrong_fix"]`: the same function with another bug; the built-in family has one),
+as the function demo's SFT data has buggy references: imitation learns the habit and some wrong fixes, and RL
+has something left to teach. Tasks without a reference fix are skipped.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+from codechat.config import AgentConfig, SamplingConfig
+from codechat.rollout.agents import Action, ModelAgent, TurnState
+from codechat.rollout.episode import EpisodeResult, EpisodeRunner
+from codechat.rollout.tools import format_call
+from codechat.tasks.repo import RepoTask
+from codechat.verifier.repo import RepoJudge
+
+
+def expert_calls(task: RepoTask, fix: dict[str, str]) -> list[str]:
+    """The turns of the expert episode with `fix` ({path: new text})."""
+    paths = sorted(fix)
+    tests = [format_call("run_tests")] if task.visible_tests else []
+    return ([format_call("read_file", path=p) for p in paths[:1]] + tests +
+            [format_call("write_file", path=p, content=fix[p]) for p in paths] + tests + [format_call("submit")])
+
+
+class ExpertAgent(ModelAgent):
+    """Plays each task's expert calls; prompt and result tokens are the model agent's (same tokenizer, format)."""
+
+    def __init__(self, policy, calls: dict[str, list[str]]):
+        super().__init__(policy, SamplingConfig())
+        self.calls = calls
+        """task_id -> the turns' texts."""
+
+    def act(self, states: list[TurnState], seed: int) -> list[Action]:
+        out = []
+        for s in states:
+            turns = self.calls[s.task.task_id]
+            text = turns[min(s.turn, len(turns) - 1)]
+            full = list(self.tok(text, add_special_tokens=False)["input_ids"])
+            ids = full[:s.budget]
+            out.append(Action(ids, [0.0] * len(ids), text, "stop" if len(ids) == len(full) else "length"))
+        return out
+
+
+def pick_wrong(tasks: list[RepoTask], share: float, seed: int) -> set[str]:
+    """Task ids that get the wrong fix: round(share * tasks), seeded, among the tasks that have one (fewer when
+    too few have one)."""
+    can = [t.task_id for t in tasks if t.metadata.get("wrong_fix")]
+    return set(random.Random(seed).sample(can, min(len(can), round(share * len(tasks)))))
+
+
+def expert_episodes(policy, judge: RepoJudge, tasks: list[RepoTask], cfg: AgentConfig, wrong_share: float,
+                    seed: int) -> list[EpisodeResult]:
+    """One judged expert episode per task with a reference fix (the wrong fix for a seeded share)."""
+    tasks = [t for t in tasks if t.solution]
+    wrong = pick_wrong(tasks, wrong_share, seed)
+    calls = {t.task_id: expert_calls(t, t.metadata["wrong_fix"] if t.task_id in wrong else t.solution)
+             for t in tasks}
+    budget = max((len(c) for c in calls.values()), default=1)
+    tasks = [replace(t, limits=replace(t.limits, max_turns=max(t.limits.max_turns, budget))) for t in tasks]
+    cfg = replace(cfg, turn_tokens=max(cfg.turn_tokens, 2048))  # a write_file turn holds a whole module
+    return EpisodeRunner(ExpertAgent(policy, calls), judge, cfg).run([(t, 0) for t in tasks], seed=seed)

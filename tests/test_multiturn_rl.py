@@ -1,0 +1,158 @@
+"""GRPO on repository tasks: G multi-turn episodes per task, the loss on model tokens only, log-probs over the
+whole transcript, weights changed, episode metrics logged. Tiny preset on CPU, 2-turn episodes."""
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from codechat import CodechatError
+from codechat.config import ModelConfig
+from codechat.configio import load_config
+from codechat.policy import load_policy
+from codechat.rollout.episode import EpisodeRunner
+from codechat.tasks import load_tasks
+from codechat.tasks.repo_loaders import load_repo_tasks
+from codechat.train import rl, runner, sft, train
+from codechat.train.checkpoint import Checkpointer
+from codechat.train.episodes import is_repo_batch
+from codechat.verifier.repo import RepoVerdict
+
+BASE = ["data.train=builtin:repo-train", "data.eval=", "log.progress=false", "log.plot=false",
+        "checkpoint.every=0", "rl.prompts_per_step=2", "rl.group_size=2", "rl.lr=1e-3", "agent.turn_tokens=8",
+        "sampling.max_new_tokens=8", "model.device=cpu"]
+
+
+@pytest.fixture
+def short_tasks(monkeypatch):
+    """builtin:repo-train with a 2-turn budget per episode (so the test takes seconds, not minutes)."""
+    def load(spec, repos=None):
+        tasks = load_repo_tasks(spec, repos)[:4]
+        for t in tasks:
+            t.limits.max_turns = 2
+        return tasks
+    monkeypatch.setattr(runner, "load_repo_tasks", load)
+
+
+@pytest.fixture
+def first_sample_passes(monkeypatch):
+    """The tiny random model never resolves a task: the first episode of each group is judged passed (so the
+    groups carry signal); the real judgement still runs on every episode."""
+    real = EpisodeRunner._finish
+
+    def finish(self, e):
+        res = real(self, e)
+        if res.sample == 0:
+            res.verdict = RepoVerdict("passed", True, 1.0)
+        return res
+    monkeypatch.setattr(EpisodeRunner, "_finish", finish)
+
+
+@pytest.fixture
+def seen(monkeypatch):
+    """Every (rollouts, rows) the trainer updated on."""
+    calls, real = [], rl.rl_update
+
+    def spy(ctx, r, adv, rows, ref, opt, a):
+        calls.append((r, rows.clone(), adv.clone()))
+        return real(ctx, r, adv, rows, ref, opt, a)
+    monkeypatch.setattr(rl, "rl_update", spy)
+    return calls
+
+
+def test_grpo_on_repo_tasks_trains_on_model_tokens_only(tmp_path, short_tasks, first_sample_passes, seen):
+    run = tmp_path / "grpo"
+    train(load_config(None, BASE + [f"run_dir={run}", "rl.steps=2"]))
+    assert len(seen) == 2
+    for r, rows, adv in seen:
+        assert len(r.episodes) == 4 and len(rows) == 4
+        for i, e in enumerate(r.episodes):
+            t = e.transcript
+            n = int(r.batch.n_tokens[i])
+            row = r.batch.tokens[i, :n].tolist()
+            assert r.prompts[int(r.batch.prompt_index[i])] == t.tokens[:t.prompt_len]
+            assert row == t.tokens[t.prompt_len:t.prompt_len + n]  # the transcript after the prompt
+            model_at = [j - t.prompt_len for j in range(t.prompt_len, len(t.tokens)) if t.is_model[j]]
+            assert r.batch.mask[i].nonzero().flatten().tolist() == model_at  # loss mask == model tokens, exactly
+            assert len(t.turns) == 2 and any(not m for m in t.is_model[t.prompt_len:t.prompt_len + n])  # results
+        # the episode's reward is every model token's advantage: sample 0 passed, sample 1 did not
+        assert adv.tolist() == pytest.approx([0.7071, -0.7071] * 2, abs=1e-3)
+    audit = [json.loads(line) for line in (run / "audit.jsonl").read_text().splitlines()]
+    assert audit and all(a["reason"] in ("top reward",) or a["reason"].startswith("suspicious") for a in audit)
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    for m in rows:
+        assert m["logp_gap_max"] < 1e-3  # update log-probs over the whole transcript == the sampler's, in context
+        assert m["episode/turns"] == 2 and m["episode/truncated"] == 1.0 and m["episode/truncated/turns"] == 1.0
+        for k in ("episode/tool_calls", "episode/tested_before_submit", "episode/protected_attempts",
+                  "time/decode_s", "time/tools_s", "time/verify_s", "episode/model_tokens_mean", "loss"):
+            assert k in m and m[k] == m[k]
+        assert m["reward_mean"] == 0.5 and m["grad_norm"] > 0
+    torch.manual_seed(0)  # the run's seed: the same initial tiny model
+    before = load_policy(ModelConfig(path="tiny", device="cpu")).model.state_dict()
+    after = load_file(str(Checkpointer(run).latest() / "model" / "model.safetensors"))
+    assert any(not torch.equal(before[k], after[k]) for k in after), "GRPO on episodes did not change the weights"
+
+
+def test_repo_eval_set_inside_training_is_refused(tmp_path):
+    with pytest.raises(CodechatError, match="data.eval: builtin:repo-heldout"):
+        train(load_config(None, BASE + [f"run_dir={tmp_path}", "data.eval=builtin:repo-heldout"]))
+
+
+def test_mixed_repo_and_function_tasks_are_refused():
+    with pytest.raises(CodechatError, match="mixes repository tasks"):
+        is_repo_batch(load_repo_tasks("builtin:repo-train")[:1] + load_tasks("builtin:toy")[:1])
+    assert not is_repo_batch(load_tasks("builtin:toy")[:2])
+
+
+@pytest.fixture
+def sft_seen(monkeypatch):
+    """Every (prompts, answers, masks) batch the SFT loss saw."""
+    calls, real = [], sft.sft_loss
+
+    def spy(policy, prompts, answers, masks=None):
+        calls.append((prompts, answers, masks))
+        return real(policy, prompts, answers, masks)
+    monkeypatch.setattr(sft, "sft_loss", spy)
+    return calls
+
+
+def test_sft_on_expert_transcripts_learns_model_tokens_only(tmp_path, sft_seen, monkeypatch):
+    tasks = {t.task_id: t for t in load_repo_tasks("builtin:repo-train")[:2]}  # the first has a wrong fix
+    monkeypatch.setattr(runner, "load_repo_tasks", lambda spec, repos=None: list(tasks.values()))
+    got = []
+    real = sft.expert_episodes
+    monkeypatch.setattr(sft, "expert_episodes", lambda *a, **k: got.extend(real(*a, **k)) or got)
+    run = tmp_path / "sft"
+    train(load_config(None, BASE + [f"run_dir={run}", "stages=[sft]", "sft.steps=2", "sft.batch_size=2",
+                                    "sft.expert_wrong=0.5", "sft.warmup=0"]))
+    assert len(got) == 2
+
+    def wrote(e, fix):
+        return [u.arguments for u in e.transcript.turns if u.tool == "write_file"] == \
+            [{"path": p, "content": c} for p, c in fix.items()]
+    wrong = [e for e in got if wrote(e, tasks[e.task_id].metadata["wrong_fix"])]
+    right = [e for e in got if wrote(e, tasks[e.task_id].solution)]
+    assert len(wrong) == 1 and len(right) == 1  # expert_wrong=0.5 of 2 tasks
+    assert not wrong[0].verdict.passed  # plausible but wrong: the hidden tests catch it
+    assert right[0].verdict.passed  # the reference fix resolves the task
+    for e in got:
+        assert [u.tool for u in e.transcript.turns] == ["read_file", "run_tests", "write_file", "run_tests", "submit"]
+        assert e.tested_before_submit and not e.truncated
+    by_prompt = {tuple(e.transcript.tokens[:e.transcript.prompt_len]): e for e in got}
+    assert len(sft_seen) == 2
+    for prompts, answers, masks in sft_seen:
+        for p, a, m in zip(prompts, answers, masks):
+            t = by_prompt[tuple(p)].transcript
+            assert a == t.tokens[t.prompt_len:] and m == [float(x) for x in t.is_model[t.prompt_len:]]
+            assert 0 < sum(m) < len(m)  # tool results are context, not targets
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert rows[0]["sft/expert_transcripts"] == 2 and rows[0]["sft/expert_resolved"] == 0.5
+    torch.manual_seed(0)
+    before = load_policy(ModelConfig(path="tiny", device="cpu")).model.state_dict()
+    after = load_file(str(Checkpointer(run).latest() / "model" / "model.safetensors"))
+    assert any(not torch.equal(before[k], after[k]) for k in after)
+
+
+def test_expert_wrong_share_out_of_range_is_refused(tmp_path):
+    with pytest.raises(CodechatError, match="sft.expert_wrong"):
+        train(load_config(None, BASE + [f"run_dir={tmp_path}", "stages=[sft]", "sft.expert_wrong=1.5"]))
