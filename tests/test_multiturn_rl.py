@@ -7,6 +7,7 @@ import torch
 from safetensors.torch import load_file
 
 from codechat import CodechatError
+from codechat import plugins
 from codechat.config import ModelConfig
 from codechat.configio import load_config
 from codechat.policy import load_policy
@@ -31,7 +32,7 @@ def short_tasks(monkeypatch):
         for t in tasks:
             t.limits.max_turns = 2
         return tasks
-    monkeypatch.setattr(runner, "load_repo_tasks", load)
+    monkeypatch.setattr(plugins, "load_repo_tasks", load)
 
 
 @pytest.fixture
@@ -118,7 +119,7 @@ def sft_seen(monkeypatch):
 
 def test_sft_on_expert_transcripts_learns_model_tokens_only(tmp_path, sft_seen, monkeypatch):
     tasks = {t.task_id: t for t in load_repo_tasks("builtin:repo-train")[:2]}  # the first has a wrong fix
-    monkeypatch.setattr(runner, "load_repo_tasks", lambda spec, repos=None: list(tasks.values()))
+    monkeypatch.setattr(plugins, "load_repo_tasks", lambda spec, repos=None: list(tasks.values()))
     got = []
     real = sft.expert_episodes
     monkeypatch.setattr(sft, "expert_episodes", lambda *a, **k: got.extend(real(*a, **k)) or got)

@@ -17,6 +17,7 @@ from codechat.config import RunConfig
 from codechat.policy.context import context_length
 from codechat.rollout.collect import prompt_text
 from codechat.tasks import Task
+from codechat.tasks.repo import RepoTask
 
 
 def prompt_limit(cfg: RunConfig, policy) -> int | None:
@@ -43,6 +44,8 @@ def drop_long(tasks: list[Task], policy, limit: int | None, what: str, with_solu
     """The tasks whose encoded prompt has at most `limit` tokens (with_solution: and prompt + solution fit the
     context); prints how many were dropped."""
     ctx = context_length(policy.model)
+    if any(isinstance(t, RepoTask) for t in tasks):  # episodes have no one prompt: they truncate at a turn boundary
+        return tasks
     if limit is None and (ctx is None or not with_solution):
         return tasks
     kept = []
