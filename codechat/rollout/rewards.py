@@ -11,6 +11,8 @@ in tokens, the limit, whether the sample was cut off — come in a small `Reward
     overlong       DAPO's soft penalty: 0 until max_new_tokens - buffer, then linear down to -1 at the limit
     length         -length_per_token per token beyond length_budget ("answer concisely")
     safety         -1 if the program ran into a sandbox protection (network, subprocess, ...; verdict.blocked)
+    nothink-bonus  1 if the answer skipped thinking (no non-blank thinking block; needs verifier.thinking), else
+                   0: the weight is the bonus delta; rollout/thinking.py keeps accuracy by a Lagrange multiplier
 Penalties are negative values; their size is set by the weight. A config `{pass-all: 1.0, format: 0.1,
 safety: 0.5}` gives 1.0 * pass + 0.1 * format - 0.5 * blocked. `compose_rewards` returns each component's
 weighted share so `reward_metrics` can log them (mean, and share of the total) and show when one dominates.
@@ -130,6 +132,11 @@ def length(task: Task, completion: str, verdict: Verdict, ctx: RewardContext) ->
 @REWARDS.register("safety")
 def safety(task: Task, completion: str, verdict: Verdict, ctx: RewardContext) -> float:
     return -1.0 if verdict.blocked else 0.0
+
+
+@REWARDS.register("nothink-bonus")
+def nothink_bonus(task: Task, completion: str, verdict: Verdict, ctx: RewardContext) -> float:
+    return 0.0 if verdict.thought else 1.0
 
 
 def check_components(components: Mapping[str, float]) -> None:
