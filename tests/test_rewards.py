@@ -89,7 +89,7 @@ def test_reward_metrics_mean_and_share():
 
 
 def test_unknown_reward_and_double_registration():
-    with pytest.raises(UnknownNameError, match="format, length, overlong, pass-all, pass-fraction, safety"):
+    with pytest.raises(UnknownNameError, match="format, length, nothink-bonus, overlong, pass-all, pass-fraction, safety"):
         check_components({"pass_all": 1.0})
     with pytest.raises(ValueError, match="already registered"):
         REWARDS.register("safety")(lambda task, completion, verdict, ctx: 0.0)
