@@ -229,6 +229,20 @@ def test_forced_sampling_is_refused_with_resample():
         load_config(None, ["verifier.thinking.forced_nothink_frac=0.5"])
 
 
+# --- SFT data with thinking traces ----------------------------------------------------------------------------
+@pytest.mark.parametrize("name,base", [("builtin:toy-think-sft", "builtin:toy"),
+                                       ("builtin:synthetic-sft-think", "builtin:synthetic-sft-clean")])
+def test_think_sft_data_always_thinks_and_still_passes(verifier, name, base):
+    from codechat.tasks.builtin import load_builtin
+    tasks, plain = load_builtin(name), load_builtin(base)
+    assert len(tasks) == len(plain) and all(t.metadata["source"] == name for t in tasks)
+    for t, p in zip(tasks, plain):
+        s = split_thinking(t.solution, ON)
+        assert s.thought and s.answer.strip() == p.solution.strip()
+    vs = verifier.verify_many([(t, t.solution) for t in tasks[:8]])
+    assert all(v.passed and v.thought for v in vs)
+
+
 # --- a short RL run --------------------------------------------------------------------------------------------
 def test_rl_run_logs_modes_and_weighs_forced_samples(tmp_path):
     run = tmp_path / "r"
@@ -242,6 +256,6 @@ def test_rl_run_logs_modes_and_weighs_forced_samples(tmp_path):
     for m in rows:
         assert m["thinking/nothink_frac"] >= 0.5  # half of each group is forced to the empty block
         assert m["thinking/is_weight_mean"] > 0 and math.isfinite(m["loss"])
-        assert "thinking/lambda" in m
+        assert "thinking/lambda" in m and 0 < m["thinking/policy_nothink_p"] < 1
     recs = [json.loads(line) for line in (run / "rollouts.jsonl").read_text().splitlines()]
     assert sum(r["completion"].startswith("<think></think>") for r in recs) == len(recs) // 2
