@@ -259,3 +259,10 @@ def test_rl_run_logs_modes_and_weighs_forced_samples(tmp_path):
         assert "thinking/lambda" in m and 0 < m["thinking/policy_nothink_p"] < 1
     recs = [json.loads(line) for line in (run / "rollouts.jsonl").read_text().splitlines()]
     assert sum(r["completion"].startswith("<think></think>") for r in recs) == len(recs) // 2
+
+
+def test_shipped_thinking_config_loads_with_every_piece_on():
+    cfg = load_config("configs/thinking.yaml")
+    t = cfg.verifier.thinking
+    assert t.enabled and t.forced_nothink_frac == 0.5 and cfg.rewards.components["nothink-bonus"] == 0.3
+    assert cfg.data.sft == "builtin:synthetic-sft-think" and cfg.rewards.nothink_lr == 1.0
