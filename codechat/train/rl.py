@@ -162,7 +162,8 @@ def run_rl(ctx: Context) -> None:
         metrics = rollout_metrics(r) | extra | think_met
         # 4. advantages (zero-variance groups: keep with zero advantage, or skip from the loss)
         adv = advantages(ctx, r, a, tracker)  # (N,)
-        adv, w_met = think.weigh(r, adv, lambda rws: frozen_logprobs(ctx.policy.model, r, rws, ctx.cfg.sampling.temperature))
+        temp = ctx.cfg.sampling.temperature
+        adv, w_met = think.weigh(r, adv, lambda rws: frozen_logprobs(ctx.policy.model, r, rws, temp))
         metrics |= w_met  # balanced sampling: adv * pi(forced prefix) / q(prefix)
         rows = train_rows(r, c)
         metrics["adv_abs_mean"] = adv.abs().mean().item()

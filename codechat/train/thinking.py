@@ -54,5 +54,6 @@ class ThinkingHooks:
         w = is_weights(logp, b.prefix_len, b.forced_nothink, self.cfg.forced_nothink_frac).to(adv.device)  # (N,)
         m = {"thinking/is_weight_mean": w.mean().item(), "thinking/is_weight_max": w.max().item()}
         if b.forced_nothink.any():  # the policy's own probability of skipping: pi(empty block) = w * q
-            m["thinking/policy_nothink_p"] = (w[b.forced_nothink.to(w.device)] * self.cfg.forced_nothink_frac).mean().item()
+            forced = b.forced_nothink.to(w.device)  # (N,)
+            m["thinking/policy_nothink_p"] = (w[forced] * self.cfg.forced_nothink_frac).mean().item()
         return adv * w, m
