@@ -53,6 +53,22 @@ class VerifierConfig:
     """In training: run each distinct (completion, task) of a batch once; its copies get the same verdict."""
     cache_size: int = 0
     """In training: also reuse the verdicts of up to this many distinct pairs across steps (LRU); 0 = off."""
+    thinking: ThinkingConfig = field(default_factory=lambda: ThinkingConfig())
+    """Thinking blocks (`<think>...</think>`): stripped before extraction, mode and per-mode metrics."""
+
+
+@dataclass
+class ThinkingConfig:
+    """Completions with a thinking block: codechat/rollout/thinking.py."""
+    enabled: bool = False
+    """Strip thinking blocks before extracting code/answers, mark each verdict's mode, log per-mode metrics."""
+    open: str = "<think>"
+    """The tag that opens a thinking block (match the model's chat template)."""
+    close: str = "</think>"
+    """The tag that closes it; text after an unclosed open tag is all thinking (no answer)."""
+    forced_nothink_frac: float = 0.0
+    """RL balanced sampling: share of each group forced to start with the empty block (the rest with the open
+    tag), the loss importance-weighted back to the policy's own distribution; 0 = sample freely."""
 
 
 @dataclass
@@ -143,6 +159,10 @@ class RewardConfig:
     """`length`: tokens allowed before the per-token penalty starts."""
     length_per_token: float = 0.001
     """`length`: penalty per token beyond length_budget."""
+    nothink_margin: float = 0.02
+    """`nothink-bonus` constraint: pass rate may drop at most this much below the reference's (first step's)."""
+    nothink_lr: float = 0.0
+    """`nothink-bonus`: step size of the Lagrange multiplier on the pass-rate constraint; 0 = fixed bonus."""
 
 
 # --- policy and sampling --------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from codechat.algos import check_config
 from codechat.config import RewardConfig, RunConfig
 from codechat.rollout.rewards import check_components
 from codechat.train.stages import check_stages
+from codechat.rollout.thinking import check_thinking
 from codechat.verifier.answer_equiv import check_config as check_answer_config
 
 
@@ -171,6 +172,10 @@ def validate(cfg: RunConfig) -> None:
         check_components(cfg.rewards.components)
     except (CodechatError, ValueError, KeyError, TypeError) as e:
         raise ConfigError(str(e).strip("'\"")) from None
+    try:
+        check_thinking(cfg)
+    except CodechatError as e:
+        raise ConfigError(str(e)) from None
     try:
         check_answer_config(cfg.verifier.answer)
     except CodechatError as e:

@@ -89,7 +89,7 @@ def test_reward_metrics_mean_and_share():
 
 
 def test_unknown_reward_and_double_registration():
-    with pytest.raises(UnknownNameError, match="unknown reward 'pass_all'; valid: .*pass-all, pass-fraction, protected-edit, safety, tool-calls"):
+    with pytest.raises(UnknownNameError, match="unknown reward 'pass_all'; valid: .*nothink-bonus, overlong, pass-all, pass-fraction, protected-edit, safety, tool-calls"):
         check_components({"pass_all": 1.0})  # plugins loaded by other tests may also be listed
     with pytest.raises(ValueError, match="already registered"):
         REWARDS.register("safety")(lambda task, completion, verdict, ctx: 0.0)

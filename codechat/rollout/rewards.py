@@ -13,6 +13,8 @@ in tokens, the limit, whether the sample was cut off — come in a small `Reward
     safety         -1 if the program ran into a sandbox protection (network, subprocess, ...; verdict.blocked)
     tool-calls     episodes: -1 per tool call (the weight is the per-call penalty, e.g. 0.01); single answers: 0
     protected-edit episodes: -1 per attempt to change a protected path (tests); single answers: 0
+    nothink-bonus  1 if the answer skipped thinking (no non-blank thinking block; needs verifier.thinking), else
+                   0: the weight is the bonus delta; rollout/thinking.py keeps accuracy by a Lagrange multiplier
 Penalties are negative values; their size is set by the weight. A config `{pass-all: 1.0, format: 0.1,
 safety: 0.5}` gives 1.0 * pass + 0.1 * format - 0.5 * blocked. `compose_rewards` returns each component's
 weighted share so `reward_metrics` can log them (mean, and share of the total) and show when one dominates.
@@ -146,6 +148,11 @@ def tool_calls(task: Task, completion: str, verdict: Verdict, ctx: RewardContext
 @REWARDS.register("protected-edit")
 def protected_edit(task: Task, completion: str, verdict: Verdict, ctx: RewardContext) -> float:
     return -float(ctx.protected_attempts)
+
+
+@REWARDS.register("nothink-bonus")
+def nothink_bonus(task: Task, completion: str, verdict: Verdict, ctx: RewardContext) -> float:
+    return 0.0 if verdict.thought else 1.0
 
 
 def check_components(components: Mapping[str, float]) -> None:

@@ -63,6 +63,17 @@ GENERATED["toy"] = _toy(False)
 GENERATED["toy-sft"] = _toy(True)
 
 
+def _thinking(base: str, name: str) -> Callable[[], list[Task]]:
+    def load() -> list[Task]:
+        from codechat.tasks.thinking_sft import with_thinking  # imported on use, like the other families
+        return with_thinking(GENERATED[base](), f"builtin:{name}")
+    return load
+
+
+GENERATED["toy-think-sft"] = _thinking("toy", "toy-think-sft")
+GENERATED["synthetic-sft-think"] = _thinking("synthetic-sft-clean", "synthetic-sft-think")
+
+
 def _arith(split: str) -> Callable[[], list[Task]]:
     def load() -> list[Task]:
         from codechat.tasks import arith  # imported on use, like the other generated families

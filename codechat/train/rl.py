@@ -39,6 +39,7 @@ from codechat.train.common import Context, end_step, grad_norm_clip, make_optimi
     save_stage_start
 from codechat.train.groups import sample_groups
 from codechat.train.producer import AsyncProducer, check_async
+from codechat.train.thinking import ThinkingHooks
 
 
 def stage_algo(cfg: RunConfig, stage: str) -> AlgoConfig:
@@ -167,7 +168,8 @@ def run_rl(ctx: Context) -> None:
     if a.difficulty_alpha != 0:
         tracker = DifficultyTracker.from_config(a)
         tracker.load_state_dict(st.extra.get("difficulty", {"rates": {}}))
-    engine = make_engine(ctx.policy, ctx.cfg.rollout, ctx.cfg.sampling)
+    think = ThinkingHooks(ctx)  # verifier.thinking: metrics, nothink-bonus constraint, balanced sampling
+    engine = think.wrap(make_engine(ctx.policy, ctx.cfg.rollout, ctx.cfg.sampling))
     ctx.on_close.append(engine.close)
     check_async(ctx.cfg)
     producer = AsyncProducer(ctx, c.async_steps) if c.async_steps and st.step < c.steps else None
@@ -181,9 +183,13 @@ def run_rl(ctx: Context) -> None:
         else:
             with sampling_weights(engine, ctx.policy.model):
                 r, extra = sample_groups(ctx, engine)
-        metrics = rollout_metrics(r) | extra
+        think_met = think.after_sample(r)  # before the metrics: the nothink-bonus constraint rescales rewards
+        metrics = rollout_metrics(r) | extra | think_met
         # 4. advantages (zero-variance groups: keep with zero advantage, or skip from the loss)
         adv = advantages(ctx, r, a, tracker)  # (N,)
+        temp = ctx.cfg.sampling.temperature
+        adv, w_met = think.weigh(r, adv, lambda rws: frozen_logprobs(ctx.policy.model, r, rws, temp))
+        metrics |= w_met  # balanced sampling: adv * pi(forced prefix) / q(prefix)
         rows = train_rows(r, c)
         metrics["adv_abs_mean"] = adv.abs().mean().item()
         # 5-6. loss and optimizer steps; the schedule counts RL steps

@@ -46,6 +46,8 @@ class Verdict:
     """Protections the program ran into: 'network', 'subprocess', 'signal', 'write_outside', ... (for safety rewards)."""
     cpu_s: float = 0.0
     """CPU time the program used (user + system, from the kernel); stdin/stdout tasks only, else 0."""
+    thought: bool = False
+    """The completion had a non-blank thinking block (verifier.thinking on; it was stripped before extraction)."""
 
     def to_dict(self) -> dict:
         d = asdict(self)

@@ -17,6 +17,7 @@ outputs) and `verify_io` (compare a candidate's outputs with expected ones in th
 from __future__ import annotations
 
 import ast
+import dataclasses
 import math
 import os
 import re
@@ -30,6 +31,7 @@ from codechat.config import VerifierConfig
 from codechat.sandbox import Job, Limits, RunResult, SandboxPool
 from codechat.tasks import Task
 from codechat.verifier.stdio import StdioRun
+from codechat.verifier.thinking import check_tags, split_thinking
 from codechat.verifier.answer import KIND as ANSWER_KIND, AnswerChecker
 from codechat.verifier.verdict import Verdict
 
@@ -139,6 +141,7 @@ class Verifier:
         self._pool: SandboxPool | None = None
         self._lock = threading.Lock()
         self.answers = AnswerChecker(self.cfg.answer)  # answer tasks (math): no sandbox, workers start on use
+        check_tags(self.cfg.thinking)
 
     # --- lifecycle ---------------------------------------------------------------------------------------------
     @property
@@ -191,6 +194,8 @@ class Verifier:
                          tests=list(task.tests), prelude=task_prelude(task))
 
     def verify(self, task: Task, completion: str) -> Verdict:
+        if self.cfg.thinking.enabled:  # thinking blocks: verifier/thinking.py
+            return next(self.imap([(task, completion)]))
         if task.stdio is not None:
             return next(self.imap([(task, completion)]))
         job = self._tests_job(task, completion)
@@ -203,7 +208,23 @@ class Verifier:
 
     def imap(self, pairs: Iterable[tuple[Task, str]]) -> Iterator[Verdict]:
         """Verdicts in input order, computed in parallel on all workers with a bounded number in flight
-        (one thread drives every worker: no thread pool)."""
+        (one thread drives every worker: no thread pool). With verifier.thinking on, each completion's thinking
+        blocks are stripped first and the verdict records whether it thought."""
+        if not self.cfg.thinking.enabled:
+            yield from self._imap(pairs)
+            return
+        thought: deque = deque()
+
+        def stripped():
+            for task, completion in pairs:
+                s = split_thinking(completion, self.cfg.thinking)
+                thought.append(s.thought)
+                yield task, s.answer
+
+        for v in self._imap(stripped()):
+            yield dataclasses.replace(v, thought=thought.popleft())
+
+    def _imap(self, pairs: Iterable[tuple[Task, str]]) -> Iterator[Verdict]:
         # per job: the verdict when nothing runs, the number of tests, or (StdioRun, is its last job)
         early: deque = deque()
 
@@ -235,7 +256,7 @@ class Verifier:
     def verify_io(self, task: Task, completion: str, inputs: list[list], expected: list,
                   atol: float = 0.0, memory_mb: int | None = None) -> Verdict:
         """Pass iff entry_point(*inputs[i]) matches expected[i] for all i; compared in the judge, not the program."""
-        code = extract_code(completion, task)
+        code = extract_code(split_thinking(completion, self.cfg.thinking).answer, task)
         if code is None:
             return Verdict("no_code", False, 0.0, tests_total=len(inputs), message="no code in the completion")
         if len(inputs) != len(expected):

@@ -1,0 +1,203 @@
+"""Learning when not to think: per-mode metrics, the `nothink-bonus` constraint, balanced (forced) sampling.
+
+A completion is in mode `think` when its thinking block is non-blank, else `nothink` (verifier/thinking.py splits
+it; the verdict carries `thought`). Three pieces, each usable alone:
+
+- `thinking_metrics(r, cfg, count_tokens)`: share of no-think answers, pass rate and length per mode, thinking
+  tokens per sample (logged by the RL loop under `thinking/` when verifier.thinking is on).
+- `NothinkConstraint`: the reward `nothink-bonus` (rollout/rewards.py) gives delta = its weight to every no-think
+  answer. The constrained problem is AdaptThink's (Zhang et al., 2025, "AdaptThink: Reasoning Models Can Learn
+  When to Think", eq. 1-3): maximise P(nothink) subject to pass >= pass_ref - margin. AdaptThink folds the
+  constraint into the reward as delta * 1[nothink] + R(x, y) - R_ref(x) with a per-prompt reference pass rate;
+  under group-normalised advantages (GRPO/RLOO) a per-prompt constant cancels, so we keep the constraint with a
+  Lagrange multiplier instead (dual ascent, the standard primal-dual form of constrained RL):
+      reward   = pass + delta * s_t * 1[nothink],      s_t = 1 / (1 + lambda_t)
+      lambda_{t+1} = max(0, lambda_t + nothink_lr * (pass_ref - margin - pass_t))
+  pass_ref is the pass rate of the first step (the policy before any update = the reference), pass_t the
+  step's pass rate. While accuracy holds, lambda stays 0 and the full bonus applies; when it drops below
+  pass_ref - margin, lambda grows and the bonus shrinks toward 0, so accuracy wins. nothink_lr 0 = fixed bonus.
+- `BalancedSampler`: wraps a rollout engine; of each group of G, round(f * G) samples start with the forced empty
+  block `open + close` and the rest with the forced `open` tag (AdaptThink's importance sampling: the initial
+  model almost never skips thinking, so without forcing there is no no-think sample to learn from). The forced
+  tokens are part of the completion (they get gradient); `is_weights` gives each sample
+  w = pi_theta(prefix) / q(prefix), q = f for the empty block and 1 - f for the open tag (detached), and the
+  trainer multiplies the advantages by w: E_q[w A grad log pi(y)] = E_pi[A grad log pi(y)], the gradient of the
+  policy's own distribution (tests/test_thinking.py checks this against an enumeration).
+Simplified: the forced prefix is tokenized on its own (its tokens may differ from how the model would write the
+tags); the group baseline is the plain mean of the forced samples' rewards; balanced sampling is not combined
+with `rl.zero_variance: resample` (refused by the config check).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from codechat import CodechatError
+from codechat.config import RewardConfig, ThinkingConfig
+from codechat.policy.sampler import SampleBatch
+from codechat.verifier.thinking import split_thinking
+
+BONUS = "nothink-bonus"
+
+
+def thinking_metrics(r, cfg: ThinkingConfig, count_tokens: Callable[[str], int]) -> dict[str, float]:
+    """`thinking/nothink_frac`, `thinking/pass_rate/{think,nothink}`, `thinking/len/{think,nothink}` (mean tokens;
+    a mode absent from the batch is left out) and `thinking/tokens_mean` (thinking tokens per sample)."""
+    thought = [v.thought for v in r.verdicts]
+    n = max(len(thought), 1)
+    out = {"thinking/nothink_frac": sum(not t for t in thought) / n}
+    lens = r.batch.n_tokens.tolist()
+    for mode, want in (("think", True), ("nothink", False)):
+        idx = [i for i, t in enumerate(thought) if t == want]
+        if idx:
+            out[f"thinking/pass_rate/{mode}"] = sum(r.verdicts[i].passed for i in idx) / len(idx)
+            out[f"thinking/len/{mode}"] = sum(lens[i] for i in idx) / len(idx)
+    tokens = [count_tokens(split_thinking(t, cfg).thinking) if th else 0 for t, th in zip(r.batch.texts, thought)]
+    out["thinking/tokens_mean"] = sum(tokens) / n
+    return out
+
+
+class NothinkConstraint:
+    """The Lagrange multiplier of the pass-rate constraint; its state goes into the checkpoint (state_dict)."""
+
+    def __init__(self, cfg: RewardConfig):
+        self.cfg = cfg
+        self.lam = 0.0
+        self.ref_pass: float | None = None
+
+    def apply(self, r, pass_t: float | None = None) -> dict[str, float]:
+        """Scale this step's `nothink-bonus` by 1 / (1 + lambda) (in r.rewards and r.components), then update
+        lambda from this step's pass rate (pass_t: over all ranks; default: of r). -> metrics."""
+        if BONUS not in r.components:
+            return {}
+        scale = 1.0 / (1.0 + self.lam)
+        bonus = r.components[BONUS]  # (N,) weighted bonus
+        r.rewards = r.rewards - (1.0 - scale) * bonus
+        r.components[BONUS] = bonus * scale
+        pass_t = r.passed.mean().item() if pass_t is None else pass_t
+        if self.ref_pass is None:
+            self.ref_pass = pass_t
+        if self.cfg.nothink_lr > 0:
+            gap = self.ref_pass - self.cfg.nothink_margin - pass_t  # > 0: constraint violated
+            self.lam = max(0.0, self.lam + self.cfg.nothink_lr * gap)
+        return {"thinking/lambda": self.lam, "thinking/bonus_scale": scale, "thinking/ref_pass": self.ref_pass}
+
+    def state_dict(self) -> dict:
+        return {"lam": self.lam, "ref_pass": self.ref_pass}
+
+    def load_state_dict(self, d: dict) -> None:
+        self.lam = float(d.get("lam", 0.0))
+        self.ref_pass = d.get("ref_pass")
+
+
+@dataclass
+class ForcedBatch(SampleBatch):
+    """A SampleBatch whose samples start with a forced prefix (part of `tokens`, `texts` and `n_tokens`)."""
+    forced_nothink: torch.Tensor | None = None
+    """(N,) bool: the sample was forced to start with the empty block (else with the open tag)."""
+    prefix_len: torch.Tensor | None = None
+    """(N,) long: forced tokens at the start of `tokens`."""
+
+
+def _prefix_ids(tokenizer, text: str) -> list[int]:
+    ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    if not ids:
+        raise CodechatError(f"verifier.thinking: the tag {text!r} encodes to no tokens")
+    return ids
+
+
+class BalancedSampler:
+    """A rollout engine whose groups are round(f*G) forced no-think samples, then G - that forced think samples."""
+
+    def __init__(self, engine, tokenizer, cfg: ThinkingConfig):
+        if not 0 < cfg.forced_nothink_frac < 1:
+            raise CodechatError(f"verifier.thinking.forced_nothink_frac: expected in (0, 1), "
+                                f"got {cfg.forced_nothink_frac}")
+        self.engine, self.cfg = engine, cfg
+        self.nothink_text, self.think_text = cfg.open + cfg.close, cfg.open
+        self.nothink_ids = _prefix_ids(tokenizer, self.nothink_text)
+        self.think_ids = _prefix_ids(tokenizer, self.think_text)
+
+    @property
+    def samples_training_weights(self) -> bool:
+        return self.engine.samples_training_weights
+
+    def update_weights(self, model) -> None:
+        self.engine.update_weights(model)
+
+    def close(self) -> None:
+        self.engine.close()
+
+    def split(self, n: int) -> tuple[int, int]:
+        """-> (forced no-think, forced think) samples of a group of n."""
+        k = min(max(round(self.cfg.forced_nothink_frac * n), 0), n)
+        return k, n - k
+
+    def sample(self, prompts: list[list[int]], n: int, cfg) -> SampleBatch:
+        k, m = self.split(n)
+        parts = []  # (batch, prefix ids, prefix text, is no-think, samples per prompt)
+        for count, ids, text, nothink in ((k, self.nothink_ids, self.nothink_text, True),
+                                          (m, self.think_ids, self.think_text, False)):
+            if count:
+                b = self.engine.sample([p + ids for p in prompts], count, cfg)
+                parts.append((b, ids, text, nothink, count))
+        q = {True: self.cfg.forced_nothink_frac, False: 1.0 - self.cfg.forced_nothink_frac}
+        tok, lp, pidx, fin, texts, ntok, forced, plen = [], [], [], [], [], [], [], []
+        for pi in range(len(prompts)):
+            for b, ids, text, nothink, count in parts:
+                for j in range(pi * count, (pi + 1) * count):
+                    nt = int(b.n_tokens[j])
+                    tok.append(ids + b.tokens[j, :nt].tolist())
+                    # the behaviour log-prob of the prefix: log q on its first token (the rest are then certain)
+                    lp.append([math.log(q[nothink])] + [0.0] * (len(ids) - 1) + b.logprobs[j, :nt].tolist())
+                    pidx.append(pi)
+                    fin.append(b.finish_reason[j])
+                    texts.append(text + b.texts[j])
+                    ntok.append(nt + len(ids))
+                    forced.append(nothink)
+                    plen.append(len(ids))
+        pad_id = int(parts[0][0].tokens[parts[0][0].mask == 0][0]) if (parts[0][0].mask == 0).any() else 0
+        T = max(len(t) for t in tok)
+        tokens = torch.full((len(tok), T), pad_id, dtype=torch.long)  # (N, T)
+        mask = torch.zeros(len(tok), T)  # (N, T)
+        logprobs = torch.zeros(len(tok), T)  # (N, T)
+        for i, (t, l) in enumerate(zip(tok, lp)):
+            tokens[i, :len(t)] = torch.tensor(t)
+            mask[i, :len(t)] = 1.0
+            logprobs[i, :len(l)] = torch.tensor(l)
+        return ForcedBatch(torch.tensor(pidx), tokens, mask, logprobs, fin, texts, torch.tensor(ntok),
+                           forced_nothink=torch.tensor(forced), prefix_len=torch.tensor(plen))
+
+
+def is_weights(logp: torch.Tensor, prefix_len: torch.Tensor, forced_nothink: torch.Tensor,
+               frac: float) -> torch.Tensor:
+    """(N,) detached importance weights pi_theta(prefix) / q(prefix): logp (N, T) the policy's log-probs of the
+    sampled tokens, prefix_len (N,) forced tokens at the start, forced_nothink (N,) bool, frac = q(no-think)."""
+    T = logp.shape[1]
+    in_prefix = torch.arange(T)[None, :] < prefix_len[:, None]  # (N, T)
+    lp_prefix = (logp.detach().cpu() * in_prefix).sum(dim=1)  # (N,)
+    log_q = torch.where(forced_nothink, torch.tensor(math.log(frac)), torch.tensor(math.log(1.0 - frac)))  # (N,)
+    return torch.exp(lp_prefix - log_q)
+
+
+def check_thinking(cfg) -> None:
+    """Config checks of a RunConfig's thinking settings: a setting that would do nothing is an error."""
+    t, rw = cfg.verifier.thinking, cfg.rewards
+    if t.enabled and (not t.open or not t.close or t.open == t.close):
+        raise CodechatError(f"verifier.thinking: open and close must be two different non-empty tags, "
+                            f"got open={t.open!r} close={t.close!r}")
+    if BONUS in rw.components and not t.enabled:
+        raise CodechatError("rewards: nothink-bonus needs verifier.thinking.enabled=true (else no answer thinks)")
+    if not 0 <= t.forced_nothink_frac < 1:
+        raise CodechatError(f"verifier.thinking.forced_nothink_frac: expected in [0, 1), got {t.forced_nothink_frac}")
+    if t.forced_nothink_frac > 0 and not t.enabled:
+        raise CodechatError("verifier.thinking.forced_nothink_frac > 0 needs verifier.thinking.enabled=true")
+    if t.forced_nothink_frac > 0 and cfg.rl.zero_variance == "resample":
+        raise CodechatError("verifier.thinking.forced_nothink_frac > 0 is not combined with rl.zero_variance=resample")
+    if not (math.isfinite(rw.nothink_margin) and rw.nothink_margin >= 0):
+        raise CodechatError(f"rewards.nothink_margin: expected >= 0, got {rw.nothink_margin}")
+    if not (math.isfinite(rw.nothink_lr) and rw.nothink_lr >= 0):
+        raise CodechatError(f"rewards.nothink_lr: expected >= 0, got {rw.nothink_lr}")

@@ -1,0 +1,59 @@
+"""The RL loop's thinking hooks (rollout/thinking.py has the pieces): wrap the engine for balanced sampling, log
+per-mode metrics, apply the nothink-bonus constraint, importance-weight the advantages of forced samples.
+
+    hooks = ThinkingHooks(ctx)
+    engine = hooks.wrap(engine)                       # forced_nothink_frac > 0: BalancedSampler
+    metrics |= hooks.after_sample(r)                  # thinking/ metrics; lambda update (state in the checkpoint)
+    adv, m = hooks.weigh(ctx, r, adv, logprobs_fn)    # forced samples: adv * pi(prefix) / q(prefix)
+Everything is a no-op with verifier.thinking off.
+"""
+from __future__ import annotations
+
+import torch
+
+from codechat.train import dist
+
+from codechat.rollout.thinking import BONUS, BalancedSampler, ForcedBatch, NothinkConstraint, is_weights, \
+    thinking_metrics
+
+
+class ThinkingHooks:
+    def __init__(self, ctx):
+        self.cfg = ctx.cfg.verifier.thinking
+        self.tokenizer = ctx.policy.tokenizer
+        self.constraint = None
+        if self.cfg.enabled and BONUS in ctx.cfg.rewards.components:
+            self.constraint = NothinkConstraint(ctx.cfg.rewards)
+            self.constraint.load_state_dict(ctx.state.extra.get("nothink", {}))
+        self.state = ctx.state
+
+    def wrap(self, engine):
+        if self.cfg.enabled and self.cfg.forced_nothink_frac > 0:
+            return BalancedSampler(engine, self.tokenizer, self.cfg)
+        return engine
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"]) if text else 0
+
+    def after_sample(self, r) -> dict[str, float]:
+        if not self.cfg.enabled:
+            return {}
+        m = thinking_metrics(r, self.cfg, self.count_tokens)
+        if self.constraint is not None:
+            passed = dist.all_items(r.passed.tolist())  # every rank's samples: the same lambda everywhere
+            m.update(self.constraint.apply(r, sum(passed) / max(len(passed), 1)))
+            self.state.extra["nothink"] = self.constraint.state_dict()  # saved with the next checkpoint
+        return m
+
+    def weigh(self, r, adv: torch.Tensor, prefix_logprobs) -> tuple[torch.Tensor, dict[str, float]]:
+        """adv (N,) -> adv * w (N,) for a ForcedBatch; prefix_logprobs(rows) -> (N, T) no-grad policy log-probs."""
+        b = r.batch
+        if not isinstance(b, ForcedBatch):
+            return adv, {}
+        logp = prefix_logprobs(torch.arange(len(r.verdicts)))  # (N, T)
+        w = is_weights(logp, b.prefix_len, b.forced_nothink, self.cfg.forced_nothink_frac).to(adv.device)  # (N,)
+        m = {"thinking/is_weight_mean": w.mean().item(), "thinking/is_weight_max": w.max().item()}
+        if b.forced_nothink.any():  # the policy's own probability of skipping: pi(empty block) = w * q
+            forced = b.forced_nothink.to(w.device)  # (N,)
+            m["thinking/policy_nothink_p"] = (w[forced] * self.cfg.forced_nothink_frac).mean().item()
+        return adv * w, m
