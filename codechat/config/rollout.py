@@ -1,0 +1,72 @@
+"""The policy model, sampling, the rollout engine and agent episodes (policy/, rollout/)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class ModelConfig:
+    path: str = "tiny"
+    """A local Hugging Face model directory, or a built-in preset name (`tiny`, `small`)."""
+    dtype: str = "float32"
+    """Parameter dtype: float32, bfloat16 or float16 (bf16/fp16 on GPU)."""
+    device: str = "auto"
+    """`auto` (cuda when available, else cpu), `cpu`, or `cuda[:N]`."""
+    lora_r: int = 0
+    """LoRA rank through PEFT; 0 trains all parameters."""
+    lora_alpha: int = 16
+    """LoRA alpha."""
+    chat: bool = False
+    """Pose tasks as a chat through the tokenizer's chat template instead of plain continuation."""
+
+
+@dataclass
+class SamplingConfig:
+    temperature: float = 1.0
+    """Softmax temperature; 0 = greedy."""
+    top_p: float = 1.0
+    """Nucleus sampling mass; 1 disables it."""
+    top_k: int = 0
+    """Keep the k most likely tokens; 0 disables it."""
+    max_new_tokens: int = 128
+    """Generation length limit per sample."""
+    stop: list[str] = field(default_factory=list)
+    """Stop strings; generation of a sample ends at the first one (it is kept in the text)."""
+    seed: int = 0
+    """Seed of the sampler's random generator."""
+
+
+@dataclass
+class RolloutConfig:
+    engine: str = "hf"
+    """Rollout engine: `hf` (codechat's KV-cache sampler on the training model) or `vllm` (colocated vLLM engine,
+    weights pushed in memory after each update; needs the vllm extra)."""
+    vllm_gpu_memory_utilization: float = 0.3
+    """Share of GPU memory vLLM may take for weights + KV cache when colocated with the trainer."""
+    vllm_dtype: str = "auto"
+    """vLLM weight dtype (`auto` follows the model; `float32` on CPU)."""
+    vllm_max_model_len: int = 0
+    """Longest prompt + completion the vLLM engine accepts; 0 = the model's max_position_embeddings."""
+    vllm_kv_cache_gib: float = 0.0
+    """KV-cache size for vLLM in GiB (overrides the memory share; the way to size it on CPU); 0 = vLLM's choice."""
+    vllm_enforce_eager: bool = True
+    """Run vLLM eagerly (no CUDA graphs / torch.compile): starts in seconds; set false on GPU for faster decoding."""
+    vllm_prefix_caching: bool = True
+    """Let vLLM reuse the KV of shared prompt prefixes (reset after every weight push)."""
+    verify_while_decoding: bool = False
+    """RL stages: send each completion to the verifier the moment it finishes decoding, while the rest of the batch
+    keeps decoding (same verdicts; metric verify_overlap_frac). The vllm engine reports finishes only at the end."""
+
+
+@dataclass
+class AgentConfig:
+    turn_tokens: int = 256
+    """Most new tokens of one model turn (also capped by the task's token budget)."""
+    max_live: int = 64
+    """Episodes advanced together: every model turn of the live ones is one batched decode."""
+    tool_workers: int = 8
+    """Threads running tool calls and final judgements of different episodes at the same time."""
+    tool_output_chars: int = 2000
+    """Longest tool result appended to the transcript; longer ones are cut, saying how much was dropped."""
+    run_timeout_s: float = 10.0
+    """Wall-clock limit of one `run` tool call."""

@@ -1,0 +1,127 @@
+"""Task sets and the training stages' own sections (train/)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class DataConfig:
+    train: str = "builtin"
+    """Training tasks: a task file or builtin[:NAME]. SFT uses their reference solutions; RL uses their tests."""
+    eval: str = ""
+    """Held-out tasks for periodic evaluation (empty = no evaluation)."""
+    extra_eval: list[str] = field(default_factory=list)
+    """Other task sets evaluated too (capability regression), each logged as its own metric."""
+    sft: str = ""
+    """SFT data when it differs from `train`: a task file / builtin set whose `solution`s are imitated."""
+    format: str = ""
+    """Force a task-file format (empty = detect)."""
+    max_eval_tasks: int = 0
+    """Evaluate on at most this many tasks (0 = all)."""
+    exclude: str = ""
+    """A quarantine file (task ids, one per line; `codechat tasks check --write-quarantine` writes one): those
+    tasks are left out of the train, eval and extra_eval sets. Empty = none."""
+    max_prompt_tokens: int = 0
+    """Tasks whose encoded prompt is longer are dropped (a count is printed); 0 = the model's context minus
+    sampling.max_new_tokens. SFT examples must also fit prompt + solution in the context."""
+    loader: str = ""
+    """A task loader plugin, `FILE.py:NAME` or `module:NAME`: NAME(spec) -> list[Task] is called for train, eval,
+    extra_eval and sft instead of codechat's loaders (codechat/plugins.py). Empty = codechat's loaders."""
+
+
+@dataclass
+class SFTConfig:
+    steps: int = 100
+    """Optimizer steps."""
+    lr: float = 1e-3
+    """Peak learning rate (linear warmup, cosine decay to 10%)."""
+    batch_size: int = 16
+    """(prompt, solution) pairs per step."""
+    warmup: int = 10
+    """Warmup steps."""
+    expert_wrong: float = 0.2
+    """Repository tasks: share of expert transcripts that apply a plausible but wrong fix (rollout/expert.py)."""
+
+
+@dataclass
+class RFTConfig:
+    rounds: int = 1
+    """Grow/improve rounds: sample, keep passing samples (deduplicated), fine-tune on them."""
+    prompts: int = 64
+    """Prompts sampled per round."""
+    group_size: int = 8
+    """Samples per prompt."""
+    steps: int = 50
+    """Fine-tuning steps per round."""
+    lr: float = 3e-4
+    """Learning rate of the improve step."""
+    batch_size: int = 16
+    """Kept samples per fine-tuning step."""
+    rest_em: bool = False
+    """ReST-EM: every improve step restarts from the stage's starting weights (with LoRA: its starting adapters)
+    and trains on the samples of the latest grow step only."""
+
+
+@dataclass
+class RLConfig:
+    steps: int = 50
+    """RL steps (one step = sample, verify, update)."""
+    lr: float = 1e-5
+    """Learning rate (constant after warmup)."""
+    warmup: int = 0
+    """Warmup RL steps (the schedule advances once per RL step, whatever rl.epochs and minibatches)."""
+    prompts_per_step: int = 4
+    """Prompts per step (P)."""
+    group_size: int = 8
+    """Samples per prompt (G)."""
+    epochs: int = 1
+    """Inner epochs (mu) over the same rollouts; >1 uses the old log-probs and the clip (not with reinforce)."""
+    minibatch_size: int = 0
+    """Samples per optimizer step, counted over all ranks (the same steps on any world size); 0 = all samples
+    of the step in one optimizer step."""
+    grad_accum: int = 1
+    """Micro-batches per minibatch on each rank (memory); gradients are accumulated."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping by global norm; 0 disables it."""
+    zero_variance: str = "keep"
+    """Groups whose samples all pass or all fail: keep (zero advantage), skip (drop from the loss), or resample."""
+    resample_cap: int = 2
+    """With zero_variance=resample: at most this many extra sampling rounds per step."""
+    mask_truncated: bool = False
+    """Drop samples that hit max_new_tokens from the loss (overlong masking)."""
+    dedup: bool = True
+    """Run the update's forward/backward once per distinct (prompt, completion), weighted by its count: the same
+    loss, metrics and gradient, less compute (algos/dedup.py); logged as update/dedup_frac."""
+    async_steps: int = 0
+    """0 = synchronous (sample, verify, then update); k >= 1 = a producer thread samples and verifies the next
+    batches with weights up to k updates old while the trainer updates (train/producer.py; engine hf, ddp only)."""
+
+
+@dataclass
+class OptimConfig:
+    """AdamW settings of every stage (each stage's section sets its learning rate and schedule)."""
+
+    beta1: float = 0.9
+    """AdamW beta1."""
+    beta2: float = 0.95
+    """AdamW beta2."""
+    weight_decay: float = 0.0
+    """AdamW decoupled weight decay."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping by global norm in the SFT, RFT and DPO stages (RL: rl.max_grad_norm); 0 disables it."""
+
+
+@dataclass
+class DPOConfig:
+    source: str = "online"
+    """`online` (pairs from fresh groups) or a rollout JSONL file saved by an earlier run (offline)."""
+    steps: int = 50
+    """DPO steps."""
+    lr: float = 1e-5
+    """Learning rate."""
+    prompts_per_step: int = 8
+    """Prompts sampled per step when online."""
+    group_size: int = 8
+    """Samples per prompt when online."""
+    pairs_per_step: int = 16
+    """Pairs per optimizer step."""

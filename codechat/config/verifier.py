@@ -1,0 +1,85 @@
+"""The verifier's sections: sandbox limits and judging (sandbox/, verifier/), thinking blocks, answer checking."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class VerifierConfig:
+    workers: int = 0
+    """Sandbox worker processes; 0 = one per CPU core."""
+    timeout_s: float = 5.0
+    """Wall-clock limit per program (a task's own timeout_s wins when set)."""
+    memory_mb: int = 1024
+    """Address-space limit per program, in MiB."""
+    max_output_bytes: int = 65536
+    """Captured stdout+stderr per program; more ends the program as `output_limit`."""
+    backend: str = "local"
+    """`local` (process pool on this machine) or `ray` (sandbox pools on Ray workers)."""
+    nproc: int = 64
+    """Processes+threads the program may have at once (RLIMIT_NPROC under its own uid): stops fork bombs."""
+    nofile: int = 64
+    """Open file descriptors per program process."""
+    fsize_mb: int = 16
+    """Largest file the program may write, in MiB."""
+    max_result_mb: int = 16
+    """Largest single value the program may return to the judge, in MiB (encoded)."""
+    hide_paths: list[str] = field(default_factory=list)
+    """Directories covered by an empty tmpfs inside the sandbox (e.g. where task files live on disk)."""
+    ray_address: str = ""
+    """backend=ray: the cluster to join (`auto`, `ray://host:10001`); empty = RAY_ADDRESS, else a local instance."""
+    ray_grace_s: float = 30.0
+    """backend=ray: a job not back within its timeout + this many seconds marks its node pool hung: replaced."""
+    cpu_time_limit: bool = False
+    """stdin/stdout tasks: judge the time limit on CPU time, not wall clock (same verdict on a busy machine);
+    the wall clock then allows 3x the limit + 1 s."""
+    stop_at_first_failure: bool = False
+    """stdin/stdout tasks: run no test after the first failing one (tests after it count as not passed)."""
+    total_timeout_s: float = 0.0
+    """stdin/stdout tasks: limit on the summed time of all tests of one completion (0 = none); tests past it
+    count as not passed and the verdict is `timeout`."""
+    answer: AnswerConfig = field(default_factory=lambda: AnswerConfig())
+    """How answer (math) tasks are judged: extraction order, percent rule, tolerance, time limit."""
+    dedup: bool = True
+    """In training: run each distinct (completion, task) of a batch once; its copies get the same verdict."""
+    cache_size: int = 0
+    """In training: also reuse the verdicts of up to this many distinct pairs across steps (LRU); 0 = off."""
+    thinking: ThinkingConfig = field(default_factory=lambda: ThinkingConfig())
+    """Thinking blocks (`<think>...</think>`): stripped before extraction, mode and per-mode metrics."""
+
+
+@dataclass
+class ThinkingConfig:
+    """Completions with a thinking block: codechat/rollout/thinking.py."""
+    enabled: bool = False
+    """Strip thinking blocks before extracting code/answers, mark each verdict's mode, log per-mode metrics."""
+    open: str = "<think>"
+    """The tag that opens a thinking block (match the model's chat template)."""
+    close: str = "</think>"
+    """The tag that closes it; text after an unclosed open tag is all thinking (no answer)."""
+    forced_nothink_frac: float = 0.0
+    """RL balanced sampling: share of each group forced to start with the empty block (the rest with the open
+    tag), the loss importance-weighted back to the policy's own distribution; 0 = sample freely."""
+
+
+@dataclass
+class AnswerConfig:
+    """How answer tasks (`Task.kind == "answer"`) are judged: codechat/verifier/answer*.py."""
+
+    extractors: list[str] = field(default_factory=lambda: ["boxed", "hashes", "answer-is", "bare", "last-number"])
+    """Where the final answer is looked for, in order; the first that finds one wins: `boxed` (the last
+    \\boxed{...}), `hashes` (`#### N`), `answer-is` ("the answer is ..."), `bare` (a completion that is only an
+    answer, e.g. `\\frac{1}{2}`), `last-number` (the fallback)."""
+    percent: str = "both"
+    """`50\\%` is `ratio` (= 0.5), `number` (= 50), or `both` (either is accepted)."""
+    rel_tol: float = 1e-6
+    """Plain numbers, one written as a decimal: equal within this relative tolerance (integers and fractions
+    are compared exactly)."""
+    timeout_s: float = 5.0
+    """Wall-clock limit per symbolic comparison; the worker process is killed past it (verdict `timeout`)."""
+    workers: int = 1
+    """Comparison worker processes (a worker imports sympy once, ~1 s, and serves many comparisons)."""
+    memory_mb: int = 2048
+    """Address-space limit of a comparison worker, in MiB (huge powers fail as an error, not an OOM)."""
+    max_answer_chars: int = 512
+    """An extracted answer longer than this is not compared (verdict `failed`)."""
