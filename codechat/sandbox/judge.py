@@ -19,18 +19,15 @@ docs/verifier.md; MBPP has none). Arguments the judge cannot pickle (lambdas def
 """
 from __future__ import annotations
 
-import ast
 import builtins
-import collections
 import functools
-import importlib
 import io
-import os
 import pickle
 import sys
 import types
 
 from codechat.sandbox import wire
+from codechat.sandbox.bindings import write_back
 
 
 class CandidateRaised(Exception):
@@ -121,12 +118,16 @@ class Channel:
             reply = ("cbexc", None, (type(e).__name__, str(e)[:wire.MAX_MSG]), {})
         self._send(reply)
 
-    def _decode_handle(self, hid: int, type_name: str) -> "Remote":
+    def decode_handle(self, hid: int, type_name: str) -> "Remote":
         return Remote(self, ("h", hid), type_name)
+
+    def proxy(self, ref: tuple, type_name: str) -> "Remote":
+        """A proxy for the program's object `ref` (("n", NAME) or ("h", ID))."""
+        return Remote(self, ref, type_name)
 
     def recv(self) -> list:
         try:
-            msg = wire.loads(self.reader.recv(self.max_bytes), handle=self._decode_handle)
+            msg = wire.loads(self.reader.recv(self.max_bytes), handle=self.decode_handle)
         except (wire.WireError, OSError) as e:
             raise CandidateGone(str(e)[:300]) from None
         if not isinstance(msg, list) or not msg or not isinstance(msg[0], str):
@@ -161,40 +162,6 @@ class Channel:
 
 
 _STDOUT = sys.stdout
-_MUTABLE = (list, dict, set, bytearray, collections.deque)
-
-
-def write_back(old, new) -> None:
-    """Make the judge's argument `old` equal the program's `new` in place (nested lists/dicts element-wise,
-    so rows of a matrix keep their identity). Only builtin containers of the same type are changed."""
-    if type(old) is not type(new) or type(old) not in _MUTABLE or old == new:
-        return
-    if type(old) is list and len(old) == len(new):
-        for i, (a, b) in enumerate(zip(old, new)):
-            if type(a) is type(b) and type(a) in _MUTABLE:
-                write_back(a, b)
-            elif not (a is b or (type(a) is type(b) and a == b)):
-                old[i] = b
-    elif type(old) is dict:
-        for k in [k for k in old if k not in new]:
-            del old[k]
-        for k, b in new.items():
-            a = old.get(k, _MISSING)
-            if type(a) is type(b) and type(a) in _MUTABLE:
-                write_back(a, b)
-            else:
-                old[k] = b
-    elif type(old) is set:
-        old.clear()
-        old.update(new)
-    elif type(old) is collections.deque:
-        old.clear()
-        old.extend(new)
-    else:
-        old[:] = new
-
-
-_MISSING = object()
 
 
 class _IsRemote(Exception):
@@ -270,132 +237,6 @@ class _RemoteIterator:
 
     def __next__(self):
         return self.it._chan.request("next", self.it._ref)
-
-
-class _CountAsserts(ast.NodeTransformer):
-    """Counts executed checks: every assert; entering a handler of a named exception type (`except ValueError`
-    after a call that must raise); leaving a `with ...raises(...)` block normally (pytest.raises)."""
-
-    @staticmethod
-    def _hit(node: ast.AST) -> ast.Expr:
-        return ast.copy_location(ast.Expr(ast.Call(ast.Name("__codechat_assert_hit__", ast.Load()), [], [])), node)
-
-    def visit_Assert(self, node: ast.Assert):
-        return [self._hit(node), node]
-
-    def visit_ExceptHandler(self, node: ast.ExceptHandler):
-        self.generic_visit(node)
-        broad = node.type is None or (isinstance(node.type, ast.Name) and node.type.id in _BROAD)
-        if not broad:
-            node.body.insert(0, self._hit(node))
-        return node
-
-    def visit_With(self, node: ast.With):
-        self.generic_visit(node)
-        raises = any(isinstance(i.context_expr, ast.Call) and _called_name(i.context_expr.func) == "raises"
-                     for i in node.items)
-        return [node, self._hit(node)] if raises else node
-
-
-_BROAD = {"Exception", "BaseException"}
-
-
-def _called_name(f: ast.AST) -> str | None:
-    return f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
-
-
-_COMPILED: dict[tuple[str, str], types.CodeType] = {}
-_NAMES: dict[str, tuple[frozenset, frozenset]] = {}
-_CACHE_MAX = 20000
-"""Compiled tests and their name sets kept per judge (keyed by the task's own text, not the program's)."""
-
-
-def instrument(src: str, name: str) -> types.CodeType:
-    """Compile a test with every check counted; cached, since RL verifies the same task many times."""
-    key = (src, name)
-    code = _COMPILED.get(key)
-    if code is None:
-        tree = _CountAsserts().visit(ast.parse(src))
-        code = compile(ast.fix_missing_locations(tree), name, "exec", dont_inherit=True, optimize=0)
-        if len(_COMPILED) > _CACHE_MAX:
-            _COMPILED.clear()
-        _COMPILED[key] = code
-    return code
-
-
-def names_in(src: str) -> tuple[frozenset, frozenset]:
-    """(every name `src` mentions, the names it uses as `NAME.attr`): what a test can look up (cached)."""
-    got = _NAMES.get(src)
-    if got is None:
-        try:
-            tree = ast.parse(src)
-        except SyntaxError:
-            tree = ast.Module([], [])
-        names, bases = set(), set()
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Name):
-                names.add(node.id)
-            elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
-                bases.add(node.value.id)
-        got = frozenset(names), frozenset(bases)
-        if len(_NAMES) > _CACHE_MAX:
-            _NAMES.clear()
-        _NAMES[src] = got
-    return got
-
-
-_STDLIB = frozenset(sys.stdlib_module_names)
-_MODULES = _STDLIB - {"this", "antigravity", "idlelib", "turtle", "turtledemo",
-                                                  "tkinter", "venv", "ensurepip", "pydoc", "webbrowser"}
-"""Top-level modules the judge imports itself when a test uses `NAME.attr` and the task does not define NAME."""
-_ALIASES = {"np": "numpy", "numpy": "numpy"}
-"""Conventional aliases of non-stdlib modules a test may use the same way (`np.allclose`)."""
-
-
-def build_namespace(chan: Channel, entries: list, entry_point: str | None, wanted: frozenset,
-                    modules: frozenset) -> tuple[dict, set]:
-    """The judge's globals before the task's own code runs: (namespace, names taken from the program).
-
-    The rule: only names the tests (or setup) mention are looked up; never a dunder, never a builtin's name
-    (except the entry point), never a module: a test's `math.x` / `np.x` gets the judge's own import of that
-    module, whatever the program says it is, and the program's hello never makes the judge import anything.
-    The task's prelude and setup run after this (`modes.run_tests`), so the names they define replace the
-    program's: the program can add names the tests use, never replace the task's."""
-    mod = types.ModuleType("__sandbox__")
-    sys.modules["__sandbox__"] = mod  # so pickled instances of setup-defined classes resolve on both sides
-    ns = mod.__dict__
-    ns["__builtins__"] = builtins
-    taken = set()
-    for name, kind, val in entries:
-        if name not in wanted or kind == "module" or hasattr(builtins, name) or name in _ALIASES \
-                or (name in modules and name in _STDLIB):  # a fake `math` the tests use as the module
-            continue
-        if kind == "value":
-            try:
-                ns[name] = wire.from_plain(val, chan._decode_handle)
-            except wire.WireError:
-                continue
-        else:
-            ns[name] = Remote(chan, ("n", name), val)
-        taken.add(name)
-    for name in modules - ns.keys():
-        target = _ALIASES.get(name, name if name in _MODULES else None)
-        if target is not None and not hasattr(builtins, name) and name != entry_point:
-            try:
-                ns[name] = importlib.import_module(target)
-            except Exception:  # noqa: BLE001 - not installed here: the test sees a NameError, as in a plain run
-                pass
-    bind_entry_point(chan, ns, entry_point)
-    if entry_point in ns:
-        taken.add(entry_point)
-    return ns, taken
-
-
-def bind_entry_point(chan: Channel, ns: dict, entry_point: str | None) -> None:
-    """The function under test is always the program's, even when named like a builtin (MBPP 126: `sum`)."""
-    if entry_point and wire.plain_name(entry_point):
-        ns[entry_point] = Remote(chan, ("n", entry_point), "function")
-
 
 def classify(e: BaseException) -> tuple[str, str, str]:
     """(status, error_type, message) for an exception raised while running a test."""

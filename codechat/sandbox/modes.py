@@ -12,8 +12,8 @@ import math
 import pickle
 
 from codechat.sandbox import stdio_judge, wire
-from codechat.sandbox.judge import (Channel, CandidateGone, Remote, bind_entry_point, build_namespace, classify,
-                                    instrument, names_in)
+from codechat.sandbox.bindings import bind_entry_point, build_namespace, instrument, names_in
+from codechat.sandbox.judge import Channel, CandidateGone, Remote, classify
 
 
 def _first_failure(results: list[tuple]) -> tuple[str, str | None, str]:
