@@ -38,7 +38,7 @@ def test_non_plain_object_becomes_handle_or_is_refused():
         pass
     with pytest.raises(wire.WireError):
         wire.dumps(A())
-    data = wire.dumps([A()], handle=lambda obj: 42)
+    data = wire.dumps([A()], handle=lambda obj, depth: wire.handle_tag(42, obj))
     assert wire.loads(data, handle=lambda hid, tname: ("handle", hid, tname)) == [("handle", 42, "A")]
 
 

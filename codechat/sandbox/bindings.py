@@ -152,7 +152,7 @@ def build_namespace(chan, entries: list, entry_point: str | None, wanted: frozen
             continue
         if kind == "value":
             try:
-                ns[name] = wire.from_plain(val, chan.decode_handle)
+                ns[name] = wire.from_plain(val, chan)
             except wire.WireError:
                 continue
         else:

@@ -74,29 +74,40 @@ class _Unpickler(_pickle.Unpickler):  # (_pickle: the zygote does not import pic
     server: "_Server"
 
     def persistent_load(self, pid):  # a judge-side proxy: the object it stands for lives here
-        if pid[0] == "j":  # a function of the test: calling it calls back into the judge
-            return _JudgeFn(self.server, pid[1])
+        if pid[0] == "j":  # one of the tests' objects: using it calls back into the judge
+            return self.server.judge_proxy(pid[1])
         return self.server.resolve(pid)
 
 
-class _JudgeFn:
-    """A test's function given to the program: a call sends the arguments (plain data) to the judge, which runs
-    the function there and answers; requests the judge makes meanwhile (the function called the program) are
-    served as usual."""
+class _JudgeObj:
+    """One of the tests' objects given to the program (a function, or an instance or class the tests define):
+    a call, an attribute read or write sends a CALLBACK (plain data) to the judge, which does it there and
+    answers; requests the judge makes meanwhile (the test's function called the program) are served as usual.
+    One proxy per object, so `is` holds between references to the same one."""
+    __slots__ = ("_server", "_jid")
 
     def __init__(self, server: "_Server", jid: int):
-        self.server, self.jid = server, jid
+        object.__setattr__(self, "_server", server)
+        object.__setattr__(self, "_jid", jid)
 
     def __call__(self, *args, **kwargs):
-        self.server.reply(["cb", self.jid, list(args), [[k, v] for k, v in kwargs.items()]])
-        while True:
-            op, ref, a, kw = self.server.unpickle(wire.recv(self.server.fd))
-            if op == "cbret":
-                return a[0]
-            if op == "cbexc":
-                base = getattr(builtins, str(a[0]), None)
-                raise (base if isinstance(base, type) and issubclass(base, Exception) else Exception)(a[1])
-            self.server.answer(op, ref, a, kw)
+        return self._server.callback(["cb", self._jid, list(args), [[k, v] for k, v in kwargs.items()]])
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return self._server.callback(["cbget", self._jid, name])
+
+    def __setattr__(self, name: str, value) -> None:
+        self._server.callback(["cbset", self._jid, name, value])
+
+    def __repr__(self) -> str:
+        return "<a test's object>"
+
+
+MAX_OBJECTS = 10000
+"""Instances of the program's classes one reply sends as fields; past it (or an instance met twice in one
+reply: a cycle, a shared node) they travel as handles."""
 
 
 class _Server:
@@ -104,10 +115,53 @@ class _Server:
         self.fd = sock_fd
         self.mod = module
         self.objects: dict[int, object] = {}
+        self.proxies: dict[int, _JudgeObj] = {}
+        self.seen: set[int] = set()
+        self.budget = MAX_OBJECTS
 
     def handle(self, obj: object) -> int:
         self.objects[id(obj)] = obj
         return id(obj)
+
+    def judge_proxy(self, jid: int) -> _JudgeObj:
+        p = self.proxies.get(jid)
+        if p is None:
+            p = self.proxies[jid] = _JudgeObj(self, jid)
+        return p
+
+    def callback(self, msg: list):
+        """Send a CALLBACK; serve the judge's requests until it answers; return its result or raise its error."""
+        self.reply(msg)
+        while True:
+            op, ref, a, kw = self.unpickle(wire.recv(self.fd))
+            if op == "cbret":
+                return a[0]
+            if op == "cbexc":
+                base = getattr(builtins, str(a[0]), None)
+                raise (base if isinstance(base, type) and issubclass(base, Exception) else Exception)(a[1])
+            self.answer(op, ref, a, kw)
+
+    def encode(self, x: object, depth: int) -> object:
+        """A value in a reply that is not builtin data: one of the tests' objects given back, an instance of a
+        class of this module (its fields, so the judge can rebuild it as the task's class of that name, else
+        it keeps the handle), else a handle."""
+        t = type(x)
+        if t is _JudgeObj:
+            return {"$j": object.__getattribute__(x, "_jid")}
+        if t.__dict__.get("__module__") == "__sandbox__" and self.budget > 0 and id(x) not in self.seen:
+            self.seen.add(id(x))
+            self.budget -= 1
+            name = str(t.__name__)[:wire.MAX_TYPE]
+            if isinstance(x, tuple):
+                return {"$o": name, "t": [wire.to_plain(v, self.encode, depth + 1) for v in tuple.__iter__(x)]}
+            try:
+                fields = [[k, wire.to_plain(v, self.encode, depth + 1)] for k, v in _fields(x)]
+                return {"$o": name, "h": self.handle(x), "f": fields}
+            except wire.WireError:  # too deep, or a field that is not data: the object stays a handle
+                pass
+        if isinstance(x, tuple):
+            return {"$t": [wire.to_plain(v, self.encode, depth) for v in tuple.__iter__(x)]}
+        return wire.handle_tag(self.handle(x), x)
 
     def resolve(self, ref: tuple) -> object:
         kind, key = ref
@@ -126,8 +180,10 @@ class _Server:
         return u.load()
 
     def reply(self, msg: list) -> None:
+        self.seen.clear()
+        self.budget = MAX_OBJECTS
         try:
-            data = wire.dumps(msg, handle=self.handle)
+            data = wire.dumps(msg, handle=self.encode)
         except BaseException as e:  # noqa: BLE001 - unencodable result (too deep, recursion): tell the judge
             data = wire.dumps(["exc", "WireError", f"result is not plain data: {type(e).__name__}"])
         wire.send(self.fd, data)
@@ -180,6 +236,20 @@ class _Server:
 
 
 _MUTABLE = (list, dict, set, bytearray, collections.deque)
+
+
+def _fields(x: object) -> list:
+    """An instance's attributes (its __dict__ and slots), those with plain names, at most wire.MAX_FIELDS."""
+    d = getattr(x, "__dict__", None)
+    items = [(k, v) for k, v in d.items() if wire.plain_name(k)] if type(d) is dict else []
+    for cls in type(x).__mro__:
+        slots = cls.__dict__.get("__slots__", ())
+        for k in ((slots,) if isinstance(slots, str) else slots):
+            if wire.plain_name(k) and hasattr(x, k):
+                items.append((k, getattr(x, k)))
+    if len(items) > wire.MAX_FIELDS:
+        raise wire.WireError("too many fields")
+    return items
 
 
 def _call_reply(value: object, args: tuple, kwargs: dict, out: str) -> list:

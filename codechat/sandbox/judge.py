@@ -20,13 +20,11 @@ docs/verifier.md; MBPP has none). Arguments the judge cannot pickle (lambdas def
 from __future__ import annotations
 
 import builtins
-import functools
 import io
 import pickle
 import sys
-import types
 
-from codechat.sandbox import wire
+from codechat.sandbox import judge_objects, wire
 from codechat.sandbox.bindings import write_back
 
 
@@ -62,35 +60,54 @@ def candidate_exception(name: str, msg: str) -> Exception:
     return cls(msg)
 
 
+class CallbackLimit(CandidateGone):
+    """The program called back into the tests' objects too often, or nested too deeply: it is ended."""
+
+
 class _Pickler(pickle.Pickler):
     chan: "Channel"
 
     def persistent_id(self, obj):  # proxies travel as references to the candidate's own objects
         if type(obj) is Remote:
             return obj._ref
-        if type(obj) in _CALLBACKS:  # a test's function: the program gets a proxy that calls back here
+        if judge_objects.is_judge_object(obj, self.chan.shared):  # the program gets a reference to ours
+            if len(self.chan.judge_objects) >= MAX_JUDGE_OBJECTS and id(obj) not in self.chan.judge_objects:
+                raise TypeError(f"more than {MAX_JUDGE_OBJECTS} of the tests' objects handed to the program")
             self.chan.judge_objects[id(obj)] = obj
             return ("j", id(obj))
         return None
 
 
-_CALLBACKS = (types.FunctionType, types.MethodType, types.LambdaType, functools.partial)
+MAX_CALLBACKS = 100_000
+"""Calls, attribute reads and writes a program may make on the tests' objects in one job (more: `error`)."""
+MAX_NESTING = 50
+"""Test -> program -> test ... calls nested at once (deeper: `error`)."""
+MAX_JUDGE_OBJECTS = 100_000
+"""The tests' objects one job may hand to the program."""
+_SANDBOX = judge_objects.MODULE.encode()
 
 
-class Channel:
+class Channel(wire.Decoder):
+    """The judge's end of the socket to the candidate; decodes its messages (rebuilding objects of the task's
+    classes, `judge_objects.py`) and answers its calls back into the tests' objects."""
+
     def __init__(self, fd: int, max_bytes: int):
         self.fd, self.max_bytes, self.calls = fd, max_bytes, 0
         self.reader = wire.Reader(fd)
-        self.judge_objects: dict[int, object] = {}  # the test's callbacks the program holds proxies of
+        self.judge_objects: dict[int, object] = {}  # the tests' objects the program holds references to
+        self.classes: dict | None = None  # the tests' namespace, once the task's code ran (run_tests)
+        self.shared: frozenset = frozenset()  # the setup's and prelude's classes: the program has them too
+        self.callbacks = self.nesting = 0
 
     def _send(self, msg: tuple) -> None:
         try:
             try:
-                if any(type(a) in _CALLBACKS for a in (*msg[2], *msg[3].values())):
-                    raise _IsRemote
-                # fast path, all in C: no proxy among the arguments (a proxy refuses plain pickling)
+                # fast path, all in C: no proxy (it refuses plain pickling), no lambda (not picklable), nothing
+                # of the task's module by name (a test's function or class, an instance of one)
                 data = b"p" + pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
-            except _IsRemote:
+                if _SANDBOX in data:
+                    raise _IsRemote
+            except (_IsRemote, pickle.PicklingError, TypeError, AttributeError):
                 buf = io.BytesIO()
                 buf.write(b"r")
                 pickler = _Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL)
@@ -105,21 +122,51 @@ class Channel:
             raise CandidateGone(str(e)) from None
 
     def _callback(self, msg: list) -> None:
-        """The program called a test's function it was given: run it here, send back the result (or error)."""
+        """The program used one of the tests' objects it was given (a call, an attribute read or write): do it
+        here and send back the result, or the error it raised."""
         try:
-            fn, args, kwargs = wire.parse_callback(msg, self.judge_objects)
+            kind, obj, args, kwargs = wire.parse_callback(msg, self.judge_objects)
         except wire.WireError as e:
             raise CandidateGone(str(e)) from None
+        self.callbacks += 1
+        if self.callbacks > MAX_CALLBACKS:
+            raise CallbackLimit(f"more than {MAX_CALLBACKS} calls back into the tests' objects")
         try:
-            reply = ("cbret", None, (fn(*args, **kwargs),), {})
+            if kind == "call":
+                value = obj(*args, **kwargs)
+            elif kind == "getattr":
+                value = getattr(obj, args[0])
+            elif judge_objects.settable(obj, args[0]):
+                value = setattr(obj, args[0], args[1])
+            else:
+                raise AttributeError(f"attribute '{args[0]}' of a test's object cannot be set")
+            try:
+                return self._send(("cbret", None, (value,), {}))
+            except TypeError as e:  # a result that cannot be sent: the program's call raises instead
+                err = e
         except CandidateGone:
             raise
         except Exception as e:  # noqa: BLE001 - the test's function raised: so does the program's call
-            reply = ("cbexc", None, (type(e).__name__, str(e)[:wire.MAX_MSG]), {})
-        self._send(reply)
+            err = e
+        self._send(("cbexc", None, (type(err).__name__, str(err)[:wire.MAX_MSG]), {}))
 
-    def decode_handle(self, hid: int, type_name: str) -> "Remote":
+    # --- wire.Decoder: what the program's values become here -------------------------------------------------
+    def handle(self, hid: int, type_name: str) -> "Remote":
         return Remote(self, ("h", hid), type_name)
+
+    def instance(self, name: str, hid: int, fields: list) -> object:
+        obj = judge_objects.rebuild(judge_objects.task_class(self.classes, name), fields)
+        return Remote(self, ("h", hid), name) if obj is None else obj
+
+    def named_tuple(self, name: str, values: list) -> tuple:
+        obj = judge_objects.rebuild_tuple(judge_objects.task_class(self.classes, name), values)
+        return tuple(values) if obj is None else obj
+
+    def judge_object(self, jid: int) -> object:
+        try:
+            return self.judge_objects[jid]
+        except KeyError:
+            raise wire.WireError("unknown judge object") from None
 
     def proxy(self, ref: tuple, type_name: str) -> "Remote":
         """A proxy for the program's object `ref` (("n", NAME) or ("h", ID))."""
@@ -127,7 +174,7 @@ class Channel:
 
     def recv(self) -> list:
         try:
-            msg = wire.loads(self.reader.recv(self.max_bytes), handle=self.decode_handle)
+            msg = wire.loads(self.reader.recv(self.max_bytes), handle=self)
         except (wire.WireError, OSError) as e:
             raise CandidateGone(str(e)[:300]) from None
         if not isinstance(msg, list) or not msg or not isinstance(msg[0], str):
@@ -138,12 +185,18 @@ class Channel:
         self.calls += 1
         if op == "call" and sys.stdout is not _STDOUT:  # the test captures prints: have the program's returned
             op = "callout"
-        self._send((op, ref, args, kwargs))
-        while True:
-            msg = self.recv()
-            if msg[0] != "cb":
-                break
-            self._callback(msg)
+        self.nesting += 1
+        try:
+            if self.nesting > MAX_NESTING:
+                raise CallbackLimit(f"calls between the tests and the program nested over {MAX_NESTING} deep")
+            self._send((op, ref, args, kwargs))
+            while True:
+                msg = self.recv()
+                if msg[0] not in wire.CALLBACK_KINDS:
+                    break
+                self._callback(msg)
+        finally:
+            self.nesting -= 1
         try:
             reply = wire.parse_reply(msg, len(args))
         except wire.WireError as e:
@@ -240,6 +293,8 @@ class _RemoteIterator:
 
 def classify(e: BaseException) -> tuple[str, str, str]:
     """(status, error_type, message) for an exception raised while running a test."""
+    if isinstance(e, CallbackLimit):
+        return "error", "CallbackLimit", str(e)
     if isinstance(e, CandidateGone):
         return "error", "EarlyExit", f"program ended before the tests finished ({e})"
     if isinstance(e, CandidateRaised):

@@ -11,7 +11,7 @@ import copy
 import math
 import pickle
 
-from codechat.sandbox import stdio_judge, wire
+from codechat.sandbox import judge_objects, stdio_judge, wire
 from codechat.sandbox.bindings import bind_entry_point, build_namespace, instrument, names_in
 from codechat.sandbox.judge import Channel, CandidateGone, Remote, classify
 
@@ -56,6 +56,10 @@ def run_tests(chan: Channel, entries: list, job: dict) -> dict:
     failed = _task_code(ns, chan, job)
     if failed:
         return failed
+    # the program's values of the task's classes are rebuilt as ours; the setup's and prelude's classes (the
+    # program's process defines them too) travel as copies, those the tests define as references (judge_objects)
+    chan.classes = ns
+    chan.shared = frozenset(v for v in ns.values() if judge_objects.task_class(ns, getattr(v, "__name__", "")) is v)
     program = {n for n, v in bound.items() if ns.get(n) is v}  # still the program's after the task's code ran
     ns["__codechat_assert_hit__"] = hit
     results = []

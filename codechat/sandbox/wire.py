@@ -58,6 +58,8 @@ MAX_OUT = 1 << 16
 """Characters of captured prints returned with one `callout` reply."""
 MAX_ARGS = 64
 """Written-back arguments one reply may carry."""
+MAX_FIELDS = 1000
+"""Fields an encoded object may carry (more: not plain data)."""
 OPS = frozenset({"call", "callout", "getattr", "setattr", "getitem", "len", "bool", "iter", "next"})
 """Requests the judge sends (trusted direction; the candidate refuses any other)."""
 HELLO_KINDS = frozenset({"value", "object", "module"})
@@ -133,8 +135,9 @@ _HEAD = struct.Struct(">I")
 
 
 # --- values -> plain data ----------------------------------------------------------------------------------------
-def to_plain(x: Any, handle: Callable[[Any], int] | None = None, depth: int = 0) -> Any:
-    """Encode `x` as JSON-able tagged data. Non-plain objects become {"$h": id} via `handle`, else raise."""
+def to_plain(x: Any, handle: Callable[[Any, int], Any] | None = None, depth: int = 0) -> Any:
+    """Encode `x` as JSON-able tagged data. Non-plain objects (and tuple subclasses with `_fields`) are encoded
+    by `handle(x, depth)`: a handle (`handle_tag`) or an object's fields (candidate.py); without one, raise."""
     if depth > MAX_DEPTH:
         raise WireError("value nested too deeply")
     d = depth + 1
@@ -159,7 +162,9 @@ def to_plain(x: Any, handle: Callable[[Any], int] | None = None, depth: int = 0)
         return {"$d": [[to_plain(k, handle, d), to_plain(v, handle, d)] for k, v in dict.items(x)]}
     if isinstance(x, list):
         return [to_plain(v, handle, d) for v in list.__iter__(x)]
-    if isinstance(x, tuple):  # namedtuples compare as tuples
+    if isinstance(x, tuple):  # namedtuples compare as tuples (and are rebuilt when the judge has the class)
+        if type(x) is not tuple and handle is not None and hasattr(type(x), "_fields"):
+            return handle(x, d)
         return {"$t": [to_plain(v, handle, d) for v in tuple.__iter__(x)]}
     if isinstance(x, frozenset):
         return {"$fs": [to_plain(v, handle, d) for v in frozenset.__iter__(x)]}
@@ -179,7 +184,12 @@ def to_plain(x: Any, handle: Callable[[Any], int] | None = None, depth: int = 0)
         return np_value
     if handle is None:
         raise WireError(f"not plain data: {type(x).__name__}")
-    return {"$h": handle(x), "type": type(x).__name__}
+    return handle(x, d)
+
+
+def handle_tag(hid: int, x: Any) -> dict:
+    """The encoding of an object that stays where it is: its handle and its type's name."""
+    return {"$h": hid, "type": type(x).__name__}
 
 
 def _numpy_to_plain(x: Any, handle, depth: int) -> Any:
@@ -195,17 +205,56 @@ def _numpy_to_plain(x: Any, handle, depth: int) -> Any:
 
 
 # --- plain data -> values ----------------------------------------------------------------------------------------
-def from_plain(x: Any, handle: Callable[[int, str], Any] | None = None) -> Any:
-    """Decode tagged data into builtin values; {"$h": id} becomes `handle(id, type_name)` (or an error)."""
+class Decoder:
+    """What decoding makes of the tags that are not builtin data. This default: a handle becomes
+    `handle(id, type_name)` (an error without one), an object's fields its handle, a named tuple a tuple, a
+    judge object an error. The judge's `Channel` rebuilds objects of the task's classes (judge_objects.py)."""
+
+    def __init__(self, handle: Callable[[int, str], Any] | None = None):
+        self._handle = handle
+
+    def handle(self, hid: int, type_name: str) -> Any:
+        if self._handle is None:
+            raise WireError("unexpected handle")
+        return self._handle(hid, type_name)
+
+    def instance(self, name: str, hid: int, fields: list[tuple[str, Any]]) -> Any:
+        return self.handle(hid, name)
+
+    def named_tuple(self, name: str, values: list) -> Any:
+        return tuple(values)
+
+    def judge_object(self, jid: int) -> Any:
+        raise WireError("unexpected judge object")
+
+
+def from_plain(x: Any, handle: "Decoder | Callable[[int, str], Any] | None" = None) -> Any:
+    """Decode tagged data into builtin values; {"$h": id} becomes `handle(id, type_name)` (or an error); an
+    object's fields, a named tuple and a judge object go to the `Decoder`'s methods of those names."""
+    return _from_plain(x, handle if isinstance(handle, Decoder) else Decoder(handle))
+
+
+def _object_fields(v: Any, handle: "Decoder") -> list[tuple[str, Any]]:
+    if type(v) is not list or len(v) > MAX_FIELDS:
+        raise WireError("malformed object fields")
+    out = []
+    for item in v:
+        if type(item) is not list or len(item) != 2 or not plain_name(item[0]):
+            raise WireError("malformed object field")
+        out.append((item[0], _from_plain(item[1], handle)))
+    return out
+
+
+def _from_plain(x: Any, handle: "Decoder") -> Any:
     if x is None or isinstance(x, (bool, int, float, str)):
         return x
     if isinstance(x, list):
-        return [from_plain(v, handle) for v in x]
+        return [_from_plain(v, handle) for v in x]
     if not isinstance(x, dict) or len(x) == 0:
         raise WireError(f"malformed plain data: {type(x).__name__}")
     tag = next(iter(x))
     v = x[tag]
-    dec = lambda items: [from_plain(i, handle) for i in items]  # noqa: E731
+    dec = lambda items: [_from_plain(i, handle) for i in items]  # noqa: E731
     try:
         if tag == "$t":
             return tuple(dec(v))
@@ -214,7 +263,7 @@ def from_plain(x: Any, handle: Callable[[int, str], Any] | None = None) -> Any:
         if tag == "$fs":
             return frozenset(dec(v))
         if tag in ("$d", "$od", "$ctr"):
-            pairs = [(from_plain(k, handle), from_plain(val, handle)) for k, val in v]
+            pairs = [(_from_plain(k, handle), _from_plain(val, handle)) for k, val in v]
             cls = {"$d": dict, "$od": collections.OrderedDict, "$ctr": collections.Counter}[tag]
             return cls(pairs) if tag != "$ctr" else collections.Counter(dict(pairs))
         if tag == "$i" and isinstance(v, str) and len(v) <= 1 << 22:
@@ -237,9 +286,18 @@ def from_plain(x: Any, handle: Callable[[int, str], Any] | None = None) -> Any:
             import fractions
             return fractions.Fraction(int(v[0]), int(v[1]))
         if tag == "$nd":
-            return _ndarray(dec(v) if isinstance(v, list) else from_plain(v, handle), str(x.get("dtype")))
-        if tag == "$h" and handle is not None:
-            return handle(int(v), str(x.get("type", "object")))
+            return _ndarray(dec(v) if isinstance(v, list) else _from_plain(v, handle), str(x.get("dtype")))
+        if tag == "$h":
+            return handle.handle(int(v), str(x.get("type", "object")))
+        if tag == "$o" and type(v) is str:  # an instance of a class: its name, handle and fields (or values)
+            name = cut(v, MAX_TYPE)
+            if "t" in x:
+                if type(x["t"]) is not list:
+                    raise WireError("malformed named tuple")
+                return handle.named_tuple(name, dec(x["t"]))
+            return handle.instance(name, int(x["h"]), _object_fields(x.get("f"), handle))
+        if tag == "$j":  # one of the judge's own objects, handed to the program earlier
+            return handle.judge_object(int(v))
     except WireError:
         raise
     except Exception as e:  # unhashable set member, bad base64, ...: the sender broke the format
@@ -275,7 +333,7 @@ def dumps(x: Any, handle=None) -> bytes:
 _decode = json.JSONDecoder().decode
 
 
-def loads(b: bytes, handle=None) -> Any:
+def loads(b: bytes, handle: "Decoder | Callable[[int, str], Any] | None" = None) -> Any:
     try:
         return from_plain(_decode(b.decode()), handle)
     except (ValueError, RecursionError) as e:
@@ -321,17 +379,30 @@ def _argi(x: Any, nargs: int) -> bool:
     return (type(x) is int and 0 <= x < nargs) or (type(x) is str and plain_name(x))
 
 
+CALLBACK_KINDS = frozenset({"cb", "cbget", "cbset"})
+"""Messages by which the program uses the tests' objects it was given (instead of a REPLY)."""
+
+
 def parse_callback(msg: Any, objects: dict) -> tuple:
-    """(function, args, kwargs) of a CALLBACK message; only ids the judge handed out resolve."""
-    if type(msg) is not list or len(msg) != 4 or type(msg[1]) is not int or msg[1] not in objects \
-            or type(msg[2]) is not list or type(msg[3]) is not list or len(msg[2]) + len(msg[3]) > MAX_ARGS:
+    """(kind, object, args, kwargs) of a CALLBACK message: ("call", obj, [PLAIN...], {KWNAME: PLAIN}),
+    ("getattr", obj, (NAME,), {}) or ("setattr", obj, (NAME, PLAIN), {}); only ids the judge handed out
+    resolve, NAME is a plain identifier (never a dunder: no `__globals__`, `__class__`, `__dict__`)."""
+    if type(msg) is not list or len(msg) not in (3, 4) or type(msg[1]) is not int or msg[1] not in objects:
         raise WireError("malformed callback")
-    kwargs = {}
-    for item in msg[3]:
-        if type(item) is not list or len(item) != 2 or not plain_name(item[0]):
-            raise WireError("malformed callback")
-        kwargs[item[0]] = item[1]
-    return objects[msg[1]], msg[2], kwargs
+    obj, kind = objects[msg[1]], msg[0]
+    if kind == "cb" and len(msg) == 4 and type(msg[2]) is list and type(msg[3]) is list \
+            and len(msg[2]) + len(msg[3]) <= MAX_ARGS:
+        kwargs = {}
+        for item in msg[3]:
+            if type(item) is not list or len(item) != 2 or not plain_name(item[0]):
+                raise WireError("malformed callback")
+            kwargs[item[0]] = item[1]
+        return "call", obj, msg[2], kwargs
+    if kind == "cbget" and len(msg) == 3 and plain_name(msg[2]):
+        return "getattr", obj, (msg[2],), {}
+    if kind == "cbset" and len(msg) == 4 and plain_name(msg[2]):
+        return "setattr", obj, (msg[2], msg[3]), {}
+    raise WireError("malformed callback")
 
 
 def parse_reply(msg: Any, nargs: int) -> tuple:
