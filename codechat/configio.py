@@ -189,6 +189,8 @@ def check_ranges(cfg: RunConfig) -> None:
         raise ConfigError(f"verifier.workers: expected >= 0 (0 = one per CPU core), got {v.workers}")
     if not (math.isfinite(v.timeout_s) and v.timeout_s > 0):
         raise ConfigError(f"verifier.timeout_s: expected a positive number of seconds, got {v.timeout_s}")
+    if not (math.isfinite(v.test_timeout_s) and v.test_timeout_s >= 0):
+        raise ConfigError(f"verifier.test_timeout_s: expected >= 0 seconds (0 = none), got {v.test_timeout_s}")
     if e.n < 1:
         raise ConfigError(f"eval.n: expected >= 1 (samples per task for pass@k), got {e.n}")
     bad = [k for k in e.k if not 1 <= k <= e.n]

@@ -33,7 +33,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--regress", metavar="FILE", help="JSONL of known attacks {task, completion, description}: "
                                                      "exit 1 if any is judged a pass")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.add_argument("--cpu-time", action="store_true", help="stdin/stdout tasks: judge the time limit on CPU time")
+    p.add_argument("--cpu-time", action="store_true", help="judge time limits on CPU time (stdin/stdout tests; "
+                   "function tasks: --timeout and --test-timeout)")
+    p.add_argument("--test-timeout", type=float, default=None, metavar="S",
+                   help="function tasks: limit per test; a test past it fails as timeout, the others still run")
     p.add_argument("--repos", help="repository tasks: directory holding the SWE-bench checkouts (owner__name)")
     p.add_argument("--check", action="store_true", help="start one sandbox worker and print the protections "
                                                         "active on this machine, one per line")
@@ -55,6 +58,10 @@ def _config(args):
             raise CodechatError(f"--memory-mb must be at least 64, got {args.memory_mb}")
         cfg.memory_mb = args.memory_mb
     cfg.cpu_time_limit = bool(getattr(args, "cpu_time", False))
+    if getattr(args, "test_timeout", None) is not None:
+        if not args.test_timeout > 0:
+            raise CodechatError(f"--test-timeout must be positive, got {args.test_timeout}")
+        cfg.test_timeout_s = args.test_timeout
     if args.percent:
         cfg.answer.percent = args.percent
     return cfg

@@ -31,8 +31,9 @@ class VerifierConfig:
     ray_grace_s: float = 30.0
     """backend=ray: a job not back within its timeout + this many seconds marks its node pool hung: replaced."""
     cpu_time_limit: bool = False
-    """stdin/stdout tasks: judge the time limit on CPU time, not wall clock (same verdict on a busy machine);
-    the wall clock then allows 3x the limit + 1 s."""
+    """Judge time limits on CPU time, not wall clock (same verdict on a busy machine): stdin/stdout tasks'
+    per-test limit; function tasks' `timeout_s` (the whole program) and `test_timeout_s`. The wall clock then
+    allows 3x the limit + 1 s (function tasks: 5x + 2 s)."""
     stop_at_first_failure: bool = False
     """stdin/stdout tasks: run no test after the first failing one (tests after it count as not passed)."""
     total_timeout_s: float = 0.0
@@ -46,6 +47,10 @@ class VerifierConfig:
     """In training: also reuse the verdicts of up to this many distinct pairs across steps (LRU); 0 = off."""
     thinking: ThinkingConfig = field(default_factory=lambda: ThinkingConfig())
     """Thinking blocks (`<think>...</think>`): stripped before extraction, mode and per-mode metrics."""
+    test_timeout_s: float = 0.0
+    """Function tasks: limit on one test's time (CPU time of the program with cpu_time_limit, else the test's
+    wall clock); past it that test fails as `timeout` and the next tests still run, so tests_passed counts
+    the others; 0 = none (only the whole program's timeout_s, which then ends every test left)."""
 
 
 @dataclass

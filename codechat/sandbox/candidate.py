@@ -16,6 +16,7 @@ from __future__ import annotations
 import builtins
 import collections
 import _pickle
+import _signal
 import io
 import marshal
 import os
@@ -118,6 +119,7 @@ class _Server:
         self.proxies: dict[int, _JudgeObj] = {}
         self.seen: set[int] = set()
         self.budget = MAX_OBJECTS
+        self.in_call = False  # running the program's code for the judge (a time limit may interrupt it)
 
     def handle(self, obj: object) -> int:
         self.objects[id(obj)] = obj
@@ -130,16 +132,21 @@ class _Server:
         return p
 
     def callback(self, msg: list):
-        """Send a CALLBACK; serve the judge's requests until it answers; return its result or raise its error."""
-        self.reply(msg)
-        while True:
-            op, ref, a, kw = self.unpickle(wire.recv(self.fd))
-            if op == "cbret":
-                return a[0]
-            if op == "cbexc":
-                base = getattr(builtins, str(a[0]), None)
-                raise (base if isinstance(base, type) and issubclass(base, Exception) else Exception)(a[1])
-            self.answer(op, ref, a, kw)
+        """Send a CALLBACK; serve the judge's requests until it answers; return its result or raise its error.
+        The wait is not the program's time: a time limit reached meanwhile interrupts it once it runs again."""
+        outer, self.in_call = self.in_call, False
+        try:
+            self.reply(msg)
+            while True:
+                op, ref, a, kw = self.unpickle(wire.recv(self.fd))
+                if op == "cbret":
+                    return a[0]
+                if op == "cbexc":
+                    base = getattr(builtins, str(a[0]), None)
+                    raise (base if isinstance(base, type) and issubclass(base, Exception) else Exception)(a[1])
+                self.answer(op, ref, a, kw)
+        finally:
+            self.in_call = outer
 
     def encode(self, x: object, depth: int) -> object:
         """A value in a reply that is not builtin data: one of the tests' objects given back, an instance of a
@@ -197,42 +204,69 @@ class _Server:
             self.answer(op, ref, args, kwargs)
 
     def answer(self, op: str, ref: tuple, args: tuple, kwargs: dict) -> None:
-        """Serve one request of the judge (the reply is sent here)."""
+        """Serve one request of the judge (the reply is sent here, outside the program's time budget)."""
+        if op == "limit":  # a test starts: its time budget (no reply)
+            return self.arm(float(args[0]), bool(args[1]))
+        outer, self.in_call = self.in_call, True
         try:
-            target = self.resolve(ref)
-            if op == "call":
-                value = target(*args, **kwargs)
-            elif op == "callout":  # the test captures prints: capture this call's, capped, and return them
-                out, sys.stdout = sys.stdout, _Capped()
-                try:
-                    value = target(*args, **kwargs)
-                finally:
-                    out, sys.stdout = sys.stdout, out
-                self.reply(_call_reply(value, args, kwargs, out.text()))
-                return
-            elif op == "getattr":
-                value = getattr(target, args[0])
-            elif op == "setattr":
-                value = setattr(target, args[0], args[1])
-            elif op == "getitem":
-                value = target[args[0]]
-            elif op == "len":
-                value = len(target)
-            elif op == "bool":
-                value = bool(target)
-            elif op == "iter":
-                value = iter(target)
-            elif op == "next":
-                try:
-                    value = next(target)
-                except StopIteration:
-                    self.reply(["stop"])
-                    return
-            else:
-                raise ValueError(f"unknown op {op}")
-            self.reply(_call_reply(value, args, kwargs, "") if op == "call" else ["ok", value])
+            msg = self._run(op, self.resolve(ref), args, kwargs)
+        except _TimeLimit:
+            msg = ["time"]
         except BaseException as e:  # noqa: BLE001 - SystemExit and friends are answers too
-            self.reply(["exc", _name(e), _msg(e)])
+            msg = ["exc", _name(e), _msg(e)]
+        finally:
+            self.in_call = outer
+        self.reply(msg)
+
+    def _run(self, op: str, target: object, args: tuple, kwargs: dict) -> list:
+        """Do one request on the program's object; the reply to send."""
+        if op == "call":
+            return _call_reply(target(*args, **kwargs), args, kwargs, "")
+        if op == "callout":  # the test captures prints: capture this call's, capped, and return them
+            out, sys.stdout = sys.stdout, _Capped()
+            try:
+                value = target(*args, **kwargs)
+            finally:
+                out, sys.stdout = sys.stdout, out
+            return _call_reply(value, args, kwargs, out.text())
+        if op == "getattr":
+            value = getattr(target, args[0])
+        elif op == "setattr":
+            value = setattr(target, args[0], args[1])
+        elif op == "getitem":
+            value = target[args[0]]
+        elif op == "len":
+            value = len(target)
+        elif op == "bool":
+            value = bool(target)
+        elif op == "iter":
+            value = iter(target)
+        elif op == "next":
+            try:
+                value = next(target)
+            except StopIteration:
+                return ["stop"]
+        else:
+            raise ValueError(f"unknown op {op}")
+        return ["ok", value]
+
+    def arm(self, budget_s: float, cpu: bool) -> None:
+        """Interrupt the program's calls once this test's budget is spent (CPU or wall clock): the timer's
+        handler raises `_TimeLimit` inside the program's code, or, when the program is not running (waiting
+        for the judge), tries again 10 ms later."""
+        which = _signal.ITIMER_PROF if cpu else _signal.ITIMER_REAL
+
+        def on_timer(signum, frame):
+            if self.in_call:
+                raise _TimeLimit
+            _signal.setitimer(which, 0.01)
+
+        _signal.signal(_signal.SIGPROF if cpu else _signal.SIGALRM, on_timer)
+        _signal.setitimer(which, max(budget_s, 0.001))
+
+
+class _TimeLimit(BaseException):
+    """Raised in the program's code when the test's time budget is spent (see `_Server.arm`)."""
 
 
 _MUTABLE = (list, dict, set, bytearray, collections.deque)

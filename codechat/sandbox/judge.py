@@ -22,7 +22,9 @@ from __future__ import annotations
 import builtins
 import io
 import pickle
+import select
 import sys
+import time
 
 from codechat.sandbox import judge_objects, wire
 from codechat.sandbox.bindings import write_back
@@ -64,6 +66,15 @@ class CallbackLimit(CandidateGone):
     """The program called back into the tests' objects too often, or nested too deeply: it is ended."""
 
 
+class TimeLimit(BaseException):
+    """The program's timer ended its call: the test's time budget is spent (timelimits.py). A BaseException,
+    so a test's `except Exception` cannot swallow it; the program is still usable for the next test."""
+
+
+class TimeLimitGone(CandidateGone):
+    """The program did not answer by the test's backstop deadline: that test fails and the program is ended."""
+
+
 class _Pickler(pickle.Pickler):
     chan: "Channel"
 
@@ -98,6 +109,12 @@ class Channel(wire.Decoder):
         self.classes: dict | None = None  # the tests' namespace, once the task's code ran (run_tests)
         self.shared: frozenset = frozenset()  # the setup's and prelude's classes: the program has them too
         self.callbacks = self.nesting = 0
+        self.deadline = 0.0  # with time limits: when the judge stops waiting for the program (monotonic)
+
+    def arm(self, budget_s: float, cpu: bool, deadline: float) -> None:
+        """Give the program this test's time budget (its timer interrupts a call past it); no reply awaited."""
+        self._send(("limit", None, (float(budget_s), bool(cpu)), {}))
+        self.deadline = deadline
 
     def _send(self, msg: tuple) -> None:
         try:
@@ -173,6 +190,10 @@ class Channel(wire.Decoder):
         return Remote(self, ref, type_name)
 
     def recv(self) -> list:
+        if self.deadline and not self.reader.ready():
+            left = self.deadline - time.monotonic()
+            if left <= 0 or not select.select([self.fd], [], [], left)[0]:
+                raise TimeLimitGone("the program did not answer within the test's time limit")
         try:
             msg = wire.loads(self.reader.recv(self.max_bytes), handle=self)
         except (wire.WireError, OSError) as e:
@@ -204,6 +225,8 @@ class Channel(wire.Decoder):
         kind = reply[0]
         if kind == "stop":
             raise StopIteration
+        if kind == "time":
+            raise TimeLimit
         if kind == "exc":
             raise candidate_exception(reply[1], reply[2])
         _, value, wb, out = reply

@@ -10,10 +10,12 @@ from __future__ import annotations
 import copy
 import math
 import pickle
+import time
 
 from codechat.sandbox import judge_objects, stdio_judge, wire
 from codechat.sandbox.bindings import bind_entry_point, build_namespace, instrument, names_in
-from codechat.sandbox.judge import Channel, CandidateGone, Remote, classify
+from codechat.sandbox.judge import Channel, CandidateGone, Remote, TimeLimit, TimeLimitGone, classify
+from codechat.sandbox.timelimits import TimeLimits
 
 
 def _first_failure(results: list[tuple]) -> tuple[str, str | None, str]:
@@ -44,7 +46,7 @@ def _task_code(ns: dict, chan: Channel, job: dict) -> dict | None:
     return None
 
 
-def run_tests(chan: Channel, entries: list, job: dict) -> dict:
+def run_tests(chan: Channel, entries: list, job: dict, cand_pid: int = 0, started: float = 0.0) -> dict:
     hits = [0]
 
     def hit() -> None:
@@ -62,26 +64,46 @@ def run_tests(chan: Channel, entries: list, job: dict) -> dict:
     chan.shared = frozenset(v for v in ns.values() if judge_objects.task_class(ns, getattr(v, "__name__", "")) is v)
     program = {n for n, v in bound.items() if ns.get(n) is v}  # still the program's after the task's code ran
     ns["__codechat_assert_hit__"] = hit
+    clock = TimeLimits(job["time_limits"], cand_pid, started) if job.get("time_limits") else None
     results = []
     for i, src in enumerate(job["tests"]):
-        hits0, calls0 = hits[0], chan.calls
-        try:
-            exec(instrument(src, f"<test {i}>"), ns)
-        except CandidateGone as e:
-            results.append(_at(i, classify(e)))
-            break  # the program is gone: the remaining tests cannot run
-        except BaseException as e:  # noqa: BLE001 - any failure of a test is that test's verdict
-            results.append(_at(i, classify(e)))
-            continue
-        if hits[0] == hits0:
-            results.append(("failed", "NoAssertion", f"test {i} executed no assertion"))
-        elif chan.calls == calls0 and not (names_in(src)[0] & program):  # reading a program's value counts
-            results.append(("failed", "NoCall", f"test {i} never called the program"))
-        else:
-            results.append(("passed", None, ""))
+        if clock is not None:
+            if clock.start() <= 0:
+                results.append(("timeout", None, f"test {i}: not run, the program's total time is used up"))
+                continue
+            chan.arm(clock.budget, clock.cpu, clock.deadline())
+        result, gone = _run_test(chan, ns, src, i, hits, program)
+        if clock is not None and (clock.stop() or result[0] == "timeout"):
+            result = ("timeout", None, f"test {i}: {clock.describe()}")
+        results.append(result)
+        if gone:
+            break  # the program is gone (or stuck): the remaining tests cannot run
     status, etype, msg = _first_failure(results)
-    return {"status": status, "error_type": etype, "message": msg,
-            "tests_passed": sum(r[0] == "passed" for r in results)}
+    rec = {"status": status, "error_type": etype, "message": msg,
+           "tests_passed": sum(r[0] == "passed" for r in results)}
+    if clock is not None and clock.cpu:
+        rec["cpu_s"] = clock.cpu_total()
+    return rec
+
+
+def _run_test(chan: Channel, ns: dict, src: str, i: int, hits: list, program: set) -> tuple[tuple, bool]:
+    """One test's (status, error_type, message), and whether the program is gone (no test can follow)."""
+    hits0, calls0 = hits[0], chan.calls
+    try:
+        exec(instrument(src, f"<test {i}>"), ns)
+    except TimeLimit:
+        return ("timeout", None, f"test {i}: interrupted at its time limit"), False
+    except TimeLimitGone:
+        return ("timeout", None, f"test {i}: the program did not stop at the test's time limit"), True
+    except CandidateGone as e:
+        return _at(i, classify(e)), True
+    except BaseException as e:  # noqa: BLE001 - any failure of a test is that test's verdict
+        return _at(i, classify(e)), False
+    if hits[0] == hits0:
+        return ("failed", "NoAssertion", f"test {i} executed no assertion"), False
+    if chan.calls == calls0 and not (names_in(src)[0] & program):  # reading a program's value counts
+        return ("failed", "NoCall", f"test {i} never called the program"), False
+    return ("passed", None, ""), False
 
 
 def _referenced(job: dict) -> tuple[frozenset, frozenset]:
@@ -182,8 +204,10 @@ def run_calls(chan: Channel, entries: list, job: dict) -> dict:
 MODES = {"tests": run_tests, "io": run_io, "call": run_calls}
 
 
-def judge(sock_fd: int, payload_fd: int, max_bytes: int) -> bytes:
-    """One job in the judge: read the tests, wait for the program to load, run the mode; returns the record."""
+def judge(sock_fd: int, payload_fd: int, max_bytes: int, cand_pid: int = 0) -> bytes:
+    """One job in the judge: read the tests, wait for the program to load, run the mode; returns the record.
+    `cand_pid`: the program's pid here (0: unknown), for its CPU time under time limits."""
+    started = time.monotonic()
     job = pickle.loads(wire.recv(payload_fd, 1 << 30))  # written by the parent: trusted
     if job["mode"] == "stdio":  # no RPC: the program's stdout comes over the socket (stdio_judge.py)
         return wire.dumps(stdio_judge.judge(sock_fd, job, max_bytes))
@@ -203,7 +227,7 @@ def judge(sock_fd: int, payload_fd: int, max_bytes: int) -> bytes:
                       "TabError": "syntax_error", "MemoryError": "memory"}.get(etype, "error")
             result = {"status": status, "error_type": etype, "message": msg[:300]}
         elif kind == "loaded":
-            result = MODES[job["mode"]](chan, body, job)
+            result = run_tests(chan, body, job, cand_pid, started) if job["mode"] == "tests" else MODES[job["mode"]](chan, body, job)
         else:
             result = {"status": "error", "error_type": "ProtocolError", "message": body}
     result.setdefault("tests_passed", 0)

@@ -67,6 +67,9 @@ class Job:
     prelude: str = ""
     """Task-authored code run in the judge before `setup` (a HumanEval prompt's imports and helpers): the
     names it defines are the task's, and the program cannot replace them for the tests."""
+    time_limits: dict = field(default_factory=dict)
+    """Mode `tests`, judge side: {test_s, total_s, cpu} per-test and total limits kept by the judge
+    (sandbox/timelimits.py); empty = only `timeout_s`, enforced by the supervisor."""
 
 
 @dataclass
@@ -81,6 +84,8 @@ class RunResult:
     outputs: list[Any] = field(default_factory=list)
     errors: list[str | None] = field(default_factory=list)
     output_head: str = ""
+    cpu_s: float = 0.0
+    """The program's CPU seconds as the judge measured them (function tasks under CPU time limits), else 0."""
 
 
 class Zygote:
@@ -129,7 +134,7 @@ class Zygote:
             _write_quietly(judge_w, pickle.dumps({
                 "mode": job.mode, "prelude": job.prelude, "setup": job.setup, "entry_point": job.entry_point,
                 "tests": job.tests, "inputs": job.inputs, "expected": job.expected, "atol": job.atol,
-                "stdio": job.stdio}))
+                "stdio": job.stdio, "time_limits": job.time_limits}))
         finally:
             for fd in (cand_r, judge_r, cand_w, judge_w):
                 if fd >= 0:
@@ -218,7 +223,9 @@ def _merge(raw: dict | None) -> RunResult:
     if etype == "EarlyExit" and raw["c_signal"] not in (None, signal.SIGKILL):
         msg += f" (killed by {_signal_name(raw['c_signal'])})"
     outputs, errors = rec.get("outputs", []), rec.get("errors", [])
+    cpu = rec.get("cpu_s", 0.0)
     return RunResult(rec["status"], etype, msg[:MAX_MESSAGE], int(rec.get("tests_passed", 0)),
+                     cpu_s=float(cpu) if type(cpu) in (int, float) else 0.0,
                      outputs=outputs if isinstance(outputs, list) else [],
                      errors=errors if isinstance(errors, list) else [], **base)
 

@@ -140,14 +140,18 @@ class JudgeProc:
         child.close()
         self.jobs = 0
 
-    def submit(self, sj: int, judge_r: int, max_bytes: int) -> None:
+    def submit(self, sj: int, judge_r: int, max_bytes: int, cand_pid: int) -> None:
         self.jobs += 1
-        socket.send_fds(self.sock, [struct.pack(">I", max_bytes)], [sj, judge_r])
+        socket.send_fds(self.sock, [_JOB_HEAD.pack(max_bytes, cand_pid)], [sj, judge_r])
 
     def kill(self) -> None:
         _kill(self.pid)
         os.waitpid(self.pid, 0)
         self.sock.close()
+
+
+_JOB_HEAD = struct.Struct(">II")
+"""supervisor -> judge per job: the result cap, the program's pid (its CPU time, under time limits)."""
 
 
 def _judge_server(sock: socket.socket, memory_mb: int) -> None:
@@ -162,13 +166,13 @@ def _judge_server(sock: socket.socket, memory_mb: int) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (memory_mb << 20, memory_mb << 20))
     os.environ.clear()
     while True:
-        head, fds, _, _ = socket.recv_fds(sock, 4, 2)
+        head, fds, _, _ = socket.recv_fds(sock, _JOB_HEAD.size, 2)
         if not head:
             return
-        head += recv_exact(sock, 4 - len(head))
-        (max_bytes,) = struct.unpack(">I", head)
+        head += recv_exact(sock, _JOB_HEAD.size - len(head))
+        max_bytes, cand_pid = _JOB_HEAD.unpack(head)
         try:
-            rec = modes.judge(fds[0], fds[1], max_bytes)
+            rec = modes.judge(fds[0], fds[1], max_bytes, cand_pid)
         except BaseException as e:  # noqa: BLE001 - report, and stay up for the next job
             rec = wire.dumps({"status": "error", "error_type": "JudgeError",
                               "message": f"{type(e).__name__}: {e}"[:300]})
@@ -205,7 +209,11 @@ def run_job(job: dict, spare: Spare, cand_r: int, judge_r: int, judge: JudgeProc
         spare.start(job["limits"], cand_r)
     except OSError:
         pass  # the spare died early: the judge sees the channel close and reports it
-    judge.submit(spare.sj.fileno(), judge_r, job["max_result_bytes"])
+    try:
+        cand_pid = spare.pid
+    except (OSError, EOFError):  # the zygote is gone: the judge sees the channel close and reports it
+        cand_pid = 0
+    judge.submit(spare.sj.fileno(), judge_r, job["max_result_bytes"], cand_pid)
     for fd in (cand_r, judge_r):
         os.close(fd)
     deadline = t0 + job["timeout_s"]

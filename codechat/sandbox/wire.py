@@ -60,7 +60,7 @@ MAX_ARGS = 64
 """Written-back arguments one reply may carry."""
 MAX_FIELDS = 1000
 """Fields an encoded object may carry (more: not plain data)."""
-OPS = frozenset({"call", "callout", "getattr", "setattr", "getitem", "len", "bool", "iter", "next"})
+OPS = frozenset({"call", "callout", "getattr", "setattr", "getitem", "len", "bool", "iter", "next", "limit"})
 """Requests the judge sends (trusted direction; the candidate refuses any other)."""
 HELLO_KINDS = frozenset({"value", "object", "module"})
 """Kinds a hello entry may have."""
@@ -106,6 +106,10 @@ class Reader:
     def __init__(self, fd: int):
         self.fd = fd
         self.buf = b""
+
+    def ready(self) -> bool:
+        """Whether a whole frame is buffered already (a recv would not read the fd)."""
+        return len(self.buf) >= 4 and len(self.buf) >= 4 + _HEAD.unpack_from(self.buf)[0]
 
     def recv(self, max_bytes: int = 1 << 26) -> bytes:
         buf = self.buf
@@ -423,8 +427,8 @@ def parse_reply(msg: Any, nargs: int) -> tuple:
         if kind == "same" and not (type(msg[1]) is int and 0 <= msg[1] < nargs):
             raise WireError("malformed reply")
         return kind, msg[1], tuple(wb), cut(msg[3], MAX_OUT)
-    if kind == "stop" and n == 1:
-        return ("stop",)
+    if kind in ("stop", "time") and n == 1:
+        return (kind,)
     if kind == "exc" and n == 3 and type(msg[1]) is str and type(msg[2]) is str:
         return "exc", cut(msg[1], MAX_TYPE), cut(msg[2], MAX_MSG)
     raise WireError("malformed reply")

@@ -45,7 +45,8 @@ class Verdict:
     blocked: tuple[str, ...] = field(default_factory=tuple)
     """Protections the program ran into: 'network', 'subprocess', 'signal', 'write_outside', ... (for safety rewards)."""
     cpu_s: float = 0.0
-    """CPU time the program used (user + system, from the kernel); stdin/stdout tasks only, else 0."""
+    """CPU time the program used (user + system, from the kernel); stdin/stdout tasks, and function tasks
+    under verifier.cpu_time_limit; else 0."""
     thought: bool = False
     """The completion had a non-blank thinking block (verifier.thinking on; it was stripped before extraction)."""
 

@@ -29,6 +29,7 @@ from typing import Any, Iterable, Iterator
 from codechat import CodechatError
 from codechat.config import VerifierConfig
 from codechat.sandbox import Job, Limits, RunResult, SandboxPool
+from codechat.sandbox.timelimits import WALL_FACTOR, WALL_GRACE_S, WALL_SLACK_S
 from codechat.tasks import Task
 from codechat.verifier.stdio import StdioRun
 from codechat.verifier.thinking import check_tags, split_thinking
@@ -166,19 +167,31 @@ class Verifier:
         self.close()
 
     # --- jobs --------------------------------------------------------------------------------------------------
-    def _job(self, mode: str, code: str, timeout_s: float | None, memory_mb: int | None = None, **kw) -> Job:
+    def _job(self, mode: str, code: str, timeout_s: float | None, memory_mb: int | None = None,
+             wall_s: float | None = None, **kw) -> Job:
         timeout = float(timeout_s or self.cfg.timeout_s)
         limits = Limits(cpu_s=int(math.ceil(timeout)) + 1, memory_mb=memory_mb or self.cfg.memory_mb,
                         nproc=self.cfg.nproc,
                         nofile=self.cfg.nofile, fsize_mb=self.cfg.fsize_mb)
-        return Job(mode, code, timeout_s=timeout, limits=limits, max_output_bytes=self.cfg.max_output_bytes,
+        return Job(mode, code, timeout_s=wall_s or timeout, limits=limits, max_output_bytes=self.cfg.max_output_bytes,
                    max_result_bytes=self.cfg.max_result_mb << 20, **kw)
+
+    def _time_limits(self, task: Task) -> tuple[dict, float | None]:
+        """(the judge's per-test and total limits, the supervisor's wall clock) of a function task: none
+        unless verifier.test_timeout_s or cpu_time_limit is set (sandbox/timelimits.py)."""
+        cfg = self.cfg
+        if not (cfg.test_timeout_s or cfg.cpu_time_limit):
+            return {}, None
+        total = float(task.timeout_s or cfg.timeout_s)
+        wall = total * WALL_FACTOR + WALL_SLACK_S if cfg.cpu_time_limit else total + WALL_GRACE_S + 0.25
+        return {"test_s": float(cfg.test_timeout_s), "total_s": total, "cpu": cfg.cpu_time_limit}, wall
 
     def _verdict(self, r: RunResult, total: int) -> Verdict:
         passed = r.status == "passed"
         return Verdict(status=r.status, passed=passed, reward=1.0 if passed else 0.0,
                        tests_passed=r.tests_passed, tests_total=total, error_type=r.error_type,
-                       message=r.message, duration_s=round(r.duration_s, 4), blocked=r.blocked)
+                       message=r.message, duration_s=round(r.duration_s, 4), blocked=r.blocked,
+                       cpu_s=round(r.cpu_s, 4))
 
     def _tests_job(self, task: Task, completion: str) -> Job | Verdict:
         """The job that verifies `completion`, or the verdict when there is nothing to run."""
@@ -190,8 +203,10 @@ class Verifier:
             return Verdict("no_code", False, 0.0, tests_total=total, message="no code in the completion")
         if not task.tests:
             return Verdict("error", False, 0.0, error_type="NoTests", message=f"task {task.task_id} has no tests")
-        return self._job("tests", code, task.timeout_s, setup=task.setup, entry_point=task.entry_point,
-                         tests=list(task.tests), prelude=task_prelude(task))
+        time_limits, wall = self._time_limits(task)
+        return self._job("tests", code, task.timeout_s, wall_s=wall, setup=task.setup,
+                         entry_point=task.entry_point, tests=list(task.tests), prelude=task_prelude(task),
+                         time_limits=time_limits)
 
     def verify(self, task: Task, completion: str) -> Verdict:
         if self.cfg.thinking.enabled:  # thinking blocks: verifier/thinking.py
