@@ -22,7 +22,7 @@ NAMES = st.sampled_from(["f", "poly", "sorted", "abs", "len", "math", "np", "x",
                          "f.g", "AssertionError"])
 KINDS = st.sampled_from(["value", "object", "module", "function", "exec", "", "import"])
 TAGS = st.sampled_from(["$t", "$h", "$d", "$s", "$fs", "$f", "$i", "$nd", "$dec", "$fr", "$r", "$c", "$b", "$dq",
-                        "$od", "$ctr", "$x", "type", "ba", "dtype"])
+                        "$od", "$ctr", "$x", "type", "ba", "dtype", "$o", "$j", "f", "t", "h"])
 SCALARS = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=40)
 PLAIN = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=4)
                      | st.dictionaries(TAGS, inner, min_size=1, max_size=2), max_leaves=12)
@@ -33,6 +33,8 @@ WB = st.lists(st.tuples(st.integers(-2, 3) | NAMES, PLAIN).map(list), max_size=3
 REPLY = (st.tuples(st.just("ok"), PLAIN).map(list)
          | st.tuples(st.sampled_from(["ok", "same"]), PLAIN | st.integers(-1, 3), WB, st.text(max_size=20)).map(list)
          | st.just(["stop"]) | st.tuples(st.just("exc"), st.text(max_size=30), st.text(max_size=30)).map(list)
+         | st.just(["time"])  # the program's timer interrupted the call (time limits)
+         | st.tuples(st.sampled_from(["cb", "cbget", "cbset"]), st.integers(-1, 3), PLAIN | NAMES, PLAIN).map(list)
          | PLAIN)
 
 
@@ -57,9 +59,10 @@ FRAMES = MESSAGES | RAW | MUTATED | LYING_LENGTH
 
 
 @settings(max_examples=1200, deadline=None, suppress_health_check=list(HealthCheck))
-@given(FRAMES)
-def test_judge_never_passes_impossible_tests_whatever_the_candidate_sends(frames):
-    rec = run_judge(JOB, frames, max_bytes=1 << 16)
+@given(FRAMES, st.booleans())
+def test_judge_never_passes_impossible_tests_whatever_the_candidate_sends(frames, timed):
+    job = {**JOB, "time_limits": {"test_s": 5.0, "total_s": 10.0, "cpu": False}} if timed else JOB
+    rec = run_judge(job, frames, max_bytes=1 << 16)
     assert rec["status"] != "passed" and rec.get("tests_passed", 0) == 0, (frames, rec)
     assert len(rec.get("message") or "") <= 4096 and len(rec.get("error_type") or "") <= 200
 
