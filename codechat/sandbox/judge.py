@@ -13,9 +13,13 @@ So every comparison in a test runs here, on builtin types, with the builtin `__e
 Names: see `build_namespace` (only names the tests mention, never dunders/builtins/modules; the task's own
 prelude and setup run here and win over the program's names).
 
-Limits: objects that are not plain data stay in the candidate; here they are opaque proxies compared by
-identity, so a test comparing two program-made objects with the class's own `__eq__` fails (documented in
-docs/verifier.md; MBPP has none). Arguments the judge cannot pickle (lambdas defined in tests) are refused.
+Objects: instances of the task's own classes the program returns are rebuilt here as the task's class from
+their fields; the tests' functions, classes and instances handed to the program stay here and the program
+uses them by callback (judge_objects.py, with count and nesting limits). Other objects that are not plain
+data stay in the candidate; here they are opaque proxies compared by identity, so a test comparing two objects
+of a class only the program defines with that class's own `__eq__` fails (docs/verifier.md).
+Time limits (timelimits.py): `arm` gives the program a test's budget; a `time` reply ends that test
+(`TimeLimit`), no reply by the backstop deadline ends the program (`TimeLimitGone`).
 """
 from __future__ import annotations
 
@@ -26,7 +30,7 @@ import select
 import sys
 import time
 
-from codechat.sandbox import judge_objects, wire
+from codechat.sandbox import grammar, judge_objects, wire
 from codechat.sandbox.bindings import write_back
 
 
@@ -142,7 +146,7 @@ class Channel(wire.Decoder):
         """The program used one of the tests' objects it was given (a call, an attribute read or write): do it
         here and send back the result, or the error it raised."""
         try:
-            kind, obj, args, kwargs = wire.parse_callback(msg, self.judge_objects)
+            kind, obj, args, kwargs = grammar.parse_callback(msg, self.judge_objects)
         except wire.WireError as e:
             raise CandidateGone(str(e)) from None
         self.callbacks += 1
@@ -213,13 +217,13 @@ class Channel(wire.Decoder):
             self._send((op, ref, args, kwargs))
             while True:
                 msg = self.recv()
-                if msg[0] not in wire.CALLBACK_KINDS:
+                if msg[0] not in grammar.CALLBACK_KINDS:
                     break
                 self._callback(msg)
         finally:
             self.nesting -= 1
         try:
-            reply = wire.parse_reply(msg, len(args))
+            reply = grammar.parse_reply(msg, len(args))
         except wire.WireError as e:
             raise CandidateGone(str(e)) from None
         kind = reply[0]

@@ -12,7 +12,7 @@ import math
 import pickle
 import time
 
-from codechat.sandbox import judge_objects, stdio_judge, wire
+from codechat.sandbox import grammar, judge_objects, stdio_judge, wire
 from codechat.sandbox.bindings import bind_entry_point, build_namespace, instrument, names_in
 from codechat.sandbox.judge import Channel, CandidateGone, Remote, TimeLimit, TimeLimitGone, classify
 from codechat.sandbox.timelimits import TimeLimits
@@ -218,7 +218,7 @@ def judge(sock_fd: int, payload_fd: int, max_bytes: int, cand_pid: int = 0) -> b
         result = {"status": "error", "error_type": "EarlyExit", "message": f"program ended while loading ({e})"}
     else:
         try:
-            kind, body = wire.parse_hello(first)
+            kind, body = grammar.parse_hello(first)
         except wire.WireError as e:
             kind, body = "malformed", str(e)
         if kind == "load_error":

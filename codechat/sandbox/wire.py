@@ -9,12 +9,13 @@ the process that owns the object.
 
 Framing is a 4-byte big-endian length, then the payload; `recv` refuses payloads over a size cap.
 
-## The protocol (every message from the candidate is hostile: `parse_hello` / `parse_reply` check its grammar)
+## The protocol (every message from the candidate is hostile: grammar.py's `parse_hello` / `parse_reply` check it)
 Parent -> judge (payload pipe, pickle, trusted): the job {mode, prelude, setup, entry_point, tests, inputs, ...}.
 Parent -> candidate (payload pipe, marshal, trusted): {code, setup}.
 Judge -> candidate (socket, pickle, trusted direction): (op, ref, args, kwargs) with
-    op   in OPS = call | callout | getattr | setattr | getitem | len | bool | iter | next  (| cbret | cbexc:
-         the answer to a CALLBACK, ref None, args (value,) or (etype, message))
+    op   in OPS = call | callout | getattr | setattr | getitem | len | bool | iter | next | limit  (| cbret |
+         cbexc: the answer to a CALLBACK, ref None, args (value,) or (etype, message); limit: args (budget_s,
+         cpu), a test's time budget, no reply)
     ref  ("n", NAME) a name of the program's module, or ("h", ID) a handle the candidate gave earlier;
     `callout` is `call` with the program's prints captured and returned (the test redirected stdout).
 Candidate -> judge (socket, tagged JSON of plain data, at most `max_result_mb` per frame), one of:
@@ -22,13 +23,19 @@ Candidate -> judge (socket, tagged JSON of plain data, at most `max_result_mb` p
                                                       | [NAME, "module", MODNAME]      (at most MAX_NAMES)
            | ["load_error", ETYPE, MSG]
     REPLY  = ["ok", PLAIN] | ["ok", PLAIN, WB, OUT] | ["same", ARGI, WB, OUT] | ["stop"] | ["exc", ETYPE, MSG]
+           | ["time"]                           the program's timer ended the call: the test's budget is spent
     WB     = [[ARGI | KWNAME, PLAIN], ...]      the program's mutable arguments after the call (at most MAX_ARGS)
     NAME   a plain identifier of at most MAX_NAME chars, never a dunder; TYPE/MODNAME/ETYPE: str, cut to
            MAX_TYPE chars; MSG, OUT: str, cut to MAX_MSG / MAX_OUT; ARGI an int index of a call argument.
     `same` says the result *is* argument ARGI (identity survives the trip); PLAIN is `from_plain` data.
-    CALLBACK = ["cb", JID, [PLAIN, ...], [[KWNAME, PLAIN], ...]]   (instead of a REPLY, any number of times)
-           the program calls a function of the test it was given as JID (an id the judge handed out in this
-           job); the judge runs it and answers (op "cbret" with the result, or "cbexc" with its error).
+    CALLBACK = ["cb", JID, [PLAIN, ...], [[KWNAME, PLAIN], ...]] | ["cbget", JID, NAME]
+             | ["cbset", JID, NAME, PLAIN]      (instead of a REPLY, any number of times)
+           the program calls, reads or sets an attribute of one of the tests' objects it was given as JID (an
+           id the judge handed out in this job); the judge does it and answers (op "cbret" with the result, or
+           "cbexc" with its error).
+    PLAIN also holds {"$o": TYPE, "h": ID, "f": [[NAME, PLAIN], ...]} (an instance's fields, at most
+           MAX_FIELDS; the judge rebuilds it as the task's class TYPE or keeps the handle ID), {"$o": TYPE, "t":
+           [PLAIN, ...]} (a named tuple) and {"$j": JID} (one of the tests' objects, given back).
 Anything else (another kind, a wrong arity or type, bad JSON, an over-long frame) is a `WireError`: the judge
 ends that program as `error`. A MODNAME is only a description: the judge never imports what a message names.
 Supervisor -> parent (socket, pickle, trusted): the observations {timed_out, output_over, output_head,
@@ -62,8 +69,6 @@ MAX_FIELDS = 1000
 """Fields an encoded object may carry (more: not plain data)."""
 OPS = frozenset({"call", "callout", "getattr", "setattr", "getitem", "len", "bool", "iter", "next", "limit"})
 """Requests the judge sends (trusted direction; the candidate refuses any other)."""
-HELLO_KINDS = frozenset({"value", "object", "module"})
-"""Kinds a hello entry may have."""
 _BIG_INT_BITS = 12000
 """Ints wider than this travel as hex (decimal str<->int conversion is capped at 4300 digits)."""
 
@@ -344,7 +349,7 @@ def loads(b: bytes, handle: "Decoder | Callable[[int, str], Any] | None" = None)
         raise WireError(f"malformed message: {type(e).__name__}") from None
 
 
-# --- the candidate's messages, checked against the grammar in the module docstring ------------------------------
+# --- names and strings from the program (the grammar itself: grammar.py) --------------------------------------
 def plain_name(x: Any) -> bool:
     """A name the judge may look up for the tests: a str identifier, short, not a dunder."""
     return (type(x) is str and 0 < len(x) <= MAX_NAME and x.isidentifier()
@@ -354,81 +359,3 @@ def plain_name(x: Any) -> bool:
 def cut(x: Any, n: int) -> str:
     """`x` as a builtin str of at most `n` characters ('' for a non-str)."""
     return str.__str__(x)[:n] if isinstance(x, str) else ""
-
-
-def parse_hello(msg: Any) -> tuple[str, Any]:
-    """("loaded", [(name, kind, value)]) with only well-formed entries, or ("load_error", (etype, msg)).
-    Raises WireError for anything outside the grammar. Entries with a name the judge must never take (not an
-    identifier, a dunder) are dropped, not trusted; a `value` entry that is not plain data is dropped too."""
-    if type(msg) is not list or not msg:
-        raise WireError("malformed hello")
-    if msg[0] == "load_error" and len(msg) == 3 and type(msg[1]) is str and type(msg[2]) is str:
-        return "load_error", (cut(msg[1], MAX_TYPE), cut(msg[2], MAX_MSG))
-    if msg[0] != "loaded" or len(msg) != 2 or type(msg[1]) is not list or len(msg[1]) > MAX_NAMES:
-        raise WireError("malformed hello")
-    entries = []
-    for item in msg[1]:
-        if type(item) is not list or len(item) != 3 or type(item[1]) is not str or item[1] not in HELLO_KINDS:
-            raise WireError("malformed hello entry")
-        name, kind, val = item
-        if not plain_name(name):
-            continue
-        if kind != "value" and type(val) is not str:
-            raise WireError("malformed hello entry")
-        entries.append((name, kind, val if kind == "value" else cut(val, MAX_TYPE)))
-    return "loaded", entries
-
-
-def _argi(x: Any, nargs: int) -> bool:
-    return (type(x) is int and 0 <= x < nargs) or (type(x) is str and plain_name(x))
-
-
-CALLBACK_KINDS = frozenset({"cb", "cbget", "cbset"})
-"""Messages by which the program uses the tests' objects it was given (instead of a REPLY)."""
-
-
-def parse_callback(msg: Any, objects: dict) -> tuple:
-    """(kind, object, args, kwargs) of a CALLBACK message: ("call", obj, [PLAIN...], {KWNAME: PLAIN}),
-    ("getattr", obj, (NAME,), {}) or ("setattr", obj, (NAME, PLAIN), {}); only ids the judge handed out
-    resolve, NAME is a plain identifier (never a dunder: no `__globals__`, `__class__`, `__dict__`)."""
-    if type(msg) is not list or len(msg) not in (3, 4) or type(msg[1]) is not int or msg[1] not in objects:
-        raise WireError("malformed callback")
-    obj, kind = objects[msg[1]], msg[0]
-    if kind == "cb" and len(msg) == 4 and type(msg[2]) is list and type(msg[3]) is list \
-            and len(msg[2]) + len(msg[3]) <= MAX_ARGS:
-        kwargs = {}
-        for item in msg[3]:
-            if type(item) is not list or len(item) != 2 or not plain_name(item[0]):
-                raise WireError("malformed callback")
-            kwargs[item[0]] = item[1]
-        return "call", obj, msg[2], kwargs
-    if kind == "cbget" and len(msg) == 3 and plain_name(msg[2]):
-        return "getattr", obj, (msg[2],), {}
-    if kind == "cbset" and len(msg) == 4 and plain_name(msg[2]):
-        return "setattr", obj, (msg[2], msg[3]), {}
-    raise WireError("malformed callback")
-
-
-def parse_reply(msg: Any, nargs: int) -> tuple:
-    """One reply to a request with `nargs` positional arguments, checked: ("ok", value, wb, out),
-    ("same", argi, wb, out), ("stop",) or ("exc", etype, message). Raises WireError outside the grammar."""
-    if type(msg) is not list or not msg:
-        raise WireError("malformed reply")
-    kind, n = msg[0], len(msg)
-    if kind == "ok" and n == 2:
-        return "ok", msg[1], (), ""
-    if kind in ("ok", "same") and n == 4 and type(msg[2]) is list and len(msg[2]) <= MAX_ARGS \
-            and type(msg[3]) is str:
-        wb = []
-        for item in msg[2]:
-            if type(item) is not list or len(item) != 2 or not _argi(item[0], nargs):
-                raise WireError("malformed write-back")
-            wb.append((item[0], item[1]))
-        if kind == "same" and not (type(msg[1]) is int and 0 <= msg[1] < nargs):
-            raise WireError("malformed reply")
-        return kind, msg[1], tuple(wb), cut(msg[3], MAX_OUT)
-    if kind in ("stop", "time") and n == 1:
-        return (kind,)
-    if kind == "exc" and n == 3 and type(msg[1]) is str and type(msg[2]) is str:
-        return "exc", cut(msg[1], MAX_TYPE), cut(msg[2], MAX_MSG)
-    raise WireError("malformed reply")
