@@ -81,3 +81,11 @@ def test_verify_cli_test_timeout(tmp_path):
     assert row["status"] == "timeout" and row["tests_passed"] == 3, row
     assert main(["verify", "--tasks", str(tasks), "--completions", str(comps), "--out", str(out),
                  "--test-timeout", "-2", "--quiet"]) == 2
+
+
+def test_a_loop_while_loading_is_a_timeout_on_cpu_time():
+    task = Task("imp", "", ["assert f(1) == 2"], "f", timeout_s=0.5)
+    with Verifier(VerifierConfig(workers=1, cpu_time_limit=True)) as v:
+        looping, honest = v.verify_many([(task, "while True:\n    pass\n"), (task, HONEST)])
+    assert looping.status == "timeout", looping  # the soft CPU limit or the wall-clock backstop, never `error`
+    assert honest.passed, honest

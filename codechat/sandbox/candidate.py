@@ -206,7 +206,10 @@ class _Server:
     def answer(self, op: str, ref: tuple, args: tuple, kwargs: dict) -> None:
         """Serve one request of the judge (the reply is sent here, outside the program's time budget)."""
         if op == "limit":  # a test starts: its time budget (no reply)
-            return self.arm(float(args[0]), bool(args[1]))
+            try:
+                return self.arm(float(args[0]), bool(args[1]))
+            except (ValueError, OverflowError, TypeError):  # (the judge sends a finite positive budget)
+                return None
         outer, self.in_call = self.in_call, True
         try:
             msg = self._run(op, self.resolve(ref), args, kwargs)
@@ -267,6 +270,10 @@ class _Server:
 
 class _TimeLimit(BaseException):
     """Raised in the program's code when the test's time budget is spent (see `_Server.arm`)."""
+
+
+def _on_cpu_limit(signum, frame):
+    raise _TimeLimit
 
 
 _MUTABLE = (list, dict, set, bytearray, collections.deque)
@@ -385,6 +392,9 @@ def serve(sock_fd: int, payload_fd: int, events_fd: int) -> None:
         return
     if payload.get("mode") in ("tests", "io", "call"):  # function tasks: prints are never the answer
         sys.stdout, sys.stderr = _Quiet(sys.stdout), _Quiet(sys.stderr)
+    # the soft CPU limit (process 1 of a PID namespace ignores it without a handler) ends the program's code
+    # as a time limit, loading included; the hard limit a second later still kills it
+    _signal.signal(_signal.SIGXCPU, _on_cpu_limit)
     try:
         exec(code, mod.__dict__)
         if payload.get("setup"):

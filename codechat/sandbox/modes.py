@@ -71,7 +71,11 @@ def run_tests(chan: Channel, entries: list, job: dict, cand_pid: int = 0, starte
             if clock.start() <= 0:
                 results.append(("timeout", None, f"test {i}: not run, the program's total time is used up"))
                 continue
-            chan.arm(clock.budget, clock.cpu, clock.deadline())
+            try:
+                chan.arm(clock.budget, clock.cpu, clock.deadline())
+            except CandidateGone as e:
+                results.append(_at(i, classify(e)))
+                break
         result, gone = _run_test(chan, ns, src, i, hits, program)
         if clock is not None and (clock.stop() or result[0] == "timeout"):
             result = ("timeout", None, f"test {i}: {clock.describe()}")
@@ -224,7 +228,8 @@ def judge(sock_fd: int, payload_fd: int, max_bytes: int, cand_pid: int = 0) -> b
         if kind == "load_error":
             etype, msg = body
             status = {"SyntaxError": "syntax_error", "IndentationError": "syntax_error",
-                      "TabError": "syntax_error", "MemoryError": "memory"}.get(etype, "error")
+                      "TabError": "syntax_error", "MemoryError": "memory",
+                      "_TimeLimit": "timeout"}.get(etype, "error")  # (the soft CPU limit hit while loading)
             result = {"status": status, "error_type": etype, "message": msg[:300]}
         elif kind == "loaded":
             result = run_tests(chan, body, job, cand_pid, started) if job["mode"] == "tests" else MODES[job["mode"]](chan, body, job)
