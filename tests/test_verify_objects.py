@@ -70,6 +70,25 @@ CASES = {  # name: (task, honest, wrong)
         "def build(cls, xs):\n    if not xs:\n        return None\n    m = len(xs) // 2\n"
         "    return cls(xs[m], build(cls, xs[:m]), build(cls, xs[m + 1:]))\n",
         "def build(cls, xs):\n    return cls(xs[0])\n"),
+    "setup_object_mutated_in_place": (
+        Task("ip", "", ["p = Point(0, 0)\nshift(p)\nassert p == Point(1, 0)",
+                        "ps = [Point(0, 0), Point(1, 1)]\nq = ps[0]\nshift_all(ps)\n"
+                        "assert ps == [Point(1, 0), Point(2, 1)] and ps[0] is q"], None, POINT),
+        "def shift(p):\n    p.x += 1\ndef shift_all(ps):\n    for p in ps:\n        p.x += 1\n",
+        "def shift(p):\n    p = Point(p.x + 1, p.y)\ndef shift_all(ps):\n    ps = [Point(p.x + 1, p.y) for p in ps]\n"),
+    "linked_list_reordered_in_place": (Task("ro", LISTNODE + "def reorder(head):\n", [
+        "h = ListNode(1, ListNode(2, ListNode(3, ListNode(4))))\nreorder(h)\nassert to_list(h) == [1, 4, 2, 3]"], "reorder"),
+        "    nodes = []\n    while head:\n        nodes.append(head)\n        head = head.next\n"
+        "    order = [nodes[k // 2] if k % 2 == 0 else nodes[-1 - k // 2] for k in range(len(nodes))]\n"
+        "    for a, b in zip(order, order[1:]):\n        a.next = b\n    order[-1].next = None\n",
+        "    pass\n"),
+    "must_not_mutate_an_object": (Task("nm", "", ["p = Point(1, 2)\nassert norm1(p) == 3 and p == Point(1, 2)"],
+                                       "norm1", POINT),
+                                  "def norm1(p):\n    return abs(p.x) + abs(p.y)\n",
+                                  "def norm1(p):\n    s = abs(p.x) + abs(p.y)\n    p.x = 0\n    return s\n"),
+    "enum_member_returned": (Task("en", "", ["assert pick(1) is Color.RED and pick(2) == Color.BLUE"], "pick",
+                                  "import enum\nclass Color(enum.Enum):\n    RED = 1\n    BLUE = 2\n"),
+                             "def pick(x):\n    return Color(x)\n", "def pick(x):\n    return Color.RED\n"),
     "callbacks_in_containers": (
         Task("cc", "", ["assert chain([lambda v: v + 1, lambda v: v * 2], 3) == 8",
                         "def five():\n    return 5\nassert pick({'a': five, 'b': lambda: 6}, 'b') == 6",

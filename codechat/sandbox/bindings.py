@@ -15,19 +15,24 @@ import importlib
 import sys
 import types
 
-from codechat.sandbox import wire
+from codechat.sandbox import judge_objects, wire
 
 _MUTABLE = (list, dict, set, bytearray, collections.deque)
 
 
 def write_back(old, new) -> None:
     """Make the judge's argument `old` equal the program's `new` in place (nested lists/dicts element-wise,
-    so rows of a matrix keep their identity). Only builtin containers of the same type are changed."""
+    so rows of a matrix keep their identity). Only builtin containers of the same type are changed, and
+    instances of the task's classes, from the program's copy rebuilt here (judge_objects.copy_state)."""
+    if type(old) is type(new) and judge_objects.is_task_instance(old):
+        if old is not new:
+            judge_objects.copy_state(old, new)
+        return
     if type(old) is not type(new) or type(old) not in _MUTABLE or old == new:
         return
     if type(old) is list and len(old) == len(new):
         for i, (a, b) in enumerate(zip(old, new)):
-            if type(a) is type(b) and type(a) in _MUTABLE:
+            if type(a) is type(b) and (type(a) in _MUTABLE or judge_objects.is_task_instance(a)):
                 write_back(a, b)
             elif not (a is b or (type(a) is type(b) and a == b)):
                 old[i] = b

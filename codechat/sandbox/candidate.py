@@ -293,11 +293,18 @@ def _fields(x: object) -> list:
     return items
 
 
+def _written(a: object) -> bool:
+    """Whether argument `a` goes back to the judge after a call: a builtin mutable container, or an instance
+    of a class of this module (the setup's `Point`, `ListNode`: an in-place change to it reaches the test)."""
+    t = type(a)
+    return t in _MUTABLE or (t.__dict__.get("__module__") == "__sandbox__" and not isinstance(a, tuple))
+
+
 def _call_reply(value: object, args: tuple, kwargs: dict, out: str) -> list:
     """The reply to a call: the result (or which argument it is, so `f(a) is a` holds in the test), the
     mutable arguments as they are now (the judge writes them back to the test's objects), captured prints."""
-    wb = [[i, a] for i, a in enumerate(args) if type(a) in _MUTABLE]
-    wb += [[k, a] for k, a in kwargs.items() if type(a) in _MUTABLE]
+    wb = [[i, a] for i, a in enumerate(args) if _written(a)]
+    wb += [[k, a] for k, a in kwargs.items() if _written(a)]
     same = next((i for i, a in enumerate(args) if a is value), None)
     if same is not None:
         return ["same", same, wb, out]

@@ -177,6 +177,8 @@ class Channel(wire.Decoder):
 
     def instance(self, name: str, hid: int, fields: list) -> object:
         obj = judge_objects.rebuild(judge_objects.task_class(self.classes, name), fields)
+        if obj is None:
+            obj = judge_objects.enum_member(self.classes, name, fields)
         return Remote(self, ("h", hid), name) if obj is None else obj
 
     def named_tuple(self, name: str, values: list) -> tuple:

@@ -9,8 +9,8 @@
   `__sandbox__`), created by plain `type` (no metaclass: no enums, no ABCs), and every field is allowed:
   a plain identifier (never a dunder) that is not a method, property or other descriptor of the class (a
   forged field cannot replace `is_valid()` by a proxy that answers True), a slot for slotted classes, and
-  exactly as many values as a named tuple has fields. Otherwise the value is what it was before: an opaque
-  handle (a named tuple: a plain tuple).
+  exactly as many values as a named tuple has fields; an enum member is looked up by name among the task's
+  enum's members. Otherwise the value is what it was before: an opaque handle (a named tuple: a plain tuple).
 - Judge -> program (`is_judge_object`): a test's functions, lambdas, methods, and instances or classes the
   tests define (which the program's process does not have) are handed to the program as references to the
   judge's objects: calls, attribute reads and writes on them come back here (judge.py `Channel._callback`).
@@ -23,6 +23,7 @@ a task class whose own `__eq__` trusts its fields blindly (task code is trusted)
 """
 from __future__ import annotations
 
+import enum
 import functools
 import types
 from typing import Any
@@ -84,6 +85,16 @@ def rebuild(cls: type | None, fields: list[tuple[str, Any]]) -> Any:
     return obj
 
 
+def enum_member(ns: dict | None, name: str, fields: list[tuple[str, Any]]) -> Any:
+    """The task's enum member the program's member names (`Color.RED` by its `_name_`), or None: a lookup of
+    the judge's own member, nothing built."""
+    cls = ns.get(name) if ns is not None and wire.plain_name(name) else None
+    if not isinstance(cls, enum.EnumMeta) or cls.__dict__.get("__module__") != MODULE:
+        return None
+    member = dict(fields).get("_name_")
+    return cls.__members__.get(member) if type(member) is str else None
+
+
 def rebuild_tuple(cls: type | None, values: list) -> Any:
     """An instance of the task's named tuple `cls` holding `values`, or None when not allowed."""
     if cls is None or not issubclass(cls, tuple) or type(cls.__dict__.get("_fields")) is not tuple \
@@ -111,3 +122,26 @@ def settable(obj: Any, name: str) -> bool:
     t = type(obj)
     return type(t) is type and t.__dict__.get("__module__") == MODULE and wire.plain_name(name) \
         and not _shadows(t, name)
+
+
+def is_task_instance(obj: Any) -> bool:
+    """Whether `obj` is an instance of a class the task's code defined (not a named tuple)."""
+    t = type(obj)
+    return type(t) is type and t.__dict__.get("__module__") == MODULE and not isinstance(obj, tuple)
+
+
+def copy_state(old: Any, new: Any) -> None:
+    """In-place write-back: the test's instance `old` takes the attributes of `new`, the program's copy of it
+    after a call, rebuilt here (so its fields already passed `rebuild`'s checks)."""
+    d_old, d_new = getattr(old, "__dict__", None), getattr(new, "__dict__", None)
+    if type(d_old) is dict and type(d_new) is dict:
+        d_old.clear()
+        d_old.update(d_new)
+    t = type(old)
+    for name in _slots(t):
+        descr = next((k.__dict__[name] for k in t.__mro__ if name in k.__dict__), None)
+        if type(descr) is types.MemberDescriptorType:
+            try:
+                descr.__set__(old, descr.__get__(new, t))
+            except AttributeError:  # unset in the program's copy
+                pass
