@@ -246,3 +246,59 @@ def test_callbacks_past_the_count_limit_end_the_program(monkeypatch):
         os.close(r)
         os.close(w)
     assert rec["status"] == "error" and rec["error_type"] == "CallbackLimit", rec
+
+
+# --- hostile callbacks, in process: any call, read or write on the tests' objects, with any arguments ---------
+CB_JOB = {"tests": ["class T:\n    def __init__(self):\n        self.v = 1\n    def m(self, *a, **k):\n        return len(a)\n"
+                    "def cb(*a, **k):\n    return len(a) + len(k)\nt = T()\nr = f(cb, t, [cb, T], {'k': t})\n"
+                    "assert t.m(1) == 1 and cb(1, 2) == 2 and type(r) is int and r < r"]}
+CB_NAMES = st.sampled_from(["v", "m", "__globals__", "__class__", "__dict__", "__init__", "x", "func", "", "1"])
+CALLS = st.lists(st.tuples(st.sampled_from(["cb", "cbget", "cbset", "cbx"]), st.integers(0, 5), CB_NAMES,
+                           st.lists(VALUES, max_size=3), st.lists(st.tuples(CB_NAMES, VALUES).map(list), max_size=2)),
+                 max_size=8)
+
+
+def _program(c: socket.socket, calls: list, final) -> None:
+    """The candidate side: the hello, then the calls back on the ids the judge handed out, then answers."""
+    refs: list = []
+
+    def read():
+        u = _Refs(io.BytesIO(wire.recv(c.fileno())[1:]))
+        u.refs = refs
+        u.load()
+
+    try:
+        c.sendall(frame(["loaded", [["f", "object", "function"]]]))
+        read()
+        for kind, i, name, args, kwargs in calls:
+            jid = refs[i % len(refs)] if refs else i
+            msg = {"cb": ["cb", jid, args, kwargs], "cbget": ["cbget", jid, name],
+                   "cbset": ["cbset", jid, name, args[0] if args else 0]}.get(kind, [kind, jid])
+            c.sendall(frame(msg))
+            read()
+        while True:
+            c.sendall(frame(["ok", final]))
+            read()
+    except (wire.WireError, OSError, pickle.UnpicklingError, EOFError):
+        return
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(CALLS, VALUES)
+def test_hostile_callbacks_never_pass_and_never_break_the_judge(calls, final):
+    j, c = socket.socketpair()
+    r, w = os.pipe()
+    wire.send(w, pickle.dumps({"mode": "tests", "prelude": "", "setup": "", "entry_point": "f", "inputs": [],
+                               "expected": [], "atol": 0.0, **CB_JOB}))
+    t = threading.Thread(target=_program, args=(c, calls, final), daemon=True)
+    t.start()
+    try:
+        rec = wire.loads(modes.judge(j.fileno(), r, 1 << 20))
+    finally:
+        j.shutdown(socket.SHUT_RDWR)
+        t.join(10)
+        for s in (j, c):
+            s.close()
+        os.close(r)
+        os.close(w)
+    assert rec["status"] != "passed" and rec["tests_passed"] == 0, (rec, calls)
