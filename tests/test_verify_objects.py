@@ -86,6 +86,12 @@ CASES = {  # name: (task, honest, wrong)
                                        "norm1", POINT),
                                   "def norm1(p):\n    return abs(p.x) + abs(p.y)\n",
                                   "def norm1(p):\n    s = abs(p.x) + abs(p.y)\n    p.x = 0\n    return s\n"),
+    "same_object_twice_in_a_reply": (
+        Task("tw", "", ["ps = [Point(0, 0), Point(5, 5)]\nfirst = ps[0]\nr = bump_first(ps)\n"
+                        "assert r == Point(1, 0) and ps == [Point(1, 0), Point(5, 5)] and ps[0] is first",
+                        "assert pair(2) == [Point(2, 2), Point(2, 2)]"], None, POINT),
+        "def bump_first(ps):\n    ps[0].x += 1\n    return ps[0]\ndef pair(n):\n    p = Point(n, n)\n    return [p, p]\n",
+        "def bump_first(ps):\n    return Point(ps[0].x + 1, 0)\ndef pair(n):\n    return [Point(n, n)]\n"),
     "enum_member_returned": (Task("en", "", ["assert pick(1) is Color.RED and pick(2) == Color.BLUE"], "pick",
                                   "import enum\nclass Color(enum.Enum):\n    RED = 1\n    BLUE = 2\n"),
                              "def pick(x):\n    return Color(x)\n", "def pick(x):\n    return Color.RED\n"),

@@ -107,8 +107,8 @@ class _JudgeObj:
 
 
 MAX_OBJECTS = 10000
-"""Instances of the program's classes one reply sends as fields; past it (or an instance met twice in one
-reply: a cycle, a shared node) they travel as handles."""
+"""Instances of the program's classes one reply sends as fields (an instance met twice goes twice, as equal
+copies); past it, and for an instance inside itself (a cycle), they travel as handles."""
 
 
 class _Server:
@@ -117,7 +117,7 @@ class _Server:
         self.mod = module
         self.objects: dict[int, object] = {}
         self.proxies: dict[int, _JudgeObj] = {}
-        self.seen: set[int] = set()
+        self.path: set[int] = set()  # objects being encoded (an object inside itself: a cycle, sent as a handle)
         self.budget = MAX_OBJECTS
         self.in_call = False  # running the program's code for the judge (a time limit may interrupt it)
 
@@ -155,17 +155,20 @@ class _Server:
         t = type(x)
         if t is _JudgeObj:
             return {"$j": object.__getattribute__(x, "_jid")}
-        if t.__dict__.get("__module__") == "__sandbox__" and self.budget > 0 and id(x) not in self.seen:
-            self.seen.add(id(x))
+        if t.__dict__.get("__module__") == "__sandbox__" and self.budget > 0 and id(x) not in self.path:
+            self.path.add(id(x))
             self.budget -= 1
             name = str(t.__name__)[:wire.MAX_TYPE]
-            if isinstance(x, tuple):
-                return {"$o": name, "t": [wire.to_plain(v, self.encode, depth + 1) for v in tuple.__iter__(x)]}
             try:
+                if isinstance(x, tuple):
+                    return {"$o": name, "t": [wire.to_plain(v, self.encode, depth + 1) for v in tuple.__iter__(x)]}
                 fields = [[k, wire.to_plain(v, self.encode, depth + 1)] for k, v in _fields(x)]
                 return {"$o": name, "h": self.handle(x), "f": fields}
             except wire.WireError:  # too deep, or a field that is not data: the object stays a handle
-                pass
+                if isinstance(x, tuple):
+                    raise
+            finally:
+                self.path.discard(id(x))
         if isinstance(x, tuple):
             return {"$t": [wire.to_plain(v, self.encode, depth) for v in tuple.__iter__(x)]}
         return wire.handle_tag(self.handle(x), x)
@@ -187,7 +190,7 @@ class _Server:
         return u.load()
 
     def reply(self, msg: list) -> None:
-        self.seen.clear()
+        self.path.clear()
         self.budget = MAX_OBJECTS
         try:
             data = wire.dumps(msg, handle=self.encode)
