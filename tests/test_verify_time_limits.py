@@ -38,7 +38,7 @@ def test_a_program_that_disables_its_timer_fails_that_test_and_is_ended(verifier
                "    _signal.setitimer(_signal.ITIMER_PROF, 0)\n    while x == 0:\n        pass\n    return x + 1\n")
     v, honest = verifier.verify_many([(LOOPS_ON_ZERO, evasive), (LOOPS_ON_ZERO, HONEST)])
     assert v.status == "timeout" and v.tests_passed == 1, v  # the backstop: tests after the stuck one do not run
-    assert v.duration_s < 5.0, v
+    assert v.duration_s < 8.0, v  # the backstop, well before the supervisor's deadline on CPU time (32 s)
     assert honest.passed, honest
 
 

@@ -6,7 +6,7 @@ time, ITIMER_REAL on wall clock) that interrupts the program's call when the bud
 `time`, so the test fails as `timeout` while the program stays usable for the next tests. The judge does not
 trust that timer: it measures each test itself (CPU: the candidate's utime+stime from /proc/PID/stat, read by
 the judge; wall: its own clock) and fails a test over its budget whatever the program answered, and it stops
-waiting at a backstop deadline (5x the budget + 2 s on CPU time, the budget + 0.25 s on wall clock): a program
+waiting at a backstop deadline (5x the budget + 2 s on CPU time, the budget + 1 s on wall clock): a program
 that disabled the timer, caught the interruption or sits in one long C call then fails that test and is ended
 (the tests after it count as not passed). The program's total runs out: the tests left count as not passed.
 
@@ -22,7 +22,7 @@ import time
 CLOCK_TICK = os.sysconf("SC_CLK_TCK")
 WALL_FACTOR, WALL_SLACK_S = 5.0, 2.0
 """On CPU time, the judge waits WALL_FACTOR x a test's budget + WALL_SLACK_S of wall clock before it gives up."""
-WALL_GRACE_S = 0.25
+WALL_GRACE_S = 1.0
 """On wall clock, the judge waits this long past a test's budget before it gives up on the program."""
 
 
