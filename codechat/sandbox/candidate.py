@@ -23,7 +23,7 @@ import os
 import sys
 import types
 
-from codechat.sandbox import stdio_run, wire
+from codechat.sandbox import prints, stdio_run, wire
 
 EVENTS = {
     "socket.connect": "network", "socket.bind": "network", "socket.sendto": "network",
@@ -229,7 +229,7 @@ class _Server:
         if op == "call":
             return _call_reply(target(*args, **kwargs), args, kwargs, "")
         if op == "callout":  # the test captures prints: capture this call's, capped, and return them
-            out, sys.stdout = sys.stdout, _Capped()
+            out, sys.stdout = sys.stdout, prints.Capped()
             try:
                 value = target(*args, **kwargs)
             finally:
@@ -314,50 +314,6 @@ def _call_reply(value: object, args: tuple, kwargs: dict, out: str) -> list:
     return ["ok", value, wb, out] if wb or out else ["ok", value]
 
 
-class _Capped:
-    """A stdout that keeps the first `wire.MAX_OUT` characters written and counts the rest away."""
-
-    def __init__(self):
-        self.parts, self.n = [], 0
-
-    def write(self, s: str) -> int:
-        if self.n < wire.MAX_OUT:
-            self.parts.append(str(s)[:wire.MAX_OUT - self.n])
-            self.n += len(self.parts[-1])
-        return len(s)
-
-    def flush(self) -> None:
-        pass
-
-    def text(self) -> str:
-        return "".join(self.parts)
-
-
-PRINT_KEEP = 16 << 10
-"""Characters of a function task's prints passed on to the captured output; the rest is discarded..."""
-PRINT_CEILING = 16 << 20
-"""...until this many were printed: from then on everything goes through, so the output cap ends the program
-(`output_limit`), as it does for writes that bypass sys.stdout."""
-
-
-class _Quiet:
-    """sys.stdout/stderr of a function task: debug prints never fail it (kept up to PRINT_KEEP, then dropped),
-    while an output bomb still hits the supervisor's cap. Everything but `write` is the real stream's."""
-
-    def __init__(self, real):
-        self._real, self._n = real, 0
-
-    def write(self, s) -> int:
-        n = len(s) if isinstance(s, str) else 0
-        self._n += n
-        if self._n <= PRINT_KEEP or self._n > PRINT_CEILING:
-            return self._real.write(s)
-        return n
-
-    def __getattr__(self, name: str):
-        return getattr(self._real, name)
-
-
 def _name(e: BaseException) -> str:
     try:
         return str(type(e).__name__)[:wire.MAX_TYPE]
@@ -401,7 +357,7 @@ def serve(sock_fd: int, payload_fd: int, events_fd: int) -> None:
         server.reply(["load_error", "SyntaxError" if isinstance(e, SyntaxError) else _name(e), _msg(e)])
         return
     if payload.get("mode") in ("tests", "io", "call"):  # function tasks: prints are never the answer
-        sys.stdout, sys.stderr = _Quiet(sys.stdout), _Quiet(sys.stderr)
+        sys.stdout, sys.stderr = prints.Quiet(sys.stdout), prints.Quiet(sys.stderr)
     # the soft CPU limit (process 1 of a PID namespace ignores it without a handler) ends the program's code
     # as a time limit, loading included; the hard limit a second later still kills it
     _signal.signal(_signal.SIGXCPU, _on_cpu_limit)
