@@ -25,6 +25,8 @@ import json
 import tempfile
 import time
 
+import torch
+
 from codechat.config import AgentConfig, ModelConfig, SamplingConfig
 from codechat.policy import Sampler, build_preset, load_policy
 from codechat.rollout.agents import ModelAgent, ScriptedAgent
@@ -43,7 +45,10 @@ ap.add_argument("--turn-tokens", type=int, default=32)
 ap.add_argument("--workers", type=int, default=8, help="tool threads")
 ap.add_argument("--model-episodes", type=int, default=0, help="episodes of the model phases (0 = --episodes)")
 ap.add_argument("--parts", default="scripted,model", help="comma list of: scripted, model (model includes kv)")
+ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default; 1 on a busy machine)")
 args = ap.parse_args()
+if args.threads:
+    torch.set_num_threads(args.threads)
 parts = set(args.parts.split(","))
 
 
