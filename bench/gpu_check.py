@@ -180,9 +180,9 @@ def check_vllm(path: Path, device: str) -> dict:
 
 def check_agent(path: str | None, device: str, plain: bool = False, steps: int = 2) -> dict:
     """configs/agent_gpu.yaml for `steps` GRPO steps on builtin:repo-train (2 tasks x 4 episodes, 4 turns): every
-    step logged its episode metrics, the loss is finite, the trained weights moved, and the trainer's log-probs
-    of the episodes' model tokens match the engine's (logp_gap_max). plain: a non-chat model through the hf
-    engine in float32 (the CPU test of this check with the tiny preset)."""
+    step logged its episode metrics and ran its update (truncated episodes kept), the loss is finite, and the
+    trainer's log-probs of the episodes' model tokens match the engine's (logp_gap_max). plain: a non-chat model
+    through the hf engine in float32 (the CPU test of this check with the tiny preset)."""
     if not path:
         return {"skipped": "no local chat model (pass --model DIR or --agent-model DIR)"}
     from codechat.configio import load_config
@@ -203,7 +203,8 @@ def check_agent(path: str | None, device: str, plain: bool = False, steps: int =
             t.limits = replace(t.limits, max_turns=4, wall_s=600.0)
         save_repo_tasks(tasks, f"{d}/tasks.jsonl")
         over = [f"model.path={path}", f"run_dir={d}/run", f"data.train={d}/tasks.jsonl", f"rl.steps={steps}",
-                "rl.prompts_per_step=2", "rl.group_size=4", "rl.zero_variance=keep", "checkpoint.every=0",
+                "rl.prompts_per_step=2", "rl.group_size=4", "rl.zero_variance=keep", "rl.mask_truncated=false",
+                "checkpoint.every=0",
                 "log.progress=false", "log.plot=false", "log.audit=false", f"model.device={device}"]
         if plain or not gpu:
             over += ["model.chat=false", "model.dtype=float32", "model.lora_r=0", "agent.turn_tokens=24"]
@@ -215,7 +216,7 @@ def check_agent(path: str | None, device: str, plain: bool = False, steps: int =
         wall = time.perf_counter() - t0
         rows = [r for r in read_metrics(run) if "episode/turns" in r]
     last = rows[-1] if rows else {}
-    ok = len(rows) == steps and all(r.get("loss") == r.get("loss") for r in rows) and \
+    ok = len(rows) == steps and all("loss" in r and r["loss"] == r["loss"] for r in rows) and \
         last.get("logp_gap_max", 1.0) < (0.1 if gpu else 1e-3)
     return {"ok": bool(ok), "engine": cfg.rollout.engine, "steps": len(rows), "wall_s": round(wall, 1),
             "step_s": round(wall / max(len(rows), 1), 1), "turns": last.get("episode/turns"),

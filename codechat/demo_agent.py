@@ -55,9 +55,11 @@ AGENT_EVAL = "builtin:repo-heldout"
 AGENT_EVAL_N = 4
 """Held-out set and sampled episodes per task of each evaluation."""
 
-AGENT_QUICK: list[str] = ["data.train=builtin:repo-mini", "sft.steps=60", "sft.batch_size=6", "sft.expert_wrong=0.5",
-                          "rl.steps=6", "rl.prompts_per_step=6", "rl.group_size=4", "rl.lr=3e-4"]
-"""`--quick`: 6 train tasks, SFT half on wrong fixes, evaluated on the same 6 tasks."""
+AGENT_QUICK: list[str] = ["data.train=builtin:repo-mini", "sft.steps=40", "sft.batch_size=4", "sft.lr=3e-3",
+                          "sft.expert_wrong=0.5", "rl.steps=4", "rl.prompts_per_step=3", "rl.group_size=4",
+                          "rl.lr=3e-4"]
+AGENT_QUICK_EVAL_N = 2
+"""`--quick`: 6 train tasks, SFT half on wrong fixes, evaluated on the same 6 tasks (2 episodes each)."""
 
 
 @dataclass
@@ -128,7 +130,8 @@ def agent_table(rows: list[AgentRow], times: bool = True) -> str:
                    f"{(b.resolvek - a.resolvek) * 100:+.1f} pts | "
                    f"{(b.tested_before_submit - a.tested_before_submit) * 100:+.1f} pts | "
                    f"{b.protected_attempts - a.protected_attempts:+.2f} | "
-                   f"{(b.submitted - a.submitted) * 100:+.1f} pts | {b.turns - a.turns:+.1f} |" + (" |" if times else ""))
+                   f"{(b.submitted - a.submitted) * 100:+.1f} pts | {b.turns - a.turns:+.1f} |"
+                   + (" |" if times else ""))
     return "\n".join(out)
 
 
@@ -175,13 +178,13 @@ def run_agent_demo(run_dir: str, quick: bool = False, overrides: list[str] | Non
     root = Path(run_dir)
     sft_cfg = agent_config(run_dir, "sft", quick, overrides)
     rl_cfg = agent_config(run_dir, "grpo", quick, overrides)
-    eval_spec = sft_cfg.data.train if quick else AGENT_EVAL
+    eval_spec, n = (sft_cfg.data.train, AGENT_QUICK_EVAL_N) if quick else (AGENT_EVAL, AGENT_EVAL_N)
     rows = []
     train(sft_cfg)
-    m = evaluate_stage(sft_cfg, root / "sft", eval_spec, AGENT_EVAL_N, root / "eval-sft")
-    rows.append(row("sft", m, AGENT_EVAL_N, time.monotonic() - t0))
+    m = evaluate_stage(sft_cfg, root / "sft", eval_spec, n, root / "eval-sft")
+    rows.append(row("sft", m, n, time.monotonic() - t0))
     train(rl_cfg)
-    m = evaluate_stage(rl_cfg, root / "grpo", eval_spec, AGENT_EVAL_N, root / "eval-grpo")
-    rows.append(row("grpo", m, AGENT_EVAL_N, time.monotonic() - t0))
+    m = evaluate_stage(rl_cfg, root / "grpo", eval_spec, n, root / "eval-grpo")
+    rows.append(row("grpo", m, n, time.monotonic() - t0))
     write_agent_report(root, rows, command, eval_spec, sft_cfg.data.train)
     return root, rows
