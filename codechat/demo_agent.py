@@ -157,7 +157,8 @@ def write_agent_report(run_dir: Path, rows: list[AgentRow], command: str, eval_s
     png = plot_resolve(run_dir, rows, what)
     cfg = yaml.safe_load((run_dir / "sft" / "config.yaml").read_text())
     text = [f"# codechat demo --agent: {run_dir}", "", f"Command: `{command}` (seed {cfg.get('seed')})", "",
-            f"Evaluation: `{eval_spec}` ({what}), {rows[0].k} sampled episodes per task (T=1).", "",
+            f"Evaluation: `{eval_spec}` ({'the training set' if eval_spec == train_spec else 'held-out'}), "
+            f"{rows[0].k} sampled episodes per task (T=1).", "",
             agent_table(rows), "", f"![resolve rate]({png.name})", "",
             f"SFT: expert transcripts of `{train_spec}`, `sft.expert_wrong` = {cfg['sft']['expert_wrong']}; "
             f"GRPO: `{train_spec}`, {cfg['rl']['steps']} steps x {cfg['rl']['prompts_per_step']} tasks x "
