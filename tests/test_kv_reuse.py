@@ -121,4 +121,5 @@ def test_episodes_with_and_without_kv_reuse_are_the_same(pol):
         assert len(a.transcript.turns) == 3
         assert max(abs(x - y) for x, y in zip(a.transcript.logprobs, b.transcript.logprobs)) < 1e-5
     assert p_off.reused_tokens == 0 and p_on.reused_tokens > 0
+    assert p_on.entries == {}  # the ended episodes' KV is released with the run
     assert p_on.prefilled_tokens < p_off.prefilled_tokens / 2

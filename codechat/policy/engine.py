@@ -39,6 +39,9 @@ class RolloutEngine(Protocol):
     def update_weights(self, model: torch.nn.Module) -> None:
         """Take `model`'s current (whole) parameters; called after every optimizer update."""
 
+    def release_kv(self) -> None:
+        """Forget whatever was kept for keyed contexts (called when a batch of episodes has ended)."""
+
     def close(self) -> None:
         """Release the engine (called once, after the run's last barrier)."""
 

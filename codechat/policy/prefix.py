@@ -9,7 +9,8 @@ was never fed through the model), and each layer's (k, v) for exactly those toke
 call with the same key, the longest common prefix of the stored ids and the new context is reused (never the
 whole context: the last token is always prefilled, its logits start decoding), so a context that was cut or
 edited still gets exactly the tokens it holds. After a call with keys the store holds the entries of those keys
-only (an episode that did not act again has ended).
+only (an episode that did not act again has ended); `Sampler.release_kv()` empties it (the episode runner calls
+it through `Agent.end_run` when its episodes are over).
 
 What guarantees the cached path computes what a full prefill would: KV of a prefix depends on that prefix and the
 weights only (causal attention, positions counted from the start). The ids are compared token by token, and the

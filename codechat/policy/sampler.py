@@ -132,6 +132,10 @@ class Sampler:
     def close(self) -> None:
         """Nothing to release."""
 
+    def release_kv(self) -> None:
+        """Drop the KV kept for keyed contexts (the episodes have ended)."""
+        self.prefix.replace({})
+
     def sample(self, prompts: list[list[int]], n: int, cfg: SamplingConfig,
                on_finish: Callable[[int, str], None] | None = None, keys: list | None = None) -> SampleBatch:
         """keys: None, or one hashable per prompt (n must be 1): reuse and keep KV per key across calls."""

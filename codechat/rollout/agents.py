@@ -64,6 +64,9 @@ class Agent(Protocol):
 
     def act(self, states: list[TurnState], seed: int) -> list[Action]: ...
 
+    def end_run(self) -> None:
+        """The runner's episodes have all ended (a model agent lets its sampler drop their KV)."""
+
 
 def prompt_text(task: RepoTask, files: list[str]) -> str:
     """The plain-format prompt (also the user message of the chat format)."""
@@ -104,6 +107,9 @@ class ModelAgent:
             body = result_text(text)
         return list(self.tok(body, add_special_tokens=False)["input_ids"])
 
+    def end_run(self) -> None:
+        self.sampler.release_kv()  # memory for the update that follows, not for episodes that are over
+
     def act(self, states: list[TurnState], seed: int) -> list[Action]:
         cfg = replace(self.sampling, max_new_tokens=max(s.budget for s in states), seed=seed,
                       stop=list(dict.fromkeys([*self.sampling.stop, CALL_CLOSE])))
@@ -138,6 +144,9 @@ class ScriptedAgent:
 
     def result_ids(self, text: str, after_eos: bool) -> list[int]:
         return self.encode(result_text(text))
+
+    def end_run(self) -> None:
+        """Nothing kept."""
 
     def act(self, states: list[TurnState], seed: int) -> list[Action]:
         out = []

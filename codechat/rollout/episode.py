@@ -184,34 +184,37 @@ class EpisodeRunner:
         live: list[tuple[int, _Live]] = []
         judged: dict[int, Future] = {}
         self.step_sizes, self.act_s, self.tools_s, self.judge_s = [], 0.0, 0.0, 0.0
-        with ThreadPoolExecutor(self.cfg.tool_workers) as pool:
-            step = 0
-            while pending or live:
-                while pending and len(live) < self.cfg.max_live:
-                    i, (task, sample) = pending.popleft()
-                    live.append((i, self._start(task, sample)))
-                for i, e in live:
-                    e.truncated = e.over_budget(self.cfg.turn_tokens, self.agent.context)
-                    e.done = bool(e.truncated)
-                acting = [(i, e) for i, e in live if not e.done]
-                if acting:
-                    self.step_sizes.append(len(acting))
-                    states = [TurnState(e.task, len(e.t.turns), e.t.tokens, e.budget(self.cfg.turn_tokens),
-                                        e.last_result, e.key if self.cfg.kv_reuse else None)
-                              for _, e in acting]
-                    t0 = time.monotonic()
-                    actions = self.agent.act(states, seed=seed * 1_000_003 + step)
-                    t1 = time.monotonic()
-                    self.act_s += t1 - t0
-                    calls = [pool.submit(self._turn, e, a) for (_, e), a in zip(acting, actions)]
-                    for c in calls:
-                        c.result()
-                    self.tools_s += time.monotonic() - t1
-                step += 1
-                for i, e in [x for x in live if x[1].done]:
-                    judged[i] = pool.submit(self._finish, e)
-                live = [x for x in live if not x[1].done]
-            return [judged[i].result() for i in range(len(jobs))]
+        try:
+            with ThreadPoolExecutor(self.cfg.tool_workers) as pool:
+                step = 0
+                while pending or live:
+                    while pending and len(live) < self.cfg.max_live:
+                        i, (task, sample) = pending.popleft()
+                        live.append((i, self._start(task, sample)))
+                    for i, e in live:
+                        e.truncated = e.over_budget(self.cfg.turn_tokens, self.agent.context)
+                        e.done = bool(e.truncated)
+                    acting = [(i, e) for i, e in live if not e.done]
+                    if acting:
+                        self.step_sizes.append(len(acting))
+                        states = [TurnState(e.task, len(e.t.turns), e.t.tokens, e.budget(self.cfg.turn_tokens),
+                                            e.last_result, e.key if self.cfg.kv_reuse else None)
+                                  for _, e in acting]
+                        t0 = time.monotonic()
+                        actions = self.agent.act(states, seed=seed * 1_000_003 + step)
+                        t1 = time.monotonic()
+                        self.act_s += t1 - t0
+                        calls = [pool.submit(self._turn, e, a) for (_, e), a in zip(acting, actions)]
+                        for c in calls:
+                            c.result()
+                        self.tools_s += time.monotonic() - t1
+                    step += 1
+                    for i, e in [x for x in live if x[1].done]:
+                        judged[i] = pool.submit(self._finish, e)
+                    live = [x for x in live if not x[1].done]
+                return [judged[i].result() for i in range(len(jobs))]
+        finally:
+            self.agent.end_run()  # a model agent's sampler drops the ended episodes' KV
 
     def _start(self, task: RepoTask, sample: int) -> _Live:
         ws = self.judge.clone(task)
