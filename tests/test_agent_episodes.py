@@ -118,8 +118,11 @@ class SpySampler:
     def __init__(self, inner):
         self.inner, self.batches = inner, []
 
-    def sample(self, prompts, n, cfg):
-        b = self.inner.sample(prompts, n, cfg)
+    def release_kv(self):
+        self.inner.release_kv()
+
+    def sample(self, prompts, n, cfg, keys=None):
+        b = self.inner.sample(prompts, n, cfg, keys=keys)
         self.batches.append(([list(p) for p in prompts], b))
         return b
 

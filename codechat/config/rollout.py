@@ -70,3 +70,6 @@ class AgentConfig:
     """Longest tool result appended to the transcript; longer ones are cut, saying how much was dropped."""
     run_timeout_s: float = 10.0
     """Wall-clock limit of one `run` tool call."""
+    kv_reuse: bool = True
+    """Keep each live episode's KV between turns and prefill only the appended tokens (false: re-prefill the
+    whole transcript every turn; same tokens, slower)."""

@@ -1,9 +1,10 @@
 """KV-cached decoders behind the sampler: prefill P prompts once, share each prompt's KV with its samples, then
 one token per active row per step; finished rows can be dropped.
 
-Two implementations of one small interface (`prefill`, `step`, `select`):
+Two implementations of one small interface (`prefill`, `step`, `select`, and `reuses_kv`):
 - `FastDecoder`: the lean forward of fastlm.py (Llama-family models); each prompt's KV kept once and shared by
-  its samples, generated KV in a static preallocated cache.
+  its samples, generated KV in a static preallocated cache; can start from a past KV and `export` a row's KV
+  (the KV kept across turns, policy/prefix.py).
 - `HFDecoder`: any causal LM through its own forward and transformers' `DynamicCache` (the fallback).
 
 Both take left-padded prompts: ids, valid (P, Lp) and `index` (N,), the prompt of each sample row.
@@ -57,10 +58,20 @@ class FastDecoder:
     def __init__(self, fast: FastLM):
         self.fast = fast
 
-    def prefill(self, ids, valid, index, max_new: int):
-        """Returns next-token logits (N, V) for every sample row."""
-        h, kv = self.fast.forward(ids, positions(valid), valid)  # h (P, Lp, C); kv per layer (P, Hkv, Lp, D)
+    reuses_kv = True
+    """`prefill` can start from a past KV (policy/prefix.py)."""
+
+    def prefill(self, ids, valid, index, max_new: int, past=None):
+        """Returns next-token logits (N, V) for every sample row. past: None, or (per layer (k, v) each
+        (P, Hkv, S, D), valid (P, S) bool): the KV of tokens that come before each row of ids (left-padded)."""
+        pos = positions(valid)  # (P, Lp)
+        if past is not None:
+            pos = pos + past[1].long().sum(1, keepdim=True)
+        h, kv = self.fast.forward(ids, pos, valid, *(past or (None, None)))  # h (P, Lp, C); kv (P, Hkv, Lp, D)
         logits = self.fast.logits(h[:, -1])  # (P, V): left padding puts every last real token in the last column
+        if past is not None:  # the decoder's "prompt" KV is the past followed by what was just prefilled
+            kv = [(torch.cat([pk, k], 2), torch.cat([pv, v], 2)) for (pk, pv), (k, v) in zip(past[0], kv)]
+            valid = torch.cat([past[1], valid], 1)  # (P, S + Lp)
         dtype = kv[0][0].dtype
         pmask = torch.zeros(valid.shape, dtype=dtype, device=ids.device).masked_fill(~valid, float("-inf"))
         self.cache = SharedCache(
@@ -77,6 +88,15 @@ class FastDecoder:
         self.pos = self.pos + 1
         self.t += 1
         return logits
+
+    def export(self, b: int, n_gen: int) -> list:
+        """Batch row b's KV: its prompt's real tokens, then its first n_gen generated tokens; per layer (k, v)
+        each (Hkv, S, D). Copies, so later steps and `select` leave it alone."""
+        c = self.cache
+        real = c.pmask[c.pidx[b], 0, 0] == 0  # (Lp,) bool
+        return [(torch.cat([pk[c.pidx[b]][:, real], gk[b, :, :n_gen]], 1),
+                 torch.cat([pv[c.pidx[b]][:, real], gv[b, :, :n_gen]], 1))
+                for (pk, pv), (gk, gv) in zip(c.prompt, c.gen)]
 
     def select(self, rows):
         """Keep only batch rows `rows` (B',), and only the prompts they use; copies the filled part of the cache."""
@@ -96,6 +116,9 @@ class FastDecoder:
 
 
 class HFDecoder:
+    reuses_kv = False
+    """Always prefills the whole prompt (the sampler ignores stored KV for it)."""
+
     def __init__(self, model):
         self.model = model
         params = inspect.signature(unwrap(model).forward).parameters
@@ -107,7 +130,9 @@ class HFDecoder:
         cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
         return out.logits[:, -1], cache  # (B, V)
 
-    def prefill(self, ids, valid, index, max_new: int):
+    def prefill(self, ids, valid, index, max_new: int, past=None):
+        if past is not None:
+            raise ValueError("HFDecoder: no past KV (reuses_kv is False)")
         logits, self.cache = self._run(ids, valid.long(), positions(valid), None)
         self.cache.batch_select_indices(index)
         self.mask = valid[index].long()  # (N, Lp), grows by one column per step

@@ -17,6 +17,10 @@ accumulate. `sample(..., on_finish=fn)` calls fn(row, text) once per sample the 
 sample after the last step), from the decoding thread, with the text the batch will hold: a verifier can start
 on it while the other rows keep decoding.
 
+Growing contexts: `sample(contexts, 1, cfg, keys=[...])` (one key per context, e.g. an episode) reuses the KV
+the previous keyed call left for each key and prefills only the appended tokens (policy/prefix.py; lean decoder
+only). Tokens are the same as without keys; log-probs agree to float rounding.
+
 Reproducible: a `torch.Generator` seeded with `cfg.seed` draws one uniform per sample per step (inverse-CDF
 sampling), so a sample's tokens depend on the seed, its index and the model's logits only - not on which other
 rows share the batch, nor on when finished rows are dropped.
@@ -35,6 +39,7 @@ from codechat.config import SamplingConfig
 from codechat.policy.context import context_length, new_token_budget
 from codechat.policy.decoding import make_decoder
 from codechat.policy.fsdp import full_weights
+from codechat.policy.prefix import PrefixEntry, PrefixStore, weights_version
 from codechat.policy.stops import StopChecker
 
 
@@ -118,6 +123,8 @@ class Sampler:
         self.fast = fast
         self.compact_every = compact_every
         self.stops = StopChecker(policy.tokenizer)
+        self.prefix = PrefixStore()
+        """KV of the last keyed call's contexts and samples, reused by the next keyed call."""
 
     def update_weights(self, model) -> None:
         """Nothing to do: the next `sample` reads the model's current weights."""
@@ -125,17 +132,24 @@ class Sampler:
     def close(self) -> None:
         """Nothing to release."""
 
+    def release_kv(self) -> None:
+        """Drop the KV kept for keyed contexts (the episodes have ended)."""
+        self.prefix.replace({})
+
     def sample(self, prompts: list[list[int]], n: int, cfg: SamplingConfig,
-               on_finish: Callable[[int, str], None] | None = None) -> SampleBatch:
+               on_finish: Callable[[int, str], None] | None = None, keys: list | None = None) -> SampleBatch:
+        """keys: None, or one hashable per prompt (n must be 1): reuse and keep KV per key across calls."""
         validate(cfg)
         if not prompts or any(len(p) == 0 for p in prompts) or n < 1:
             raise CodechatError("sampler: need at least one non-empty prompt and n >= 1")
+        if keys is not None and (n != 1 or len(keys) != len(prompts) or len(set(keys)) != len(keys)):
+            raise CodechatError("sampler: keys need n = 1 and one distinct key per prompt")
         model = self.policy.model
         was_training = model.training
         model.eval()
         try:
             with full_weights(model):  # FSDP: the trainer gathers once around a whole rollout; this is a fallback
-                index, out_tok, out_logp, n_tok, reason, texts = self._generate(prompts, n, cfg, on_finish)
+                index, out_tok, out_logp, n_tok, reason, texts = self._generate(prompts, n, cfg, on_finish, keys)
         finally:
             model.train(was_training)
         # leave inference mode: the trainer indexes and multiplies with these under autograd
@@ -147,25 +161,37 @@ class Sampler:
         return cut_at_stop(text, cfg.stop) if reason == "stop" else text
 
     @torch.inference_mode()
-    def _generate(self, prompts, n, cfg, on_finish=None):
+    def _generate(self, prompts, n, cfg, on_finish=None, keys=None):
         pol, dev = self.policy, self.policy.device
         pad = pol.tokenizer.pad_token_id
         P, N = len(prompts), len(prompts) * n
-        Lp = max(len(p) for p in prompts)
-        Tn = new_token_budget(Lp, cfg.max_new_tokens, context_length(pol.model))  # never past the context
+        Tn = new_token_budget(max(len(p) for p in prompts), cfg.max_new_tokens,
+                              context_length(pol.model))  # never past the context
+        dec = make_decoder(pol.model, self.fast)
+        keys = keys if keys is not None and dec.reuses_kv else None
+        reuse = self.prefix.reusable(keys, prompts, weights_version(pol.model)) if keys else [0] * P
+        past = self.prefix.past(keys, reuse, pol.model.get_input_embeddings().weight) if keys else None
+        self.prefix.reused_tokens += sum(reuse)
+        self.prefix.prefilled_tokens += sum(len(p) - r for p, r in zip(prompts, reuse))
+        Lp = max(len(p) - r for p, r in zip(prompts, reuse))
         ids = torch.full((P, Lp), pad, dtype=torch.long)
         valid = torch.zeros(P, Lp, dtype=torch.bool)
-        for i, p in enumerate(prompts):  # left padding
-            ids[i, Lp - len(p):] = torch.tensor(p, dtype=torch.long)
-            valid[i, Lp - len(p):] = True
+        for i, (p, r) in enumerate(zip(prompts, reuse)):  # left padding; only what the past does not hold
+            ids[i, Lp - len(p) + r:] = torch.tensor(p[r:], dtype=torch.long)
+            valid[i, Lp - len(p) + r:] = True
         ids, valid = ids.to(dev), valid.to(dev)
         index = torch.arange(P, device=dev).repeat_interleave(n)  # (N,)
         gen = torch.Generator(device=dev).manual_seed(cfg.seed)
         eos = torch.tensor(pol.eos_token_ids or [-1], device=dev)
         stop_state = self.stops.start(N, cfg.stop)
 
-        dec = make_decoder(pol.model, self.fast)
-        logits = dec.prefill(ids, valid, index, Tn)  # (N, V)
+        logits = dec.prefill(ids, valid, index, Tn, past)  # (N, V)
+        kept: dict = {}  # key -> PrefixEntry, filled as keyed rows finish
+
+        def store_kv(b: int, r: int) -> None:  # batch row b (output row r) is final: store its KV for the next call
+            if keys is not None:
+                n_fed = n_tok[r] - 1  # the last sampled token was never fed
+                kept[keys[r]] = PrefixEntry(list(prompts[r]) + out_tok[r, :n_fed].tolist(), dec.export(b, n_fed))
         out_tok = torch.full((N + 1, Tn), pad, dtype=torch.long, device=dev)  # row N: scratch for rows that
         out_logp = torch.zeros(N + 1, Tn, device=dev)  # finished but are still in the batch
         n_tok = [0] * N
@@ -188,11 +214,12 @@ class Sampler:
             done = torch.isin(tok, eos)  # (B,)
             if stop_state is not None:
                 done |= torch.tensor(self.stops.update(stop_state, rows_list, tok.tolist()), device=dev)
-            for r, d in zip(rows_list, done.tolist()):
+            for b, (r, d) in enumerate(zip(rows_list, done.tolist())):
                 if r < N:
                     n_tok[r] = t + 1
                     if d:
                         reason[r] = "stop"
+                        store_kv(b, r)
                         finished(r)
             rows = rows.masked_fill(done, N)
             n_live = int((rows < N).sum())
@@ -203,6 +230,11 @@ class Sampler:
                 dec.select(keep)
                 rows, tok = rows[keep], tok[keep]
             logits = dec.step(tok)
+        for b, r in enumerate(rows.tolist()):
+            if r < N:  # ran to max_new_tokens, still in the batch
+                store_kv(b, r)
+        if keys is not None:
+            self.prefix.replace(kept)
         for r in range(N):
             if texts[r] is None:  # ran to max_new_tokens
                 finished(r)

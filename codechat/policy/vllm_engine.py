@@ -159,10 +159,15 @@ class VLLMSampler:
                               top_k=cfg.top_k, max_tokens=cfg.max_new_tokens, stop=list(cfg.stop) or None,
                               include_stop_str_in_output=True, seed=None if greedy else seed, logprobs=0)
 
+    def release_kv(self) -> None:
+        """Nothing kept per key here (vLLM's prefix cache manages its own blocks)."""
+
     def sample(self, prompts: list[list[int]], n: int, cfg: SamplingConfig | None = None,
-               on_finish=None) -> SampleBatch:
+               on_finish=None, keys: list | None = None) -> SampleBatch:
         """P prompts (token ids) x n samples each -> SampleBatch (samples of a prompt contiguous). on_finish(row,
-        text) is called for every sample once `generate` returns (LLM.generate reports no earlier finishes)."""
+        text) is called for every sample once `generate` returns (LLM.generate reports no earlier finishes).
+        keys (growing contexts) need nothing here: vLLM's prefix cache (`rollout.vllm_prefix_caching`) reuses the
+        KV of any prompt prefix it has seen."""
         cfg = cfg or self.sampling
         validate(cfg)
         if not prompts or any(len(p) == 0 for p in prompts) or n < 1:

@@ -49,14 +49,23 @@ class TurnState:
     """Most tokens this turn may add."""
     last_result: str
     """The previous tool result's text ("" on the first turn)."""
+    key: int | None = None
+    """The episode's id, unique in the process (None: keep no KV for it); a model agent hands it to the sampler
+    so that the next turn prefills only the tokens appended since this one (policy/prefix.py)."""
 
 
 class Agent(Protocol):
+    context: int | None
+    """The model's context length (None: unbounded); an episode ends before a turn that would not fit in it."""
+
     def prompt(self, task: RepoTask, files: list[str]) -> list[int]: ...
 
     def result_ids(self, text: str, after_eos: bool) -> list[int]: ...
 
     def act(self, states: list[TurnState], seed: int) -> list[Action]: ...
+
+    def end_run(self) -> None:
+        """The runner's episodes have all ended (a model agent lets its sampler drop their KV)."""
 
 
 def prompt_text(task: RepoTask, files: list[str]) -> str:
@@ -74,12 +83,14 @@ class ModelAgent:
     """The policy decides: every turn of all live episodes is one `Sampler.sample` call (n=1 per context)."""
 
     def __init__(self, policy, sampling: SamplingConfig, sampler=None):
-        from codechat.policy.sampler import Sampler  # torch: only when a model acts
+        from codechat.policy.context import context_length  # codechat.policy imports torch: only when a model acts
+        from codechat.policy.sampler import Sampler
         self.policy, self.sampling = policy, sampling
         self.sampler = sampler or Sampler(policy)
         self.tok = policy.tokenizer
         self.chat = bool(getattr(policy.config, "chat", False))
         self.eos = set(policy.eos_token_ids)
+        self.context = context_length(policy.model)
 
     def prompt(self, task: RepoTask, files: list[str]) -> list[int]:
         if not self.chat:
@@ -96,10 +107,15 @@ class ModelAgent:
             body = result_text(text)
         return list(self.tok(body, add_special_tokens=False)["input_ids"])
 
+    def end_run(self) -> None:
+        self.sampler.release_kv()  # memory for the update that follows, not for episodes that are over
+
     def act(self, states: list[TurnState], seed: int) -> list[Action]:
         cfg = replace(self.sampling, max_new_tokens=max(s.budget for s in states), seed=seed,
                       stop=list(dict.fromkeys([*self.sampling.stop, CALL_CLOSE])))
-        batch = self.sampler.sample([s.tokens for s in states], 1, cfg)  # one batched decode for all episodes
+        keys = [s.key for s in states]
+        keys = keys if None not in keys else None
+        batch = self.sampler.sample([s.tokens for s in states], 1, cfg, keys=keys)  # one batched decode
         out = []
         for i, budget in enumerate(s.budget for s in states):
             n = min(int(batch.n_tokens[i]), budget)
@@ -114,17 +130,23 @@ class ModelAgent:
 
 class ScriptedAgent:
     """A fixed policy for tests and benchmarks: `script(task, turn, last_result) -> text` of the turn.
-    Text is turned into ids by `encode` (UTF-8 bytes by default: no model, no tokenizer needed)."""
+    Text is turned into ids by `encode` (UTF-8 bytes by default: no model, no tokenizer needed); `context` plays
+    a model's context length."""
 
-    def __init__(self, script: Callable[[RepoTask, int, str], str], encode: Callable[[str], list[int]] | None = None):
+    def __init__(self, script: Callable[[RepoTask, int, str], str], encode: Callable[[str], list[int]] | None = None,
+                 context: int | None = None):
         self.script = script
         self.encode = encode or (lambda s: list(s.encode("utf-8")))
+        self.context = context
 
     def prompt(self, task: RepoTask, files: list[str]) -> list[int]:
         return self.encode(prompt_text(task, files))
 
     def result_ids(self, text: str, after_eos: bool) -> list[int]:
         return self.encode(result_text(text))
+
+    def end_run(self) -> None:
+        """Nothing kept."""
 
     def act(self, states: list[TurnState], seed: int) -> list[Action]:
         out = []

@@ -6,21 +6,25 @@
 
 One episode: prompt (the issue, the tools, the file list) -> model turn (ends with one `<tool_call>`) -> the tool
 runs in the workspace -> its result is appended -> ... until `submit`, an EOS turn without a call, or a budget
-(task limits: turns, tool calls, wall time, tokens) ends it as truncated. Then the workspace's changes go to
+(task limits: turns, tool calls, wall time, tokens) ends it as truncated, and so does the model's context: a
+turn starts only when its whole token budget fits after the transcript (`truncated="context"`, at a turn
+boundary: every model turn of a transcript lies inside the context). Then the workspace's changes go to
 `RepoJudge.judge` (a clean copy, hidden tests): reward 1 iff it passes. Every episode is judged, submitted or not.
 
 Batching: up to `AgentConfig.max_live` episodes are live; every step decodes one model turn of each of them as
 a single batch (`Agent.act`), then runs their tool calls on `tool_workers` threads; a finished episode frees
 its slot at once for the next job, and its judgement runs on the pool while the others continue.
-What it simplifies: each turn re-prefills the whole transcript (no KV cache kept across turns).
+KV across turns (`agent.kv_reuse`, on by default): each turn's decode is keyed by the episode, so the sampler keeps
+the episode's KV and the next turn prefills only the last model token and the tool result (policy/prefix.py).
 """
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from codechat import CodechatError
 from codechat.config import AgentConfig
@@ -80,7 +84,7 @@ class EpisodeResult:
     submitted: bool
     """The agent called submit."""
     truncated: str
-    """"" or the budget that ended it: `turns`, `tool_calls`, `wall`, `tokens`."""
+    """"" or the budget that ended it: `turns`, `tool_calls`, `wall`, `tokens`, `context`."""
     tool_calls: int
     bad_calls: int
     """Turns without a well-formed call, and calls whose tool failed."""
@@ -99,10 +103,27 @@ class EpisodeResult:
     def reward(self) -> float:
         return self.verdict.reward
 
+    def cut_to_context(self, context: int | None) -> EpisodeResult:
+        """This episode with its transcript cut at the last turn boundary inside `context` tokens (marked
+        truncated="context"); itself when it fits. The verdict stays the judgement of the whole episode."""
+        t = self.transcript
+        if context is None or len(t.tokens) <= context:
+            return self
+        turns = [u for u in t.turns if u.model_end <= context]
+        end = t.prompt_len if not turns else turns[-1].env_end if turns[-1].env_end <= context else turns[-1].model_end
+        if turns and turns[-1].env_end > end:
+            turns[-1] = replace(turns[-1], env_end=end)
+        cut = Transcript(t.tokens[:end], t.is_model[:end], t.logprobs[:end], t.prompt_len, turns)
+        return replace(self, transcript=cut, truncated="context")
+
     def to_dict(self) -> dict:
         d = asdict(self)
         d["reward"] = self.reward
         return d
+
+
+_KEYS = itertools.count()
+"""Episode ids, unique in the process: a stored KV never outlives its episode's key."""
 
 
 class _Live:
@@ -110,6 +131,7 @@ class _Live:
 
     def __init__(self, task: RepoTask, sample: int, ws: Workspace, box: ToolBox, prompt: list[int]):
         self.task, self.sample, self.ws, self.box = task, sample, ws, box
+        self.key = next(_KEYS)
         self.t = Transcript()
         self.t.append(prompt, False)
         self.t.prompt_len = len(prompt)
@@ -120,7 +142,11 @@ class _Live:
         self.submitted, self.truncated, self.done = False, "", False
         self.last_result = ""
 
-    def over_budget(self) -> str:
+    def budget(self, turn_tokens: int) -> int:
+        """Most tokens the next turn may sample (the task's token budget caps it)."""
+        return min(turn_tokens, self.task.limits.max_tokens - len(self.t.tokens))
+
+    def over_budget(self, turn_tokens: int, context: int | None) -> str:
         lim = self.task.limits
         if len(self.t.turns) >= lim.max_turns:
             return "turns"
@@ -130,6 +156,8 @@ class _Live:
             return "wall"
         if len(self.t.tokens) >= lim.max_tokens:
             return "tokens"
+        if context is not None and len(self.t.tokens) + self.budget(turn_tokens) > context:
+            return "context"
         return ""
 
 
@@ -156,34 +184,37 @@ class EpisodeRunner:
         live: list[tuple[int, _Live]] = []
         judged: dict[int, Future] = {}
         self.step_sizes, self.act_s, self.tools_s, self.judge_s = [], 0.0, 0.0, 0.0
-        with ThreadPoolExecutor(self.cfg.tool_workers) as pool:
-            step = 0
-            while pending or live:
-                while pending and len(live) < self.cfg.max_live:
-                    i, (task, sample) = pending.popleft()
-                    live.append((i, self._start(task, sample)))
-                for i, e in live:
-                    e.truncated = e.over_budget()
-                    e.done = bool(e.truncated)
-                acting = [(i, e) for i, e in live if not e.done]
-                if acting:
-                    self.step_sizes.append(len(acting))
-                    states = [TurnState(e.task, len(e.t.turns), e.t.tokens,
-                                        min(self.cfg.turn_tokens, e.task.limits.max_tokens - len(e.t.tokens)),
-                                        e.last_result) for _, e in acting]
-                    t0 = time.monotonic()
-                    actions = self.agent.act(states, seed=seed * 1_000_003 + step)
-                    t1 = time.monotonic()
-                    self.act_s += t1 - t0
-                    calls = [pool.submit(self._turn, e, a) for (_, e), a in zip(acting, actions)]
-                    for c in calls:
-                        c.result()
-                    self.tools_s += time.monotonic() - t1
-                step += 1
-                for i, e in [x for x in live if x[1].done]:
-                    judged[i] = pool.submit(self._finish, e)
-                live = [x for x in live if not x[1].done]
-            return [judged[i].result() for i in range(len(jobs))]
+        try:
+            with ThreadPoolExecutor(self.cfg.tool_workers) as pool:
+                step = 0
+                while pending or live:
+                    while pending and len(live) < self.cfg.max_live:
+                        i, (task, sample) = pending.popleft()
+                        live.append((i, self._start(task, sample)))
+                    for i, e in live:
+                        e.truncated = e.over_budget(self.cfg.turn_tokens, self.agent.context)
+                        e.done = bool(e.truncated)
+                    acting = [(i, e) for i, e in live if not e.done]
+                    if acting:
+                        self.step_sizes.append(len(acting))
+                        states = [TurnState(e.task, len(e.t.turns), e.t.tokens, e.budget(self.cfg.turn_tokens),
+                                            e.last_result, e.key if self.cfg.kv_reuse else None)
+                                  for _, e in acting]
+                        t0 = time.monotonic()
+                        actions = self.agent.act(states, seed=seed * 1_000_003 + step)
+                        t1 = time.monotonic()
+                        self.act_s += t1 - t0
+                        calls = [pool.submit(self._turn, e, a) for (_, e), a in zip(acting, actions)]
+                        for c in calls:
+                            c.result()
+                        self.tools_s += time.monotonic() - t1
+                    step += 1
+                    for i, e in [x for x in live if x[1].done]:
+                        judged[i] = pool.submit(self._finish, e)
+                    live = [x for x in live if not x[1].done]
+                return [judged[i].result() for i in range(len(jobs))]
+        finally:
+            self.agent.end_run()  # a model agent's sampler drops the ended episodes' KV
 
     def _start(self, task: RepoTask, sample: int) -> _Live:
         ws = self.judge.clone(task)

@@ -9,7 +9,8 @@ and every episode is judged. Turns are encoded with the policy's tokenizer in th
 same prompt and result tokens as the model sees). A seeded `wrong_share` of the tasks gets a plausible but
 wrong fix instead (`metadata["wrong_fix"]`: the same function with another bug; the built-in family has one),
 as the function demo's SFT data has buggy references: imitation learns the habit and some wrong fixes, and RL
-has something left to teach. Tasks without a reference fix are skipped.
+has something left to teach. Tasks without a reference fix are skipped. A transcript longer than the model's
+context is cut at its last turn boundary inside it (truncated="context": SFT never trains past the context).
 """
 from __future__ import annotations
 
@@ -39,6 +40,9 @@ class ExpertAgent(ModelAgent):
         super().__init__(policy, SamplingConfig())
         self.calls = calls
         """task_id -> the turns' texts."""
+        self.model_context = self.context
+        """The policy's context: the transcripts are cut to it afterwards (`EpisodeResult.cut_to_context`)."""
+        self.context = None  # a scripted turn is as long as it is: the episode runs whole, then is cut
 
     def act(self, states: list[TurnState], seed: int) -> list[Action]:
         out = []
@@ -68,4 +72,6 @@ def expert_episodes(policy, judge: RepoJudge, tasks: list[RepoTask], cfg: AgentC
     budget = max((len(c) for c in calls.values()), default=1)
     tasks = [replace(t, limits=replace(t.limits, max_turns=max(t.limits.max_turns, budget))) for t in tasks]
     cfg = replace(cfg, turn_tokens=max(cfg.turn_tokens, 2048))  # a write_file turn holds a whole module
-    return EpisodeRunner(ExpertAgent(policy, calls), judge, cfg).run([(t, 0) for t in tasks], seed=seed)
+    agent = ExpertAgent(policy, calls)
+    return [e.cut_to_context(agent.model_context)
+            for e in EpisodeRunner(agent, judge, cfg).run([(t, 0) for t in tasks], seed=seed)]

@@ -31,7 +31,7 @@ HELDOUT_PAIRS = {("grade", "boundary"), ("max_gap", "empty-input"), ("discount",
                  ("sum_first", "off-by-one"), ("is_leap", "branch")}
 """(unit, bug kind) pairs that only occur in the held-out split."""
 PACKAGES = ("toolkit", "mylib", "helpers", "corelib", "pyutil")
-TRAIN_SIZE, HELDOUT_SIZE, SEED = 128, 32, 0
+TRAIN_SIZE, HELDOUT_SIZE, MINI_SIZE, SEED = 128, 32, 6, 0
 """Sizes and seed of the registered sets."""
 LIMITS = dict(max_turns=12, max_tool_calls=16, wall_s=120.0, max_tokens=4096, test_timeout_s=30.0)
 
@@ -174,6 +174,7 @@ def generate_repo_tasks(split: str, n: int, seed: int = SEED) -> list[RepoTask]:
 REPO_SETS: dict[str, Callable[[], list[RepoTask]]] = {
     "repo-train": lambda: generate_repo_tasks("train", TRAIN_SIZE),
     "repo-heldout": lambda: generate_repo_tasks("heldout", HELDOUT_SIZE),
+    "repo-mini": lambda: generate_repo_tasks("train", MINI_SIZE),
 }
 """Built-in repository sets by name (`builtin:NAME`)."""
 

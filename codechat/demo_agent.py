@@ -1,0 +1,191 @@
+"""The agent demo (`codechat demo --agent`): a tiny model learns to fix small repositories with tools, on CPU.
+
+    tokenizer + `tiny` preset -> SFT on expert transcripts -> eval -> GRPO on episodes -> eval   (held-out tasks)
+
+The SFT data are expert episodes on `builtin:repo-train` (read the file -> run the tests -> write the fix -> run
+the tests -> submit), played for real in the sandbox, with a seeded share (`sft.expert_wrong`) that writes a
+plausible but wrong fix: imitation learns the habit and some wrong fixes, and GRPO on whole episodes (the
+hidden-test judgement as the reward of every model token) has something left to teach. Evaluation is sampled
+(T=1), `AGENT_EVAL_N` episodes per task of `builtin:repo-heldout` ((unit, bug) pairs never trained on), reporting
+resolve@1, resolve@n and the habits: tested-before-submit share, protected-file edit attempts, turns.
+
+Two trainer runs under RUN_DIR (`sft/`, then `grpo/` starting from sft's final weights) and an evaluation after
+each (`eval-sft/`, `eval-grpo/`: summary.json and every episode in samples.jsonl). `AGENT_QUICK` shrinks it to
+a few minutes on 6 train tasks, evaluated on the same tasks (for the test suite). `agent_table` is the stage
+table; `write_agent_report` writes RUN_DIR/report.md and resolve.png.
+
+Simplifications: evaluation runs between the two trainer runs (the trainer does not evaluate repository sets
+itself); the wall-time column is the demo's own clock, so two runs with one seed give the same table apart from
+it (`agent_table(rows, times=False)`).
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import yaml
+
+from codechat.config import ModelConfig
+from codechat.configio import load_config
+from codechat.evaluation.repo_eval import evaluate_episodes
+from codechat.plotting import figure, save
+from codechat.policy import load_policy
+from codechat.rollout.agents import ModelAgent
+from codechat.rollout.episode import EpisodeRunner
+from codechat.tasks.repo_loaders import load_repo_tasks
+from codechat.train import train
+from codechat.train.metrics import read_metrics
+from codechat.verifier.repo import RepoJudge
+
+AGENT: list[str] = [
+    "model.path=tiny",
+    "data.train=builtin:repo-train", "data.eval=",
+    "sampling.temperature=1.0",
+    "agent.turn_tokens=200", "agent.max_live=64",
+    "sft.steps=200", "sft.lr=2e-3", "sft.batch_size=16", "sft.warmup=10", "sft.expert_wrong=0.3",
+    "algo.advantage=grpo", "algo.loss=ppo-clip", "algo.kl_beta=0.0",
+    "rl.steps=12", "rl.lr=1e-4", "rl.prompts_per_step=8", "rl.group_size=4", "rl.zero_variance=skip",
+    "log.audit=false", "log.plot=false", "checkpoint.every=0", "checkpoint.keep_last=1",
+]
+"""The agent demo's settings, as `codechat train` overrides shared by both runs (docs/agent.md)."""
+
+AGENT_EVAL = "builtin:repo-heldout"
+AGENT_EVAL_N = 4
+"""Held-out set and sampled episodes per task of each evaluation."""
+
+AGENT_QUICK: list[str] = ["data.train=builtin:repo-mini", "sft.steps=40", "sft.batch_size=4", "sft.lr=3e-3",
+                          "sft.expert_wrong=0.5", "rl.steps=4", "rl.prompts_per_step=3", "rl.group_size=4",
+                          "rl.lr=3e-4"]
+AGENT_QUICK_EVAL_N = 2
+"""`--quick`: 6 train tasks, SFT half on wrong fixes, evaluated on the same 6 tasks (2 episodes each)."""
+
+
+@dataclass
+class AgentRow:
+    """One line of the agent demo table: the evaluation after a stage."""
+
+    stage: str
+    """`sft` or `grpo`."""
+    resolve1: float
+    """Resolve rate pass@1, sampled at T=1 (mean over the evaluation's episodes per task)."""
+    resolvek: float
+    """pass@n over the n episodes per task."""
+    k: int
+    """That n."""
+    tested_before_submit: float
+    """Share of episodes whose last run_tests came after their last edit."""
+    protected_attempts: float
+    """Attempts to change a protected (test) file, per episode."""
+    submitted: float
+    """Share of episodes that called submit."""
+    turns: float
+    """Model turns per episode."""
+    time_s: float
+    """Demo wall time at the end of this stage's evaluation (cumulative)."""
+
+
+def agent_config(run_dir: str, stage: str, quick: bool = False, overrides: list[str] | None = None):
+    """The RunConfig of one of the demo's trainer runs: AGENT (+ AGENT_QUICK), the stage, then the overrides."""
+    extra = ["stages=[sft]", f"run_dir={run_dir}/sft"] if stage == "sft" else \
+        ["stages=[grpo]", f"model.path={run_dir}/sft", f"run_dir={run_dir}/grpo"]
+    return load_config(None, AGENT + (AGENT_QUICK if quick else []) + extra + list(overrides or []))
+
+
+def evaluate_stage(cfg, model_dir: Path, eval_spec: str, n: int, out: Path) -> dict:
+    """n sampled episodes per task of eval_spec with the model of model_dir -> metrics (also in OUT/)."""
+    policy = load_policy(replace(ModelConfig(), path=str(model_dir), device=cfg.model.device))
+    tasks = load_repo_tasks(eval_spec)
+    with RepoJudge() as judge:
+        agent = ModelAgent(policy, replace(cfg.sampling, temperature=1.0))
+        report = evaluate_episodes(EpisodeRunner(agent, judge, cfg.agent), tasks, n, sorted({1, n}), seed=cfg.seed)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").write_text(json.dumps({"metrics": report.metrics, "per_task": report.per_task}, indent=1))
+    with open(out / "samples.jsonl", "w") as f:
+        for s in report.samples:
+            f.write(json.dumps(s) + "\n")
+    return report.metrics
+
+
+def row(stage: str, m: dict, n: int, t: float) -> AgentRow:
+    return AgentRow(stage, m["resolve@1"], m[f"resolve@{n}"], n, m["tested_before_submit"],
+                    m["protected_attempts"], m["submitted"], m["turns"], t)
+
+
+def agent_table(rows: list[AgentRow], times: bool = True) -> str:
+    """Markdown table of the stage rows and the change from SFT to the end (the wall time column unless times
+    is False: everything else repeats exactly with the same seed)."""
+    k = rows[0].k if rows else 1
+    head = f"| stage | resolve@1 (T=1) | resolve@{k} | tested before submit | protected edits / ep | submitted | " \
+           f"turns |" + (" wall time |" if times else "")
+    out = [head, "|---" * (7 + times) + "|"]
+    for r in rows:
+        out.append(f"| {r.stage} | {r.resolve1:.1%} | {r.resolvek:.1%} | {r.tested_before_submit:.1%} | "
+                   f"{r.protected_attempts:.2f} | {r.submitted:.1%} | {r.turns:.1f} |"
+                   + (f" {r.time_s / 60:.1f} min |" if times else ""))
+    if len(rows) > 1:
+        a, b = rows[0], rows[-1]
+        out.append(f"| **{b.stage} - {a.stage}** | **{(b.resolve1 - a.resolve1) * 100:+.1f} pts** | "
+                   f"{(b.resolvek - a.resolvek) * 100:+.1f} pts | "
+                   f"{(b.tested_before_submit - a.tested_before_submit) * 100:+.1f} pts | "
+                   f"{b.protected_attempts - a.protected_attempts:+.2f} | "
+                   f"{(b.submitted - a.submitted) * 100:+.1f} pts | {b.turns - a.turns:+.1f} |"
+                   + (" |" if times else ""))
+    return "\n".join(out)
+
+
+def plot_resolve(run_dir: Path, rows: list[AgentRow], what: str) -> Path:
+    """resolve.png: the GRPO run's train pass rate per step, with the evaluations before and after it."""
+    fig, ax = figure(8, 4)
+    pts = [(r["step"], r["pass_rate"]) for r in read_metrics(run_dir / "grpo") if r.get("pass_rate") is not None]
+    if pts:
+        ax.plot(*zip(*pts), label="train resolve rate (GRPO episodes, T=1)", alpha=0.6)
+    last = pts[-1][0] if pts else 1
+    for r, x, m in zip(rows, (0, last), ("o", "s")):
+        ax.plot([x], [r.resolve1], marker=m, ls="", label=f"{what} resolve@1 after {r.stage}")
+    ax.set_xlabel("GRPO step")
+    ax.set_ylabel("resolve rate")
+    ax.set_ylim(0, 1)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left")
+    return save(fig, run_dir / "resolve.png")
+
+
+def write_agent_report(run_dir: Path, rows: list[AgentRow], command: str, eval_spec: str, train_spec: str) -> Path:
+    what = f"{eval_spec} (= train)" if eval_spec == train_spec else "held-out"
+    png = plot_resolve(run_dir, rows, what)
+    cfg = yaml.safe_load((run_dir / "sft" / "config.yaml").read_text())
+    text = [f"# codechat demo --agent: {run_dir}", "", f"Command: `{command}` (seed {cfg.get('seed')})", "",
+            f"Evaluation: `{eval_spec}` ({'the training set' if eval_spec == train_spec else 'held-out'}), "
+            f"{rows[0].k} sampled episodes per task (T=1).", "",
+            agent_table(rows), "", f"![resolve rate]({png.name})", "",
+            f"SFT: expert transcripts of `{train_spec}`, `sft.expert_wrong` = {cfg['sft']['expert_wrong']}; "
+            f"GRPO: `{train_spec}`, {cfg['rl']['steps']} steps x {cfg['rl']['prompts_per_step']} tasks x "
+            f"{cfg['rl']['group_size']} episodes.", "",
+            "Files: sft/ and grpo/ (trainer runs: config.yaml, metrics.jsonl), eval-sft/ and eval-grpo/ "
+            "(summary.json, samples.jsonl: every episode turn by turn).", "",
+            f"Next: `codechat eval --model {run_dir}/grpo --tasks {eval_spec} --n 4 --k 1,4`", ""]
+    (run_dir / "rows.json").write_text(json.dumps([asdict(r) for r in rows], indent=1))
+    path = run_dir / "report.md"
+    path.write_text("\n".join(text))
+    return path
+
+
+def run_agent_demo(run_dir: str, quick: bool = False, overrides: list[str] | None = None,
+                   command: str = "codechat demo --agent") -> tuple[Path, list[AgentRow]]:
+    """SFT -> eval -> GRPO -> eval; returns (run_dir, the two table rows) and writes report.md, resolve.png."""
+    t0 = time.monotonic()
+    root = Path(run_dir)
+    sft_cfg = agent_config(run_dir, "sft", quick, overrides)
+    rl_cfg = agent_config(run_dir, "grpo", quick, overrides)
+    eval_spec, n = (sft_cfg.data.train, AGENT_QUICK_EVAL_N) if quick else (AGENT_EVAL, AGENT_EVAL_N)
+    rows = []
+    train(sft_cfg)
+    m = evaluate_stage(sft_cfg, root / "sft", eval_spec, n, root / "eval-sft")
+    rows.append(row("sft", m, n, time.monotonic() - t0))
+    train(rl_cfg)
+    m = evaluate_stage(rl_cfg, root / "grpo", eval_spec, n, root / "eval-grpo")
+    rows.append(row("grpo", m, n, time.monotonic() - t0))
+    write_agent_report(root, rows, command, eval_spec, sft_cfg.data.train)
+    return root, rows
