@@ -116,6 +116,8 @@ def test_report_reads_result_files_and_says_what_is_missing(tmp_path):
     assert "+25.0 pts" in text and "1 seeds" in text  # ... and its difference paired over that seed
     assert "| grpo | 200 (1/2)" in text and "| rloo | 100 (2/2)" in text  # samples to 40 %
     assert "Not finished: rloo seed 1 (to 1/2 budgets)" in text
+    text = report(res, sft, 0.4, [100, 200, 300], [0, 1])
+    assert "At 300" not in text and "No run has reached 300 completions yet." in text
 
 
 def test_a_corrupt_result_is_a_one_line_error(tmp_path):
@@ -141,3 +143,11 @@ def test_bad_arguments_are_one_line_errors(tmp_path, capsys, args, msg):
     assert main(["compare", "--out", str(tmp_path / "o"), *args]) == 2
     err = capsys.readouterr().err.strip()
     assert msg in err and "\n" not in err
+
+
+def test_the_report_names_the_settings_the_results_were_trained_with():
+    from codechat.commands.compare import settings_line
+    from codechat.compare.plan import RUN
+
+    r = Result("grpo", 0, [*METHODS["grpo"], "model.path=/x/sft", "seed=0", "rl.lr=5e-4", *RUN], [100], ["t0"])
+    assert settings_line({"grpo": [r]}) == "Settings of these results (on top of the demo's): `rl.lr=5e-4`."

@@ -61,6 +61,17 @@ def sft_point(args, out: Path, overrides: list[str], make_eval) -> tuple[str, di
     return model, point
 
 
+def settings_line(results) -> str:
+    """The overrides the results were trained with beyond the method's own, the SFT path, seed and RUN (read
+    from the results, so a report of old results shows their settings, not the preset's current ones)."""
+    from codechat.compare.plan import METHODS, RUN
+
+    rs = [r for runs in results.values() for r in runs]
+    skip = set(RUN) | {o for m in METHODS.values() for o in m}
+    extra = [o for o in rs[0].overrides if o not in skip and not o.startswith(("model.path=", "seed="))]
+    return f"Settings of these results (on top of the demo's): {' '.join(f'`{o}`' for o in extra) or 'none'}."
+
+
 def run(args: argparse.Namespace) -> int:
     from codechat import CodechatError
     from codechat.compare.plan import PRESETS, min_budget, parse_ints, parse_methods
@@ -102,7 +113,8 @@ def run(args: argparse.Namespace) -> int:
     if not results:
         raise CodechatError(f"{out}: no results of {', '.join(methods)} for seeds {args.seeds}")
     target = args.target or round(sft["pass1"] + 0.10, 3)
-    text = f"Preset `{args.preset}`: {preset.what}.\n\n" + report(results, sft, target, budgets, seeds)
+    text = f"Preset `{args.preset}`: {preset.what}.\n\n{settings_line(results)}\n\n" + \
+        report(results, sft, target, budgets, seeds)
     (out / "compare.md").write_text(text + "\n\n![pass@1 vs samples](compare.png)\n")
     plot(results, sft, out / "compare.png")
     print(text)

@@ -114,8 +114,11 @@ def report(results: dict[str, list[Result]], sft: dict, target: float, budgets: 
     """The markdown report: SFT line, one table per budget, steadiness and samples to target, what is missing."""
     lines = [f"SFT checkpoint: held-out pass@1 {sft['pass1']:.1%}, greedy {pct(sft.get('greedy'))} "
              f"({len(sft['c'])} tasks x {sft['n']} samples); target {target:.1%}."]
-    for b in budgets:
+    reached = [b for b in budgets if any(point_at(r, b) for rs in results.values() for r in rs)]
+    for b in reached:
         lines += ["", f"**At {b:,} sampled completions**", "", *budget_table(results, b)]
+    if len(reached) < len(budgets):
+        lines += ["", f"No run has reached {', '.join(f'{b:,}' for b in budgets if b not in reached)} completions yet."]
     lines += ["", *steadiness(results, target)]
     missing = [f"{m} seed {s}" + (f" (to {len(r.points)}/{len(budgets)} budgets)" if r else "")
                for m in results for s in seeds
