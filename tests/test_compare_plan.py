@@ -129,6 +129,30 @@ def test_a_corrupt_result_is_a_one_line_error(tmp_path):
     p.write_text(json.dumps({"method": "grpo"}))
     with pytest.raises(CodechatError, match="unreadable compare result"):
         Result.load(p)
+    good = Result("grpo", 0, [], [100], ["t0", "t1"], [point(100, [0.5, 1.0])])
+    good.save(p)
+    assert Result.load(p) == good
+    for bad in ({"c": [1]}, {"c": [1, 9]}, {"n": 0}, {"g": "xx"}):
+        data = dict(good.__dict__, points=[{**good.points[0], **bad}])
+        p.write_text(json.dumps(data))
+        with pytest.raises(CodechatError, match="grpo-seed0.json: unreadable compare result .*point 0"):
+            Result.load(p)
+    p.write_text(json.dumps(dict(good.__dict__, points="x")))
+    with pytest.raises(CodechatError, match="must be lists"):
+        Result.load(p)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=3),
+                    lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=6), c, max_size=4),
+                    max_leaves=12))
+def test_any_json_in_a_result_file_loads_or_is_a_codechat_error(tmp_path_factory, value):
+    p = tmp_path_factory.mktemp("r") / "grpo-seed0.json"
+    p.write_text(json.dumps(value))
+    try:
+        Result.load(p)
+    except CodechatError as e:
+        assert "\n" not in str(e)
 
 
 @pytest.mark.parametrize("args, msg", [
@@ -138,6 +162,7 @@ def test_a_corrupt_result_is_a_one_line_error(tmp_path):
     (["--seeds", "a"], "--seeds: expected comma-separated integers"),
     (["--methods", "rft-grpo", "--budgets", "1024"], "rft-grpo needs at least 1152 completions"),
     (["--report"], "no sft_eval.json"),
+    (["--target", "1.5"], "--target: expected a pass rate in [0, 1], got 1.5"),
 ])
 def test_bad_arguments_are_one_line_errors(tmp_path, capsys, args, msg):
     assert main(["compare", "--out", str(tmp_path / "o"), *args]) == 2

@@ -87,6 +87,8 @@ def run(args: argparse.Namespace) -> int:
     methods = parse_methods(args.methods) if args.methods else preset.methods
     seeds = parse_ints(args.seeds, "--seeds", positive=False)
     budgets = parse_ints(args.budgets, "--budgets") if args.budgets else preset.budgets
+    if not 0.0 <= args.target <= 1.0:
+        raise CodechatError(f"compare: --target: expected a pass rate in [0, 1], got {args.target}")
     out = Path(args.out)
     overrides = [*preset.overrides, *args.overrides]
     base = demo_config(str(out), overrides=args.overrides)

@@ -28,6 +28,9 @@ from codechat.train import train
 from codechat.train.checkpoint import Checkpointer
 from codechat.train.metrics import read_metrics
 
+POINT_KEYS = ("budget", "samples", "pass1", "n", "c", "g", "train_s", "tokens", "update_s")
+"""Fields every point of a result has (the report reads them)."""
+
 EVAL_SEED = 99
 """Seed of every compare evaluation: the same held-out samples' randomness for every method, seed and budget."""
 
@@ -90,10 +93,29 @@ class Result:
     @classmethod
     def load(cls, path: Path) -> "Result":
         try:
-            data = json.loads(path.read_text())
-            return cls(**data)
-        except (OSError, ValueError, TypeError) as e:
-            raise CodechatError(f"{path}: unreadable compare result ({e}); delete it to run again") from None
+            res = cls(**json.loads(path.read_text()))
+            problem = res.problem()
+        except (OSError, ValueError, TypeError, AttributeError) as e:
+            problem = str(e)
+        if problem:
+            raise CodechatError(f"{path}: unreadable compare result ({problem}); delete it to run again")
+        return res
+
+    def problem(self) -> str | None:
+        """What is wrong with a loaded result's shape (None when nothing): the report indexes these fields."""
+        if not (isinstance(self.points, list) and isinstance(self.tasks, list) and isinstance(self.budgets, list)):
+            return "points, tasks and budgets must be lists"
+        if len(self.points) > len(self.budgets):
+            return f"{len(self.points)} points for {len(self.budgets)} budgets"
+        for i, p in enumerate(self.points):
+            if not isinstance(p, dict) or any(k not in p for k in POINT_KEYS):
+                return f"point {i} lacks one of {', '.join(POINT_KEYS)}"
+            c, g, n = p["c"], p["g"], p["n"]
+            if not (isinstance(c, list) and isinstance(g, list) and isinstance(n, int) and n >= 1
+                    and len(c) == len(g) == len(self.tasks) and all(isinstance(x, int) and 0 <= x <= n for x in c)
+                    and all(x in (0, 1) for x in g)):
+                return f"point {i}: c and g must have one count in 0..n per task ({len(self.tasks)} tasks)"
+        return None
 
 
 def result_path(out: Path, method: str, seed: int) -> Path:
