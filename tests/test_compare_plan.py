@@ -174,5 +174,5 @@ def test_the_report_names_the_settings_the_results_were_trained_with():
     from codechat.commands.compare import settings_line
     from codechat.compare.plan import RUN
 
-    r = Result("grpo", 0, [*METHODS["grpo"], "model.path=/x/sft", "seed=0", "rl.lr=5e-4", *RUN], [100], ["t0"])
+    r = Result("grpo", 0, [*METHODS["grpo"], "model.path=/x/sft", "seed=0", "rl.lr=1e-3", "rl.lr=5e-4", *RUN], [100], ["t0"])
     assert settings_line({"grpo": [r]}) == "Settings of these results (on top of the demo's): `rl.lr=5e-4`."

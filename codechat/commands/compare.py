@@ -68,7 +68,8 @@ def settings_line(results) -> str:
 
     rs = [r for runs in results.values() for r in runs]
     skip = set(RUN) | {o for m in METHODS.values() for o in m}
-    extra = [o for o in rs[0].overrides if o not in skip and not o.startswith(("model.path=", "seed="))]
+    last = {o.split("=", 1)[0]: o for o in rs[0].overrides}  # a later override of a key wins, as in train
+    extra = [o for o in last.values() if o not in skip and not o.startswith(("model.path=", "seed="))]
     return f"Settings of these results (on top of the demo's): {' '.join(f'`{o}`' for o in extra) or 'none'}."
 
 
