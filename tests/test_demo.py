@@ -44,12 +44,12 @@ def test_summarize_keeps_the_last_eval_of_each_stage(tmp_path):
 def test_compare_spends_equal_budgets():
     """Each method's resolved config (demo settings + the method's batch shape + its stage lengths) samples the
     budget: completions counted from the config's own fields, stage by stage."""
-    from codechat.commands.compare import METHODS, method_overrides
+    from codechat.compare.plan import METHODS, stage_overrides
 
     budget = 2048
     for m in METHODS:
         cfg = demo_config(overrides=METHODS[m])
-        cfg = demo_config(overrides=METHODS[m] + method_overrides(m, budget, cfg))
+        cfg = demo_config(overrides=METHODS[m] + stage_overrides(m, budget, cfg))
         per_stage = {"grpo": cfg.rl.steps * cfg.rl.prompts_per_step * cfg.rl.group_size,
                      "rloo": cfg.rl.steps * cfg.rl.prompts_per_step * cfg.rl.group_size,
                      "rft": cfg.rft.rounds * cfg.rft.prompts * cfg.rft.group_size,
