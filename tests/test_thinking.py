@@ -250,9 +250,14 @@ def test_rl_run_logs_modes_and_weighs_forced_samples(tmp_path):
                              "log.plot=false", "verifier.workers=2", "rl.prompts_per_step=2", "rl.group_size=4",
                              "checkpoint.every=0", "rl.steps=2", f"run_dir={run}", "verifier.thinking.enabled=true",
                              "verifier.thinking.forced_nothink_frac=0.5", "rewards.nothink_lr=1.0",
-                             "rewards.components={pass-all: 1.0, nothink-bonus: 0.2}"]))
+                             "rewards.components={pass-all: 1.0, nothink-bonus: 0.2}", "data.eval=builtin:toy",
+                             "data.max_eval_tasks=4", "eval.n=2", "eval.greedy=false"]))
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if '"loss"' in line]
     assert len(rows) == 2
+    # the policy at the RL start is evaluated once (the difficulty reference); the stage-end eval by mode and bucket
+    assert 0 <= rows[0]["ref_eval/thinking/nothink_frac"] <= 1 and "ref_eval/thinking/nothink_frac" not in rows[1]
+    assert 0 <= rows[1]["eval/thinking/nothink_frac"] <= 1 and rows[1]["eval/thinking/len"] > 0
+    assert sum(v for k, v in rows[1].items() if k.startswith("eval/difficulty/") and k.endswith("/tasks")) == 4
     for m in rows:
         assert m["thinking/nothink_frac"] >= 0.5  # half of each group is forced to the empty block
         assert m["thinking/is_weight_mean"] > 0 and math.isfinite(m["loss"])

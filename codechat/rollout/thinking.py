@@ -25,7 +25,7 @@ it; the verdict carries `thought`). Three pieces, each usable alone:
   policy's own distribution (tests/test_thinking.py checks this against an enumeration).
 Simplified: the forced prefix is tokenized on its own (its tokens may differ from how the model would write the
 tags); the group baseline is the plain mean of the forced samples' rewards; balanced sampling is not combined
-with `rl.zero_variance: resample` (refused by the config check).
+with `rl.zero_variance: resample` nor with `rl.async_steps > 0` (refused by the config check).
 """
 from __future__ import annotations
 
@@ -197,6 +197,9 @@ def check_thinking(cfg) -> None:
         raise CodechatError("verifier.thinking.forced_nothink_frac > 0 needs verifier.thinking.enabled=true")
     if t.forced_nothink_frac > 0 and cfg.rl.zero_variance == "resample":
         raise CodechatError("verifier.thinking.forced_nothink_frac > 0 is not combined with rl.zero_variance=resample")
+    if t.forced_nothink_frac > 0 and cfg.rl.async_steps > 0:  # the producer samples without the BalancedSampler
+        raise CodechatError("verifier.thinking.forced_nothink_frac > 0 is not combined with rl.async_steps > 0 "
+                            "(the async producer samples freely; use rl.async_steps=0)")
     if not (math.isfinite(rw.nothink_margin) and rw.nothink_margin >= 0):
         raise CodechatError(f"rewards.nothink_margin: expected >= 0, got {rw.nothink_margin}")
     if not (math.isfinite(rw.nothink_lr) and rw.nothink_lr >= 0):
