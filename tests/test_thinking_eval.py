@@ -1,8 +1,9 @@
 """Evaluation of thinking completions: pass@1 and length by mode and by difficulty bucket (hand-computed and
 fuzzed), the reference file's errors, `codechat eval --thinking --reference`, the importance weights against a
-per-sample loop, and the refused async combination."""
+per-sample loop, the importance weight floor, and the refused async combination."""
 import json
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -12,8 +13,9 @@ from codechat import CodechatError
 from codechat.cli import main
 from codechat.configio import ConfigError, load_config
 from codechat.evaluation.thinking import bucket_metrics, bucket_of, load_reference, mode_metrics, reference_rates
-from codechat.rollout.thinking import is_weights
+from codechat.rollout.thinking import ForcedBatch, is_weights
 from codechat.tasks import load_tasks
+from codechat.train.thinking import ThinkingHooks
 
 
 def _rec(tid, passed, thought, n_tokens):
@@ -122,3 +124,31 @@ def test_forced_sampling_is_refused_with_async_rollouts():
         load_config(None, ["verifier.thinking.enabled=true", "verifier.thinking.forced_nothink_frac=0.5",
                            "rl.async_steps=1"])
     load_config(None, ["verifier.thinking.enabled=true", "rl.async_steps=1"])  # free sampling: fine
+
+
+def _hooks(floor):
+    cfg = load_config(None, ["verifier.thinking.enabled=true", "verifier.thinking.forced_nothink_frac=0.5",
+                             f"verifier.thinking.is_weight_floor={floor}"])
+    ctx = SimpleNamespace(cfg=cfg, policy=SimpleNamespace(tokenizer=None), state=SimpleNamespace(extra={}),
+                          eval_tasks=[])
+    return ThinkingHooks(ctx)
+
+
+def test_is_weight_floor_lifts_only_the_rare_modes_weights():
+    logp = torch.log(torch.tensor([[1e-4, 1.0], [0.9, 1.0], [1.0, 1.0]]))  # (3, 2) first token = the prefix
+    batch = ForcedBatch(torch.zeros(3, dtype=torch.long), torch.zeros(3, 2, dtype=torch.long), torch.ones(3, 2),
+                        torch.zeros(3, 2), ["stop"] * 3, ["a", "b", "c"], torch.tensor([2, 2, 2]),
+                        forced_nothink=torch.tensor([True, True, False]), prefix_len=torch.ones(3, dtype=torch.long))
+    r = SimpleNamespace(batch=batch, verdicts=[None] * 3)
+    adv = torch.tensor([1.0, 1.0, -1.0])
+    exact, m0 = _hooks(0.0).weigh(r, adv, lambda rows: logp)
+    assert torch.allclose(exact, torch.tensor([2e-4, 1.8, -2.0]), rtol=1e-4)
+    lifted, m = _hooks(0.5).weigh(r, adv, lambda rows: logp)
+    assert torch.allclose(lifted, torch.tensor([0.5, 1.8, -2.0]), rtol=1e-4)  # only the ~0 weight is raised
+    assert math.isclose(m["thinking/is_weight_floored"], 1 / 3, rel_tol=1e-6) and m0["thinking/is_weight_floored"] == 0
+    assert math.isclose(m["thinking/policy_nothink_p"], m0["thinking/policy_nothink_p"])  # the policy's own p
+    with pytest.raises(ConfigError, match="is_weight_floor: expected >= 0"):
+        load_config(None, ["verifier.thinking.enabled=true", "verifier.thinking.forced_nothink_frac=0.5",
+                           "verifier.thinking.is_weight_floor=-1"])
+    with pytest.raises(ConfigError, match="needs forced_nothink_frac > 0"):
+        load_config(None, ["verifier.thinking.enabled=true", "verifier.thinking.is_weight_floor=0.5"])

@@ -197,6 +197,10 @@ def check_thinking(cfg) -> None:
         raise CodechatError("verifier.thinking.forced_nothink_frac > 0 needs verifier.thinking.enabled=true")
     if t.forced_nothink_frac > 0 and cfg.rl.zero_variance == "resample":
         raise CodechatError("verifier.thinking.forced_nothink_frac > 0 is not combined with rl.zero_variance=resample")
+    if not (math.isfinite(t.is_weight_floor) and t.is_weight_floor >= 0):
+        raise CodechatError(f"verifier.thinking.is_weight_floor: expected >= 0, got {t.is_weight_floor}")
+    if t.is_weight_floor > 0 and t.forced_nothink_frac == 0:
+        raise CodechatError("verifier.thinking.is_weight_floor > 0 needs forced_nothink_frac > 0 (no forced samples)")
     if t.forced_nothink_frac > 0 and cfg.rl.async_steps > 0:  # the producer samples without the BalancedSampler
         raise CodechatError("verifier.thinking.forced_nothink_frac > 0 is not combined with rl.async_steps > 0 "
                             "(the async producer samples freely; use rl.async_steps=0)")

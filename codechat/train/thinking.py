@@ -74,8 +74,12 @@ class ThinkingHooks:
             return adv, {}
         logp = prefix_logprobs(torch.arange(len(r.verdicts)))  # (N, T)
         w = is_weights(logp, b.prefix_len, b.forced_nothink, self.cfg.forced_nothink_frac).to(adv.device)  # (N,)
-        m = {"thinking/is_weight_mean": w.mean().item(), "thinking/is_weight_max": w.max().item()}
+        m = {}
         if b.forced_nothink.any():  # the policy's own probability of skipping: pi(empty block) = w * q
             forced = b.forced_nothink.to(w.device)  # (N,)
             m["thinking/policy_nothink_p"] = (w[forced] * self.cfg.forced_nothink_frac).mean().item()
+        w = w.clamp(min=self.cfg.is_weight_floor)  # (N,) is_weight_floor 0: exact
+        m.update({"thinking/is_weight_mean": w.mean().item(), "thinking/is_weight_max": w.max().item(),
+                  "thinking/is_weight_floored": (w == self.cfg.is_weight_floor).float().mean().item()
+                  if self.cfg.is_weight_floor > 0 else 0.0})
         return adv * w, m
