@@ -13,7 +13,8 @@ from codechat import CodechatError
 from codechat.cli import main
 from codechat.configio import ConfigError, load_config
 from codechat.evaluation.thinking import bucket_metrics, bucket_of, load_reference, mode_metrics, reference_rates
-from codechat.rollout.thinking import ForcedBatch, is_weights
+from codechat.config import ThinkingConfig
+from codechat.rollout.thinking import BalancedSampler, ForcedBatch, is_weights
 from codechat.tasks import load_tasks
 from codechat.train.thinking import ThinkingHooks
 
@@ -152,3 +153,25 @@ def test_is_weight_floor_lifts_only_the_rare_modes_weights():
                            "verifier.thinking.is_weight_floor=-1"])
     with pytest.raises(ConfigError, match="needs forced_nothink_frac > 0"):
         load_config(None, ["verifier.thinking.enabled=true", "verifier.thinking.is_weight_floor=0.5"])
+
+
+class MergingTok:
+    """Characters, except that `></` is one token (as a BPE may merge it in `<think></think>`)."""
+
+    def __call__(self, text, add_special_tokens=False):
+        ids, i = [], 0
+        while i < len(text):
+            if text.startswith("></", i):
+                ids.append(999)
+                i += 3
+            else:
+                ids.append(ord(text[i]))
+                i += 1
+        return {"input_ids": ids}
+
+
+def test_forced_no_think_prefix_is_the_open_tags_tokens_then_the_close_tags():
+    s = BalancedSampler(None, MergingTok(), ThinkingConfig(enabled=True, forced_nothink_frac=0.5))
+    assert s.think_ids == [ord(c) for c in "<think>"]
+    assert s.nothink_ids == s.think_ids + [ord(c) for c in "</think>"] and 999 not in s.nothink_ids
+    assert MergingTok()("<think></think>")["input_ids"] != s.nothink_ids  # what encoding it whole would give
