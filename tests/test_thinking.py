@@ -35,6 +35,8 @@ WRONG = "```python\ndef add(a, b):\n    return a * b\n```\n"
     ("<think>plan, never closed code", "plan, never closed code", ""),
     ("plan from the prompt's open tag</think>code", "plan from the prompt's open tag", "code"),
     ("a<think>x</think>b<think>y</think>c", "x\ny", "abc"),
+    ("<think></think>plan after a forced empty block</think>code", "\nplan after a forced empty block", "code"),
+    ("a</think>b</think>c<think>x</think>d</think>e", "a</think>b\nx\nd", "ce"),
 ])
 def test_split_grammar(text, thinking, answer):
     s = split_thinking(text, ON)
@@ -62,7 +64,7 @@ def test_fuzz_block_text_never_reaches_the_answer(a, t, b):
 @given(st.text(alphabet="<>/thinkab\n", max_size=60))
 def test_fuzz_any_text_answer_has_no_open_tag(text):
     s = split_thinking(text, ON)
-    assert "<think>" not in s.answer and len(s.answer) <= len(text)
+    assert "<think>" not in s.answer and "</think>" not in s.answer and len(s.answer) <= len(text)
 
 
 def test_bad_tags_are_refused():
