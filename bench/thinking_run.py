@@ -13,7 +13,7 @@ RL stage's last `eval/...`. Both sample freely (no forcing) at eval.temperature.
 response tokens (thinking included) and sampled pass@1, per seed and averaged; greedy pass@1 too.
 Ends with one JSON line {"seeds", "nothink_before", "nothink_after", "tokens_before", "tokens_after",
 "pass1_before", "pass1_after", "greedy_before", "greedy_after", "tokens_change", "pass1_change_pts", ...}.
-Simplifies: one SFT model (seed 0) for every RL seed, so the seeds vary RL only.
+Simplifies: one SFT model (seed 0) for every RL seed, so the seeds vary RL only; a failed run stops the bench.
 """
 from __future__ import annotations
 
@@ -28,8 +28,12 @@ from pathlib import Path
 
 from codechat.rundir import resolve_model
 
-SFT = ["stages=[sft]", "sft.steps=160", "sft.lr=3e-3", "sft.batch_size=16", "sft.warmup=10"]
-"""The SFT stage of the demo (configs/thinking.yaml otherwise)."""
+SFT = [["stages=[sft]", "data.sft=builtin:synthetic-sft-think", "sft.steps=160", "sft.lr=3e-3",
+        "sft.batch_size=16", "sft.warmup=10"],
+       ["stages=[sft]", "data.sft=builtin:synthetic-sft-think-prefilled", "sft.steps=150", "sft.lr=2e-3",
+        "sft.batch_size=16", "sft.warmup=10"]]
+"""The demo's SFT, two runs (the second from the first's model): thinking traces only, then with the prefilled
+copies (how the measured model was made; configs/thinking.yaml otherwise)."""
 COMMON = ["log.progress=false", "log.plot=false", "checkpoint.every=0", "eval.every=0", "model.device=cpu"]
 KEYS = {"nothink": "thinking/nothink_frac", "tokens": "thinking/len", "pass1": "pass@1", "greedy": "greedy_pass@1"}
 
@@ -45,7 +49,8 @@ def train(run_dir: Path, overrides: list[str]) -> subprocess.Popen:
 def wait_all(procs: list[subprocess.Popen]) -> None:
     for p in procs:
         if p.wait() != 0:
-            raise SystemExit(f"a run failed (exit {p.returncode}): see {p.args[5].split('=', 1)[1]}.log")
+            run = next(a for a in p.args if a.startswith("run_dir=")).split("=", 1)[1]
+            raise SystemExit(f"a run failed (exit {p.returncode}): see {run}.log")
 
 
 def before_after(run_dir: Path) -> dict[str, float]:
@@ -76,7 +81,7 @@ def summarize(out: Path) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, help="folder of the runs (sft/, rl-s0/, ...)")
+    ap.add_argument("--out", type=Path, help="folder of the runs (sft0/, sft1/, rl-s0/, ...)")
     ap.add_argument("--sft-dir", type=Path, help="reuse this finished SFT run instead of training one")
     ap.add_argument("--seeds", default="0,1,2", help="RL seeds, comma-separated")
     ap.add_argument("--parallel", type=int, default=2, help="RL runs at once (one thread each)")
@@ -90,9 +95,13 @@ def main() -> None:
         ap.error("give --out (or --summarize)")
     args.out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    sft = args.sft_dir or args.out / "sft"
-    if args.sft_dir is None:
-        wait_all([train(sft, SFT + ["seed=0", "--force"])])
+    sft = args.sft_dir
+    if sft is None:
+        model = "tiny"
+        for i, over in enumerate(SFT):
+            sft = args.out / f"sft{i}"
+            wait_all([train(sft, over + [f"model.path={model}", "seed=0", "--force"])])
+            model = resolve_model(str(sft))
     model = resolve_model(str(sft))
     seeds = [int(s) for s in args.seeds.split(",")]
     for i in range(0, len(seeds), args.parallel):

@@ -272,4 +272,5 @@ def test_shipped_thinking_config_loads_with_every_piece_on():
     cfg = load_config("configs/thinking.yaml")
     t = cfg.verifier.thinking
     assert t.enabled and t.forced_nothink_frac == 0.5 and cfg.rewards.components["nothink-bonus"] == 0.3
-    assert cfg.data.sft == "builtin:synthetic-sft-think" and cfg.rewards.nothink_lr == 1.0
+    assert cfg.data.sft == "builtin:synthetic-sft-think-prefilled" and cfg.rewards.nothink_lr == 1.0
+    assert t.is_weight_floor == 1.0

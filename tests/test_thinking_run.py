@@ -19,11 +19,11 @@ from codechat.train.sft import prefilled_examples
 from codechat.verifier.verify import Verifier
 
 RUN = ["model.path=tiny", "data.sft=builtin:toy-think-sft-prefilled", "data.train=builtin:toy", "data.eval=builtin:toy",
-       "sampling.max_new_tokens=48", "sft.steps=40", "sft.lr=3e-3", "sft.batch_size=16", "sft.warmup=5",
+       "sampling.max_new_tokens=56", "sft.steps=80", "sft.lr=3e-3", "sft.batch_size=16", "sft.warmup=5",
        "verifier.workers=2", "verifier.thinking.enabled=true", "verifier.thinking.forced_nothink_frac=0.5",
        "verifier.thinking.is_weight_floor=1.0", "rewards.components={pass-all: 1.0, nothink-bonus: 0.3}",
        "rewards.nothink_margin=0.05", "rewards.nothink_lr=1.0", "algo.advantage=grpo", "algo.loss=ppo-clip",
-       "rl.steps=8", "rl.lr=1e-3", "rl.prompts_per_step=4", "rl.group_size=8", "rl.zero_variance=skip",
+       "rl.steps=10", "rl.lr=3e-4", "rl.prompts_per_step=5", "rl.group_size=8", "rl.zero_variance=skip",
        "eval.every=0", "eval.n=4", "eval.greedy=false", "log.progress=false", "log.plot=false",
        "log.audit=false", "checkpoint.every=0", "model.device=cpu"]
 
