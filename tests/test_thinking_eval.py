@@ -170,8 +170,7 @@ class MergingTok:
         return {"input_ids": ids}
 
 
-def test_forced_no_think_prefix_is_the_open_tags_tokens_then_the_close_tags():
+def test_forced_no_think_prefix_is_encoded_as_sft_text_encodes_it():
     s = BalancedSampler(None, MergingTok(), ThinkingConfig(enabled=True, forced_nothink_frac=0.5))
     assert s.think_ids == [ord(c) for c in "<think>"]
-    assert s.nothink_ids == s.think_ids + [ord(c) for c in "</think>"] and 999 not in s.nothink_ids
-    assert MergingTok()("<think></think>")["input_ids"] != s.nothink_ids  # what encoding it whole would give
+    assert s.nothink_ids == MergingTok()("<think></think>\ndef")["input_ids"][:13] and 999 in s.nothink_ids

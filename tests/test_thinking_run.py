@@ -13,6 +13,7 @@ from codechat.config import ModelConfig, ThinkingConfig, VerifierConfig
 from codechat.configio import load_config
 from codechat.policy import load_policy
 from codechat.rollout.collect import prompt_text
+from codechat.rollout.thinking import BalancedSampler
 from codechat.tasks import load_tasks
 from codechat.train import train
 from codechat.train.sft import prefilled_examples
@@ -31,7 +32,9 @@ RUN = ["model.path=tiny", "data.sft=builtin:toy-think-sft-prefilled", "data.trai
 def test_prefilled_copies_answer_after_the_empty_block_and_it_is_context():
     tasks = load_tasks("builtin:toy-think-sft-prefilled")
     pre = [t for t in tasks if "prefill" in t.metadata]
-    assert len(pre) == len(tasks) // 2 == 10 and len({t.task_id for t in tasks}) == len(tasks)
+    skips = [t for t in tasks if t.task_id.endswith("/skips")]  # one task in SKIP_EVERY skips by itself
+    assert len(pre) == 10 and len(skips) == 1 and len(tasks) == 21 and len({t.task_id for t in tasks}) == 21
+    assert skips[0].solution.startswith("<think></think>\n") and "prefill" not in skips[0].metadata
     with Verifier(VerifierConfig(workers=1, thinking=ThinkingConfig(enabled=True))) as v:
         vs = v.verify_many([(t, "".join(t.metadata["prefill"]) + t.solution) for t in pre])
         assert all(x.passed and not x.thought for x in vs)  # the forced block, then the reference: no-think, right
@@ -40,8 +43,9 @@ def test_prefilled_copies_answer_after_the_empty_block_and_it_is_context():
     ex = prefilled_examples(policy, tasks)
     assert len(ex) == len(tasks)
     prompt, answer = ex[tasks.index(pre[0])]
-    tags = enc("<think>", add_special_tokens=False) + enc("</think>", add_special_tokens=False)
-    assert prompt == policy.encode_prompt(prompt_text(pre[0])) + tags  # the block is context: not learned
+    forced = BalancedSampler(None, policy.tokenizer, ThinkingConfig(enabled=True, forced_nothink_frac=0.5))
+    assert prompt == policy.encode_prompt(prompt_text(pre[0])) + forced.nothink_ids  # context, as RL forces it
+    assert enc(skips[0].solution, add_special_tokens=False)[:len(forced.nothink_ids)] == forced.nothink_ids
     assert answer[:len(enc(pre[0].solution, add_special_tokens=False))] == enc(pre[0].solution, add_special_tokens=False)
     assert prefilled_examples(policy, load_tasks("builtin:toy-think-sft")) is None  # no prefill: the text pairs
     bad = copy.deepcopy(pre[0])

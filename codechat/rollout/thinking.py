@@ -23,8 +23,8 @@ it; the verdict carries `thought`). Three pieces, each usable alone:
   w = pi_theta(prefix) / q(prefix), q = f for the empty block and 1 - f for the open tag (detached), and the
   trainer multiplies the advantages by w: E_q[w A grad log pi(y)] = E_pi[A grad log pi(y)], the gradient of the
   policy's own distribution (tests/test_thinking.py checks this against an enumeration).
-Simplified: the forced prefixes are the open tag's tokens (think) and those followed by the close tag's tokens
-(no-think), each tag encoded on its own (a tokenizer could merge them differently in free text); the group baseline is the plain mean of the forced samples' rewards; balanced sampling is not combined
+Simplified: each forced prefix is encoded whole, as SFT text encodes it (the model could also write the same
+text as other tokens; only this path is forced and weighted); the group baseline is the plain mean of the forced samples' rewards; balanced sampling is not combined
 with `rl.zero_variance: resample` nor with `rl.async_steps > 0` (refused by the config check).
 """
 from __future__ import annotations
@@ -118,10 +118,10 @@ class BalancedSampler:
                                 f"got {cfg.forced_nothink_frac}")
         self.engine, self.cfg = engine, cfg
         self.nothink_text, self.think_text = cfg.open + cfg.close, cfg.open
-        # the open tag's tokens, then the close tag's, each encoded alone: the think prefix is a prefix of the
-        # no-think one, and the close tag is the tokens the model wrote after its plans (not a merge like `></`)
-        self.think_ids = _prefix_ids(tokenizer, cfg.open)
-        self.nothink_ids = self.think_ids + _prefix_ids(tokenizer, cfg.close)
+        # each prefix encoded whole, as the tokenizer encodes it in SFT text (`<think></think>` may merge into
+        # tokens such as `></`): the path the model learns from its SFT data is the one forced and weighted
+        self.nothink_ids = _prefix_ids(tokenizer, self.nothink_text)
+        self.think_ids = _prefix_ids(tokenizer, self.think_text)
 
     @property
     def samples_training_weights(self) -> bool:

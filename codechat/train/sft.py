@@ -49,8 +49,8 @@ def sft_pairs(ctx: Context, tasks) -> list[tuple[str, str]]:
 
 def prefilled_examples(policy, tasks) -> list[tuple[list[int], list[int]]] | None:
     """(prompt ids, answer ids) of tasks with references when any carries metadata["prefill"] (a list of tags,
-    tasks/thinking_sft.py): its tags, each encoded alone, continue the prompt (context, not learned), as the
-    balanced sampler forces them; None when no task has one (the plain text pairs)."""
+    tasks/thinking_sft.py): the tags' text, encoded whole, continues the prompt (context, not learned), as the
+    balanced sampler forces it; None when no task has one (the plain text pairs)."""
     if not any("prefill" in t.metadata for t in tasks):
         return None
     out = []
@@ -61,7 +61,7 @@ def prefilled_examples(policy, tasks) -> list[tuple[list[int], list[int]]] | Non
         if not isinstance(tags, list) or not all(isinstance(x, str) and x for x in tags):
             raise CodechatError(f"task {t.task_id}: metadata.prefill must be a list of non-empty strings, "
                                 f"got {tags!r}")
-        prefix = [i for x in tags for i in policy.tokenizer.encode(x, add_special_tokens=False)]
+        prefix = policy.tokenizer.encode("".join(tags), add_special_tokens=False) if tags else []
         out.append((policy.encode_prompt(prompt_text(t)) + prefix, answer_ids(policy, t.solution)))
     return out
 
