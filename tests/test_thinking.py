@@ -188,7 +188,8 @@ def test_balanced_sampler_forces_the_prefixes_in_each_group():
     assert b.forced_nothink.tolist() == [True, False, False, False] * 2
     assert b.texts[0] == "<a></a>ok" and b.texts[1] == "<a>ok"
     assert b.prefix_len.tolist() == [7, 3, 3, 3] * 2 and b.n_tokens.tolist() == [9, 5, 5, 5] * 2
-    assert b.tokens[1, :5].tolist() == [ord(c) for c in "<a>"] + [7, 7] and b.mask[1].sum() == 5
+    assert b.tokens[1, :5].tolist() == [ord(c) for c in "<a>"] + [7, 7] and b.mask[1].sum() == 5 - 3
+    assert b.mask[0, :3].sum() == 0 and b.mask[0].sum() == 9 - 3  # the shared `<a>`: not learned
     assert b.logprobs[0, 0].item() == pytest.approx(math.log(0.25)) and b.logprobs[1, 0].item() == pytest.approx(math.log(0.75))
     assert b.logprobs[1, 1:3].tolist() == [0.0, 0.0] and b.logprobs[1, 3].item() == -0.5
     with pytest.raises(CodechatError, match="forced_nothink_frac"):

@@ -19,7 +19,8 @@ it; the verdict carries `thought`). Three pieces, each usable alone:
 - `BalancedSampler`: wraps a rollout engine; of each group of G, round(f * G) samples start with the forced empty
   block `open + close` and the rest with the forced `open` tag (AdaptThink's importance sampling: the initial
   model almost never skips thinking, so without forcing there is no no-think sample to learn from). The forced
-  tokens are part of the completion (they get gradient); `is_weights` gives each sample
+  tokens are part of the completion; those the two prefixes share (e.g. `<` `think`) are masked out of the loss
+  (forced in every sample, no choice of the policy), the rest get gradient; `is_weights` gives each sample
   w = pi_theta(prefix) / q(prefix), q = f for the empty block and 1 - f for the open tag (detached), and the
   trainer multiplies the advantages by w: E_q[w A grad log pi(y)] = E_pi[A grad log pi(y)], the gradient of the
   policy's own distribution (tests/test_thinking.py checks this against an enumeration).
@@ -122,6 +123,10 @@ class BalancedSampler:
         # tokens such as `></`): the path the model learns from its SFT data is the one forced and weighted
         self.nothink_ids = _prefix_ids(tokenizer, self.nothink_text)
         self.think_ids = _prefix_ids(tokenizer, self.think_text)
+        self.shared = next((i for i, (a, b) in enumerate(zip(self.nothink_ids, self.think_ids)) if a != b),
+                           min(len(self.nothink_ids), len(self.think_ids)))
+        """Leading forced tokens common to both prefixes (the open tag's start): forced in every sample, no choice
+        of the policy here, so masked out of the loss; the mode choice is the first token after them."""
 
     @property
     def samples_training_weights(self) -> bool:
@@ -168,7 +173,7 @@ class BalancedSampler:
         logprobs = torch.zeros(len(tok), T)  # (N, T)
         for i, (t, l) in enumerate(zip(tok, lp)):
             tokens[i, :len(t)] = torch.tensor(t)
-            mask[i, :len(t)] = 1.0
+            mask[i, self.shared:len(t)] = 1.0  # the shared forced tokens: context, not learned
             logprobs[i, :len(l)] = torch.tensor(l)
         return ForcedBatch(torch.tensor(pidx), tokens, mask, logprobs, fin, texts, torch.tensor(ntok),
                            forced_nothink=torch.tensor(forced), prefix_len=torch.tensor(plen))
