@@ -39,7 +39,8 @@ KEYS = {"nothink": "thinking/nothink_frac", "tokens": "thinking/len", "pass1": "
 
 
 def train(run_dir: Path, overrides: list[str]) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "codechat", "train", "--config", "configs/thinking.yaml", f"run_dir={run_dir}",
+    cmd = [sys.executable, "-m", "codechat", "train", "--force", "--config", "configs/thinking.yaml",
+           f"run_dir={run_dir}",
            *COMMON, *overrides]
     print(" ".join(cmd[1:]), file=sys.stderr)
     log = open(run_dir.with_suffix(".log"), "w")
@@ -100,12 +101,12 @@ def main() -> None:
         model = "tiny"
         for i, over in enumerate(SFT):
             sft = args.out / f"sft{i}"
-            wait_all([train(sft, over + [f"model.path={model}", "seed=0", "--force"])])
+            wait_all([train(sft, over + [f"model.path={model}", "seed=0"])])
             model = resolve_model(str(sft))
     model = resolve_model(str(sft))
     seeds = [int(s) for s in args.seeds.split(",")]
     for i in range(0, len(seeds), args.parallel):
-        wait_all([train(args.out / f"rl-s{s}", ["stages=[grpo]", f"model.path={model}", f"seed={s}", "--force",
+        wait_all([train(args.out / f"rl-s{s}", ["stages=[grpo]", f"model.path={model}", f"seed={s}",
                                                 *args.overrides]) for s in seeds[i:i + args.parallel]])
     res = summarize(args.out)
     res["wall_s"] = round(time.perf_counter() - t0, 1)
