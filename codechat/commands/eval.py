@@ -130,8 +130,8 @@ def check_out(out: Path, provenance: dict) -> None:
 
 def markdown_table(metrics: dict, name: str) -> str:
     keys = [k for k in metrics if k.startswith(("pass@", "greedy", "base", "plus"))] + \
-           [k for k in metrics if k.startswith("status/")] + [k for k in ("mean_len", "tokens_per_s") if k in metrics] + \
-           [k for k in metrics if k.startswith(("thinking/", "difficulty/"))]
+           [k for k in metrics if k.startswith("status/")] + [k for k in ("mean_len", "tokens_per_s") if k in metrics]
+    keys += [k for k in metrics if k.startswith(("thinking/", "difficulty/"))]  # thinking on, --reference
     rows = [f"| {name} | |", "|---|---|"] + [f"| {k} | {metrics[k]:.4g} |" for k in keys]
     return "\n".join(rows) + "\n"
 

@@ -23,10 +23,12 @@ it; the verdict carries `thought`). Three pieces, each usable alone:
   (forced in every sample, no choice of the policy), the rest get gradient; `is_weights` gives each sample
   w = pi_theta(prefix) / q(prefix), q = f for the empty block and 1 - f for the open tag (detached), and the
   trainer multiplies the advantages by w: E_q[w A grad log pi(y)] = E_pi[A grad log pi(y)], the gradient of the
-  policy's own distribution (tests/test_thinking.py checks this against an enumeration).
+  policy's own distribution (tests/test_thinking.py checks this against an enumeration; with the shared tokens
+  masked it is the gradient given them). `is_weight_floor` > 0 trades that exactness for a cold start.
 Simplified: each forced prefix is encoded whole, as SFT text encodes it (the model could also write the same
-text as other tokens; only this path is forced and weighted); the group baseline is the plain mean of the forced samples' rewards; balanced sampling is not combined
-with `rl.zero_variance: resample` nor with `rl.async_steps > 0` (refused by the config check).
+text as other tokens; only this path is forced and weighted); the group baseline is the plain mean of the
+forced samples' rewards; balanced sampling is not combined with `rl.zero_variance: resample` nor with
+`rl.async_steps > 0` (refused by the config check).
 """
 from __future__ import annotations
 

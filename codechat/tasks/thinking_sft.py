@@ -52,7 +52,8 @@ SKIP_EVERY = 25
 
 def with_prefilled(tasks: list[Task], source: str) -> list[Task]:
     """with_thinking(tasks), then a copy of each whose answer is the reference after a prefilled empty block:
-    metadata["prefill"] = [open, close] (appended to the prompt by SFT, encoded as the balanced sampler forces it), metadata["solution"] = the newline the thinking references have after the close tag, then
+    metadata["prefill"] = [open, close] (appended to the prompt by SFT, encoded as the balanced sampler forces
+    it), metadata["solution"] = the newline the thinking references have after the close tag, then
     the reference; and for every SKIP_EVERY-th task a copy `<think></think>\n` + reference, all learned."""
     out = with_thinking(tasks, source)
     for i, t in enumerate(t for t in tasks if t.solution):
