@@ -35,6 +35,8 @@ WRONG = "```python\ndef add(a, b):\n    return a * b\n```\n"
     ("<think>plan, never closed code", "plan, never closed code", ""),
     ("plan from the prompt's open tag</think>code", "plan from the prompt's open tag", "code"),
     ("a<think>x</think>b<think>y</think>c", "x\ny", "abc"),
+    ("<think></think>plan after a forced empty block</think>code", "\nplan after a forced empty block", "code"),
+    ("a</think>b</think>c<think>x</think>d</think>e", "a</think>b\nx\nd", "ce"),
 ])
 def test_split_grammar(text, thinking, answer):
     s = split_thinking(text, ON)
@@ -62,7 +64,7 @@ def test_fuzz_block_text_never_reaches_the_answer(a, t, b):
 @given(st.text(alphabet="<>/thinkab\n", max_size=60))
 def test_fuzz_any_text_answer_has_no_open_tag(text):
     s = split_thinking(text, ON)
-    assert "<think>" not in s.answer and len(s.answer) <= len(text)
+    assert "<think>" not in s.answer and "</think>" not in s.answer and len(s.answer) <= len(text)
 
 
 def test_bad_tags_are_refused():
@@ -186,7 +188,8 @@ def test_balanced_sampler_forces_the_prefixes_in_each_group():
     assert b.forced_nothink.tolist() == [True, False, False, False] * 2
     assert b.texts[0] == "<a></a>ok" and b.texts[1] == "<a>ok"
     assert b.prefix_len.tolist() == [7, 3, 3, 3] * 2 and b.n_tokens.tolist() == [9, 5, 5, 5] * 2
-    assert b.tokens[1, :5].tolist() == [ord(c) for c in "<a>"] + [7, 7] and b.mask[1].sum() == 5
+    assert b.tokens[1, :5].tolist() == [ord(c) for c in "<a>"] + [7, 7] and b.mask[1].sum() == 5 - 3
+    assert b.mask[0, :3].sum() == 0 and b.mask[0].sum() == 9 - 3  # the shared `<a>`: not learned
     assert b.logprobs[0, 0].item() == pytest.approx(math.log(0.25)) and b.logprobs[1, 0].item() == pytest.approx(math.log(0.75))
     assert b.logprobs[1, 1:3].tolist() == [0.0, 0.0] and b.logprobs[1, 3].item() == -0.5
     with pytest.raises(CodechatError, match="forced_nothink_frac"):
@@ -250,9 +253,14 @@ def test_rl_run_logs_modes_and_weighs_forced_samples(tmp_path):
                              "log.plot=false", "verifier.workers=2", "rl.prompts_per_step=2", "rl.group_size=4",
                              "checkpoint.every=0", "rl.steps=2", f"run_dir={run}", "verifier.thinking.enabled=true",
                              "verifier.thinking.forced_nothink_frac=0.5", "rewards.nothink_lr=1.0",
-                             "rewards.components={pass-all: 1.0, nothink-bonus: 0.2}"]))
+                             "rewards.components={pass-all: 1.0, nothink-bonus: 0.2}", "data.eval=builtin:toy",
+                             "data.max_eval_tasks=4", "eval.n=2", "eval.greedy=false"]))
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if '"loss"' in line]
     assert len(rows) == 2
+    # the policy at the RL start is evaluated once (the difficulty reference); the stage-end eval by mode and bucket
+    assert 0 <= rows[0]["ref_eval/thinking/nothink_frac"] <= 1 and "ref_eval/thinking/nothink_frac" not in rows[1]
+    assert 0 <= rows[1]["eval/thinking/nothink_frac"] <= 1 and rows[1]["eval/thinking/len"] > 0
+    assert sum(v for k, v in rows[1].items() if k.startswith("eval/difficulty/") and k.endswith("/tasks")) == 4
     for m in rows:
         assert m["thinking/nothink_frac"] >= 0.5  # half of each group is forced to the empty block
         assert m["thinking/is_weight_mean"] > 0 and math.isfinite(m["loss"])
@@ -265,4 +273,5 @@ def test_shipped_thinking_config_loads_with_every_piece_on():
     cfg = load_config("configs/thinking.yaml")
     t = cfg.verifier.thinking
     assert t.enabled and t.forced_nothink_frac == 0.5 and cfg.rewards.components["nothink-bonus"] == 0.3
-    assert cfg.data.sft == "builtin:synthetic-sft-think" and cfg.rewards.nothink_lr == 1.0
+    assert cfg.data.sft == "builtin:synthetic-sft-think-prefilled" and cfg.rewards.nothink_lr == 1.0
+    assert t.is_weight_floor == 1.0

@@ -19,8 +19,9 @@ import sys
 from pathlib import Path
 
 from codechat import CodechatError
-from codechat.config import EvalConfig, RunConfig, SamplingConfig
+from codechat.config import EvalConfig, RunConfig, SamplingConfig, ThinkingConfig
 from codechat.evaluation.compare import compare
+from codechat.evaluation.thinking import load_reference
 from codechat.rundir import is_run_dir, resolve_model, run_config, section
 
 HELP = "evaluate pass@k of a model or of a completions file; compare two evaluations"
@@ -47,6 +48,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=None, help="sampling seed (default: the run's seed + 99)")
     p.add_argument("--compare", nargs=2, metavar=("A", "B"), help="compare two eval output directories")
     p.add_argument("--repos", help="repository tasks: directory holding the SWE-bench checkouts (owner__name)")
+    p.add_argument("--thinking", action=argparse.BooleanOptionalAction, default=None,
+                   help="strip <think> blocks before verifying and report pass@1 and length by mode "
+                        "(default: the run's verifier.thinking, else off)")
+    p.add_argument("--reference", metavar="EVAL_DIR",
+                   help="an earlier eval output (the reference model's): report by difficulty bucket of its "
+                        "per-task pass rates")
 
 
 def set_name(spec: str) -> str:
@@ -73,6 +80,9 @@ def eval_settings(args: argparse.Namespace, model_path: str | None) -> dict:
          "max_new_tokens": sa["max_new_tokens"] if args.max_new_tokens is None else args.max_new_tokens,
          "stop": list(sa["stop"]), "seed": seed if args.seed is None else args.seed,
          "chat": section(cfg, "model").get("chat") is True}
+    think = {k: v for k, v in section(section(cfg, "verifier"), "thinking").items() if k in ("open", "close")}
+    enabled = section(section(cfg, "verifier"), "thinking").get("enabled") is True
+    s["thinking"] = {**think, "enabled": enabled if args.thinking is None else args.thinking}
     if args.k is None:
         s["k"] = sorted(set(ev["k"]))
     else:
@@ -121,6 +131,7 @@ def check_out(out: Path, provenance: dict) -> None:
 def markdown_table(metrics: dict, name: str) -> str:
     keys = [k for k in metrics if k.startswith(("pass@", "greedy", "base", "plus"))] + \
            [k for k in metrics if k.startswith("status/")] + [k for k in ("mean_len", "tokens_per_s") if k in metrics]
+    keys += [k for k in metrics if k.startswith(("thinking/", "difficulty/"))]  # thinking on, --reference
     rows = [f"| {name} | |", "|---|---|"] + [f"| {k} | {metrics[k]:.4g} |" for k in keys]
     return "\n".join(rows) + "\n"
 
@@ -174,17 +185,21 @@ def run(args: argparse.Namespace) -> int:
     prov = {"tasks": args.tasks, "n_tasks": len(tasks), "limit": args.limit, "model": args.model,
             "model_path": model_path, "checkpoint": args.checkpoint if args.model and is_run_dir(args.model)
             else None, "completions": args.completions}
-    prov.update(s if args.model else {"k": s["k"]})
+    prov.update(s if args.model else {"k": s["k"], "thinking": s["thinking"]})
+    reference = load_reference(args.reference) if args.reference else None
+    prov["reference"] = args.reference
     out = out_dir(args, name)
     check_out(out, prov)
-    vcfg = VerifierConfig(workers=args.workers, backend=args.verifier_backend)
+    vcfg = VerifierConfig(workers=args.workers, backend=args.verifier_backend,
+                          thinking=ThinkingConfig(**s["thinking"]))
     if args.timeout is not None:
         if not args.timeout > 0:
             raise CodechatError(f"eval: --timeout must be a positive number of seconds, got {args.timeout}")
         vcfg.timeout_s = args.timeout
     with make_verifier(vcfg) as verifier:
         if args.completions:
-            report = evaluate_completions(verifier, tasks, args.completions, s["k"])
+            report = evaluate_completions(verifier, tasks, args.completions, s["k"], thinking=s["thinking"]["enabled"],
+                                          reference=reference)
         else:
             from codechat.policy import load_policy
             policy = load_policy(ModelConfig(path=model_path, chat=s["chat"]))
@@ -193,7 +208,8 @@ def run(args: argparse.Namespace) -> int:
             tick, close = progress_bar(name, len(tasks))
             try:
                 report = evaluate_policy(policy, verifier, tasks, n=s["n"], ks=s["k"], temperature=s["temperature"],
-                                         greedy=s["greedy"], sampling=sampling, seed=s["seed"], progress=tick)
+                                         greedy=s["greedy"], sampling=sampling, seed=s["seed"], progress=tick,
+                                         thinking=s["thinking"]["enabled"], reference=reference)
             finally:
                 close()
     write_report(report, out, name, prov)

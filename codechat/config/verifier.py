@@ -65,6 +65,10 @@ class ThinkingConfig:
     forced_nothink_frac: float = 0.0
     """RL balanced sampling: share of each group forced to start with the empty block (the rest with the open
     tag), the loss importance-weighted back to the policy's own distribution; 0 = sample freely."""
+    is_weight_floor: float = 0.0
+    """Balanced sampling: lower bound on a forced sample's importance weight pi(prefix) / q(prefix). 0 = exact
+    (the policy's own gradient: a mode the policy gives ~0 probability gets ~0 gradient, the cold start stays
+    cold); > 0 lets the rare mode's samples teach it, biased toward the forced mix (docs/thinking.md)."""
 
 
 @dataclass

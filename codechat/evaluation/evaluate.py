@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from codechat.config import SamplingConfig
+from codechat.evaluation.thinking import bucket_metrics, mode_metrics
 from codechat.tasks import Task
 
 
@@ -96,9 +97,11 @@ def score_records(verifier, pairs: list[tuple[Task, str]], verdicts=None) -> lis
 
 def evaluate_policy(policy, verifier, tasks: list[Task], n: int = 4, ks: list[int] = (1,), temperature: float = 1.0,
                     greedy: bool = True, sampling: SamplingConfig | None = None, seed: int = 1234,
-                    prompts_per_batch: int = 16, progress: Callable[[int, int], None] | None = None) -> EvalReport:
+                    prompts_per_batch: int = 16, progress: Callable[[int, int], None] | None = None,
+                    thinking: bool = False, reference: dict[str, float] | None = None) -> EvalReport:
     """Sample n completions per task (and one greedy), verify, and compute pass@k. `progress(done, total)` is
-    called after every batch of tasks."""
+    called after every batch of tasks. thinking: also pass@1 and length by mode; reference ({task_id: pass rate}
+    of the reference model): also by difficulty bucket (evaluation/thinking.py)."""
     from codechat.policy import Sampler
     from codechat.rollout.collect import collect
 
@@ -132,6 +135,10 @@ def evaluate_policy(policy, verifier, tasks: list[Task], n: int = 4, ks: list[in
         policy.model.train()
     report = summarize(records, list(ks), greedy_ok if greedy else None)
     report.metrics["tokens_per_s"] = new_tokens / max(gen_s, 1e-9)
+    if thinking:
+        report.metrics.update(mode_metrics(records))
+    if reference:
+        report.metrics.update(bucket_metrics(records, reference))
     return report
 
 
@@ -164,8 +171,10 @@ def read_completions(path: str, task_ids: set[str]) -> tuple[list[tuple[str, int
     return out, problems
 
 
-def evaluate_completions(verifier, tasks: list[Task], path: str, ks: list[int]) -> EvalReport:
-    """Score completions that already exist (any model or tool) with the same verifier and estimator."""
+def evaluate_completions(verifier, tasks: list[Task], path: str, ks: list[int], thinking: bool = False,
+                         reference: dict[str, float] | None = None) -> EvalReport:
+    """Score completions that already exist (any model or tool) with the same verifier and estimator;
+    thinking, reference: as in evaluate_policy (length by mode needs `n_tokens` in the file's records: absent = 0)."""
     import sys
 
     by_id = {t.task_id: t for t in tasks}
@@ -182,4 +191,9 @@ def evaluate_completions(verifier, tasks: list[Task], path: str, ks: list[int]) 
     if dropped:
         print(f"warning: pass@{','.join(map(str, dropped))} not reported: a task has only {fewest} completion(s) "
               f"(k must be <= the samples of every task)", file=sys.stderr)
-    return summarize(records, [k for k in ks if k <= fewest] or [1])
+    report = summarize(records, [k for k in ks if k <= fewest] or [1])
+    if thinking:
+        report.metrics.update(mode_metrics(records))
+    if reference:
+        report.metrics.update(bucket_metrics(records, reference))
+    return report

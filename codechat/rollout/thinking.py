@@ -19,13 +19,16 @@ it; the verdict carries `thought`). Three pieces, each usable alone:
 - `BalancedSampler`: wraps a rollout engine; of each group of G, round(f * G) samples start with the forced empty
   block `open + close` and the rest with the forced `open` tag (AdaptThink's importance sampling: the initial
   model almost never skips thinking, so without forcing there is no no-think sample to learn from). The forced
-  tokens are part of the completion (they get gradient); `is_weights` gives each sample
+  tokens are part of the completion; those the two prefixes share (e.g. `<` `think`) are masked out of the loss
+  (forced in every sample, no choice of the policy), the rest get gradient; `is_weights` gives each sample
   w = pi_theta(prefix) / q(prefix), q = f for the empty block and 1 - f for the open tag (detached), and the
   trainer multiplies the advantages by w: E_q[w A grad log pi(y)] = E_pi[A grad log pi(y)], the gradient of the
-  policy's own distribution (tests/test_thinking.py checks this against an enumeration).
-Simplified: the forced prefix is tokenized on its own (its tokens may differ from how the model would write the
-tags); the group baseline is the plain mean of the forced samples' rewards; balanced sampling is not combined
-with `rl.zero_variance: resample` (refused by the config check).
+  policy's own distribution (tests/test_thinking.py checks this against an enumeration; with the shared tokens
+  masked it is the gradient given them). `is_weight_floor` > 0 trades that exactness for a cold start.
+Simplified: each forced prefix is encoded whole, as SFT text encodes it (the model could also write the same
+text as other tokens; only this path is forced and weighted); the group baseline is the plain mean of the
+forced samples' rewards; balanced sampling is not combined with `rl.zero_variance: resample` nor with
+`rl.async_steps > 0` (refused by the config check).
 """
 from __future__ import annotations
 
@@ -118,8 +121,14 @@ class BalancedSampler:
                                 f"got {cfg.forced_nothink_frac}")
         self.engine, self.cfg = engine, cfg
         self.nothink_text, self.think_text = cfg.open + cfg.close, cfg.open
+        # each prefix encoded whole, as the tokenizer encodes it in SFT text (`<think></think>` may merge into
+        # tokens such as `></`): the path the model learns from its SFT data is the one forced and weighted
         self.nothink_ids = _prefix_ids(tokenizer, self.nothink_text)
         self.think_ids = _prefix_ids(tokenizer, self.think_text)
+        self.shared = next((i for i, (a, b) in enumerate(zip(self.nothink_ids, self.think_ids)) if a != b),
+                           min(len(self.nothink_ids), len(self.think_ids)))
+        """Leading forced tokens common to both prefixes (the open tag's start): forced in every sample, no choice
+        of the policy here, so masked out of the loss; the mode choice is the first token after them."""
 
     @property
     def samples_training_weights(self) -> bool:
@@ -166,7 +175,7 @@ class BalancedSampler:
         logprobs = torch.zeros(len(tok), T)  # (N, T)
         for i, (t, l) in enumerate(zip(tok, lp)):
             tokens[i, :len(t)] = torch.tensor(t)
-            mask[i, :len(t)] = 1.0
+            mask[i, self.shared:len(t)] = 1.0  # the shared forced tokens: context, not learned
             logprobs[i, :len(l)] = torch.tensor(l)
         return ForcedBatch(torch.tensor(pidx), tokens, mask, logprobs, fin, texts, torch.tensor(ntok),
                            forced_nothink=torch.tensor(forced), prefix_len=torch.tensor(plen))
@@ -197,6 +206,13 @@ def check_thinking(cfg) -> None:
         raise CodechatError("verifier.thinking.forced_nothink_frac > 0 needs verifier.thinking.enabled=true")
     if t.forced_nothink_frac > 0 and cfg.rl.zero_variance == "resample":
         raise CodechatError("verifier.thinking.forced_nothink_frac > 0 is not combined with rl.zero_variance=resample")
+    if not (math.isfinite(t.is_weight_floor) and t.is_weight_floor >= 0):
+        raise CodechatError(f"verifier.thinking.is_weight_floor: expected >= 0, got {t.is_weight_floor}")
+    if t.is_weight_floor > 0 and t.forced_nothink_frac == 0:
+        raise CodechatError("verifier.thinking.is_weight_floor > 0 needs forced_nothink_frac > 0 (no forced samples)")
+    if t.forced_nothink_frac > 0 and cfg.rl.async_steps > 0:  # the producer samples without the BalancedSampler
+        raise CodechatError("verifier.thinking.forced_nothink_frac > 0 is not combined with rl.async_steps > 0 "
+                            "(the async producer samples freely; use rl.async_steps=0)")
     if not (math.isfinite(rw.nothink_margin) and rw.nothink_margin >= 0):
         raise CodechatError(f"rewards.nothink_margin: expected >= 0, got {rw.nothink_margin}")
     if not (math.isfinite(rw.nothink_lr) and rw.nothink_lr >= 0):

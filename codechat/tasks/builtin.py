@@ -63,15 +63,18 @@ GENERATED["toy"] = _toy(False)
 GENERATED["toy-sft"] = _toy(True)
 
 
-def _thinking(base: str, name: str) -> Callable[[], list[Task]]:
+def _thinking(base: str, name: str, prefilled: bool = False) -> Callable[[], list[Task]]:
     def load() -> list[Task]:
-        from codechat.tasks.thinking_sft import with_thinking  # imported on use, like the other families
-        return with_thinking(GENERATED[base](), f"builtin:{name}")
+        from codechat.tasks.thinking_sft import with_prefilled, with_thinking  # imported on use, like the others
+        return (with_prefilled if prefilled else with_thinking)(GENERATED[base](), f"builtin:{name}")
     return load
 
 
 GENERATED["toy-think-sft"] = _thinking("toy", "toy-think-sft")
 GENERATED["synthetic-sft-think"] = _thinking("synthetic-sft-clean", "synthetic-sft-think")
+GENERATED["toy-think-sft-prefilled"] = _thinking("toy", "toy-think-sft-prefilled", prefilled=True)
+GENERATED["synthetic-sft-think-prefilled"] = _thinking("synthetic-sft-clean", "synthetic-sft-think-prefilled",
+                                                       prefilled=True)
 
 
 def _arith(split: str) -> Callable[[], list[Task]]:

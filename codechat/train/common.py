@@ -165,9 +165,11 @@ def evaluate_now(ctx: Context) -> dict[str, float]:
     for name, tasks in sets:
         with full_weights(ctx.policy.model):  # FSDP: sample from gathered weights (every rank evaluates)
             rep = evaluate_policy(ctx.policy, ctx.verifier, tasks, n=e.n, ks=e.k, temperature=e.temperature,
-                                  greedy=e.greedy, sampling=ctx.cfg.sampling, seed=ctx.cfg.seed + 99)
-        for k, v in rep.metrics.items():
-            if k.startswith("pass@") or k == "greedy_pass@1":
+                                  greedy=e.greedy, sampling=ctx.cfg.sampling, seed=ctx.cfg.seed + 99,
+                                  thinking=ctx.cfg.verifier.thinking.enabled,  # by mode, by difficulty bucket:
+                                  reference=ctx.state.extra.get("thinking_ref_rates") if name == "eval" else None)
+        for k, v in rep.metrics.items():  # (thinking_ref_rates: train/thinking.py, at the RL stage start)
+            if k.startswith(("pass@", "thinking/", "difficulty/")) or k == "greedy_pass@1":
                 out[f"{name}/{k}"] = v
     base = ctx.state.extra.setdefault("stage_start_eval", {})
     for k, v in list(out.items()):  # (adds the /regressed flags)

@@ -47,6 +47,25 @@ def sft_pairs(ctx: Context, tasks) -> list[tuple[str, str]]:
     return pairs
 
 
+def prefilled_examples(policy, tasks) -> list[tuple[list[int], list[int]]] | None:
+    """(prompt ids, answer ids) of tasks with references when any carries metadata["prefill"] (a list of tags,
+    tasks/thinking_sft.py): the tags' text, encoded whole, continues the prompt (context, not learned), as the
+    balanced sampler forces it; None when no task has one (the plain text pairs)."""
+    if not any("prefill" in t.metadata for t in tasks):
+        return None
+    out = []
+    for t in tasks:
+        if not t.solution:
+            continue
+        tags = t.metadata.get("prefill", [])
+        if not isinstance(tags, list) or not all(isinstance(x, str) and x for x in tags):
+            raise CodechatError(f"task {t.task_id}: metadata.prefill must be a list of non-empty strings, "
+                                f"got {tags!r}")
+        prefix = policy.tokenizer.encode("".join(tags), add_special_tokens=False) if tags else []
+        out.append((policy.encode_prompt(prompt_text(t)) + prefix, answer_ids(policy, t.solution)))
+    return out
+
+
 def train_on_pairs(ctx: Context, pairs, steps: int, lr: float, batch_size: int, warmup: int,
                    encoded: list[tuple[list[int], list[int]]] | None = None, start: int = 0) -> None:
     """The SFT loop over a fixed list of (prompt, answer) texts or pre-encoded (prompt ids, answer ids), from
@@ -84,7 +103,8 @@ def run_sft(ctx: Context) -> None:
         train_on_pairs(ctx, [], c.steps, c.lr, c.batch_size, c.warmup, encoded=encoded)
         return
     tasks = drop_long(tasks, ctx.policy, prompt_limit(ctx.cfg, ctx.policy), "sft", with_solution=True)
-    train_on_pairs(ctx, sft_pairs(ctx, tasks), c.steps, c.lr, c.batch_size, c.warmup)
+    train_on_pairs(ctx, sft_pairs(ctx, tasks), c.steps, c.lr, c.batch_size, c.warmup,
+                   encoded=prefilled_examples(ctx.policy, tasks))  # thinking: prefilled empty blocks
 
 
 def transcript_examples(ctx: Context, tasks) -> list[tuple[list[int], list[int], list[float]]]:

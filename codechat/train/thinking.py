@@ -1,7 +1,7 @@
 """The RL loop's thinking hooks (rollout/thinking.py has the pieces): wrap the engine for balanced sampling, log
 per-mode metrics, apply the nothink-bonus constraint, importance-weight the advantages of forced samples.
 
-    hooks = ThinkingHooks(ctx)
+    hooks = ThinkingHooks(ctx)                        # evaluates the starting policy: the difficulty reference
     engine = hooks.wrap(engine)                       # forced_nothink_frac > 0: BalancedSampler
     metrics |= hooks.after_sample(r)                  # thinking/ metrics; lambda update (state in the checkpoint)
     adv, m = hooks.weigh(ctx, r, adv, logprobs_fn)    # forced samples: adv * pi(prefix) / q(prefix)
@@ -11,10 +11,15 @@ from __future__ import annotations
 
 import torch
 
-from codechat.train import dist
-
+from codechat.evaluation.evaluate import evaluate_policy
+from codechat.evaluation.thinking import reference_rates
+from codechat.policy.fsdp import full_weights
 from codechat.rollout.thinking import BONUS, BalancedSampler, ForcedBatch, NothinkConstraint, is_weights, \
     thinking_metrics
+from codechat.train import dist
+
+REF_RATES = "thinking_ref_rates"
+"""state.extra key: {task_id: pass rate} of the policy at the RL stage start on the eval set (checkpointed)."""
 
 
 class ThinkingHooks:
@@ -26,6 +31,22 @@ class ThinkingHooks:
             self.constraint = NothinkConstraint(ctx.cfg.rewards)
             self.constraint.load_state_dict(ctx.state.extra.get("nothink", {}))
         self.state = ctx.state
+        self.pending = self.reference_eval(ctx)  # logged with the first step
+
+    def reference_eval(self, ctx) -> dict[str, float]:
+        """Once per run (a resume finds the rates in the checkpoint): evaluate the policy at the RL stage start
+        on the eval set with the eval settings; its per-task pass rates are the difficulty buckets of every later
+        eval (evaluation/thinking.py). -> its metrics as ref_eval/... (the "before" numbers)."""
+        if not self.cfg.enabled or not ctx.eval_tasks or REF_RATES in ctx.state.extra:
+            return {}
+        e = ctx.cfg.eval
+        with full_weights(ctx.policy.model):  # FSDP: sample from gathered weights (every rank evaluates)
+            rep = evaluate_policy(ctx.policy, ctx.verifier, ctx.eval_tasks, n=max(e.n, 1), ks=[1],
+                                  temperature=e.temperature, greedy=e.greedy, sampling=ctx.cfg.sampling,
+                                  seed=ctx.cfg.seed + 99, thinking=True)
+        ctx.state.extra[REF_RATES] = reference_rates(rep.per_task)
+        return {f"ref_eval/{k}": v for k, v in rep.metrics.items()
+                if k.startswith(("pass@", "thinking/")) or k in ("greedy_pass@1", "mean_len")}
 
     def wrap(self, engine):
         if self.cfg.enabled and self.cfg.forced_nothink_frac > 0:
@@ -38,7 +59,8 @@ class ThinkingHooks:
     def after_sample(self, r) -> dict[str, float]:
         if not self.cfg.enabled:
             return {}
-        m = thinking_metrics(r, self.cfg, self.count_tokens)
+        m = thinking_metrics(r, self.cfg, self.count_tokens) | self.pending
+        self.pending = {}
         if self.constraint is not None:
             passed = dist.all_items(r.passed.tolist())  # every rank's samples: the same lambda everywhere
             m.update(self.constraint.apply(r, sum(passed) / max(len(passed), 1)))
@@ -52,8 +74,12 @@ class ThinkingHooks:
             return adv, {}
         logp = prefix_logprobs(torch.arange(len(r.verdicts)))  # (N, T)
         w = is_weights(logp, b.prefix_len, b.forced_nothink, self.cfg.forced_nothink_frac).to(adv.device)  # (N,)
-        m = {"thinking/is_weight_mean": w.mean().item(), "thinking/is_weight_max": w.max().item()}
+        m = {}
         if b.forced_nothink.any():  # the policy's own probability of skipping: pi(empty block) = w * q
             forced = b.forced_nothink.to(w.device)  # (N,)
             m["thinking/policy_nothink_p"] = (w[forced] * self.cfg.forced_nothink_frac).mean().item()
+        w = w.clamp(min=self.cfg.is_weight_floor)  # (N,) is_weight_floor 0: exact
+        m.update({"thinking/is_weight_mean": w.mean().item(), "thinking/is_weight_max": w.max().item(),
+                  "thinking/is_weight_floored": (w == self.cfg.is_weight_floor).float().mean().item()
+                  if self.cfg.is_weight_floor > 0 else 0.0})
         return adv * w, m

@@ -3,12 +3,13 @@
     split_thinking("<think>plan</think>def f(): ...", cfg) -> ThinkSplit(thinking="plan", answer="def f(): ...")
 
 Grammar (open/close are ThinkingConfig.open/close, e.g. `<think>` / `</think>`):
-    completion := [pre-close] (text | open thinking close | open thinking EOF)*
+    completion := (text [thinking close] | open thinking close | open thinking EOF)*
 - every `open ... close` block is thinking and removed from the answer;
 - an `open` never closed makes the rest of the completion thinking (a sample cut off while thinking has no
   answer: code written inside a thinking block is never run);
-- a `close` before any `open` (chat templates that put the open tag in the prompt) makes the text before it
-  thinking.
+- a `close` outside a block makes the text before it thinking, back to the previous block's end or the start:
+  chat templates that put the open tag in the prompt, and `<think></think>plan</think>code`, a plan written after
+  a (forced) empty block, which is thinking too (else it would earn the no-think bonus).
 A completion is in mode `nothink` when its thinking is empty or blank (an empty block `<think></think>` or
 none at all), else `think`. Simplified: tags are matched as plain strings, not as tokens; nested tags are not
 counted (the first close ends the block).
@@ -48,16 +49,20 @@ def split_thinking(completion: str, cfg: ThinkingConfig) -> ThinkSplit:
     op, cl = cfg.open, cfg.close
     thinking, answer = [], []
     rest = completion
-    first_close, first_open = rest.find(cl), rest.find(op)
-    if first_close >= 0 and (first_open < 0 or first_close < first_open):  # the open tag was in the prompt
-        thinking.append(rest[:first_close])
-        rest = rest[first_close + len(cl):]
+
+    def outside(text: str) -> None:  # text outside blocks: up to its last (stray) close tag, thinking
+        k = text.rfind(cl)
+        if k >= 0:
+            thinking.append(text[:k])
+            text = text[k + len(cl):]
+        answer.append(text)
+
     while rest:
         i = rest.find(op)
         if i < 0:
-            answer.append(rest)
+            outside(rest)
             break
-        answer.append(rest[:i])
+        outside(rest[:i])
         rest = rest[i + len(op):]
         j = rest.find(cl)
         if j < 0:  # never closed: the rest is thinking

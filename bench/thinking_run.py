@@ -1,0 +1,117 @@
+"""Learning when not to think, on a CPU (docs/thinking.md): SFT on references that always think, then GRPO with
+the constrained no-think objective from that SFT model, one RL run per seed; before = the SFT model, after = the
+RL model, both evaluated on the held-out set with the same eval settings and seed.
+
+    PYTHONPATH=. python bench/thinking_run.py --out /tmp/think                    # SFT once, RL seeds 0 1 2
+    PYTHONPATH=. python bench/thinking_run.py --out /tmp/think --sft-dir /tmp/think/sft rl.steps=30
+    PYTHONPATH=. python bench/thinking_run.py --summarize /tmp/think              # the JSON line of finished runs
+
+Every run is `codechat train --config configs/thinking.yaml` (a subprocess with OMP_NUM_THREADS=1; at most
+--parallel at once); extra KEY=VALUE arguments go to the RL runs. "Before" is each RL run's `ref_eval/...` (the
+policy at the RL start = the SFT model, evaluated by train/thinking.py before the first update); "after" is the
+RL stage's last `eval/...`. Both sample freely (no forcing) at eval.temperature. Figures: no-think share, mean
+response tokens (thinking included) and sampled pass@1, per seed and averaged; greedy pass@1 too.
+Ends with one JSON line {"seeds", "nothink_before", "nothink_after", "tokens_before", "tokens_after",
+"pass1_before", "pass1_after", "greedy_before", "greedy_after", "tokens_change", "pass1_change_pts", ...}.
+Simplifies: one SFT model (seed 0) for every RL seed, so the seeds vary RL only; a failed run stops the bench.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from codechat.rundir import resolve_model
+
+SFT = [["stages=[sft]", "data.sft=builtin:synthetic-sft-think", "sft.steps=160", "sft.lr=3e-3",
+        "sft.batch_size=16", "sft.warmup=10"],
+       ["stages=[sft]", "data.sft=builtin:synthetic-sft-think-prefilled", "sft.steps=150", "sft.lr=2e-3",
+        "sft.batch_size=16", "sft.warmup=10"]]
+"""The demo's SFT, two runs (the second from the first's model): thinking traces only, then with the prefilled
+copies (how the measured model was made; configs/thinking.yaml otherwise)."""
+COMMON = ["log.progress=false", "log.plot=false", "checkpoint.every=0", "eval.every=0", "model.device=cpu"]
+KEYS = {"nothink": "thinking/nothink_frac", "tokens": "thinking/len", "pass1": "pass@1", "greedy": "greedy_pass@1"}
+
+
+def train(run_dir: Path, overrides: list[str]) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "codechat", "train", "--force", "--config", "configs/thinking.yaml",
+           f"run_dir={run_dir}",
+           *COMMON, *overrides]
+    print(" ".join(cmd[1:]), file=sys.stderr)
+    log = open(run_dir.with_suffix(".log"), "w")
+    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+def wait_all(procs: list[subprocess.Popen]) -> None:
+    for p in procs:
+        if p.wait() != 0:
+            run = next(a for a in p.args if a.startswith("run_dir=")).split("=", 1)[1]
+            raise SystemExit(f"a run failed (exit {p.returncode}): see {run}.log")
+
+
+def before_after(run_dir: Path) -> dict[str, float]:
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    first = next(m for m in rows if any(k.startswith("ref_eval/") for k in m))
+    last = [m for m in rows if "eval/pass@1" in m][-1]
+    out = {}
+    for name, k in KEYS.items():
+        out[f"{name}_before"] = first[f"ref_eval/{k}"]
+        out[f"{name}_after"] = last[f"eval/{k}"]
+    out["steps"] = last["step"]
+    return out
+
+
+def summarize(out: Path) -> dict:
+    runs = sorted(p for p in out.glob("rl-s*") if p.is_dir() and (p / "metrics.jsonl").is_file())
+    per = {int(p.name.removeprefix("rl-s")): before_after(p) for p in runs}
+    res: dict = {"seeds": sorted(per)}
+    for k in next(iter(per.values())):
+        res[k] = [round(per[s][k], 4) for s in res["seeds"]]
+    mean = {k: statistics.mean(v) for k, v in res.items() if k != "seeds"}
+    res["tokens_change"] = round(mean["tokens_after"] / mean["tokens_before"] - 1, 4)
+    res["pass1_change_pts"] = round(100 * (mean["pass1_after"] - mean["pass1_before"]), 2)
+    res["greedy_change_pts"] = round(100 * (mean["greedy_after"] - mean["greedy_before"]), 2)
+    res["nothink_mean_after"] = round(mean["nothink_after"], 4)
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, help="folder of the runs (sft0/, sft1/, rl-s0/, ...)")
+    ap.add_argument("--sft-dir", type=Path, help="reuse this finished SFT run instead of training one")
+    ap.add_argument("--seeds", default="0,1,2", help="RL seeds, comma-separated")
+    ap.add_argument("--parallel", type=int, default=2, help="RL runs at once (one thread each)")
+    ap.add_argument("--summarize", type=Path, metavar="OUT", help="only print the figures of finished runs in OUT")
+    ap.add_argument("overrides", nargs="*", help="KEY=VALUE overrides of the RL runs")
+    args = ap.parse_args()
+    if args.summarize:
+        print(json.dumps(summarize(args.summarize)))
+        return
+    if args.out is None:
+        ap.error("give --out (or --summarize)")
+    args.out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    sft = args.sft_dir
+    if sft is None:
+        model = "tiny"
+        for i, over in enumerate(SFT):
+            sft = args.out / f"sft{i}"
+            wait_all([train(sft, over + [f"model.path={model}", "seed=0"])])
+            model = resolve_model(str(sft))
+    model = resolve_model(str(sft))
+    seeds = [int(s) for s in args.seeds.split(",")]
+    for i in range(0, len(seeds), args.parallel):
+        wait_all([train(args.out / f"rl-s{s}", ["stages=[grpo]", f"model.path={model}", f"seed={s}",
+                                                *args.overrides]) for s in seeds[i:i + args.parallel]])
+    res = summarize(args.out)
+    res["wall_s"] = round(time.perf_counter() - t0, 1)
+    print(json.dumps(res))
+
+
+if __name__ == "__main__":
+    main()
