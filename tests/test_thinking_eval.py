@@ -127,6 +127,13 @@ def test_forced_sampling_is_refused_with_async_rollouts():
     load_config(None, ["verifier.thinking.enabled=true", "rl.async_steps=1"])  # free sampling: fine
 
 
+def test_forced_sampling_is_refused_on_repository_episodes():
+    with pytest.raises(ConfigError, match="repository episodes .*builtin:repo-train"):
+        load_config(None, ["verifier.thinking.enabled=true", "verifier.thinking.forced_nothink_frac=0.5",
+                           "data.train=builtin:repo-train"])
+    load_config(None, ["verifier.thinking.enabled=true", "data.train=builtin:repo-train"])  # free sampling: fine
+
+
 def _hooks(floor):
     cfg = load_config(None, ["verifier.thinking.enabled=true", "verifier.thinking.forced_nothink_frac=0.5",
                              f"verifier.thinking.is_weight_floor={floor}"])

@@ -42,6 +42,7 @@ from codechat import CodechatError
 from codechat.config import RewardConfig, ThinkingConfig
 from codechat.policy.sampler import SampleBatch
 from codechat.verifier.thinking import split_thinking
+from codechat.tasks.repo_loaders import is_repo_spec
 
 BONUS = "nothink-bonus"
 
@@ -213,6 +214,9 @@ def check_thinking(cfg) -> None:
     if t.forced_nothink_frac > 0 and cfg.rl.async_steps > 0:  # the producer samples without the BalancedSampler
         raise CodechatError("verifier.thinking.forced_nothink_frac > 0 is not combined with rl.async_steps > 0 "
                             "(the async producer samples freely; use rl.async_steps=0)")
+    if t.forced_nothink_frac > 0 and is_repo_spec(cfg.data.train):  # episodes: no one first answer token to force
+        raise CodechatError(f"verifier.thinking.forced_nothink_frac > 0 is for single answers, not repository "
+                            f"episodes (data.train={cfg.data.train})")
     if not (math.isfinite(rw.nothink_margin) and rw.nothink_margin >= 0):
         raise CodechatError(f"rewards.nothink_margin: expected >= 0, got {rw.nothink_margin}")
     if not (math.isfinite(rw.nothink_lr) and rw.nothink_lr >= 0):
