@@ -34,13 +34,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
+import torch
+
 from codechat import CodechatError
 from codechat.chat.run import (AssertResult, RunReport, guess_entry_point, run_program, split_tests,
                               check_asserts, why)
 from codechat.config import SamplingConfig, VerifierConfig
 from codechat.chat.stdio_test import check_io, parse_io_tests
+from codechat.policy.decoding import make_decoder
+from codechat.policy.fastlm import unwrap
+from codechat.policy.sampler import choose, process_logits, validate
 from codechat.rollout.collect import prompt_text
 from codechat.tasks import Task, load_tasks, save_tasks
+from codechat.verifier.verify import Verifier, extract_code
 
 PLAIN_STOP = "\nUser:"
 
@@ -135,7 +141,6 @@ class ChatSession:
         return list(tok(text + f"User: {turns[-1].question}\nAssistant:", add_special_tokens=True)["input_ids"])
 
     def context_limit(self) -> int:
-        from codechat.policy.fastlm import unwrap
         return int(getattr(unwrap(self.policy.model).config, "max_position_embeddings", 0) or 1 << 30)
 
     def fit_prompt(self) -> tuple[list[int], int]:
@@ -149,8 +154,6 @@ class ChatSession:
 
     def ask(self, question: str) -> Iterator[str]:
         """Stream the answer to `question` as text pieces; the turn is in `turns` (partial if stopped early)."""
-        from codechat.policy.sampler import validate
-
         validate(self.sampling)
         turn = Turn(question)
         self.turns.append(turn)
@@ -203,11 +206,6 @@ class ChatSession:
 
     def tokens(self, prompt: list[int], cfg: SamplingConfig) -> Iterator[int]:
         """New token ids, one at a time, until max_new_tokens (the caller stops at EOS)."""
-        import torch
-
-        from codechat.policy.decoding import make_decoder
-        from codechat.policy.sampler import choose, process_logits
-
         pol, dev = self.policy, self.policy.device
         if self._decoder is None:  # made once: the fused weights of the fast decoder are a copy
             self._decoder = make_decoder(pol.model)
@@ -234,7 +232,6 @@ class ChatSession:
     @property
     def verifier(self):
         if self._verifier is None:
-            from codechat.verifier.verify import Verifier
             self._verifier = Verifier(self.verifier_cfg)
         return self._verifier
 
@@ -262,8 +259,6 @@ class ChatSession:
 
     def run_last(self) -> RunReport:
         """Run the last code block of the last answer, as a script, in the verifier's sandbox."""
-        from codechat.verifier.verify import extract_code
-
         code = extract_code(self.last_answer().answer, Task("chat", "", []))
         if code is None:
             return RunReport("no_code", message="the last answer holds no code")
@@ -296,7 +291,6 @@ class ChatSession:
             meta = {"answer": t.answer, "turn": i, "finish": t.finish, "model": self.model_name,
                     "test_status": [status.get(x, "not_run") for x in t.tests]}
             if t.tests and all(s == "passed" for s in meta["test_status"]):
-                from codechat.verifier.verify import extract_code
                 meta["solution"] = extract_code(t.answer, Task("chat", t.question, t.tests, t.entry_point))
             tasks.append(Task(f"chat-{self._id}-{i}", t.question, list(t.tests), t.entry_point, t.setup,
                               None, meta))
@@ -378,7 +372,6 @@ class ChatSession:
                 raise CodechatError(f"/set timeout: expected a positive number of seconds, got {args[1]}")
             self.verifier_cfg.timeout_s = value
         else:
-            from codechat.policy.sampler import validate
             new = SamplingConfig(**{**self.sampling.__dict__, name: value})
             validate(new)
             self.sampling = new

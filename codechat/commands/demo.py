@@ -3,10 +3,17 @@
     codechat demo                       # ~15 min on 2 CPU cores -> runs/demo/{report.md,pass_rates.png}
     codechat demo --quick               # a minute or two, on builtin:toy
     codechat demo rl.steps=60 seed=1    # any `codechat train` override
+
+Imports of the rest of codechat sit inside the functions: at the top they would load on every `codechat --help`
+(bench/cli_startup.py).
 """
 from __future__ import annotations
 
 import argparse
+import shlex
+from pathlib import Path
+
+from codechat import CodechatError
 
 HELP = "train a tiny code model from scratch on CPU: SFT on buggy code, then RFT + GRPO from the verifier"
 
@@ -18,13 +25,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import shlex
-
     from codechat.demo import demo_config, eval_label, run_demo, table
-
-    from pathlib import Path
-
-    from codechat import CodechatError
 
     run_dir = args.run_dir or ("runs/demo-quick" if args.quick else "runs/demo")
     if (Path(run_dir) / "checkpoints").is_dir():
