@@ -44,9 +44,13 @@ def test_fuzz_any_lines_give_records_or_one_line_error(tmp_path, lines):
         assert all(isinstance(r, dict) for r in recs)
 
 
+BYTE_LINES = st.lists(st.one_of(st.binary(max_size=30), st.just(b"[" * 5000), st.just(b'{"a": "\xff"}'),
+                                st.just(b'{"task_id": "t"}'), st.just(b"[1]")), max_size=6)
+"""Lines of any bytes, and the hostile ones: nested past the recursion limit, not UTF-8, not an object."""
+
+
 @settings(max_examples=200, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.lists(st.one_of(st.binary(max_size=30), st.just(b"[" * 5000), st.just(b'{"a": "\xff"}'),
-                          st.just(b'{"task_id": "t"}'), st.just(b"[1]")), max_size=6))
+@given(BYTE_LINES)
 def test_fuzz_any_bytes_give_records_or_one_line_error(tmp_path, lines):
     """Not UTF-8, nested past the recursion limit, not an object: one CodechatError naming the line."""
     p = tmp_path / "f.jsonl"
@@ -60,8 +64,7 @@ def test_fuzz_any_bytes_give_records_or_one_line_error(tmp_path, lines):
 
 
 @settings(max_examples=200, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.lists(st.one_of(st.binary(max_size=30), st.just(b"[" * 5000), st.just(b'{"a": "\xff"}'),
-                          st.just(b'{"task_id": "t"}'), st.just(b"[1]")), max_size=6))
+@given(BYTE_LINES)
 def test_fuzz_scan_reports_every_bad_line_and_never_raises(tmp_path, lines):
     p = tmp_path / "f.jsonl"
     p.write_bytes(b"\n".join(lines))
