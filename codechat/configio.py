@@ -1,6 +1,8 @@
 """Read, override, validate and save configs: YAML file + `key.sub=value` overrides -> a typed RunConfig.
 
-Unknown keys and values of the wrong type fail with one line naming the key and the valid choices.
+Unknown keys and values of the wrong type fail with one line naming the key and the valid choices; so do values
+YAML cannot read (nested too deeply, a bad date, an integer of over 4,300 digits), numbers too large for their
+type, NaN and infinity, and counts below their range (RANGES). Fuzzed: tests/test_config_fuzz.py.
 """
 from __future__ import annotations
 
@@ -27,6 +29,22 @@ class ConfigError(CodechatError):
     """A config file, key or value is invalid."""
 
 
+def _shown(value: Any) -> str:
+    """repr of a value for an error line, cut to 80 characters."""
+    r = repr(value)
+    return r if len(r) <= 80 else r[:60] + f"... ({len(r)} characters)"
+
+
+def _yaml(text: str, key: str) -> Any:
+    """`text` parsed as YAML, or `text` itself when it is not YAML; too deep to parse is a ConfigError."""
+    try:
+        return yaml.safe_load(text)
+    except (yaml.YAMLError, ValueError, TypeError, OverflowError):  # bad dates, 4,300+ digit ints, !!float abc
+        return text
+    except RecursionError:
+        raise ConfigError(f"{key}: value nested too deeply ({len(text)} characters)") from None
+
+
 def _coerce(value: Any, tp: Any, key: str) -> Any:
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
@@ -36,20 +54,20 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
         return _coerce(value, args[0], key)
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
-            raise ConfigError(f"{key}: expected a mapping of {tp.__name__} fields, got {value!r}")
+            raise ConfigError(f"{key}: expected a mapping of {tp.__name__} fields, got {_shown(value)}")
         return _build(tp, value, key + ".")
     if origin is list:
         (inner,) = typing.get_args(tp) or (Any,)
         if isinstance(value, str):
-            value = [v for v in value.split(",") if v.strip()] if not value.startswith("[") else yaml.safe_load(value)
+            value = [v for v in value.split(",") if v.strip()] if not value.startswith("[") else _yaml(value, key)
         if not isinstance(value, list):
-            raise ConfigError(f"{key}: expected a list, got {value!r}")
+            raise ConfigError(f"{key}: expected a list, got {_shown(value)}")
         return [_coerce(v, inner, key) for v in value]
     if origin is dict:
         if isinstance(value, str):
-            value = yaml.safe_load(value)
+            value = _yaml(value, key)
         if not isinstance(value, dict):
-            raise ConfigError(f"{key}: expected a mapping, got {value!r}")
+            raise ConfigError(f"{key}: expected a mapping, got {_shown(value)}")
         _, vt = typing.get_args(tp) or (Any, Any)
         return {str(k): _coerce(v, vt, f"{key}.{k}") for k, v in value.items()}
     if tp is bool:
@@ -57,20 +75,25 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
             return value.lower() in ("true", "1", "yes", "on")
         if isinstance(value, bool):
             return value
-        raise ConfigError(f"{key}: expected true/false, got {value!r}")
+        raise ConfigError(f"{key}: expected true/false, got {_shown(value)}")
     if tp in (int, float):
         if isinstance(value, bool):
             raise ConfigError(f"{key}: expected a number, got {value!r}")
+        what = "an integer" if tp is int else "a number"
         try:
             out = tp(value) if not isinstance(value, str) else tp(float(value) if tp is float else int(value))
         except (TypeError, ValueError):
-            raise ConfigError(f"{key}: expected {'an integer' if tp is int else 'a number'}, got {value!r}") from None
+            raise ConfigError(f"{key}: expected {what}, got {_shown(value)}") from None
+        except OverflowError:  # an int of hundreds of digits as a float, or an infinite float as an int
+            raise ConfigError(f"{key}: expected {what}, got one too large ({_shown(value)})") from None
         if tp is int and isinstance(value, float) and value != int(value):
             raise ConfigError(f"{key}: expected an integer, got {value!r}")
+        if tp is float and not math.isfinite(out):
+            raise ConfigError(f"{key}: expected a finite number, got {_shown(value)}")
         return out
     if tp is str:
         if isinstance(value, (dict, list)):
-            raise ConfigError(f"{key}: expected a string, got {value!r}")
+            raise ConfigError(f"{key}: expected a string, got {_shown(value)}")
         return "" if value is None else str(value)
     return value
 
@@ -96,10 +119,7 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
         if "=" not in item:
             raise ConfigError(f"override '{item}': expected key=value")
         key, raw = item.split("=", 1)
-        try:
-            value = yaml.safe_load(raw) if raw != "" else ""
-        except yaml.YAMLError:
-            value = raw
+        value = _yaml(raw, key.strip()) if raw != "" else ""
         node = data
         parts = key.strip().split(".")
         for p in parts[:-1]:
@@ -118,9 +138,13 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         if not p.is_file():
             raise ConfigError(f"{p}: config file not found")
         try:
-            data = yaml.safe_load(p.read_text()) or {}
+            data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
         except yaml.YAMLError as e:
             raise ConfigError(f"{p}: invalid YAML: {str(e).splitlines()[0]}") from None
+        except (ValueError, TypeError, OverflowError) as e:  # a bad date, a 4,300+ digit int, not UTF-8
+            raise ConfigError(f"{p}: unreadable value: {str(e).splitlines()[0][:200]}") from None
+        except RecursionError:
+            raise ConfigError(f"{p}: invalid YAML: nested too deeply") from None
         if not isinstance(data, dict):
             raise ConfigError(f"{p}: expected a mapping at the top level")
     data = apply_overrides(data, overrides or [])
@@ -132,7 +156,10 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     search = [Path(path).parent / "plugins"] if path and Path(path).name == "config.yaml" else []
     plugins.register_rewards(cfg.rewards.components, search)
     if cfg.data.loader:
-        plugins.load_object(cfg.data.loader, search)
+        try:
+            plugins.load_object(cfg.data.loader, search)
+        except CodechatError as e:
+            raise ConfigError(f"data.loader: {e}") from None
     validate(cfg)
     return cfg
 
@@ -141,7 +168,7 @@ def validate(cfg: RunConfig) -> None:
     """Checks that types alone cannot express: the stages and their settings (train/stages.py), then the rest."""
     problems = check_stages(cfg)
     if problems:
-        raise ConfigError(problems[0])
+        raise ConfigError(_with_key(problems[0], cfg))
     s, o, m, d = cfg.sampling, cfg.optim, cfg.model, cfg.dist
     checks = [
         ("sampling.temperature: expected >= 0", s.temperature >= 0), ("sampling.top_p: expected in (0, 1]", 0 < s.top_p <= 1),
@@ -171,19 +198,65 @@ def validate(cfg: RunConfig) -> None:
         check_config(cfg.algo)
         check_components(cfg.rewards.components)
     except (CodechatError, ValueError, KeyError, TypeError) as e:
-        raise ConfigError(str(e).strip("'\"")) from None
+        raise ConfigError(_with_key(str(e).strip("'\""), cfg)) from None
     try:
         check_thinking(cfg)
     except CodechatError as e:
-        raise ConfigError(str(e)) from None
+        raise ConfigError(_with_key(str(e), cfg)) from None
     try:
         check_answer_config(cfg.verifier.answer)
     except CodechatError as e:
-        raise ConfigError(str(e)) from None
+        raise ConfigError(_with_key(str(e), cfg)) from None
+
+
+def _with_key(msg: str, cfg: RunConfig) -> str:
+    """A check's message, led by the key whose value it quotes when it names none ("unknown KL estimator 'k9';
+    valid: ..." -> "algo.kl_estimator: unknown ..."), so every config error names its key."""
+    sections = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
+    defaults = RunConfig()
+    keys = [f"{s}.{f.name}" for s, obj in sections.items() if dataclasses.is_dataclass(obj)
+            for f in dataclasses.fields(obj)] + [s for s, obj in sections.items() if not dataclasses.is_dataclass(obj)]
+    if any(k in msg for k in keys):
+        return msg
+    for key in keys:  # a value set away from its default, quoted in the message
+        section, _, name = key.partition(".")
+        value = getattr(sections[section], name) if name else sections[section]
+        default = getattr(getattr(defaults, section), name) if name else getattr(defaults, section)
+        shown = list(value) if isinstance(value, (list, dict)) else [value]
+        if value != default and any(isinstance(v, str) and (f"'{v}'" in msg or repr(v) in msg) for v in shown):
+            return f"{key}: {msg}"
+    return msg
+
+
+RANGES: dict[str, tuple[float, bool]] = {
+    "model.lora_r": (0, False), "model.lora_alpha": (0, True), "sampling.top_k": (0, False),
+    "eval.every": (0, False), "eval.temperature": (0, False), "eval.regression_margin": (0, False),
+    "checkpoint.every": (0, False), "log.audit_top_k": (0, False), "dist.timeout_s": (0, True),
+    "data.max_eval_tasks": (0, False), "data.max_prompt_tokens": (0, False),
+    "rewards.overlong_buffer": (0, False), "rewards.length_budget": (0, False), "rewards.length_per_token": (0, False),
+    "verifier.memory_mb": (64, False), "verifier.max_output_bytes": (0, True), "verifier.nproc": (0, True),
+    "verifier.nofile": (0, True), "verifier.fsize_mb": (0, False), "verifier.max_result_mb": (0, True),
+    "verifier.total_timeout_s": (0, False), "verifier.ray_grace_s": (0, False),
+    "agent.turn_tokens": (0, True), "agent.max_live": (0, True), "agent.tool_workers": (0, True),
+    "agent.tool_output_chars": (0, False), "agent.run_timeout_s": (0, True),
+    "rollout.vllm_max_model_len": (0, False), "rollout.vllm_kv_cache_gib": (0, False),
+    "rollout.vllm_gpu_memory_utilization": (0, True),
+}
+"""Key -> (bound, strict): the value must be > bound (strict) or >= bound. Counts, sizes and limits that a
+negative value (or zero, where strict) would turn into a crash, a hang or a silently different meaning; the
+stage sections are checked by train/stages.py."""
 
 
 def check_ranges(cfg: RunConfig) -> None:
     """Values that would hang the verifier, crash late or evaluate nothing: refused with the allowed range."""
+    for key, (bound, strict) in RANGES.items():
+        section, name = key.split(".")
+        value = getattr(getattr(cfg, section), name)
+        if value < bound or strict and value == bound:
+            raise ConfigError(f"{key}: expected {'>' if strict else '>='} {bound}, got {value!r}")
+    if cfg.rollout.vllm_gpu_memory_utilization > 1:
+        raise ConfigError(f"rollout.vllm_gpu_memory_utilization: expected at most 1 (a share of GPU memory), got "
+                          f"{cfg.rollout.vllm_gpu_memory_utilization!r}")
     v, e = cfg.verifier, cfg.eval
     if v.workers < 0:
         raise ConfigError(f"verifier.workers: expected >= 0 (0 = one per CPU core), got {v.workers}")

@@ -24,6 +24,8 @@ from pathlib import Path
 
 from codechat import CodechatError, __version__
 from codechat.config import ModelConfig
+from codechat.policy import load_policy
+from codechat.policy.presets import save_tokenizer
 from codechat.rundir import find_run, resolve_model, run_config, run_prompt_format, section
 from codechat.runlog import read_metrics
 
@@ -81,9 +83,6 @@ def model_card(run: Path | None, cfg: dict | None, fmt: str | None, source: str)
 def export(source: str, out: str | Path, which: str = "final") -> Path:
     """Write the model of `source` (a run dir, RUN/final|best, or a model dir) to `out` (new or empty)."""
     from transformers import GenerationConfig
-
-    from codechat.policy import load_policy
-    from codechat.policy.presets import save_tokenizer
 
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):

@@ -5,7 +5,11 @@
 
 A missing file, a line that is not JSON or not an object fails with one line naming the file and the line
 (`CodechatError`); blank lines are skipped. Task files have their own loader (tasks/loaders.py), which knows
-their formats; readers of user-written completion files that must skip bad lines keep their own loop.
+their formats. User-written files whose bad lines are reported and skipped, not fatal (completions, patches),
+go through `scan_jsonl`:
+
+    for lineno, rec, why in scan_jsonl(path, what="completions file"):   # rec None and why set: a bad line
+        ...
 """
 from __future__ import annotations
 
@@ -21,15 +25,21 @@ def read_jsonl(path: str | Path, what: str = "JSONL file") -> Iterator[tuple[str
     p = Path(path)
     if not p.is_file():
         raise CodechatError(f"{p}: no such {what}")
-    with open(p, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
+    with open(p, "rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            where = f"{p}:{lineno}"
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise CodechatError(f"{where}: {what} is not UTF-8 text") from None
             if not line.strip():
                 continue
-            where = f"{p}:{lineno}"
             try:
                 rec = json.loads(line)
             except json.JSONDecodeError as e:
                 raise CodechatError(f"{where}: invalid JSON in {what}: {e.msg}") from None
+            except RecursionError:
+                raise CodechatError(f"{where}: invalid JSON in {what}: nested too deeply") from None
             if not isinstance(rec, dict):
                 raise CodechatError(f"{where}: expected a JSON object in {what}, got {type(rec).__name__}")
             yield where, rec
@@ -38,3 +48,28 @@ def read_jsonl(path: str | Path, what: str = "JSONL file") -> Iterator[tuple[str
 def read_records(path: str | Path, what: str = "JSONL file") -> list[dict]:
     """All records of `path` (see read_jsonl)."""
     return [rec for _, rec in read_jsonl(path, what)]
+
+
+def scan_jsonl(path: str | Path, what: str = "file") -> Iterator[tuple[int, dict | None, str]]:
+    """(lineno, record, "") for every non-blank line that is a JSON object; (lineno, None, why) for one that is
+    not, `why` one line starting "malformed line". Bytes that are not UTF-8 are replaced, not fatal; a missing
+    file is a CodechatError."""
+    p = Path(path)
+    if not p.is_file():
+        raise CodechatError(f"{p}: no such {what}")
+    with open(p, encoding="utf-8", errors="replace") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except ValueError as e:
+                yield lineno, None, f"malformed line: {e}"
+                continue
+            except RecursionError:
+                yield lineno, None, "malformed line: nested too deeply"
+                continue
+            if isinstance(rec, dict):
+                yield lineno, rec, ""
+            else:
+                yield lineno, None, f"malformed line: expected a JSON object, got {type(rec).__name__}"

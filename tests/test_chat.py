@@ -157,6 +157,17 @@ def test_set_changes_validates_and_lists(policy):
     assert s.done
 
 
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "NaN"])
+@pytest.mark.parametrize("name", ["temperature", "top_p", "timeout"])
+def test_set_refuses_values_that_are_not_finite(policy, name, value):
+    """float() takes them, and `nan < 0` is False: without a check, `/set temperature nan` sampled with NaN."""
+    s = ChatSession(policy)
+    before = (s.sampling.temperature, s.sampling.top_p, s.verifier_cfg.timeout_s)
+    with pytest.raises(CodechatError, match=f"/set {name}: expected a finite number"):
+        s.handle(f"/set {name} {value}")
+    assert (s.sampling.temperature, s.sampling.top_p, s.verifier_cfg.timeout_s) == before
+
+
 # --- /run: the last code block of the last answer, in the sandbox; one attack per test ------------------------------
 def test_run_shows_stdout_stderr_status_and_time(planted):
     s = planted("First:\n```python\nprint('old')\n```\n" + fence(

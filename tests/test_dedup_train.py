@@ -3,12 +3,11 @@ tolerance, with inner epochs, minibatches, gradient accumulation, every aggregat
 2 ranks; the forward runs on distinct rows only; and the verifier hook (verifier.dedup, verifier.cache_size)."""
 import copy
 import os
-import time
 from pathlib import Path
 
 import pytest
 import torch
-import torch.multiprocessing as mp
+from train_helpers import part, run_ranks
 
 from codechat.algos import AGG_MODES
 from codechat.config import ModelConfig, RunConfig
@@ -43,16 +42,6 @@ def rollouts(vocab: int) -> Rollouts:
     batch = SampleBatch(torch.arange(P).repeat_interleave(G), tokens, mask, -0.5 * mask, ["stop"] * (P * G),
                         [""] * (P * G), lens)
     return Rollouts([None] * P, prompts, batch, [None] * (P * G), rewards)
-
-
-def part(r: Rollouts, g0: int, g1: int) -> Rollouts:
-    import dataclasses
-    rows = slice(g0 * G, g1 * G)
-    b = r.batch
-    batch = dataclasses.replace(b, prompt_index=b.prompt_index[rows] - g0, tokens=b.tokens[rows], mask=b.mask[rows],
-                                logprobs=b.logprobs[rows], finish_reason=b.finish_reason[rows], texts=b.texts[rows],
-                                n_tokens=b.n_tokens[rows])
-    return Rollouts(r.tasks[g0:g1], r.prompts[g0:g1], batch, r.verdicts[rows], r.rewards[rows])
 
 
 def update(r: Rollouts, cfg: RunConfig, tmp: Path, seen: list | None = None) -> tuple[dict, dict]:
@@ -151,24 +140,16 @@ def _rank(rank: int, world: int, port: int, out: str) -> None:
     assert dist.init(DistConfig(backend="gloo"))
     full = rollouts(vocab())
     per = P // world
-    delta, _ = update(part(full, rank * per, (rank + 1) * per), config(dedup=True, epochs=2, grad_accum=2),
+    delta, _ = update(part(full, rank * per, (rank + 1) * per, G), config(dedup=True, epochs=2, grad_accum=2),
                       Path(out))
     torch.save(delta, Path(out) / f"rank{rank}.pt")
     dist.close()
 
 
 def test_two_ranks_with_dedup_equal_one_naive_rank(tmp_path):
-    from test_dist import free_port
     torch.set_num_threads(1)
     one, _ = update(rollouts(vocab()), config(dedup=False, epochs=2, grad_accum=2), tmp_path)
-    procs = mp.start_processes(_rank, args=(2, free_port(), str(tmp_path)), nprocs=2, join=False,
-                               start_method="fork")
-    deadline = time.monotonic() + 120
-    while not procs.join(timeout=1):
-        if time.monotonic() > deadline:
-            for p in procs.processes:
-                p.kill()
-            pytest.fail("the 2-rank update did not finish in 120 s")
+    run_ranks(_rank, str(tmp_path))
     r0, r1 = torch.load(tmp_path / "rank0.pt"), torch.load(tmp_path / "rank1.pt")
     assert all(torch.equal(r0[k], r1[k]) for k in r0), "ranks disagree"
     close(r0, one)

@@ -6,16 +6,13 @@ import copy
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
-import torch.multiprocessing as mp
-from train_helpers import P, fixed_rollouts, part
+from train_helpers import P, fixed_rollouts, free_port, part, run_ranks
 
 from codechat.algos import AGG_MODES
 from codechat.config import DistConfig, ModelConfig, RunConfig
@@ -41,11 +38,6 @@ def torchrun(*args: str, timeout: int = 240) -> subprocess.CompletedProcess:
     assert p.returncode == 0, p.stderr[-3000:]
     return p
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def config(grad_accum: int = 2, minibatch: int = 0, epochs: int = 1) -> RunConfig:
@@ -112,15 +104,8 @@ def _rank(rank: int, world: int, port: int, out: str, case: str) -> None:
 
 
 def two_ranks(tmp_path: Path, case: str):
-    """Both ranks' results; fork (no re-import: ~10 s faster than spawn), with a deadline in case a child hangs."""
-    procs = mp.start_processes(_rank, args=(2, free_port(), str(tmp_path), case), nprocs=2, join=False,
-                               start_method="fork")
-    deadline = time.monotonic() + 120
-    while not procs.join(timeout=1):
-        if time.monotonic() > deadline:
-            for p in procs.processes:
-                p.kill()
-            pytest.fail("the 2-rank update did not finish in 120 s")
+    """Both ranks' results (train_helpers.run_ranks: forked, with a deadline in case a child hangs)."""
+    run_ranks(_rank, str(tmp_path), case)
     return torch.load(tmp_path / "rank0.pt"), torch.load(tmp_path / "rank1.pt")
 
 
@@ -306,7 +291,7 @@ def test_every_rank_can_save_a_loadable_model(tmp_path):
     """What each rank's vLLM engine starts from: Policy.save on rank 1, and of a gathered FSDP model, gives the
     same files as one process (architecture name, tied weights once)."""
     from safetensors.torch import load_file
-    mp.start_processes(_save_rank, args=(2, free_port(), str(tmp_path)), nprocs=2, start_method="fork")
+    run_ranks(_save_rank, str(tmp_path))
     from codechat.policy import load_policy
     load_policy(config().model).save(tmp_path / "one")
     want = load_file(tmp_path / "one" / "model.safetensors")

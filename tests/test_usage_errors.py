@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
     ("verifier.workers=-2", "verifier.workers: expected >= 0 (0 = one per CPU core), got -2"),
     ("verifier.timeout_s=0", "verifier.timeout_s: expected a positive number of seconds, got 0.0"),
     ("verifier.timeout_s=-1", "verifier.timeout_s: expected a positive number of seconds"),
-    ("verifier.timeout_s=.nan", "verifier.timeout_s: expected a positive number of seconds, got nan"),
+    ("verifier.timeout_s=.nan", "verifier.timeout_s: expected a finite number, got nan"),
     ("eval.n=0", "eval.n: expected >= 1 (samples per task for pass@k), got 0"),
     ("eval.k=[1,8]", "eval.k: every k must be in 1..eval.n (4), got [1, 8]"),
     ("eval.k=[0]", "eval.k: every k must be in 1..eval.n"),

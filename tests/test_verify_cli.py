@@ -39,3 +39,19 @@ def test_verify_cli_end_to_end(tmp_path, capsys):
 def test_verify_cli_needs_its_files(tmp_path, capsys):
     assert main(["verify", "--tasks", str(tmp_path / "x.jsonl")]) == 2
     assert "needs --tasks, --completions and --out" in capsys.readouterr().err
+
+
+def test_regress_bad_attack_files_are_one_line_errors(tmp_path, capsys):
+    """Before any sandbox starts: a missing file, a line that is not JSON (or not UTF-8), a record without its
+    task or completion, each named by file and line."""
+    p = tmp_path / "attacks.jsonl"
+    cases = [(None, "attacks.jsonl: no such attack file"),
+             (b'{"task": {"task_id": "t", "tests": []}, "completion": ""}\n{oops\n', "attacks.jsonl:2: invalid JSON"),
+             (b'{"task": {"task_id": "t", "tests": []}}\n', "attacks.jsonl:1: malformed attack record"),
+             (b'{"completion": "\xff"}\n', "attacks.jsonl:1: attack file is not UTF-8 text")]
+    for data, needle in cases:
+        if data is not None:
+            p.write_bytes(data)
+        assert main(["verify", "--regress", str(p)]) == 2
+        err = capsys.readouterr().err
+        assert needle in err and err.count("\n") == 1, err

@@ -40,8 +40,8 @@ def check_config(cfg) -> None:
         problems.append(f"clip_low must be in [0, 1) and clip_high >= 0, got {cfg.clip_low}, {cfg.clip_high}")
     if cfg.dual_clip != 0 and cfg.dual_clip <= 1:
         problems.append(f"dual_clip must be 0 (off) or > 1, got {cfg.dual_clip}")
-    if cfg.tis_cap < 0 or cfg.kl_beta < 0 or cfg.eps < 0 or cfg.agg_norm < 0:
-        problems.append("tis_cap, kl_beta, eps and agg_norm must be >= 0")
+    problems += [f"{name} must be >= 0, got {getattr(cfg, name)}" for name in ("tis_cap", "kl_beta", "eps", "agg_norm")
+                 if getattr(cfg, name) < 0]
     if not 0 <= cfg.dpo_label_smoothing < 0.5:
         problems.append(f"dpo_label_smoothing must be in [0, 0.5), got {cfg.dpo_label_smoothing}")
     if cfg.kl_beta > 0 and cfg.kl_estimator in KL_NO_GRADIENT:

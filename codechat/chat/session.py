@@ -1,6 +1,7 @@
 """Chat with a policy: multi-turn prompts, answers streamed token by token, and answers run in the sandbox.
 
-`ChatSession` is the whole chat without a terminal (codechat/commands/chat.py adds readline, Ctrl-C and stdout):
+`ChatSession` is the whole chat without a terminal (codechat/commands/chat.py adds readline, Ctrl-C and stdout;
+the slash commands are chat/slash.py):
 
     s = ChatSession(load_policy(ModelConfig(path="tiny")), SamplingConfig(temperature=0.2, max_new_tokens=256))
     for piece in s.ask("Write a function add(a, b)."):
@@ -26,7 +27,6 @@ answer fit. No system prompt. `/run` gives the program no stdin (input() raises 
 """
 from __future__ import annotations
 
-import shlex
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -34,13 +34,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
+import torch
+
 from codechat import CodechatError
+from codechat.chat import slash
 from codechat.chat.run import (AssertResult, RunReport, guess_entry_point, run_program, split_tests,
-                              check_asserts, why)
+                              check_asserts)
 from codechat.config import SamplingConfig, VerifierConfig
 from codechat.chat.stdio_test import check_io, parse_io_tests
+from codechat.policy.decoding import make_decoder
+from codechat.policy.fastlm import unwrap
+from codechat.policy.sampler import choose, process_logits, validate
 from codechat.rollout.collect import prompt_text
 from codechat.tasks import Task, load_tasks, save_tasks
+from codechat.verifier.verify import Verifier, extract_code
 
 PLAIN_STOP = "\nUser:"
 
@@ -48,22 +55,6 @@ PLAIN_STOP = "\nUser:"
 def prompt_text_of(question: str) -> str:
     """A question posed as training poses a task's prompt (rollout.collect.prompt_text)."""
     return prompt_text(Task("chat", question, []))
-
-SETTINGS = {  # /set NAME -> (where, type); names also accept dashes (max-new-tokens)
-    "temperature": ("sampling", float), "top_p": ("sampling", float), "top_k": ("sampling", int),
-    "max_new_tokens": ("sampling", int), "seed": ("sampling", int), "timeout": ("sandbox", float),
-}
-HELP = """commands:
-  /set [NAME VALUE]  show or change a setting: temperature, top_p, top_k, max_new_tokens, seed, timeout (s)
-  /run               run the last code block of the last answer in the sandbox: stdout, stderr, status, time
-  /test [ASSERT]     paste asserts (end with an empty line); reports which pass against the last answer;
-                     or 'input:' / 'output:' blocks to run it as a stdin/stdout program
-  /save FILE         write the conversation as JSONL tasks (question + your asserts), loadable as a task file
-  /load FILE         continue a conversation saved with /save
-  /reset             forget the conversation
-  /help              this text
-  /quit              leave (or Ctrl-D); Ctrl-C stops an answer without leaving"""
-
 
 @dataclass
 class Turn:
@@ -135,7 +126,6 @@ class ChatSession:
         return list(tok(text + f"User: {turns[-1].question}\nAssistant:", add_special_tokens=True)["input_ids"])
 
     def context_limit(self) -> int:
-        from codechat.policy.fastlm import unwrap
         return int(getattr(unwrap(self.policy.model).config, "max_position_embeddings", 0) or 1 << 30)
 
     def fit_prompt(self) -> tuple[list[int], int]:
@@ -149,8 +139,6 @@ class ChatSession:
 
     def ask(self, question: str) -> Iterator[str]:
         """Stream the answer to `question` as text pieces; the turn is in `turns` (partial if stopped early)."""
-        from codechat.policy.sampler import validate
-
         validate(self.sampling)
         turn = Turn(question)
         self.turns.append(turn)
@@ -203,11 +191,6 @@ class ChatSession:
 
     def tokens(self, prompt: list[int], cfg: SamplingConfig) -> Iterator[int]:
         """New token ids, one at a time, until max_new_tokens (the caller stops at EOS)."""
-        import torch
-
-        from codechat.policy.decoding import make_decoder
-        from codechat.policy.sampler import choose, process_logits
-
         pol, dev = self.policy, self.policy.device
         if self._decoder is None:  # made once: the fused weights of the fast decoder are a copy
             self._decoder = make_decoder(pol.model)
@@ -234,7 +217,6 @@ class ChatSession:
     @property
     def verifier(self):
         if self._verifier is None:
-            from codechat.verifier.verify import Verifier
             self._verifier = Verifier(self.verifier_cfg)
         return self._verifier
 
@@ -262,8 +244,6 @@ class ChatSession:
 
     def run_last(self) -> RunReport:
         """Run the last code block of the last answer, as a script, in the verifier's sandbox."""
-        from codechat.verifier.verify import extract_code
-
         code = extract_code(self.last_answer().answer, Task("chat", "", []))
         if code is None:
             return RunReport("no_code", message="the last answer holds no code")
@@ -296,7 +276,6 @@ class ChatSession:
             meta = {"answer": t.answer, "turn": i, "finish": t.finish, "model": self.model_name,
                     "test_status": [status.get(x, "not_run") for x in t.tests]}
             if t.tests and all(s == "passed" for s in meta["test_status"]):
-                from codechat.verifier.verify import extract_code
                 meta["solution"] = extract_code(t.answer, Task("chat", t.question, t.tests, t.entry_point))
             tasks.append(Task(f"chat-{self._id}-{i}", t.question, list(t.tests), t.entry_point, t.setup,
                               None, meta))
@@ -318,74 +297,10 @@ class ChatSession:
         self.turns = turns
         return len(turns)
 
-    # --- slash commands -----------------------------------------------------------------------------------------
+    # --- slash commands (chat/slash.py) ----------------------------------------------------------------------
     def handle(self, line: str, read_line: Callable[[str], str] | None = None) -> str:
         """Run one slash command; returns the text to show. `read_line(prompt)` reads more input (for /test)."""
-        word, _, rest = line.strip().partition(" ")
-        cmd, rest = word.lower(), rest.strip()
-        try:
-            args = shlex.split(rest) if cmd != "/test" else []
-        except ValueError as e:
-            raise CodechatError(f"{word}: {e}") from None
-        if cmd in ("/quit", "/exit", "/q"):
-            self.done = True
-            return ""
-        if cmd in ("/help", "/?"):
-            return HELP
-        if cmd == "/set":
-            return self.set(*args)
-        if cmd == "/run":
-            return self.run_last().render()
-        if cmd == "/test":
-            text = rest
-            if not text:
-                if read_line is None:
-                    raise CodechatError("/test: give the asserts on the line, e.g. /test assert f(1) == 2")
-                text = "\n".join(iter(lambda: read_line("... "), ""))
-            results = self.test(text)
-            lines = [f"PASS  {r.test}" if r.verdict.passed else f"FAIL  {r.test}    [{why(r.verdict)}]" for r in results]
-            return "\n".join(lines + [f"{sum(r.verdict.passed for r in results)}/{len(results)} passed"])
-        if cmd == "/save":
-            if len(args) != 1:
-                raise CodechatError("/save: give one file name, e.g. /save chat.jsonl")
-            return f"saved {self.save(args[0])} turn(s) to {args[0]}"
-        if cmd == "/load":
-            if len(args) != 1:
-                raise CodechatError("/load: give one file name, e.g. /load chat.jsonl")
-            return f"loaded {self.load(args[0])} turn(s) from {args[0]}"
-        if cmd == "/reset":
-            self.turns = []
-            return "conversation cleared"
-        raise CodechatError(f"unknown command '{word}' (/help lists the commands)")
-
-    def set(self, *args: str) -> str:
-        """`/set` shows the settings; `/set NAME VALUE` changes one (validated before it takes effect)."""
-        if not args:
-            return "  ".join(f"{k}={self.setting(k)}" for k in SETTINGS)
-        if len(args) != 2:
-            raise CodechatError("/set: expected NAME VALUE, e.g. /set temperature 0.2")
-        name = args[0].lower().replace("-", "_")
-        if name not in SETTINGS:
-            raise CodechatError(f"/set: unknown setting '{args[0]}' (valid: {', '.join(SETTINGS)})")
-        where, tp = SETTINGS[name]
-        try:
-            value = tp(args[1])
-        except ValueError:
-            raise CodechatError(f"/set {name}: expected a{'n integer' if tp is int else ' number'}, "
-                                f"got '{args[1]}'") from None
-        if where == "sandbox":
-            if not value > 0:
-                raise CodechatError(f"/set timeout: expected a positive number of seconds, got {args[1]}")
-            self.verifier_cfg.timeout_s = value
-        else:
-            from codechat.policy.sampler import validate
-            new = SamplingConfig(**{**self.sampling.__dict__, name: value})
-            validate(new)
-            self.sampling = new
-        return f"{name} = {value}"
-
-    def setting(self, name: str):
-        return self.verifier_cfg.timeout_s if name == "timeout" else getattr(self.sampling, name)
+        return slash.handle(self, line, read_line)
 
 
 def held_back(text: str, stops: list[str]) -> int:

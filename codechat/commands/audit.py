@@ -1,4 +1,8 @@
-"""`codechat audit RUN_DIR`: review the samples the reward-hack audit kept during training."""
+"""`codechat audit RUN_DIR`: review the samples the reward-hack audit kept during training.
+
+Imports of the rest of codechat sit inside the functions: at the top they would load on every `codechat --help`
+(bench/cli_startup.py).
+"""
 from __future__ import annotations
 
 import argparse

@@ -8,11 +8,17 @@
 The session logic lives in codechat/chat/session.py; this module adds the terminal: readline editing and history
 (`$CODECHAT_CACHE/chat_history`, default ~/.cache/codechat), streaming to stdout, Ctrl-C (stops the answer or
 waiting for /run or /test, never the chat), Ctrl-D or /quit to leave. See docs/chat.md.
+Imports of the rest of codechat sit inside the functions: at the top they would load on every `codechat --help`
+(bench/cli_startup.py).
 """
 from __future__ import annotations
 
 import argparse
 import sys
+
+from codechat import CodechatError
+from codechat.config import ModelConfig, SamplingConfig, VerifierConfig
+from codechat.rundir import resolve_model, run_config, run_prompt_format, section
 
 HELP = "chat with a model in the terminal; /run and /test its answers in the sandbox"
 
@@ -44,10 +50,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def open_session(args: argparse.Namespace):
     """Load the model (clear one-line errors for missing or broken paths) and build the ChatSession."""
-    from codechat import CodechatError
     from codechat.chat.session import ChatSession
-    from codechat.rundir import resolve_model, run_config, run_prompt_format, section
-    from codechat.config import ModelConfig, SamplingConfig, VerifierConfig
     from codechat.policy import load_policy
     from codechat.policy.sampler import validate
 
@@ -129,8 +132,6 @@ def read_more(prompt: str) -> str:
 
 
 def repl(session) -> int:
-    from codechat import CodechatError
-
     setup_readline()
     fmt = {"chat": "chat template", "raw": "raw continuation, as trained"}.get(
         session.prompt_format, "plain User:/Assistant: prompts")
@@ -168,7 +169,6 @@ def run(args: argparse.Namespace) -> int:
         from codechat.commands import repo
         return repo.run_chat(args)
     if not args.model:
-        from codechat import CodechatError
         raise CodechatError("chat needs MODEL_OR_RUN_DIR (or --repo-task to drive a repository task's tools)")
     session = open_session(args)
     try:

@@ -4,10 +4,17 @@
     codechat demo --quick               # a minute or two, on builtin:toy
     codechat demo rl.steps=60 seed=1    # any `codechat train` override
     codechat demo --agent               # repository tasks with tools: SFT on expert episodes -> GRPO (demo_agent.py)
+
+Imports of the rest of codechat sit inside the functions: at the top they would load on every `codechat --help`
+(bench/cli_startup.py).
 """
 from __future__ import annotations
 
 import argparse
+import shlex
+from pathlib import Path
+
+from codechat import CodechatError
 
 HELP = "train a tiny code model from scratch on CPU: SFT on buggy code, then RFT + GRPO from the verifier"
 
@@ -21,13 +28,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import shlex
-
     from codechat.demo import demo_config, eval_label, run_demo, table
-
-    from pathlib import Path
-
-    from codechat import CodechatError
 
     if args.agent:
         return run_agent(args)

@@ -10,6 +10,8 @@ config's eval.n, eval.k, eval.temperature, eval.greedy, sampling (top_p, top_k, 
 and prompt format, so the command reproduces the run's logged eval numbers; for other models the same from the
 config defaults. Output: RUN/eval/SET[-best] for a run, else eval-NAME/SET (or --out); a folder that holds another
 task set's or model's results is never overwritten. summary.json records what was evaluated and how.
+Imports of the rest of codechat sit inside the functions: at the top they would load on every `codechat --help`
+(bench/cli_startup.py).
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ import sys
 from pathlib import Path
 
 from codechat import CodechatError
-from codechat.config import EvalConfig, RunConfig, SamplingConfig, ThinkingConfig
+from codechat.config import EvalConfig, ModelConfig, RunConfig, SamplingConfig, ThinkingConfig, VerifierConfig
 from codechat.evaluation.compare import compare
 from codechat.evaluation.thinking import load_reference
 from codechat.rundir import is_run_dir, resolve_model, run_config, section
@@ -171,7 +173,6 @@ def run(args: argparse.Namespace) -> int:
         return repo.run_eval(args)
     if bool(args.model) == bool(args.completions):
         raise CodechatError("eval: give exactly one of --model or --completions")
-    from codechat.config import ModelConfig, VerifierConfig
     from codechat.evaluation.evaluate import evaluate_completions, evaluate_policy
     from codechat.tasks import load_tasks
     from codechat.verifier.factory import make_verifier

@@ -4,10 +4,17 @@
     codechat model info runs/tiny                       # architecture, parameters, vocabulary, special tokens
     codechat model sample tiny --prompt "def add(a, b):" -n 2 --max-new-tokens 40
     codechat model export runs/x --out exported/x       # clean HF dir: weights, tokenizer, template, card
+
+Imports of the rest of codechat sit inside the functions: at the top they would load on every `codechat --help`
+(bench/cli_startup.py).
 """
 from __future__ import annotations
 
 import argparse
+
+from codechat import CodechatError
+from codechat.config import ModelConfig, SamplingConfig
+from codechat.rundir import resolve_model, run_prompt_format
 
 HELP = "create a built-in preset model, describe a model directory, or sample from a model"
 
@@ -59,17 +66,13 @@ def describe(policy) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from codechat.config import ModelConfig, SamplingConfig
     from codechat.policy import Sampler, build_preset, load_policy
     from codechat.policy.presets import PRESETS
     from codechat.rollout.collect import prompt_text
-    from codechat.rundir import resolve_model, run_prompt_format
     from codechat.tasks import Task
 
     if args.action == "create":
         if args.preset not in PRESETS:
-            from codechat import CodechatError
-
             raise CodechatError(f"unknown preset '{args.preset}' (valid: {', '.join(PRESETS)})")
         out = build_preset(args.preset, args.out, seed=args.seed)
         print(f"wrote {args.preset} to {out}")

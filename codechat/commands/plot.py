@@ -1,4 +1,8 @@
-"""`codechat plot RUN_DIR`: a run's curves, one metric per panel, stages shaded, to RUN_DIR/curves.png."""
+"""`codechat plot RUN_DIR`: a run's curves, one metric per panel, stages shaded, to RUN_DIR/curves.png.
+
+Imports of the rest of codechat sit inside the functions: at the top they would load on every `codechat --help`
+(bench/cli_startup.py).
+"""
 from __future__ import annotations
 
 import argparse

@@ -15,9 +15,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from codechat import CodechatError
-from codechat.config import AgentConfig, EvalConfig, SamplingConfig
+from codechat.chat.repo import RepoChat, watch
+from codechat.config import AgentConfig, EvalConfig, ModelConfig, SamplingConfig
+from codechat.evaluation.repo_eval import evaluate_episodes
+from codechat.jsonl import scan_jsonl
 from codechat.rollout.agents import ModelAgent, ScriptedAgent, reference_script
 from codechat.rollout.episode import EpisodeRunner
+from codechat.rundir import resolve_model
 from codechat.tasks.repo_loaders import load_repo_tasks
 from codechat.verifier.repo import RepoJudge, RepoVerdict
 
@@ -33,21 +37,11 @@ def _tasks(args) -> dict:
 
 
 def read_patches(path: str, known: set[str]) -> list[dict]:
-    p = Path(path)
-    if not p.is_file():
-        raise CodechatError(f"{path}: no such file")
     rows = []
-    for lineno, line in enumerate(p.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
-        if not line.strip():
-            continue
+    for lineno, rec, why in scan_jsonl(path, "patches file"):
         row = {"line": lineno}
-        try:
-            rec = json.loads(line)
-        except ValueError as e:
-            rows.append(dict(row, error=f"malformed line: {e}"))
-            continue
-        if not isinstance(rec, dict):
-            rows.append(dict(row, error="expected a JSON object"))
+        if rec is None:
+            rows.append(dict(row, error=why))
             continue
         change = next((rec[k] for k in ("patch", "files", "completion") if k in rec), None)
         row.update(task_id=str(rec.get("task_id")), sample_id=rec.get("sample_id"), change=change)
@@ -89,9 +83,7 @@ def run_verify(args) -> int:
 def make_agent(spec: str, args):
     if spec == "scripted:reference":
         return ScriptedAgent(reference_script), "reference"
-    from codechat.rundir import resolve_model
-    from codechat.config import ModelConfig
-    from codechat.policy import load_policy
+    from codechat.policy import load_policy  # torch: scripted agents and patch files run without it
     policy = load_policy(ModelConfig(path=resolve_model(spec)))
     sampling = SamplingConfig(temperature=args.temperature, top_p=args.top_p, seed=args.seed)
     return ModelAgent(policy, sampling), Path(spec).name
@@ -116,7 +108,7 @@ def _eval_defaults(args) -> None:
 
 
 def run_eval(args) -> int:
-    from codechat.evaluation.repo_eval import evaluate_episodes
+
     _eval_defaults(args)
     if not args.model:
         raise CodechatError("eval on repository tasks needs --model (a model, or scripted:reference)")
@@ -146,7 +138,7 @@ def run_eval(args) -> int:
 
 def run_chat(args) -> int:
     """`codechat chat [MODEL] --repo-task TASKS [--task-id ID]`."""
-    from codechat.chat.repo import RepoChat, watch
+
     tasks = _tasks(args)
     task = tasks.get(args.task_id) if args.task_id else next(iter(tasks.values()))
     if task is None:

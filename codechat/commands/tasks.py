@@ -1,9 +1,16 @@
 """`codechat tasks show FILE`: what a task file holds, and what is wrong with it; `codechat tasks check FILE`:
-run each reference solution several times, list failing and flaky tasks (`--write-quarantine` for data.exclude)."""
+run each reference solution several times, list failing and flaky tasks (`--write-quarantine` for data.exclude).
+
+Imports of the rest of codechat sit inside the functions: at the top they would load on every `codechat --help`
+(bench/cli_startup.py).
+"""
 from __future__ import annotations
 
 import argparse
 from collections import Counter
+
+from codechat import CodechatError
+from codechat.config import VerifierConfig
 
 HELP = "inspect a task file: format, count, fields, examples, warnings"
 
@@ -57,8 +64,6 @@ def summarize(tasks, fmt: str, limit: int = 2) -> str:
 
 def check(args: argparse.Namespace) -> int:
     """`tasks check`: exit 1 when some reference fails or is flaky."""
-    from codechat import CodechatError
-    from codechat.config import VerifierConfig
     from codechat.tasks import load_tasks
     from codechat.tasks.quarantine import write_quarantine
     from codechat.verifier.check import check_references

@@ -1,4 +1,8 @@
-"""`codechat train`: train with a YAML config and key=value overrides, or resume a run."""
+"""`codechat train`: train with a YAML config and key=value overrides, or resume a run.
+
+Imports of the rest of codechat sit inside the functions: at the top they would load on every `codechat --help`
+(bench/cli_startup.py).
+"""
 from __future__ import annotations
 
 import argparse

@@ -7,6 +7,8 @@
 A completion line is {"task_id", "completion"} (optionally "sample_id"); a result line is the verdict plus the
 ids. Unknown task ids, malformed lines and empty completions are reported (and written as results with
 status `error` / `no_code`), never fatal. The directory holding the task file is hidden from the programs.
+Imports of the rest of codechat sit inside the functions: at the top they would load on every `codechat --help`
+(bench/cli_startup.py).
 """
 from __future__ import annotations
 
@@ -17,6 +19,8 @@ from collections import Counter
 from pathlib import Path
 
 from codechat import CodechatError
+from codechat.config import VerifierConfig
+from codechat.jsonl import read_jsonl, scan_jsonl
 
 HELP = "run completions against task tests in the sandbox (verdicts as JSONL), or replay known attacks"
 
@@ -43,7 +47,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _config(args):
-    from codechat.config import VerifierConfig
     cfg = VerifierConfig()
     if args.workers is not None:
         if args.workers < 0:
@@ -69,20 +72,11 @@ def _config(args):
 
 def read_completions(path: str, known: set[str], warn) -> list[dict]:
     """Completion records, each with `error` set when the line is unusable (reported, then kept as a result)."""
-    p = Path(path)
-    if not p.is_file():
-        raise CodechatError(f"{path}: no such file")
     rows = []
-    for lineno, line in enumerate(p.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-            if not isinstance(rec, dict):
-                raise ValueError(f"expected a JSON object, got {type(rec).__name__}")
-        except ValueError as e:
-            warn(f"{path}:{lineno}: malformed line: {e}")
-            rows.append({"line": lineno, "error": f"malformed line: {e}"})
+    for lineno, rec, why in scan_jsonl(path, "completions file"):
+        if rec is None:
+            warn(f"{path}:{lineno}: {why}")
+            rows.append({"line": lineno, "error": why})
             continue
         row = {"line": lineno, "task_id": str(rec.get("task_id")), "sample_id": rec.get("sample_id"),
                "completion": rec.get("completion")}
@@ -156,21 +150,15 @@ def run_regress(args) -> int:
     from codechat.tasks import Task
     from codechat.verifier.verify import Verifier
 
-    p = Path(args.regress)
-    if not p.is_file():
-        raise CodechatError(f"{args.regress}: no such file")
     attacks = []
-    for lineno, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
+    for where, rec in read_jsonl(args.regress, "attack file"):
         try:
-            rec = json.loads(line)
             t = rec["task"]
             task = Task(str(t["task_id"]), t.get("prompt", ""), list(t["tests"]), t.get("entry_point"),
                         t.get("setup", ""), t.get("timeout_s"), {})
-            attacks.append((rec.get("id", f"line {lineno}"), rec.get("description", ""), task, rec["completion"]))
+            attacks.append((rec.get("id", where), rec.get("description", ""), task, rec["completion"]))
         except (ValueError, KeyError, TypeError, CodechatError) as e:
-            raise CodechatError(f"{p}:{lineno}: malformed attack record: {e}") from None
+            raise CodechatError(f"{where}: malformed attack record: {e}") from None
     fooled = []
     with Verifier(_config(args)) as v:
         for (aid, desc, _, _), verdict in zip(attacks, v.imap((t, c) for _, _, t, c in attacks)):

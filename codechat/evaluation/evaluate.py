@@ -6,14 +6,16 @@ pass@k for one task with n samples of which c pass is 1 - C(n-c, k) / C(n, k), c
 from __future__ import annotations
 
 import dataclasses
-import time
+import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable
 
 from codechat.config import SamplingConfig
 from codechat.evaluation.thinking import bucket_metrics, mode_metrics
+from codechat.jsonl import scan_jsonl
 from codechat.tasks import Task
+from codechat.verifier.evalplus import is_evalplus, score_evalplus
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -76,8 +78,6 @@ def summarize(records: list[dict], ks: list[int], greedy: dict[str, bool] | None
 def score_records(verifier, pairs: list[tuple[Task, str]], verdicts=None) -> list[dict]:
     """Per-sample records; evalplus tasks are scored on base and base+plus inputs (expected outputs from the
     reference), other tasks by their tests (`verdicts` when already computed)."""
-    from codechat.verifier.evalplus import is_evalplus, score_evalplus
-
     plus_idx = [i for i, (t, _) in enumerate(pairs) if is_evalplus(t)]
     if verdicts is None:
         skip = set(plus_idx)
@@ -102,6 +102,7 @@ def evaluate_policy(policy, verifier, tasks: list[Task], n: int = 4, ks: list[in
     """Sample n completions per task (and one greedy), verify, and compute pass@k. `progress(done, total)` is
     called after every batch of tasks. thinking: also pass@1 and length by mode; reference ({task_id: pass rate}
     of the reference model): also by difficulty bucket (evaluation/thinking.py)."""
+    # torch: imported here so that scoring existing completions (`codechat eval --completions`) runs without it
     from codechat.policy import Sampler
     from codechat.rollout.collect import collect
 
@@ -144,26 +145,14 @@ def evaluate_policy(policy, verifier, tasks: list[Task], n: int = 4, ks: list[in
 
 def read_completions(path: str, task_ids: set[str]) -> tuple[list[tuple[str, int, str]], list[str]]:
     """(task_id, sample_id, completion) triples and a list of problems (bad lines, unknown ids)."""
-    import json
-    from pathlib import Path
-
-    from codechat import CodechatError
-
-    p = Path(path)
-    if not p.is_file():
-        raise CodechatError(f"{p}: no such completions file")
     out, problems, counts = [], [], {}
-    for lineno, line in enumerate(p.read_text().splitlines(), 1):
-        if not line.strip():
+    for lineno, rec, why in scan_jsonl(path, "completions file"):
+        if rec is None or "task_id" not in rec or "completion" not in rec:
+            problems.append(f"{path}:{lineno}: skipped {why or 'malformed line: needs task_id and completion'}")
             continue
-        try:
-            rec = json.loads(line)
-            tid, comp = str(rec["task_id"]), rec["completion"]
-        except (json.JSONDecodeError, KeyError, TypeError) as e:
-            problems.append(f"{p}:{lineno}: skipped malformed line ({type(e).__name__}: {e})")
-            continue
+        tid, comp = str(rec["task_id"]), rec["completion"]
         if tid not in task_ids:
-            problems.append(f"{p}:{lineno}: skipped unknown task_id '{tid}'")
+            problems.append(f"{path}:{lineno}: skipped unknown task_id '{tid}'")
             continue
         sid = rec.get("sample_id", counts.get(tid, 0))
         counts[tid] = counts.get(tid, 0) + 1
@@ -175,8 +164,6 @@ def evaluate_completions(verifier, tasks: list[Task], path: str, ks: list[int], 
                          reference: dict[str, float] | None = None) -> EvalReport:
     """Score completions that already exist (any model or tool) with the same verifier and estimator;
     thinking, reference: as in evaluate_policy (length by mode needs `n_tokens` in the file's records: absent = 0)."""
-    import sys
-
     by_id = {t.task_id: t for t in tasks}
     triples, problems = read_completions(path, set(by_id))
     for msg in problems[:20]:

@@ -26,6 +26,8 @@ from typing import Any
 
 import torch
 
+from codechat import CodechatError
+
 
 def _fsdp():
     from torch.distributed.fsdp import FSDPModule, fully_shard
@@ -56,7 +58,6 @@ def shard(model: torch.nn.Module) -> torch.nn.Module:
     blocks = set(getattr(model, "_no_split_modules", None) or [])
     layers = [m for m in model.modules() if type(m).__name__ in blocks]
     if not layers:
-        from codechat import CodechatError
         raise CodechatError(f"dist.parallel=fsdp: {type(model).__name__} names no transformer block class "
                             f"(_no_split_modules) to shard by; use dist.parallel=ddp")
     for layer in layers:

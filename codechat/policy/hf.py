@@ -22,6 +22,8 @@ from pathlib import Path
 from codechat import CodechatError
 from codechat.config import ModelConfig
 from codechat.policy import fsdp
+from codechat.policy.lora import add_lora
+from codechat.policy.presets import PRESETS, preset_dir, save_tokenizer
 from codechat.rundir import resolve_model
 
 log = logging.getLogger(__name__)
@@ -64,8 +66,6 @@ class Policy:
     def save(self, out_dir, state_dict: dict | None = None) -> Path:
         """Save in HF format (LoRA adapters merged into a copy), loadable by load_policy and from_pretrained.
         state_dict: the weights to write instead of the model's own (an FSDP model's gathered weights)."""
-        from codechat.policy.presets import save_tokenizer
-
         quiet_transformers()
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
@@ -100,10 +100,8 @@ def _write_plain(model, out: Path, state_dict: dict | None) -> None:
     import torch
     from safetensors.torch import save_file
 
-    from codechat.policy.fsdp import sharded_now
-
     if state_dict is None:
-        if sharded_now(model):
+        if fsdp.sharded_now(model):
             raise CodechatError("saving a sharded model: gather it first (codechat.policy.fsdp.full_weights "
                                 "or full_state_dict)")
         state_dict = dict(model.named_parameters())  # tied weights appear once
@@ -119,8 +117,6 @@ def _write_plain(model, out: Path, state_dict: dict | None) -> None:
 def resolve_path(path: str) -> Path:
     """Preset name -> cached build; a run directory -> its final checkpoint (codechat/rundir.py); otherwise a
     local directory that must exist."""
-    from codechat.policy.presets import PRESETS, preset_dir
-
     path = resolve_model(path)
 
     if path in PRESETS and not Path(path).exists():
@@ -190,7 +186,5 @@ def load_policy(cfg: ModelConfig) -> Policy:
     gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
     eos |= set(gen_eos if isinstance(gen_eos, (list, tuple)) else [] if gen_eos is None else [gen_eos])
     if cfg.lora_r > 0:
-        from codechat.policy.lora import add_lora
-
         model = add_lora(model, cfg)
     return Policy(model=model, tokenizer=tok, device=device, config=cfg, eos_token_ids=tuple(sorted(eos)))

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from codechat import CodechatError
+from codechat.policy.tokenizer import IM_END, corpus_hash, corpus_texts, train_tokenizer
 
 
 @dataclass(frozen=True)
@@ -71,8 +72,6 @@ def build_preset(name: str, out_dir, seed: int = 0, corpus: list[str] | None = N
     import torch
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
-    from codechat.policy.tokenizer import IM_END, corpus_texts, train_tokenizer
-
     p = Preset(**{**asdict(_get(name)), **overrides})
     texts = corpus_texts(p.corpus_bytes) if corpus is None else corpus
     tok = train_tokenizer(texts, p.vocab_size)
@@ -110,8 +109,6 @@ def save_tokenizer(tok, out: Path) -> None:
 
 
 def preset_key(name: str, seed: int = 0) -> str:
-    from codechat.policy.tokenizer import corpus_hash, corpus_texts
-
     p = _get(name)
     blob = json.dumps({"preset": asdict(p), "seed": seed, "corpus": corpus_hash(corpus_texts(p.corpus_bytes)),
                        "version": 1}, sort_keys=True)

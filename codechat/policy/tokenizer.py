@@ -20,6 +20,8 @@ import sysconfig
 from pathlib import Path
 from typing import Iterable
 
+from codechat.tasks.builtin import builtin_names, load_builtin
+
 EOS, PAD, IM_START, IM_END = "<|endoftext|>", "<|pad|>", "<|im_start|>", "<|im_end|>"
 SPECIAL_TOKENS = [EOS, PAD, IM_START, IM_END]
 
@@ -35,8 +37,6 @@ def corpus_texts(max_bytes: int = 2_000_000) -> list[str]:
     """Local code corpus: built-in code task prompts + solutions, then stdlib sources until `max_bytes`."""
     texts: list[str] = []
     try:
-        from codechat.tasks.builtin import builtin_names, load_builtin
-
         for name in builtin_names():
             for t in load_builtin(f"builtin:{name}")[:5000]:
                 if t.kind != "function":  # function tasks only: answer (math) sets must not change the tokenizer

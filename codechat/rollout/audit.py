@@ -19,6 +19,7 @@ from pathlib import Path
 from codechat import CodechatError
 from codechat.runlog import read_jsonl
 from codechat.tasks import Task
+from codechat.verifier.verify import extract_code
 
 WATCHED_MODULES = ("sys", "os", "inspect", "gc", "builtins", "ctypes", "signal")
 WATCHED_DUNDERS = ("__eq__", "__ne__", "__hash__")
@@ -122,8 +123,6 @@ def _writes_raw_fd(tree: ast.AST) -> bool:
 
 def audit_rollouts(r, step: int, top_k: int = 2) -> list[dict]:
     """Audit records for one step: the top_k highest-reward samples and every suspicious one."""
-    from codechat.verifier.verify import extract_code
-
     if getattr(r, "episodes", None):  # multi-turn episodes: their own checks
         return audit_episodes(r, step, top_k)
     groups: dict[int, list[int]] = {}

@@ -11,9 +11,9 @@ __all__ = ["Job", "Limits", "RunResult", "SandboxPool"]
 def __getattr__(name: str):
     # Lazy: the zygote imports submodules of this package, and every module it imports makes each fork slower.
     if name == "Limits":
-        from codechat.sandbox.isolation import Limits
+        from codechat.sandbox.isolation import Limits  # lazy: see above
         return Limits
     if name in ("Job", "RunResult", "SandboxPool"):
-        from codechat.sandbox import pool
+        from codechat.sandbox import pool  # lazy: the zygote never loads the parent-side pool
         return getattr(pool, name)
     raise AttributeError(name)

@@ -2,10 +2,15 @@
 generated sets registered in GENERATED (e.g. the synthetic family used by the demo)."""
 from __future__ import annotations
 
+import copy
 from importlib import resources
 from typing import Callable
 
+from codechat.tasks import arith, synthetic
+from codechat.tasks.loaders import load_tasks_with_format
 from codechat.tasks.model import Task, TaskFormatError
+from codechat.tasks.thinking_sft import with_prefilled, with_thinking
+from codechat.tasks.toy import toy_tasks
 
 # name -> function returning the tasks; generated families register here.
 GENERATED: dict[str, Callable[[], list[Task]]] = {}
@@ -13,7 +18,6 @@ GENERATED: dict[str, Callable[[], list[Task]]] = {}
 
 def _synthetic(split: str) -> Callable[[], list[Task]]:
     def load() -> list[Task]:
-        from codechat.tasks import synthetic  # imported on use: loading `builtin` stays light
         n = synthetic.TRAIN_SIZE if split == "train" else synthetic.HELDOUT_SIZE
         tasks = synthetic.generate_tasks(split, n, seed=synthetic.SEED)
         for t in tasks:
@@ -33,9 +37,6 @@ def _synthetic_sft(**options) -> Callable[[], list[Task]]:
     """SFT data with buggy references, as scraped code would have: one Task per `sft_records` example, whose
     `metadata["solution"]` is the (possibly buggy) reference and whose tests are the task's true asserts."""
     def load() -> list[Task]:
-        import copy
-
-        from codechat.tasks import synthetic
         train = {t.task_id: t for t in _synthetic("train")()}
         out = []
         for i, rec in enumerate(synthetic.sft_records(list(train.values()), **{**SYNTHETIC_SFT, **options})):
@@ -54,7 +55,6 @@ GENERATED["synthetic-sft-clean"] = _synthetic_sft(buggy_fraction=0.0)
 
 def _toy(buggy: bool) -> Callable[[], list[Task]]:
     def load() -> list[Task]:
-        from codechat.tasks.toy import toy_tasks
         return toy_tasks(buggy)
     return load
 
@@ -65,7 +65,6 @@ GENERATED["toy-sft"] = _toy(True)
 
 def _thinking(base: str, name: str, prefilled: bool = False) -> Callable[[], list[Task]]:
     def load() -> list[Task]:
-        from codechat.tasks.thinking_sft import with_prefilled, with_thinking  # imported on use, like the others
         return (with_prefilled if prefilled else with_thinking)(GENERATED[base](), f"builtin:{name}")
     return load
 
@@ -79,7 +78,6 @@ GENERATED["synthetic-sft-think-prefilled"] = _thinking("synthetic-sft-clean", "s
 
 def _arith(split: str) -> Callable[[], list[Task]]:
     def load() -> list[Task]:
-        from codechat.tasks import arith  # imported on use, like the other generated families
         return arith.generate(split, arith.TRAIN_SIZE if split == "train" else arith.HELDOUT_SIZE, arith.SEED)
     return load
 
@@ -96,8 +94,6 @@ def builtin_names() -> list[str]:
 
 def load_builtin(spec: str = "builtin") -> list[Task]:
     """`builtin` or `builtin:NAME`."""
-    from codechat.tasks.loaders import load_tasks_with_format
-
     name = spec.split(":", 1)[1] if ":" in spec else "basic"
     if name in GENERATED:
         return GENERATED[name]()

@@ -289,7 +289,7 @@ def load_tasks(path: str | Path, fmt: str | None = None) -> list[Task]:
     if "+" in str(path) and not Path(path).exists():
         return _join([(p, load_tasks(p, fmt)) for p in str(path).split("+") if p])
     if str(path).startswith("builtin"):
-        from codechat.tasks.builtin import load_builtin
+        from codechat.tasks.builtin import load_builtin  # a cycle: builtin reads its files through this module
         return load_builtin(str(path))
     file, split = split_spec(str(path))  # `mbpp.jsonl:train` (codechat/tasks/splits.py)
     tasks = load_tasks_with_format(file, fmt)[0]

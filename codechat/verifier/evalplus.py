@@ -8,15 +8,19 @@ reference's time), where evalplus times each input.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
+import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from codechat import CodechatError
 from codechat.sandbox.wire import dumps, loads
 from codechat.tasks import Task
 from codechat.verifier.verdict import Verdict
+from codechat.verifier.verify import extract_code
 
 # evalplus's special oracles for MBPP+: outputs compared as sets (the reference returns set-ordered sequences,
 # whose order varies with string hashing), or only checked to be not None.
@@ -152,9 +156,6 @@ def verify_base_plus(verifier, task: Task, completion: str, expected: dict) -> t
     """(base verdict, plus verdict); plus runs only when base passed (it includes the base inputs)."""
     atol = float(task.metadata.get("atol") or 0.0)
     timeout = max(verifier.cfg.timeout_s, 4 * expected.get("ref_s", 0.0) + 2.0)
-    import dataclasses
-
-    from codechat.verifier.verify import extract_code
     timed = dataclasses.replace(task, timeout_s=timeout)
     code = extract_code(completion, task)
     if code is not None:
@@ -172,9 +173,6 @@ def verify_base_plus(verifier, task: Task, completion: str, expected: dict) -> t
 def score_evalplus(verifier, pairs: list[tuple[Task, str]]) -> list[tuple[Verdict, Verdict]]:
     """Base and plus verdicts for (task, completion) pairs, expected outputs computed once per task. A task whose
     reference fails on its own inputs is reported (one warning) and its samples scored as `error`."""
-    import sys
-    from concurrent.futures import ThreadPoolExecutor
-
     def expect(t: Task):
         try:
             return expected_outputs(verifier, t)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from codechat import CodechatError
 from codechat.config import VerifierConfig
+from codechat.verifier.ray_backend import RayVerifier  # light: it imports ray only when a RayVerifier starts
 from codechat.verifier.verify import Verifier
 
 BACKENDS = ("local", "ray")
@@ -16,7 +17,5 @@ def make_verifier(cfg: VerifierConfig | None = None) -> Verifier:
     if cfg.backend == "local":
         return Verifier(cfg)
     if cfg.backend == "ray":
-        from codechat.verifier.ray_backend import RayVerifier  # imports ray lazily inside; the module itself is light
-
         return RayVerifier(cfg)
     raise CodechatError(f"verifier.backend '{cfg.backend}' is not available (valid: {', '.join(BACKENDS)})")

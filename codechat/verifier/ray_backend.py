@@ -24,10 +24,12 @@ from __future__ import annotations
 import os
 import queue
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from codechat import CodechatError
 from codechat.config import VerifierConfig
+from codechat.sandbox import RunResult, SandboxPool
 from codechat.verifier.verify import Verifier
 
 RETRIES = 3
@@ -45,8 +47,6 @@ class _NodePool:
     """Runs on one node (as a threaded Ray actor): a SandboxPool, one job per zygote at a time."""
 
     def __init__(self, workers: int, hide_paths: tuple[str, ...]):
-        from codechat.sandbox import SandboxPool
-
         self.pool = SandboxPool(workers, hide_paths)
 
     def run(self, job):
@@ -109,14 +109,10 @@ class RayPool:
 
     def run_many(self, jobs):
         """Results in input order (None for a None job); each job waits on a Ray node, several in flight."""
-        from concurrent.futures import ThreadPoolExecutor
-
         with ThreadPoolExecutor(max(self.workers, 1)) as ex:
             yield from ex.map(lambda j: None if j is None else self.run(j), list(jobs))
 
     def run(self, job):
-        from codechat.sandbox import RunResult
-
         ray = _ray()
         why = ""
         for _ in range(RETRIES):
