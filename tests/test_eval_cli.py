@@ -124,18 +124,6 @@ def test_compare_warns_on_different_tasks_and_reports_the_interval(tmp_path):
     assert "gained (1): x" in out
 
 
-def test_codechat_compare_reports_paired_differences_across_methods():
-    from codechat.commands.compare import differences
-    stats = {"grpo": [{"final_pass1": p} for p in (0.5, 0.6, 0.7)],
-             "rloo": [{"final_pass1": p} for p in (0.55, 0.65, 0.75)],
-             "rft": [{"final_pass1": p} for p in (0.4, 0.7, 0.6)]}
-    lines = differences(stats, [0, 1, 2])
-    assert lines[0].startswith("Difference in final pass@1 from grpo, paired by seed (3 seeds)")
-    assert lines[1].startswith("- rloo - grpo: +0.0500 (95% paired bootstrap CI +0.0500 to +0.0500, 3 paired")
-    assert lines[2].startswith("- rft - grpo: -0.0333")
-    assert differences({"grpo": stats["grpo"]}, [0]) == []
-
-
 def test_completions_with_too_few_samples_for_k_say_so(tmp_path, capsys):
     from codechat.tasks import load_tasks
     tasks = load_tasks("builtin:toy")[:2]

@@ -53,7 +53,7 @@ def test_the_checker_tells_a_bare_local_import_from_an_explained_one():
     assert _local_codechat_imports(ast.parse(top)) == []
 
 
-COMMANDS_PENDING = {"compare.py"}
+COMMANDS_PENDING: set[str] = set()
 """Command modules whose docstring is owned by another branch at the time of writing (its lazy imports are for
 the same reason, see bench/cli_startup.py); remove a name once its docstring says why."""
 

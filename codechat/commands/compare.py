@@ -10,6 +10,9 @@ Each (method, seed) trains once to the largest budget and is evaluated on every 
 (codechat/compare/runs.py); finished points are kept in OUT/results/METHOD-seedS.json and skipped on rerun, and
 an interrupted training segment continues with --resume. Methods and presets: codechat/compare/plan.py. Writes
 OUT/compare.md (codechat/compare/report.py) and OUT/compare.png.
+
+Imports of the rest of codechat sit inside the functions: at the top they would load on every `codechat --help`
+(bench/cli_startup.py).
 """
 from __future__ import annotations
 
