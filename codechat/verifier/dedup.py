@@ -6,6 +6,9 @@ optional bounded cache of verdicts across batches (steps).
     verdicts = v.verify_many(pairs)       # same order and length as pairs
     v.last                                # DedupStats of that call: verify/dedup_frac, cache hits, seconds saved
 
+Verify while decoding (rollout/stream.py) hands rows over one at a time; `DedupStream` gives them the same
+deduplication, cache and stats as one verify_many over the batch.
+
 Small models sample the same completion many times per group (58.5% of the demo's GRPO samples); each copy ran
 the same program against the same tests. The key is the completion text and every field of the task (id,
 prompt, tests, setup, entry point, time limit, metadata, kind, and a stdin/stdout task's tests and comparison):
