@@ -14,8 +14,10 @@ file once, then runs each system in its own child process (`--child trl|codechat
 the median wall time between consecutive step ends, over the steps after the first (warm-up: allocator, caches,
 the reference copy). The table before it splits a step into sample / verify / update (TRL: its `_generate`, the
 reward function, the rest) and adds `cpu s`, the training process's own CPU seconds per step (median), which a
-busy machine disturbs far less than wall time (it leaves out the reward / sandbox subprocesses). The last line is
-JSON: `{"codechat_s_per_step", "trl_s_per_step", "ratio" (codechat/trl), "codechat_peak_mb", "trl_peak_mb"}`.
+busy machine disturbs far less than wall time (it leaves out the reward / sandbox subprocesses), and `upd cpu`, the
+update phase's CPU seconds (TRL: the step's less its generation's and reward function's; codechat: `rl_update`'s).
+The last line is JSON: `{"codechat_s_per_step", "trl_s_per_step", "ratio" (codechat/trl), "codechat_peak_mb",
+"trl_peak_mb", "codechat_update_s", "trl_update_s", "update_speedup" (trl/codechat, wall), "update_cpu_speedup"}`.
 
 Fairness choices (flags change them): TRL runs with gradient checkpointing off (GRPOConfig defaults it on, which
 trades ~30% more compute for memory; codechat has none), its reward function runs the programs on as many
@@ -156,15 +158,17 @@ def child_trl(a: argparse.Namespace) -> dict:
 
     tasks = [json.loads(ln) for ln in Path(a.tasks).read_text().splitlines() if ln.strip()]
     ds = Dataset.from_list([{"prompt": t["prompt"], "tests": t["tests"]} for t in tasks])
-    phase = {"sample_s": 0.0, "verify_s": 0.0}
+    phase = {"sample_s": 0.0, "verify_s": 0.0, "sample_cpu": 0.0, "verify_cpu": 0.0}
     workers = os.cpu_count() or 1
 
     def pass_reward(prompts, completions, tests, **_):
-        t0 = time.perf_counter()
+        t0, c0 = clocks()
         programs = [p + c + "\n\n" + "\n".join(ts) + "\n" for p, c, ts in zip(prompts, completions, tests)]
         with ThreadPoolExecutor(workers) as ex:
             out = list(ex.map(run_program, programs))
-        phase["verify_s"] += time.perf_counter() - t0
+        t1, c1 = clocks()
+        phase["verify_s"] += t1 - t0
+        phase["verify_cpu"] += c1 - c0
         return out
 
     ends: list[tuple[float, float]] = []  # (wall, this process's CPU) at train start and at each step end
@@ -175,7 +179,7 @@ def child_trl(a: argparse.Namespace) -> dict:
             ends.append(clocks())
 
         def on_step_begin(self, args, state, control, **kw):
-            phase.update(sample_s=0.0, verify_s=0.0)
+            phase.update(sample_s=0.0, verify_s=0.0, sample_cpu=0.0, verify_cpu=0.0)
 
         def on_step_end(self, args, state, control, **kw):
             ends.append(clocks())
@@ -196,17 +200,20 @@ def child_trl(a: argparse.Namespace) -> dict:
     generate = trainer._generate  # TRL 1.x: tokenize, generate, decode; wrapped only to time it
 
     def timed_generate(*args, **kw):
-        t0 = time.perf_counter()
+        t0, c0 = clocks()
         try:
             return generate(*args, **kw)
         finally:
-            phase["sample_s"] += time.perf_counter() - t0
+            t1, c1 = clocks()
+            phase["sample_s"] += t1 - t0
+            phase["sample_cpu"] += c1 - c0
 
     trainer._generate = timed_generate
     trainer.train()
     steps, cpu = deltas(ends)
-    for p, s in zip(phases, steps):
+    for p, s, c in zip(phases, steps, cpu):
         p["update_s"] = s - p["sample_s"] - p["verify_s"]
+        p["update_cpu"] = c - p.pop("sample_cpu") - p.pop("verify_cpu")
     rewards = [h["reward"] for h in trainer.state.log_history if "reward" in h]
     return {"system": "trl", "version": trl.__version__, "step_s": steps, "cpu_s": cpu, "phases": phases,
             "reward_mean": statistics.fmean(rewards) if rewards else None}
@@ -243,11 +250,25 @@ def child_codechat(a: argparse.Namespace) -> dict:
         return log(self, metrics, step)
 
     MetricsLogger.log = clocked_log
+    import codechat.train.rl as rl
+
+    update, update_cpu = rl.rl_update, []  # the update's CPU seconds (time/update_s is its wall time)
+
+    def clocked_update(*args, **kw):
+        c0 = time.process_time()
+        try:
+            return update(*args, **kw)
+        finally:
+            update_cpu.append(time.process_time() - c0)
+
+    rl.rl_update = clocked_update
     train(load_config(None, overrides))
     recs = [json.loads(ln) for ln in (run_dir / "metrics.jsonl").read_text().splitlines() if ln.strip()]
     steps, cpu = deltas(ends)
     phases = [{k.split("/")[1]: r.get(k, 0.0) for k in ("time/sample_s", "time/verify_s", "time/update_s")}
               for r in recs]
+    for p, c in zip(phases, update_cpu):
+        p["update_cpu"] = c
     rewards = [r["reward_mean"] for r in recs if "reward_mean" in r]
     return {"system": "codechat", "version": codechat.__version__, "step_s": steps, "cpu_s": cpu, "phases": phases,
             "reward_mean": statistics.fmean(rewards) if rewards else None}
@@ -294,7 +315,7 @@ def pooled(runs: list[dict]) -> dict:
     phases = [p for r in runs for p in r["phases"][1:]]
     cpu = [s for r in runs for s in r["cpu_s"][1:]]
     return {"s_per_step": statistics.median(steps), "cpu_s": statistics.median(cpu),
-            **{k: statistics.median(p[k] for p in phases) for k in ("sample_s", "verify_s", "update_s")},
+            **{k: statistics.median(p[k] for p in phases) for k in ("sample_s", "verify_s", "update_s", "update_cpu")},
             "peak_mb": max(r["peak_mb"] for r in runs), "version": runs[0]["version"],
             "reward": statistics.fmean(r["reward_mean"] or 0.0 for r in runs), "wall_s": sum(r["wall_s"] for r in runs)}
 
@@ -335,18 +356,22 @@ def main(argv: list[str] | None = None) -> None:
             import shutil
             shutil.rmtree(workdir, ignore_errors=True)
     print(f"{'system':<10}{'version':>9}{'s/step':>9}{'sample':>9}{'verify':>9}{'update':>9}{'peak MB':>9}"
-          f"{'cpu s':>8}{'reward':>8}{'wall s':>8}", file=sys.stderr)
+          f"{'cpu s':>8}{'upd cpu':>8}{'reward':>8}{'wall s':>8}", file=sys.stderr)
     out = {}
     for s in systems:
         r = pooled(runs[s])
         out[f"{s}_s_per_step"] = round(r["s_per_step"], 3)
         out[f"{s}_peak_mb"] = r["peak_mb"]
+        out[f"{s}_update_s"], out[f"{s}_update_cpu_s"] = round(r["update_s"], 3), round(r["update_cpu"], 3)
         print(f"{s:<10}{r['version']:>9}{r['s_per_step']:>9.3f}{r['sample_s']:>9.3f}{r['verify_s']:>9.3f}"
-              f"{r['update_s']:>9.3f}{r['peak_mb']:>9.0f}{r['cpu_s']:>8.3f}{r['reward']:>8.3f}{r['wall_s']:>8.1f}", file=sys.stderr)
+              f"{r['update_s']:>9.3f}{r['peak_mb']:>9.0f}{r['cpu_s']:>8.3f}{r['update_cpu']:>8.3f}{r['reward']:>8.3f}{r['wall_s']:>8.1f}", file=sys.stderr)
     if len(systems) == 2:
         final = {"codechat_s_per_step": out["codechat_s_per_step"], "trl_s_per_step": out["trl_s_per_step"],
                  "ratio": round(out["codechat_s_per_step"] / out["trl_s_per_step"], 3),
-                 "codechat_peak_mb": out["codechat_peak_mb"], "trl_peak_mb": out["trl_peak_mb"]}
+                 "codechat_peak_mb": out["codechat_peak_mb"], "trl_peak_mb": out["trl_peak_mb"],
+                 "codechat_update_s": out["codechat_update_s"], "trl_update_s": out["trl_update_s"],
+                 "update_speedup": round(out["trl_update_s"] / out["codechat_update_s"], 3),
+                 "update_cpu_speedup": round(out["trl_update_cpu_s"] / out["codechat_update_cpu_s"], 3)}
     else:
         final = out
     if a.keep:

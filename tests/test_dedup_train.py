@@ -115,8 +115,8 @@ def test_forward_runs_on_distinct_rows_only(tmp_path):
     seen_naive, seen_dedup = [], []
     update(r, config(dedup=False, epochs=2), tmp_path, seen_naive)
     _, met = update(r, config(dedup=True, epochs=2), tmp_path, seen_dedup)
-    assert seen_naive == [P * G] * 4  # old, reference, 2 epochs
-    assert seen_dedup == [9] * 4  # 9 distinct (prompt, completion) rows out of 16
+    assert seen_naive == [P * G] * 3  # reference, 2 epochs (the first epoch's forward is the old pass)
+    assert seen_dedup == [9] * 3  # 9 distinct (prompt, completion) rows out of 16
     assert met["update/dedup_frac"] == pytest.approx(1 - 9 / 16)
 
 

@@ -134,3 +134,5 @@ def test_training_with_verify_while_decoding_logs_the_same_rollouts(tmp_path):
     assert runs["true"][0] == runs["false"][0] and len(runs["true"][0]) == 16
     assert all("verify_overlap_frac" in m for m in runs["true"][1]) and runs["true"][1]
     assert not any("verify_overlap_frac" in m for m in runs["false"][1])
+    dedup = {f: [m["verify/dedup_frac"] for m in runs[f][1]] for f in runs}  # logged on both paths, the same
+    assert dedup["true"] == dedup["false"] and len(dedup["true"]) == 2

@@ -136,7 +136,7 @@ def collect(policy, sampler, verifier, tasks: list[Task], group_size: int, sampl
     n_tokens = [int(n) for n in batch.n_tokens]
     truncated = [f == "length" for f in batch.finish_reason]
     rewards, comps = score(per_sample, batch.texts, verdicts, n_tokens, truncated, cfg.max_new_tokens, rewards)
-    stats = verifier.last if isinstance(verifier, DedupVerifier) and not stream else None  # streamed: per row
+    stats = vs.dedup_stats if stream else verifier.last if isinstance(verifier, DedupVerifier) else None
     rewards = fill_infra(rewards, batch.prompt_index, [v.status == "infra_error" for v in verdicts])
     return Rollouts(tasks, prompts, batch, verdicts, rewards, comps, t1 - t0, t2 - t1, stats, overlap)
 

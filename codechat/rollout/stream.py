@@ -7,7 +7,9 @@ the batch keeps decoding; the step then waits only for the verdicts still runnin
 
 `submit` hands the row to a pool of `verifier.workers` threads, each running `verifier.verify(task, text)`: every
 sandbox worker takes the next finished completion as soon as it is free (SandboxPool.run borrows a worker per
-call and is thread-safe). Verdicts are those of `verify_many` on the same (task, text) pairs: the same verifier
+call and is thread-safe). Through a DedupVerifier, a row that repeats an earlier row's (task, text) shares its
+verdict instead of running again, cached verdicts are reused, and `dedup_stats` holds the batch's DedupStats
+after `result()` (verifier/dedup.py `DedupStream`), as verify_many over the batch would give. Verdicts are those of `verify_many` on the same (task, text) pairs: the same verifier
 code runs, only earlier (tested). An error in a verification is raised by `result()`. Simplifies: a row is
 verified once, when its text is final (no partial programs); `submit` never blocks the decoding thread.
 """
@@ -18,6 +20,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from codechat.tasks import Task
+from codechat.verifier.dedup import DedupStats, DedupStream, DedupVerifier
 from codechat.verifier.verdict import Verdict
 
 
@@ -39,17 +42,20 @@ class VerifyStream:
         self._futures: dict[int, Future] = {}
         self._done_at: dict[int, float] = {}
         self._pool = ThreadPoolExecutor(max(1, verifier.workers), thread_name_prefix="verify-stream")
+        self._dedup = DedupStream(verifier, self._pool) if isinstance(verifier, DedupVerifier) else None
+        self.dedup_stats: DedupStats | None = None
+        """Through a DedupVerifier: what the batch ran and reused, set by result()."""
 
     def submit(self, row: int, text: str) -> None:
         """Queue sample `row`'s final text for verification; each row once."""
         if not 0 <= row < len(self.tasks) or row in self._futures:
             raise ValueError(f"verify stream: row {row} is out of range or already submitted")
-        self._futures[row] = self._pool.submit(self._verify, row, text)
-
-    def _verify(self, row: int, text: str) -> Verdict:
-        v = self.verifier.verify(self.tasks[row], text)
-        self._done_at[row] = time.perf_counter()
-        return v
+        if self._dedup is not None:
+            f = self._dedup.submit(row, self.tasks[row], text)  # a copy or a cached pair: a Future that is not a new run
+        else:
+            f = self._pool.submit(self.verifier.verify, self.tasks[row], text)
+        self._futures[row] = f
+        f.add_done_callback(lambda _f, row=row: self._done_at.setdefault(row, time.perf_counter()))
 
     def ready(self, row: int) -> bool:
         """Whether sample `row`'s verdict is in."""
@@ -62,6 +68,10 @@ class VerifyStream:
         if missing:
             raise RuntimeError(f"verify stream: no verdict for rows {missing[:5]} (the sampler never finished them)")
         verdicts = [self._futures[i].result() for i in range(len(self.tasks))]  # raises a verification's error
+        for i in range(len(self.tasks)):  # a Future's callbacks may run just after result() returned
+            self._done_at.setdefault(i, time.perf_counter())
+        if self._dedup is not None:
+            self.dedup_stats = self._dedup.finish()
         done = list(self._done_at.values())
         early = sum(t <= decoded_at for t in done)
         tail = max(done) - decoded_at if done else 0.0

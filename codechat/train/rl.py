@@ -81,6 +81,23 @@ def frozen_logprobs(model, r: Rollouts, rows: torch.Tensor, temperature: float, 
         return logprobs_for(model, r, rows, temperature, dedup=dedup, count=count) if len(rows) else None
 
 
+def old_logprobs(model, r: Rollouts, rows: torch.Tensor, first: torch.Tensor, temperature: float, dedup: bool,
+                 count: list) -> torch.Tensor:
+    """pi_old's log-probs (N, T) of rows, for an update of several optimizer steps. The rows of the first step
+    (positions `first`) are left at 0: rl_update fills them from that step's own forward (detached), which runs
+    before any weight changes, so the no-grad pass runs only over the other rows (none when every epoch is one
+    minibatch: the first epoch's forward is the old pass)."""
+    old = torch.zeros(r.batch.mask[rows].shape, device=next(model.parameters()).device)  # (N, T)
+    rest = torch.ones(len(rows), dtype=torch.bool)
+    rest[first] = False
+    rest = rest.nonzero()[:, 0]  # (n,) positions not in the first step
+    if dist.any_true(len(rest) > 0):  # every rank enters when any has rows (FSDP gathers)
+        lp = frozen_logprobs(model, r, rows[rest], temperature, dedup=dedup, count=count)  # (n, T) or None
+        if lp is not None:
+            old[rest.to(old.device)] = lp
+    return old
+
+
 def rl_update(ctx: Context, r: Rollouts, adv: torch.Tensor, rows: torch.Tensor, ref, opt, a: AlgoConfig) -> dict:
     """mu epochs x minibatches (one optimizer step each) x micro-batches of the policy loss + the KL term.
     rows (N,): the samples of `r` to train on; adv (N,): their advantages. Returns the mean metrics."""
@@ -89,14 +106,13 @@ def rl_update(ctx: Context, r: Rollouts, adv: torch.Tensor, rows: torch.Tensor, 
     mask = r.batch.mask[rows].to(dev).float()  # (N, T)
     plan = dist.minibatch_plan(len(rows), c.minibatch_size, c.epochs, seed=ctx.step_seed(7))
     seen = [0, 0]  # rows asked for, rows run through the model (rl.dedup: distinct ones only), over every pass
-    old = None if len(plan) == 1 else frozen_logprobs(model, r, rows, temp, dedup=c.dedup,
-                                                      count=seen)  # (N, T) pi_old; one step: logp itself
+    old = None if len(plan) == 1 else old_logprobs(model, r, rows, plan[0], temp, c.dedup, seen)  # (N, T) pi_old
     ref_lp = frozen_logprobs(ref, r, rows, temp, as_reference=True, dedup=c.dedup,
                              count=seen) if ref is not None else None  # (N, T)
     sampler_lp = r.batch.logprobs  # (B, T) the engine's log-probs: gap metrics, truncated IS
     sums: dict[str, float] = {}
     count, norms = 0, []
-    for mb_idx in plan:
+    for step, mb_idx in enumerate(plan):
         opt.zero_grad(set_to_none=True)
         # each micro-batch weighs its share of what agg_loss divides by, over all ranks: exact grad accumulation
         units = dist.global_units(mask[mb_idx], a.agg)
@@ -107,7 +123,12 @@ def rl_update(ctx: Context, r: Rollouts, adv: torch.Tensor, rows: torch.Tensor, 
             logp, ent = logprobs_for(model, r, rows[m_idx], temp, with_entropy=True, dedup=c.dedup,
                                      count=seen)  # (n, T)
             m = mask[m_idx]  # (n, T)
-            old_lp = logp.detach() if old is None else old[m_idx]
+            if step == 0:  # the weights are still pi_old's: this forward gives the old log-probs too
+                old_lp = logp.detach()
+                if old is not None:
+                    old[m_idx] = old_lp
+            else:
+                old_lp = old[m_idx]
             loss, met = policy_loss(a.loss, logp, old_lp, adv[m_idx].to(dev), m, a,
                                     sampler_logp=sampler_lp[rows[m_idx]].to(dev))
             if ref_lp is not None:

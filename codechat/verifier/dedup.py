@@ -6,6 +6,9 @@ optional bounded cache of verdicts across batches (steps).
     verdicts = v.verify_many(pairs)       # same order and length as pairs
     v.last                                # DedupStats of that call: verify/dedup_frac, cache hits, seconds saved
 
+Verify while decoding (rollout/stream.py) hands rows over one at a time; `DedupStream` gives them the same
+deduplication, cache and stats as one verify_many over the batch.
+
 Small models sample the same completion many times per group (58.5% of the demo's GRPO samples); each copy ran
 the same program against the same tests. The key is the completion text and every field of the task (id,
 prompt, tests, setup, entry point, time limit, metadata, kind, and a stdin/stdout task's tests and comparison):
@@ -22,7 +25,9 @@ one run instead of one run each. `dedup=False` passes every pair through (for co
 from __future__ import annotations
 
 import hashlib
+import threading
 from collections import OrderedDict
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -82,6 +87,7 @@ class DedupVerifier:
             raise CodechatError(f"verifier.cache_size must be >= 0, got {cache_size}")
         self.inner, self.cache_size, self.dedup = inner, int(cache_size), bool(dedup)
         self._cache: OrderedDict[bytes, Verdict] = OrderedDict()
+        self._lock = threading.Lock()  # the cache is read by the decoding thread and filled by stream workers
         self.last = DedupStats()
         self.total = DedupStats()
 
@@ -98,9 +104,9 @@ class DedupVerifier:
         for i, k in enumerate(keys):
             if k in known:
                 continue
-            if k in self._cache:
-                self._cache.move_to_end(k)
-                known[k] = self._cache[k]
+            cached = self.lookup(k)
+            if cached is not None:
+                known[k] = cached
                 hits.add(k)
             else:
                 known[k] = None  # placeholder: runs below
@@ -117,12 +123,21 @@ class DedupVerifier:
                                saved_s=sum(v.duration_s for i, v in enumerate(out) if i not in ran)))
         return out
 
+    def lookup(self, key: bytes, touch: bool = True) -> Verdict | None:
+        """The cached verdict of a pair_key, or None; touch: mark it as recently used."""
+        with self._lock:
+            v = self._cache.get(key)
+            if v is not None and touch:
+                self._cache.move_to_end(key)
+            return v
+
     def _remember(self, key: bytes, v: Verdict) -> None:
         if self.cache_size <= 0 or v.status in UNCACHED_STATUSES:
             return
-        self._cache[key] = v
-        while len(self._cache) > self.cache_size:
-            self._cache.popitem(last=False)  # least recently used
+        with self._lock:
+            self._cache[key] = v
+            while len(self._cache) > self.cache_size:
+                self._cache.popitem(last=False)  # least recently used
 
     def _count(self, st: DedupStats) -> None:
         self.last = st
@@ -157,3 +172,57 @@ class DedupVerifier:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class DedupStream:
+    """verify_many's deduplication for rows that arrive one at a time (verify while decoding, rollout/stream.py):
+    `submit` is called from the decoding thread; the first row of each distinct pair runs on `pool` (or is
+    answered from the cache), its copies share that row's Future. The cache is only read during the batch;
+    `finish` (once every Future is done) updates it in row order and records the batch's DedupStats as the
+    verifier's `last`: verdicts, stats and the cache afterwards are those of one verify_many over the batch."""
+
+    def __init__(self, verifier: DedupVerifier, pool: Executor):
+        self.dv, self.pool = verifier, pool
+        self._keys: dict[bytes, list] = {}  # key -> [its lowest row, how its first row was answered, Future]
+        self._rows: list[tuple[str, Future]] = []  # per submitted row: "ran" | "hit" (cache) | "copy", Future
+
+    def submit(self, row: int, task: Task, completion: str) -> Future:
+        if not self.dv.dedup:
+            how, f = "ran", self.pool.submit(self._run, task, completion)
+        else:
+            key = pair_key(task, completion)
+            if key in self._keys:
+                entry = self._keys[key]
+                entry[0] = min(entry[0], row)
+                how, f = ("hit" if entry[1] == "hit" else "copy"), entry[2]
+            else:
+                cached = self.dv.lookup(key, touch=False)  # touched in row order by finish, as verify_many does
+                if cached is not None:
+                    how, f = "hit", Future()
+                    f.set_result(cached)
+                else:
+                    how, f = "ran", self.pool.submit(self._run, task, completion)
+                self._keys[key] = [row, how, f]
+        self._rows.append((how, f))
+        return f
+
+    def _run(self, task: Task, completion: str) -> Verdict:
+        out = self.dv.inner.verify_many([(task, completion)])
+        if len(out) != 1:
+            raise CodechatError(f"the verifier returned {len(out)} verdicts for 1 pair")
+        return out[0]
+
+    def finish(self) -> DedupStats:
+        """The batch's stats (call when every submitted Future is done); also the verifier's `last`."""
+        by_row = sorted((row, key, how, f) for key, (row, how, f) in self._keys.items())
+        for _, key, how, _ in by_row:  # verify_many: every lookup first, then the fresh verdicts, in pair order
+            if how == "hit":
+                self.dv.lookup(key)
+        for _, key, how, f in by_row:
+            if how == "ran":
+                self.dv._remember(key, f.result())
+        st = DedupStats(n=len(self._rows), ran=sum(how == "ran" for how, _ in self._rows),
+                        cache_hits=sum(how == "hit" for how, _ in self._rows),
+                        saved_s=sum(f.result().duration_s for how, f in self._rows if how != "ran"))
+        self.dv._count(st)
+        return st
