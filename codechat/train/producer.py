@@ -15,7 +15,12 @@ behaviour log-probs are the sampler's (`batch.logprobs`), which `algo.correction
 
 Data order and seeds are the synchronous loop's: batch s takes the same prompts at the same data position with
 the seed of step s, so batch 0 equals the synchronous run's. `state.data_pos` counts the prompts the trainer has
-consumed, so a checkpoint resumes without losing or repeating prompts (the in-flight batches are sampled again).
+consumed. A checkpoint waits for the batches in flight and saves them (rollouts, versions, data positions) in
+trainer.pt (`state_dict`); `--resume` puts them back in the queue, so the resumed run trains on the very batches,
+sampled with the very weights, of the uninterrupted run: exact, as for async_steps 0 (tested). Where they cannot
+be restored (several ranks: trainer.pt holds rank 0's only; a changed async_steps), the producer restarts from
+`state.data_pos` with the checkpoint's weights: no prompt lost or repeated, the versions count on from the
+checkpoint's step, and only the first k batches after the resume are fresher than they would have been.
 Simplifies: one process's producer (under DDP each rank has its own); the `hf` engine only (vLLM would hold the
 behaviour weights itself); no FSDP, no `zero_variance: resample` (its rounds are collectives); the copy doubles
 the model's memory.
@@ -57,8 +62,23 @@ def weights_snapshot(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
+@dataclasses.dataclass
+class Batch:
+    """One batch submitted to the producer."""
+
+    version: int
+    """Policy version that samples it: RL updates done in this stage when its weights were snapshotted."""
+    step: int
+    """The RL step (of this stage) that trains on it."""
+    pos: int
+    """Data position of its first prompt."""
+    future: Future
+    """-> (Rollouts, seconds the producer spent on it)."""
+
+
 class AsyncProducer:
-    def __init__(self, ctx: Context, k: int):
+    def __init__(self, ctx: Context, k: int, saved: dict | None = None):
+        """saved: `state_dict()` of the checkpoint being resumed (None: start from state.data_pos)."""
         self.ctx, self.k = ctx, k
         model = ctx.policy.model
         self.behaviour = dataclasses.replace(ctx.policy, model=copy.deepcopy(model).eval())
@@ -67,11 +87,38 @@ class AsyncProducer:
             p.requires_grad_(False)
         self.sampler = Sampler(self.behaviour)
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="rollout-producer")
-        self.inflight: deque[tuple[int, int, int, Future]] = deque()  # (version, step, data pos, future)
+        self.inflight: deque[Batch] = deque()
         self.cursor = ctx.state.data_pos  # next prompt position to submit (state.data_pos: consumed)
         self.next_step = ctx.state.step  # the RL step the next submitted batch is for
         self.dropped = 0
-        self._submit()
+        self.restored = self._restore(saved)
+        if not self.inflight:
+            self._submit()
+
+    def state_dict(self) -> dict | None:
+        """The batches in flight, finished (waits for them), for trainer.pt; None with several ranks (each has
+        its own and rank 0 alone writes: a resume samples them again)."""
+        if dist.world() > 1:
+            return None
+        done = []
+        for b in self.inflight:
+            r, produce_s = b.future.result()
+            done.append({"version": b.version, "step": b.step, "pos": b.pos, "rollouts": r, "produce_s": produce_s})
+        return {"k": self.k, "batches": done, "dropped": self.dropped}
+
+    def _restore(self, saved: dict | None) -> bool:
+        st = self.ctx.state
+        if not saved or saved["k"] != self.k or not saved["batches"] or saved["batches"][0]["pos"] != st.data_pos \
+                or saved["batches"][0]["step"] != st.step:
+            return False
+        for b in saved["batches"]:
+            fut: Future = Future()
+            fut.set_result((b["rollouts"], b["produce_s"]))
+            self.inflight.append(Batch(b["version"], b["step"], b["pos"], fut))
+        last = self.inflight[-1]
+        self.cursor, self.next_step = last.pos + self.ctx.cfg.rl.prompts_per_step, last.step + 1
+        self.dropped = saved["dropped"]
+        return True
 
     def _submit(self) -> None:
         ctx, c = self.ctx, self.ctx.cfg.rl
@@ -80,7 +127,7 @@ class AsyncProducer:
         tasks = take(ctx.train_tasks, ctx.cfg.seed + st.stage_idx, pos, c.prompts_per_step)
         seed = ctx.step_seed() + 31 * (self.next_step - st.step)  # step_seed of the batch's step (linear in step)
         fut = self.pool.submit(self._produce, weights_snapshot(ctx.policy.model), dist.shard(tasks), seed)
-        self.inflight.append((st.step, self.next_step, pos, fut))
+        self.inflight.append(Batch(st.step, self.next_step, pos, fut))
         self.cursor += len(tasks)
         self.next_step += 1
 
@@ -97,17 +144,18 @@ class AsyncProducer:
         weights. metrics: samples, async/staleness, async/wait_s (trainer idle), async/dropped_batches."""
         st, c = self.ctx.state, self.ctx.cfg.rl
         t0 = time.perf_counter()
-        version, step, pos, fut = self.inflight.popleft()
-        r, produce_s = fut.result()
-        while st.step - version > self.k:  # too stale: sample it and the later ones again with the current weights
+        b = self.inflight.popleft()
+        r, produce_s = b.future.result()
+        while st.step - b.version > self.k:  # too stale: sample it and the later ones again with the current weights
             self.dropped += 1
-            for *_, f in self.inflight:
-                f.result()
+            for later in self.inflight:
+                later.future.result()
             self.inflight.clear()
-            self.cursor, self.next_step = pos, step
+            self.cursor, self.next_step = b.pos, b.step
             self._submit()
-            version, step, pos, fut = self.inflight.popleft()
-            r, produce_s = fut.result()
+            b = self.inflight.popleft()
+            r, produce_s = b.future.result()
+        version = b.version
         wait = time.perf_counter() - t0
         st.data_pos += c.prompts_per_step  # consumed: what a checkpoint resumes from
         while len(self.inflight) < self.k and self.next_step < c.steps:  # batch s + k from the weights of now
@@ -117,6 +165,6 @@ class AsyncProducer:
         return r, extra
 
     def close(self) -> None:
-        for *_, f in self.inflight:
-            f.cancel()
+        for b in self.inflight:
+            b.future.cancel()
         self.pool.shutdown(wait=True, cancel_futures=True)

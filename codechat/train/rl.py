@@ -163,6 +163,7 @@ def run_rl(ctx: Context) -> None:
         save_stage_start(ctx)
     ref = reference_model(ctx) if a.kl_beta > 0 else None
     opt, sched = make_optimizer(ctx.policy.model, c.lr, c.warmup, c.steps, cosine=False, cfg=ctx.cfg.optim)
+    saved_batches = (ctx.resume or {}).get("async_producer")  # the producer's batches in flight (train/producer.py)
     restore(ctx, opt, sched)
     tracker = None
     if a.difficulty_alpha != 0:
@@ -172,9 +173,10 @@ def run_rl(ctx: Context) -> None:
     engine = think.wrap(make_engine(ctx.policy, ctx.cfg.rollout, ctx.cfg.sampling))
     ctx.on_close.append(engine.close)
     check_async(ctx.cfg)
-    producer = AsyncProducer(ctx, c.async_steps) if c.async_steps and st.step < c.steps else None
+    producer = AsyncProducer(ctx, c.async_steps, saved_batches) if c.async_steps and st.step < c.steps else None
     if producer is not None:
         ctx.on_close.append(producer.close)
+        ctx.checkpoint_extra["async_producer"] = producer.state_dict
     while st.step < c.steps:
         # 1-3. sample, verify, reward (async_steps > 0: a producer thread did it while the last update ran)
         ctx.policy.model.eval()
@@ -210,6 +212,7 @@ def run_rl(ctx: Context) -> None:
         end_step(ctx, metrics, c.steps, opt, sched, samples=extra["samples"])
     if producer is not None:
         producer.close()  # the next stage starts without this stage's model copy
+        ctx.checkpoint_extra.pop("async_producer", None)
 
 
 def save_rollouts(ctx: Context, r: Rollouts) -> None:
