@@ -9,6 +9,7 @@ T=1 over eval.n samples). Ends with one JSON line: per-seed figures, their means
 difference of each metric with the spread of the per-seed differences.
 
     PYTHONPATH=. OMP_NUM_THREADS=1 python bench/async_pass_rate.py --steps 30 --seeds 0 1 2
+    PYTHONPATH=. OMP_NUM_THREADS=1 python bench/async_pass_rate.py --quick --steps 20   # builtin:toy, minutes
 
 Simplifies: fewer GRPO steps than the demo (100) so that 6 runs fit a shared 2-core machine; no RFT warm-up
 (GRPO starts from the SFT model); the SFT model is the same for every seed (seed varies the GRPO data order and
@@ -24,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from codechat.demo import DEMO
+from codechat.demo import DEMO, QUICK
 from codechat.configio import load_config
 from codechat.train import train
 from codechat.runlog import read_metrics
@@ -43,20 +44,24 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--eval-n", type=int, default=4)
     ap.add_argument("--root", default=None, help="keep the runs here (default: a temporary directory)")
+    ap.add_argument("--quick", action="store_true", help="the demo's --quick workload (builtin:toy, 10 x 8 per step)")
     args = ap.parse_args()
+    base = DEMO + (QUICK if args.quick else [])
     root = Path(args.root or tempfile.mkdtemp(prefix="async_pass_rate_"))
     common = [f"eval.n={args.eval_n}", "eval.k=[1]", "log.progress=false", "log.plot=false", "log.audit=false"]
     sft_dir = root / "sft"
     if not (sft_dir / "final").exists():
-        train(load_config(None, DEMO + common + ["stages=[sft]", f"run_dir={sft_dir}"]))
+        train(load_config(None, base + common + ["stages=[sft]", f"run_dir={sft_dir}"]))
     start = final_eval(sft_dir)
-    out = {"steps": args.steps, "seeds": args.seeds, "samples": args.steps * 16 * 8, "sft": start}
+    cfg = load_config(None, base)
+    out = {"workload": "demo --quick" if args.quick else "demo", "steps": args.steps, "seeds": args.seeds,
+           "samples": args.steps * cfg.rl.prompts_per_step * cfg.rl.group_size, "sft": start}
     per = {0: [], 1: []}
     for seed in args.seeds:
         for k in (0, 1):
             d = root / f"seed{seed}-async{k}"
             t0 = time.perf_counter()
-            train(load_config(None, DEMO + common + [
+            train(load_config(None, base + common + [
                 "stages=[grpo]", f"model.path={sft_dir / 'final'}", f"rl.steps={args.steps}", f"seed={seed}",
                 f"rl.async_steps={k}", "algo.correction=tis", "algo.tis_cap=2", f"run_dir={d}"]))
             ev = final_eval(d) | {"wall_s": round(time.perf_counter() - t0, 1)}

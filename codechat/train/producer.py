@@ -93,7 +93,7 @@ class AsyncProducer:
         """The producer's policy: the same tokenizer, its own model copy, loaded from a snapshot per batch."""
         for p in self.behaviour.model.parameters():
             p.requires_grad_(False)
-        self.sampler = Sampler(self.behaviour)
+        self.sampler = Sampler(self.behaviour, max_rows=ctx.cfg.rollout.max_rows)
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="rollout-producer")
         self.inflight: deque[Batch] = deque()
         self.cursor = ctx.state.data_pos  # next prompt position to submit (state.data_pos: consumed)
