@@ -239,3 +239,9 @@ def test_continuous_batching_equals_the_static_batch(pol, prompts, max_rows, mon
 def test_continuous_batching_refuses_a_negative_row_count(pol):
     with pytest.raises(CodechatError, match="rollout.max_rows"):
         Sampler(pol, max_rows=-1)
+
+
+def test_rollout_max_rows_reaches_the_hf_engine(pol):
+    from codechat.config import RolloutConfig
+    from codechat.policy.engine import make_engine
+    assert make_engine(pol, RolloutConfig(max_rows=6), SamplingConfig()).max_rows == 6
