@@ -5,38 +5,63 @@ Both train `--steps` GRPO steps from the same starting model on the same prompts
 of the async run samples and verifies batch s+1 while the trainer updates on batch s. The steady-state time per
 step is the median gap between consecutive step logs after the first (the first batch cannot overlap anything);
 samples/s = samples over that steady-state time. Ends with one JSON line {"sync_s_per_step", "async_s_per_step",
-"sync_samples_s", "async_samples_s", "ratio"} (ratio = async / sync samples/s).
+"sync_samples_s", "async_samples_s", "ratio", "threads", "wait_policy", ...} (ratio = async / sync samples/s).
+
+Each side runs in its own fresh process with the same threading environment (OMP_NUM_THREADS=--threads,
+OMP_WAIT_POLICY=--wait-policy), set before torch loads. Why: with libgomp's default spin-waiting, a 2-thread
+OpenMP team on 2 cores that other jobs also use loses most of its time at every parallel region (a spinning
+thread holds the core its teammate needs); tiny-model ops are all parallel regions, so the synchronous run
+slowed 20-60x (sampling 17 s per step instead of 0.6 s), while the async run, having 4 OpenMP threads on 2
+cores, got libgomp's throttled spinning and ran normally: the "10x" of an earlier run was that baseline's
+pathology, not overlap. `--wait-policy passive` (the default) or `--threads 1` keeps both sides honest.
 
     PYTHONPATH=. python bench/async_step.py                     # tiny model, builtin:synthetic-train, 6 steps
     PYTHONPATH=. python bench/async_step.py --model runs/demo/final --steps 8 -P 4 -G 8 --new 96
-    PYTHONPATH=. python bench/async_step.py --verify-while-decoding
+    PYTHONPATH=. python bench/async_step.py --threads 2 --wait-policy active   # the pathological baseline
 
-Simplifies: one process (no DDP); the pass rate after the same samples is not compared here (3 seeds of the demo
-do not fit a 2-minute benchmark on 2 cores); the async run's producer and trainer share the machine's cores.
+Simplifies: one process per side (no DDP); the pass rate after the same samples is not compared here (see
+bench/async_pass_rate.py); the async run's producer and trainer share the machine's cores.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
-from codechat.configio import load_config
-from codechat.train import train
 
-
-def run(args, async_steps: int, run_dir: Path) -> tuple[float, float]:
+def child(args) -> None:
+    """One side, in this (fresh) process: train, then print {"per_step", "phases"} as the last line."""
+    from codechat.configio import load_config  # after the parent set the threading environment (torch loads)
+    from codechat.train import train
+    run_dir = Path(args.run_dir)
     over = [f"data.train={args.tasks}", f"model.path={args.model}", "stages=[grpo]", f"rl.steps={args.steps}",
             f"rl.prompts_per_step={args.P}", f"rl.group_size={args.G}", f"sampling.max_new_tokens={args.new}",
             "log.progress=false", "log.plot=false", "log.audit=false", "checkpoint.every=0", "model.device=cpu",
-            f"verifier.workers={args.workers}", f"rl.async_steps={async_steps}", f"run_dir={run_dir}",
-            f"rollout.verify_while_decoding={'true' if args.verify_while_decoding else 'false'}"]
+            f"verifier.workers={args.workers}", f"rl.async_steps={args.child}", f"run_dir={run_dir}",
+            f"rollout.verify_while_decoding={'true' if args.verify_while_decoding else 'false'}", *args.override]
     train(load_config(None, over))
     lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
-    stamps = [m["time"] for m in lines if "pass_rate" in m]  # seconds since the run started, at each step's log
+    steps = [m for m in lines if "pass_rate" in m]
+    stamps = [m["time"] for m in steps]  # seconds since the run started, at each step's log
     per_step = statistics.median(b - a for a, b in zip(stamps, stamps[1:]))
-    return per_step, args.P * args.G / per_step
+    phases = {k: round(statistics.median(m[k] for m in steps[1:]), 3)
+              for k in ("time/sample_s", "time/verify_s", "time/update_s", "async/wait_s") if k in steps[-1]}
+    print(json.dumps({"per_step": per_step, "phases": phases}))
+
+
+def side(args, async_steps: int, run_dir: Path) -> dict:
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), OMP_WAIT_POLICY=args.wait_policy,
+               PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]))
+    cmd = [sys.executable, __file__, "--child", str(async_steps), "--run-dir", str(run_dir)] + args.passthrough
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(f"async_steps={async_steps} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
@@ -49,13 +74,23 @@ def main() -> None:
     ap.add_argument("--new", type=int, default=64)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--verify-while-decoding", action="store_true")
+    ap.add_argument("--override", action="append", default=[], help="extra KEY=VALUE config overrides, both sides")
+    ap.add_argument("--threads", type=int, default=2, help="OMP_NUM_THREADS of both sides")
+    ap.add_argument("--wait-policy", default="passive", choices=["passive", "active"], help="OMP_WAIT_POLICY")
+    ap.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--run-dir", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.child is not None:
+        return child(args)
+    args.passthrough = [a for a in sys.argv[1:]]
     with tempfile.TemporaryDirectory() as d:
-        sync_s, sync_r = run(args, 0, Path(d) / "sync")
-        async_s, async_r = run(args, 1, Path(d) / "async")
-    print(json.dumps({"sync_s_per_step": round(sync_s, 3), "async_s_per_step": round(async_s, 3),
-                      "sync_samples_s": round(sync_r, 2), "async_samples_s": round(async_r, 2),
-                      "ratio": round(async_r / sync_r, 3)}))
+        s = side(args, 0, Path(d) / "sync")
+        a = side(args, 1, Path(d) / "async")
+    n = args.P * args.G
+    print(json.dumps({"sync_s_per_step": round(s["per_step"], 3), "async_s_per_step": round(a["per_step"], 3),
+                      "sync_samples_s": round(n / s["per_step"], 2), "async_samples_s": round(n / a["per_step"], 2),
+                      "ratio": round(s["per_step"] / a["per_step"], 3), "threads": args.threads,
+                      "wait_policy": args.wait_policy, "sync_phases": s["phases"], "async_phases": a["phases"]}))
 
 
 if __name__ == "__main__":

@@ -157,3 +157,15 @@ def test_sft_on_expert_transcripts_learns_model_tokens_only(tmp_path, sft_seen, 
 def test_expert_wrong_share_out_of_range_is_refused(tmp_path):
     with pytest.raises(CodechatError, match="sft.expert_wrong"):
         train(load_config(None, BASE + [f"run_dir={tmp_path}", "stages=[sft]", "sft.expert_wrong=1.5"]))
+
+
+def test_async_producer_runs_repo_episodes(tmp_path, short_tasks, first_sample_passes, seen):
+    """rl.async_steps=1 on repository tasks: the producer's model copy acts in the episodes one update behind."""
+    run = tmp_path / "async"
+    train(load_config(None, BASE + [f"run_dir={run}", "rl.steps=2", "rl.async_steps=1", "log.audit=false"]))
+    assert len(seen) == 2 and all(len(r.episodes) == 4 for r, _, _ in seen)
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [m["async/staleness"] for m in rows] == [0.0, 1.0]
+    for m in rows:
+        assert m["episode/turns"] == 2 and "time/tools_s" in m and m["loss"] == m["loss"]
+    assert rows[0]["logp_gap_max"] < 1e-3 and (rows[0]["grad_norm"] == 0 or rows[1]["logp_gap_max"] > 1e-4)

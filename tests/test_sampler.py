@@ -213,3 +213,35 @@ def test_choose_never_picks_a_zero_probability_token():
         assert torch.isfinite(logits.gather(1, tok[:, None])).all() and torch.isfinite(logp).all()
     tok, _ = choose(logits, cfg, torch.tensor([1.0, 1.0]))
     assert tok.tolist() == [1, 2]
+
+
+@pytest.mark.parametrize("max_rows", [1, 2, 5])
+def test_continuous_batching_equals_the_static_batch(pol, prompts, max_rows, monkeypatch):
+    """rollout.max_rows: finished groups' slots are refilled from the next prompts; per sample the same tokens,
+    texts and finishes as the static batch for the same seed, log-probs within float rounding."""
+    from codechat.policy import decoding
+    cfg = SamplingConfig(max_new_tokens=14, seed=5, stop=["e"], top_k=40)
+    static = Sampler(pol).sample(prompts, 3, cfg)
+    widths, adds, real_step, real_add = [], [], decoding.FastDecoder.step, decoding.FastDecoder.add
+    monkeypatch.setattr(decoding.FastDecoder, "step", lambda self, tok: widths.append(len(tok)) or real_step(self, tok))
+    monkeypatch.setattr(decoding.FastDecoder, "add",
+                        lambda self, ids, valid, n: adds.append(n) or real_add(self, ids, valid, n))
+    seen = {}
+    cont = Sampler(pol, max_rows=max_rows).sample(prompts, 3, cfg, on_finish=lambda r, t: seen.setdefault(r, t))
+    assert torch.equal(cont.tokens, static.tokens) and torch.equal(cont.n_tokens, static.n_tokens)
+    assert cont.texts == static.texts and cont.finish_reason == static.finish_reason
+    assert (cont.logprobs - static.logprobs).abs().max() < 1e-4
+    assert seen == dict(enumerate(static.texts))  # every sample reported once, with its final text
+    assert max(widths) <= max_rows < 9 and adds and sum(adds) < 9  # decoded in slots; later samples were added
+    assert len(set(static.n_tokens.tolist())) > 3  # samples finished at many different steps
+
+
+def test_continuous_batching_refuses_a_negative_row_count(pol):
+    with pytest.raises(CodechatError, match="rollout.max_rows"):
+        Sampler(pol, max_rows=-1)
+
+
+def test_rollout_max_rows_reaches_the_hf_engine(pol):
+    from codechat.config import RolloutConfig
+    from codechat.policy.engine import make_engine
+    assert make_engine(pol, RolloutConfig(max_rows=6), SamplingConfig()).max_rows == 6

@@ -10,7 +10,7 @@ r_t = exp(old_logp_t - sampler_logp_t) is the token ratio pi_old / pi_sampler.
              ratio, length-normalised so long sequences do not explode; tis_cap 0 = off (None)
     icepop   r_t where cfg.icepop_low <= r_t <= cfg.icepop_high, else 0 (IcePop, Ring-1T): a token whose
              probabilities disagree too much is dropped from the gradient instead of being down-weighted
-Every entry reports the gap metrics (tis_ratio_mean, logp_gap_max, logp_gap_mean) and the share of tokens it
+Every entry reports the gap metrics (tis_ratio_mean, tis_ratio_max, logp_gap_max, logp_gap_mean) and the share of tokens it
 clipped or masked (tis_clipped_frac). Padding is zeroed before any arithmetic and log-ratios are clamped to +-20,
 so finite inputs give finite weights. Used by every policy loss through losses._finish; name: `algo.correction`.
 """
@@ -35,6 +35,7 @@ def gap_metrics(gap: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
     """Token ratio mean and the log-prob gap (max and mean abs) over unmasked tokens of gap (B, T)."""
     return {
         "tis_ratio_mean": masked_mean(torch.exp(gap), mask).item(),
+        "tis_ratio_max": torch.exp(gap).masked_fill(mask <= 0, 0.0).max().item() if (mask > 0).any() else 0.0,
         "logp_gap_max": gap.abs().max().item() if (mask > 0).any() else 0.0,
         "logp_gap_mean": masked_mean(gap.abs(), mask).item(),
     }

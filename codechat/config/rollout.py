@@ -56,6 +56,9 @@ class RolloutConfig:
     verify_while_decoding: bool = False
     """RL stages: send each completion to the verifier the moment it finishes decoding, while the rest of the batch
     keeps decoding (same verdicts; metric verify_overlap_frac). The vllm engine reports finishes only at the end."""
+    max_rows: int = 0
+    """hf engine, continuous batching: decode at most this many sample rows at once and refill finished groups'
+    slots from the next prompts (policy/sampler.py); 0 = every row of the step at once."""
 
 
 @dataclass

@@ -95,6 +95,13 @@ class RLConfig:
     async_steps: int = 0
     """0 = synchronous (sample, verify, then update); k >= 1 = a producer thread samples and verifies the next
     batches with weights up to k updates old while the trainer updates (train/producer.py; engine hf, ddp only)."""
+    probe_every: int = 0
+    """Every N RL steps, log the sampler-trainer log-prob gap (probe/kl, probe/max_abs) on fixed probe prompts
+    sampled by the step's sampler (train/probe.py); 0 = off."""
+    probe_prompts: int = 4
+    """Probe prompts: the first this many of the stage's data order, one completion each."""
+    probe_warn_kl: float = 0.05
+    """Warn (and log probe/drift = 1) when probe/kl exceeds this."""
 
 
 @dataclass

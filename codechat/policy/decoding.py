@@ -42,11 +42,13 @@ class SharedCache:
     """(B,) grid cell of each batch row."""
     gmax: int = 0
     """Grid width: the most rows any prompt has."""
+    gstart: torch.Tensor = None
+    """(B,) first generated-cache column of each row (rows added mid-decode start later); None = all at 0."""
 
     def regrid(self) -> None:
         B, P = self.pidx.numel(), self.prompt[0][0].shape[0]
         counts = torch.bincount(self.pidx, minlength=P)  # (P,)
-        self.gmax = int(counts.max())
+        self.gmax = int(counts.max()) if B else 0  # B = 0: every row finished, the next prompt not yet added
         first = counts.cumsum(0) - counts  # (P,) first row of each prompt
         rank = torch.arange(B, device=self.pidx.device) - first[self.pidx]  # (B,)
         self.flat = self.pidx * self.gmax + rank
@@ -98,6 +100,41 @@ class FastDecoder:
                  torch.cat([pv[c.pidx[b]][:, real], gv[b, :, :n_gen]], 1))
                 for (pk, pv), (gk, gv) in zip(c.prompt, c.gen)]
 
+    def add(self, ids, valid, n: int):
+        """Continuous batching: append one prompt, ids and valid (1, L), with n sample rows after the current
+        ones; they attend to their prompt and to generated columns from now on only (`gstart`). Returns their
+        next-token logits (n, V)."""
+        c = self.cache
+        h, kv = self.fast.forward(ids, positions(valid), valid)  # h (1, L, C); kv per layer (1, Hkv, L, D)
+        logits = self.fast.logits(h[:, -1])  # (1, V)
+        Lp, L = c.pmask.shape[-1], ids.shape[1]
+        W = max(Lp, L)  # left-pad the shorter side: padded columns get -inf in pmask, so nothing changes
+        lpad = lambda x, w: torch.cat([x.new_zeros(*x.shape[:2], w - x.shape[2], x.shape[3]), x], 2)  # noqa: E731
+        c.prompt = [(torch.cat([lpad(pk, W), lpad(k, W)]), torch.cat([lpad(pv, W), lpad(v, W)]))
+                    for (pk, pv), (k, v) in zip(c.prompt, kv)]
+        new_mask = torch.zeros((1, 1, 1, L), dtype=c.pmask.dtype, device=ids.device).masked_fill(
+            ~valid[:, None, None, :], float("-inf"))
+        pm = lambda m, w: torch.cat([m.new_full((*m.shape[:3], w - m.shape[3]), float("-inf")), m], 3)  # noqa: E731
+        c.pmask = torch.cat([pm(c.pmask, W), pm(new_mask, W)])
+        B, P = c.pidx.numel(), c.prompt[0][0].shape[0]
+        c.gen = [(torch.cat([k, k.new_zeros(n, *k.shape[1:])]), torch.cat([v, v.new_zeros(n, *v.shape[1:])]))
+                 for k, v in c.gen]
+        start = c.gstart if c.gstart is not None else torch.zeros(B, dtype=torch.long, device=ids.device)
+        c.gstart = torch.cat([start, torch.full((n,), self.t, dtype=torch.long, device=ids.device)])
+        c.pidx = torch.cat([c.pidx, torch.full((n,), P - 1, dtype=torch.long, device=ids.device)])
+        c.regrid()
+        self.pos = torch.cat([self.pos, torch.full((n,), int(valid.sum()), dtype=torch.long, device=ids.device)])
+        return logits.expand(n, -1)
+
+    def grow(self, extra: int) -> None:
+        """Make room for `extra` more generated columns (rows added mid-decode run past the first budget)."""
+        self.cache.gen = [(torch.cat([k, k.new_zeros(*k.shape[:2], extra, k.shape[3])], 2),
+                           torch.cat([v, v.new_zeros(*v.shape[:2], extra, v.shape[3])], 2)) for k, v in self.cache.gen]
+
+    @property
+    def columns(self) -> int:
+        return self.cache.gen[0][0].shape[2]
+
     def select(self, rows):
         """Keep only batch rows `rows` (B',), and only the prompts they use; copies the filled part of the cache."""
         c, t = self.cache, self.t
@@ -111,6 +148,7 @@ class FastDecoder:
             nv[:, :, :t] = v[rows, :, :t]
             new.append((nk, nv))
         c.gen = new
+        c.gstart = c.gstart[rows] if c.gstart is not None else None
         c.regrid()
         self.pos = self.pos[rows]
 

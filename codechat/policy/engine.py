@@ -47,7 +47,7 @@ class RolloutEngine(Protocol):
 
 
 def _hf(policy, rollout: RolloutConfig, sampling: SamplingConfig) -> RolloutEngine:
-    return Sampler(policy)
+    return Sampler(policy, max_rows=rollout.max_rows)
 
 
 def _vllm(policy, rollout: RolloutConfig, sampling: SamplingConfig) -> RolloutEngine:

@@ -217,6 +217,9 @@ class FastLM:
             P * G, Hkv, grp, x.shape[-1])[c.flat]
         sp = to_rows(torch.matmul(to_grid(qr), pk.transpose(2, 3)) * self.scaling + c.pmask)  # (B, Hkv, grp, Lp)
         sg = torch.matmul(qr, gk.transpose(2, 3)) * self.scaling  # (B, Hkv, grp, t + 1)
+        if c.gstart is not None:  # rows added mid-decode (continuous batching): no columns before their start
+            cols = torch.arange(sg.shape[-1], device=sg.device)
+            sg = sg.masked_fill((cols[None, :] < c.gstart[:, None])[:, None, None, :], float("-inf"))
         p = torch.softmax(torch.cat([sp, sg], dim=-1).float(), dim=-1).to(q.dtype)
         pp, pg = p.split([Lp, p.shape[-1] - Lp], dim=-1)
         o = to_rows(torch.matmul(to_grid(pp), pv)) + torch.matmul(pg, gv)  # (B, Hkv, grp, D)

@@ -21,9 +21,18 @@ Growing contexts: `sample(contexts, 1, cfg, keys=[...])` (one key per context, e
 the previous keyed call left for each key and prefills only the appended tokens (policy/prefix.py; lean decoder
 only). Tokens are the same as without keys; log-probs agree to float rounding.
 
-Reproducible: a `torch.Generator` seeded with `cfg.seed` draws one uniform per sample per step (inverse-CDF
-sampling), so a sample's tokens depend on the seed, its index and the model's logits only - not on which other
-rows share the batch, nor on when finished rows are dropped.
+Reproducible: a `torch.Generator` seeded with `cfg.seed` draws one uniform per sample per token index
+(inverse-CDF sampling), so a sample's tokens depend on the seed, its index and the model's logits only - not on
+which other rows share the batch, nor on when finished rows are dropped, nor on when the sample started.
+
+Continuous batching (`max_rows`, config `rollout.max_rows`): at most max_rows rows are decoded at once; when a
+group's worth of slots is free (min(n, max_rows)), the next prompt is prefilled alone and its samples join the
+batch, attending to their own prompt and to generated-cache columns from their start on (`SharedCache.gstart`).
+The samples equal the static batch's for the same seed (the same uniforms per sample and token index), up to
+float rounding: a prompt prefilled alone rather than left-padded among others gives logits ~1e-6 apart, which
+can flip a token only where a uniform lands within that of a CDF boundary (tested: identical tokens, log-probs
+within 1e-4). The fast decoder only (Llama family); with transformers' forward max_rows is ignored (static).
+The generated-cache columns grow by the budget when late rows need them (no column reuse).
 
     sampler = Sampler(policy); batch = sampler.sample([policy.encode_prompt("def add(a, b):")], 4, cfg)
 """
@@ -116,12 +125,16 @@ class Sampler:
     samples_training_weights = True
     """It reads the live training model: nothing to push after an update."""
 
-    def __init__(self, policy, fast: bool | None = None, compact_every: float = 0.25):
+    def __init__(self, policy, fast: bool | None = None, compact_every: float = 0.25, max_rows: int = 0):
         """fast: None = lean forward when supported (else transformers' forward), False = always transformers'.
-        compact_every: drop finished rows once they are this fraction of the batch."""
+        compact_every: drop finished rows once they are this fraction of the batch. max_rows: continuous
+        batching, at most this many rows decoded at once (0 = all; see the module docstring)."""
+        if max_rows < 0:
+            raise CodechatError(f"rollout.max_rows must be >= 0 (0 = all rows at once), got {max_rows}")
         self.policy = policy
         self.fast = fast
         self.compact_every = compact_every
+        self.max_rows = max_rows
         self.stops = StopChecker(policy.tokenizer)
         self.prefix = PrefixStore()
         """KV of the last keyed call's contexts and samples, reused by the next keyed call."""
@@ -174,70 +187,92 @@ class Sampler:
         self.prefix.reused_tokens += sum(reuse)
         self.prefix.prefilled_tokens += sum(len(p) - r for p, r in zip(prompts, reuse))
         Lp = max(len(p) - r for p, r in zip(prompts, reuse))
-        ids = torch.full((P, Lp), pad, dtype=torch.long)
-        valid = torch.zeros(P, Lp, dtype=torch.bool)
-        for i, (p, r) in enumerate(zip(prompts, reuse)):  # left padding; only what the past does not hold
-            ids[i, Lp - len(p) + r:] = torch.tensor(p[r:], dtype=torch.long)
-            valid[i, Lp - len(p) + r:] = True
+        # keyed calls (KV kept across turns) decode all rows at once: a row's exported KV assumes it started at 0
+        slots = self.max_rows if 0 < self.max_rows < N and hasattr(dec, "add") and keys is None else N
+        queue = [(p, g0, min(g0 + slots, n)) for p in range(P) for g0 in range(0, n, slots)]  # (prompt, samples)
+        first = []  # the admissions decoded from the start: as many as fit the slots
+        while queue and sum(g1 - g0 for _, g0, g1 in first) + queue[0][2] - queue[0][1] <= slots:
+            first.append(queue.pop(0))
+        ids = torch.full((len(first), Lp), pad, dtype=torch.long)
+        valid = torch.zeros(len(first), Lp, dtype=torch.bool)
+        for i, (p, _, _) in enumerate(first):  # left padding; only what the past does not hold
+            q, r = prompts[p], reuse[p]
+            ids[i, Lp - len(q) + r:] = torch.tensor(q[r:], dtype=torch.long)
+            valid[i, Lp - len(q) + r:] = True
         ids, valid = ids.to(dev), valid.to(dev)
-        index = torch.arange(P, device=dev).repeat_interleave(n)  # (N,)
+        index = torch.cat([torch.full((g1 - g0,), i, dtype=torch.long) for i, (_, g0, g1) in enumerate(first)]).to(dev)
+        rows = torch.cat([torch.arange(p * n + g0, p * n + g1) for p, g0, g1 in first]).to(dev)  # (B,) output row
         gen = torch.Generator(device=dev).manual_seed(cfg.seed)
         eos = torch.tensor(pol.eos_token_ids or [-1], device=dev)
         stop_state = self.stops.start(N, cfg.stop)
 
-        logits = dec.prefill(ids, valid, index, Tn, past)  # (N, V)
+        logits = dec.prefill(ids, valid, index, Tn, past)  # (B, V)
+        out_tok = torch.full((N + 1, Tn), pad, dtype=torch.long, device=dev)  # row N: scratch for rows that
+        out_logp = torch.zeros(N + 1, Tn, device=dev)  # finished but are still in the batch
+        n_tok = [0] * N
+        reason = ["length"] * N
+        texts: list[str | None] = [None] * N
         kept: dict = {}  # key -> PrefixEntry, filled as keyed rows finish
 
         def store_kv(b: int, r: int) -> None:  # batch row b (output row r) is final: store its KV for the next call
             if keys is not None:
                 n_fed = n_tok[r] - 1  # the last sampled token was never fed
                 kept[keys[r]] = PrefixEntry(list(prompts[r]) + out_tok[r, :n_fed].tolist(), dec.export(b, n_fed))
-        out_tok = torch.full((N + 1, Tn), pad, dtype=torch.long, device=dev)  # row N: scratch for rows that
-        out_logp = torch.zeros(N + 1, Tn, device=dev)  # finished but are still in the batch
-        n_tok = [0] * N
-        reason = ["length"] * N
-        texts: list[str | None] = [None] * N
 
         def finished(r: int) -> None:  # row r's tokens are final: its text, then the caller hears of it
             texts[r] = self._text(out_tok[r, : n_tok[r]], reason[r], cfg)
             if on_finish is not None:
                 on_finish(r, texts[r])
 
-        rows = torch.arange(N, device=dev)  # (B,) output row of each batch row, N once finished
-        for t in range(Tn):
-            # one uniform per sample and step, whatever the batch holds: tokens do not depend on batching
-            u = torch.rand(N + 1, generator=gen, device=dev)[rows]  # (B,)
+        # one uniform per sample and token index, whatever the batch holds: tokens do not depend on batching;
+        # row j of U is drawn when a row first needs its j-th token, so U is the static batch's draw order
+        U = torch.empty(0, N + 1, device=dev)  # (J, N + 1)
+        tidx = torch.zeros(rows.numel(), dtype=torch.long, device=dev)  # (B,) token index of each batch row
+        while True:
+            need = int(tidx.max()) + 1 if tidx.numel() else 0
+            while U.shape[0] < need:
+                U = torch.cat([U, torch.rand(1, N + 1, generator=gen, device=dev)])
+            u = U[tidx, rows]  # (B,)
             tok, logp = choose(truncate(logits, cfg), cfg, u)  # (B,), (B,)
-            out_tok[rows, t] = tok
-            out_logp[rows, t] = logp
+            out_tok[rows, tidx] = tok
+            out_logp[rows, tidx] = logp
             rows_list = rows.tolist()
-            done = torch.isin(tok, eos)  # (B,)
+            stop = torch.isin(tok, eos)  # (B,) EOS, or a stop string completed
             if stop_state is not None:
-                done |= torch.tensor(self.stops.update(stop_state, rows_list, tok.tolist()), device=dev)
-            for b, (r, d) in enumerate(zip(rows_list, done.tolist())):
+                stop |= torch.tensor(self.stops.update(stop_state, rows_list, tok.tolist()), device=dev)
+            budget = tidx == Tn - 1  # (B,) the last token the budget allows
+            for b, (r, st, bu, j) in enumerate(zip(rows_list, stop.tolist(), budget.tolist(), tidx.tolist())):
                 if r < N:
-                    n_tok[r] = t + 1
-                    if d:
+                    n_tok[r] = j + 1
+                    if st:
                         reason[r] = "stop"
+                    if st or bu:
                         store_kv(b, r)
                         finished(r)
-            rows = rows.masked_fill(done, N)
+            rows = rows.masked_fill(stop | budget, N)
+            tidx = tidx.masked_fill(rows == N, 0)  # finished rows left in the batch write to the scratch row
             n_live = int((rows < N).sum())
-            if n_live == 0 or t == Tn - 1:
+            if n_live == 0 and not queue:
                 break
-            if rows.numel() - n_live >= max(1, self.compact_every * rows.numel()):
+            refill = bool(queue) and slots - n_live >= min(n, slots)  # continuous batching: slots to refill
+            if refill or rows.numel() - n_live >= max(1, self.compact_every * rows.numel()):
                 keep = (rows < N).nonzero()[:, 0]
                 dec.select(keep)
-                rows, tok = rows[keep], tok[keep]
-            logits = dec.step(tok)
-        for b, r in enumerate(rows.tolist()):
-            if r < N:  # ran to max_new_tokens, still in the batch
-                store_kv(b, r)
+                rows, tok, tidx = rows[keep], tok[keep], tidx[keep]
+            if hasattr(dec, "columns") and dec.t >= dec.columns:  # rows added late run past the first budget
+                dec.grow(Tn)
+            logits = [dec.step(tok)] if rows.numel() else []  # (B, V)
+            tidx = tidx + 1
+            while refill and queue and queue[0][2] - queue[0][1] <= slots - rows.numel():
+                p, g0, g1 = queue.pop(0)  # the next prompt's samples take the free slots, from the next column on
+                pid = torch.tensor([prompts[p]], dtype=torch.long, device=dev)
+                logits.append(dec.add(pid, torch.ones_like(pid, dtype=torch.bool), g1 - g0))  # (g1 - g0, V)
+                rows = torch.cat([rows, torch.arange(p * n + g0, p * n + g1, device=dev)])
+                tidx = torch.cat([tidx, torch.zeros(g1 - g0, dtype=torch.long, device=dev)])
+            logits = torch.cat(logits)
         if keys is not None:
             self.prefix.replace(kept)
-        for r in range(N):
-            if texts[r] is None:  # ran to max_new_tokens
-                finished(r)
+        index = torch.arange(P, device=dev).repeat_interleave(n)  # (N,) output rows are prompt-contiguous
         return index, out_tok[:N], out_logp[:N], torch.tensor(n_tok, dtype=torch.long), reason, texts
 
     def _finish(self, index, out_tok, out_logp, n_tok, reason, texts) -> SampleBatch:

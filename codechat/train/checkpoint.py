@@ -83,9 +83,10 @@ class Checkpointer:
         ckpts = self.list()
         return ckpts[-1] if ckpts else None
 
-    def save(self, policy, state: TrainState, optimizer=None, scheduler=None) -> Path | None:
+    def save(self, policy, state: TrainState, optimizer=None, scheduler=None, extra: dict | None = None) -> Path | None:
         """Called by every rank (under FSDP the weights and optimizer state are gathered first); rank 0 writes
-        and returns the checkpoint, the others return None."""
+        and returns the checkpoint, the others return None. extra: more picklable entries for trainer.pt (the
+        asynchronous producer's batches in flight), read back from `ctx.resume`."""
         weights = full_state_dict(policy.model) if is_sharded(policy.model) else None
         opt_state = optimizer_state(policy.model, optimizer) if optimizer else None
         if not dist.is_main():
@@ -98,7 +99,7 @@ class Checkpointer:
             policy.save(tmp / "model", state_dict=weights)
             torch.save({"optimizer": opt_state,
                         "scheduler": scheduler.state_dict() if scheduler else None,
-                        "rng": rng_state()}, tmp / "trainer.pt")
+                        "rng": rng_state(), **(extra or {})}, tmp / "trainer.pt")
             (tmp / "state.json").write_text(json.dumps(asdict(state), indent=1))
             _fsync_tree(tmp)
         except (OSError, RuntimeError) as e:  # e.g. ENOSPC: drop the partial copy, keep every finished one

@@ -44,6 +44,9 @@ class Context:
     """Warns when RL steps keep having no learning signal (train/watch.py)."""
     judge: Any = None
     """The RepoJudge of repository-task episodes, made on first use (train/episodes.py), closed with the run."""
+    checkpoint_extra: dict = field(default_factory=dict)
+    """Name -> function returning a picklable value saved in trainer.pt with each checkpoint of the stage (the
+    asynchronous producer's batches in flight); a resumed stage finds it in `resume[name]`."""
 
     @property
     def stage(self) -> str:
@@ -214,4 +217,5 @@ def end_step(ctx: Context, metrics: dict, total_steps: int, optimizer=None, sche
     if dist.is_main():
         ctx.watch.after_step(ctx.stage, logged)
     if dist.decide(save or last or bool(cfg.checkpoint.every and st.step % cfg.checkpoint.every == 0)):
-        ctx.ckpt.save(ctx.policy, st, optimizer, scheduler)  # every rank: a collective under FSDP; rank 0 writes
+        extra = {k: f() for k, f in ctx.checkpoint_extra.items()}
+        ctx.ckpt.save(ctx.policy, st, optimizer, scheduler, extra=extra)  # every rank: a collective under FSDP; rank 0 writes

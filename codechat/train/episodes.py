@@ -90,10 +90,12 @@ def episodes_to_rollouts(tasks: list[RepoTask], results: list[EpisodeResult], gr
     return Rollouts(tasks, prompts, batch, verdicts, rew, comps, episodes=results)
 
 
-def collect_episodes(ctx, engine, tasks: list[RepoTask], group_size: int, seed: int) -> Rollouts:
+def collect_episodes(ctx, engine, tasks: list[RepoTask], group_size: int, seed: int, policy=None) -> Rollouts:
     """G episodes per task with the policy acting through `engine`, judged, scored; timings in r.sample_s
-    (decode), r.verify_s (judgements, summed) and r.tools_s."""
-    runner = EpisodeRunner(ModelAgent(ctx.policy, ctx.cfg.sampling, sampler=engine), run_judge(ctx), ctx.cfg.agent)
+    (decode), r.verify_s (judgements, summed) and r.tools_s. policy: the acting policy (default ctx.policy; the
+    asynchronous producer passes its own copy)."""
+    agent = ModelAgent(policy if policy is not None else ctx.policy, ctx.cfg.sampling, sampler=engine)
+    runner = EpisodeRunner(agent, run_judge(ctx), ctx.cfg.agent)
     t0 = time.perf_counter()
     results = runner.run([(t, g) for t in tasks for g in range(group_size)], seed=seed)
     wall = time.perf_counter() - t0

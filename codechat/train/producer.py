@@ -15,10 +15,18 @@ behaviour log-probs are the sampler's (`batch.logprobs`), which `algo.correction
 
 Data order and seeds are the synchronous loop's: batch s takes the same prompts at the same data position with
 the seed of step s, so batch 0 equals the synchronous run's. `state.data_pos` counts the prompts the trainer has
-consumed, so a checkpoint resumes without losing or repeating prompts (the in-flight batches are sampled again).
-Simplifies: one process's producer (under DDP each rank has its own); the `hf` engine only (vLLM would hold the
-behaviour weights itself); no FSDP, no `zero_variance: resample` (its rounds are collectives); the copy doubles
-the model's memory.
+consumed. A checkpoint waits for the batches in flight and saves them (rollouts, versions, data positions) in
+trainer.pt (`state_dict`); `--resume` puts them back in the queue, so the resumed run trains on the very batches,
+sampled with the very weights, of the uninterrupted run: exact, as for async_steps 0 (tested). Where they cannot
+be restored (several ranks: trainer.pt holds rank 0's only; a changed async_steps), the producer restarts from
+`state.data_pos` with the checkpoint's weights: no prompt lost or repeated, the versions count on from the
+checkpoint's step, and only the first k batches after the resume are fresher than they would have been.
+Repository tasks go through the producer too: its copy of the model acts in the G multi-turn episodes per task
+(train/episodes.py), tool calls and judgements in the episode runner's threads, while the trainer updates; the
+episode metrics come with the batch. Simplifies: one process's producer (under DDP each rank has its own); the
+`hf` engine only (vLLM would hold the behaviour weights itself); no FSDP, no `zero_variance: resample` (its rounds
+are collectives); the copy doubles the model's memory; an episode never spans a weight update (no partial
+rollouts: each episode runs with its batch's weights from start to end).
 """
 from __future__ import annotations
 
@@ -35,6 +43,8 @@ from codechat.policy.sampler import Sampler
 from codechat.rollout.collect import Rollouts, collect
 from codechat.train import dist
 from codechat.train.common import Context, take
+from codechat.train.episodes import collect_episodes, episode_metrics, is_repo_batch
+from codechat.train.probe import GapProbe, ProbeBatch
 
 
 def check_async(cfg) -> None:
@@ -57,21 +67,69 @@ def weights_snapshot(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
+@dataclasses.dataclass
+class Batch:
+    """One batch submitted to the producer."""
+
+    version: int
+    """Policy version that samples it: RL updates done in this stage when its weights were snapshotted."""
+    step: int
+    """The RL step (of this stage) that trains on it."""
+    pos: int
+    """Data position of its first prompt."""
+    future: Future
+    """-> (Rollouts, seconds the producer spent on it, ProbeBatch or None)."""
+
+
 class AsyncProducer:
-    def __init__(self, ctx: Context, k: int):
-        self.ctx, self.k = ctx, k
+    def __init__(self, ctx: Context, k: int, saved: dict | None = None, probe: GapProbe | None = None):
+        """saved: `state_dict()` of the checkpoint being resumed (None: start from state.data_pos). probe: the
+        log-prob gap probe, sampled with a due batch's weights (`probe_batch` after `next_batch`)."""
+        self.ctx, self.k, self.probe = ctx, k, probe
+        self.probe_batch: ProbeBatch | None = None
+        """The probe completions sampled with the weights of the batch `next_batch` returned last (None: not due)."""
         model = ctx.policy.model
         self.behaviour = dataclasses.replace(ctx.policy, model=copy.deepcopy(model).eval())
         """The producer's policy: the same tokenizer, its own model copy, loaded from a snapshot per batch."""
         for p in self.behaviour.model.parameters():
             p.requires_grad_(False)
-        self.sampler = Sampler(self.behaviour)
+        self.sampler = Sampler(self.behaviour, max_rows=ctx.cfg.rollout.max_rows)
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="rollout-producer")
-        self.inflight: deque[tuple[int, int, int, Future]] = deque()  # (version, step, data pos, future)
+        self.inflight: deque[Batch] = deque()
         self.cursor = ctx.state.data_pos  # next prompt position to submit (state.data_pos: consumed)
         self.next_step = ctx.state.step  # the RL step the next submitted batch is for
         self.dropped = 0
-        self._submit()
+        self.lags: dict[int, int] = {}  # version lag -> samples trained at that lag in this stage
+        self._idle, self._last_end = 0.0, None  # producer thread: seconds with nothing to do, end of its last batch
+        self.restored = self._restore(saved)
+        if not self.inflight:
+            self._submit()
+
+    def state_dict(self) -> dict | None:
+        """The batches in flight, finished (waits for them), for trainer.pt; None with several ranks (each has
+        its own and rank 0 alone writes: a resume samples them again)."""
+        if dist.world() > 1:
+            return None
+        done = []
+        for b in self.inflight:
+            r, produce_s, pb = b.future.result()
+            done.append({"version": b.version, "step": b.step, "pos": b.pos, "rollouts": r, "produce_s": produce_s,
+                         "probe": pb})
+        return {"k": self.k, "batches": done, "dropped": self.dropped, "lags": dict(self.lags)}
+
+    def _restore(self, saved: dict | None) -> bool:
+        st = self.ctx.state
+        if not saved or saved["k"] != self.k or not saved["batches"] or saved["batches"][0]["pos"] != st.data_pos \
+                or saved["batches"][0]["step"] != st.step:
+            return False
+        for b in saved["batches"]:
+            fut: Future = Future()
+            fut.set_result((b["rollouts"], b["produce_s"], b["probe"]))
+            self.inflight.append(Batch(b["version"], b["step"], b["pos"], fut))
+        last = self.inflight[-1]
+        self.cursor, self.next_step = last.pos + self.ctx.cfg.rl.prompts_per_step, last.step + 1
+        self.dropped, self.lags = saved["dropped"], dict(saved["lags"])
+        return True
 
     def _submit(self) -> None:
         ctx, c = self.ctx, self.ctx.cfg.rl
@@ -79,44 +137,65 @@ class AsyncProducer:
         pos = self.cursor
         tasks = take(ctx.train_tasks, ctx.cfg.seed + st.stage_idx, pos, c.prompts_per_step)
         seed = ctx.step_seed() + 31 * (self.next_step - st.step)  # step_seed of the batch's step (linear in step)
-        fut = self.pool.submit(self._produce, weights_snapshot(ctx.policy.model), dist.shard(tasks), seed)
-        self.inflight.append((st.step, self.next_step, pos, fut))
+        fut = self.pool.submit(self._produce, weights_snapshot(ctx.policy.model), dist.shard(tasks), seed,
+                               self.next_step)
+        self.inflight.append(Batch(st.step, self.next_step, pos, fut))
         self.cursor += len(tasks)
         self.next_step += 1
 
-    def _produce(self, snap, tasks, seed) -> tuple[Rollouts, float]:
+    def _produce(self, snap, tasks, seed, step) -> tuple[Rollouts, float, ProbeBatch | None]:
         t0 = time.perf_counter()
+        if self._last_end is not None:  # the queue was full (or the trainer slow to submit): the thread waited
+            self._idle += t0 - self._last_end
         self.behaviour.model.load_state_dict(snap)
         cfg = self.ctx.cfg
-        r = collect(self.behaviour, self.sampler, self.ctx.verifier, tasks, cfg.rl.group_size, cfg.sampling,
-                    cfg.rewards, seed=seed, stream=cfg.rollout.verify_while_decoding)
-        return r, time.perf_counter() - t0
+        if is_repo_batch(tasks):  # repository tasks: G multi-turn episodes per task, acted by the producer's copy
+            r = collect_episodes(self.ctx, self.sampler, tasks, cfg.rl.group_size, seed, policy=self.behaviour)
+        else:
+            r = collect(self.behaviour, self.sampler, self.ctx.verifier, tasks, cfg.rl.group_size, cfg.sampling,
+                        cfg.rewards, seed=seed, stream=cfg.rollout.verify_while_decoding)
+        pb = self.probe.sample(self.sampler, step) if self.probe is not None else None
+        self._last_end = time.perf_counter()
+        return r, self._last_end - t0, pb
 
     def next_batch(self) -> tuple[Rollouts, dict]:
         """The oldest batch in flight (waiting for it if needed), then the queue refilled to k with the current
-        weights. metrics: samples, async/staleness, async/wait_s (trainer idle), async/dropped_batches."""
+        weights. metrics: samples, async/staleness, async/wait_s (trainer idle), async/dropped_batches,
+        async/queue_depth (finished batches waiting when the trainer asked, this one included),
+        async/producer_idle_s (producer thread idle since the last batch was taken), async/lag_D (share of this
+        stage's samples so far trained D versions behind, D = 0..k)."""
         st, c = self.ctx.state, self.ctx.cfg.rl
         t0 = time.perf_counter()
-        version, step, pos, fut = self.inflight.popleft()
-        r, produce_s = fut.result()
-        while st.step - version > self.k:  # too stale: sample it and the later ones again with the current weights
+        depth = sum(b.future.done() for b in self.inflight)
+        b = self.inflight.popleft()
+        r, produce_s, pb = b.future.result()
+        while st.step - b.version > self.k:  # too stale: sample it and the later ones again with the current weights
             self.dropped += 1
-            for *_, f in self.inflight:
-                f.result()
+            for later in self.inflight:
+                later.future.result()
             self.inflight.clear()
-            self.cursor, self.next_step = pos, step
+            self.cursor, self.next_step = b.pos, b.step
             self._submit()
-            version, step, pos, fut = self.inflight.popleft()
-            r, produce_s = fut.result()
+            b = self.inflight.popleft()
+            r, produce_s, pb = b.future.result()
+        version, self.probe_batch = b.version, pb
         wait = time.perf_counter() - t0
         st.data_pos += c.prompts_per_step  # consumed: what a checkpoint resumes from
         while len(self.inflight) < self.k and self.next_step < c.steps:  # batch s + k from the weights of now
             self._submit()
-        extra = {"samples": len(r.verdicts), "async/staleness": float(st.step - version), "async/wait_s": wait,
-                 "async/produce_s": produce_s, "async/dropped_batches": float(self.dropped)}
+        lag = st.step - version
+        self.lags[lag] = self.lags.get(lag, 0) + len(r.verdicts)
+        total = sum(self.lags.values())
+        idle, self._idle = self._idle, 0.0
+        extra = {"samples": len(r.verdicts), "async/staleness": float(lag), "async/wait_s": wait,
+                 "async/produce_s": produce_s, "async/dropped_batches": float(self.dropped),
+                 "async/queue_depth": float(depth), "async/producer_idle_s": idle,
+                 **{f"async/lag_{d}": self.lags.get(d, 0) / total for d in range(self.k + 1)}}
+        if r.episodes:
+            extra.update(episode_metrics(r))
         return r, extra
 
     def close(self) -> None:
-        for *_, f in self.inflight:
-            f.cancel()
+        for b in self.inflight:
+            b.future.cancel()
         self.pool.shutdown(wait=True, cancel_futures=True)

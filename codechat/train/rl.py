@@ -38,6 +38,7 @@ from codechat.train import dist
 from codechat.train.common import Context, end_step, grad_norm_clip, make_optimizer, reference_model, restore, \
     save_stage_start
 from codechat.train.groups import sample_groups
+from codechat.train.probe import GapProbe
 from codechat.train.producer import AsyncProducer, check_async
 from codechat.train.thinking import ThinkingHooks
 
@@ -138,13 +139,13 @@ def rl_update(ctx: Context, r: Rollouts, adv: torch.Tensor, rows: torch.Tensor, 
             (loss * (dist.loss_units(m, a.agg) / max(units, 1.0))).backward()
             met["loss"] = loss.item()
             met["entropy"] = ((ent * m).sum() / m.sum().clamp(min=1)).item()
-            for k, v in met.items():
-                sums[k] = sums.get(k, 0.0) + float(v)
+            for k, v in met.items():  # *_max: the max over micro-batches, the rest their mean
+                sums[k] = max(sums.get(k, float(v)), float(v)) if k.endswith("_max") else sums.get(k, 0.0) + float(v)
             count += 1
         dist.sync_grads(model)
         norms.append(grad_norm_clip(model, c.max_grad_norm))  # of the summed gradient: the same on every rank
         opt.step()
-    out = {k: v / max(count, 1) for k, v in sums.items()}
+    out = {k: v if k.endswith("_max") else v / max(count, 1) for k, v in sums.items()}
     out["grad_norm"] = sum(norms) / len(norms)
     out["optimizer_steps"] = float(len(plan))
     out["update/dedup_frac"] = 1.0 - seen[1] / seen[0] if seen[0] else 0.0  # forward rows saved
@@ -184,6 +185,7 @@ def run_rl(ctx: Context) -> None:
         save_stage_start(ctx)
     ref = reference_model(ctx) if a.kl_beta > 0 else None
     opt, sched = make_optimizer(ctx.policy.model, c.lr, c.warmup, c.steps, cosine=False, cfg=ctx.cfg.optim)
+    saved_batches = (ctx.resume or {}).get("async_producer")  # the producer's batches in flight (train/producer.py)
     restore(ctx, opt, sched)
     tracker = None
     if a.difficulty_alpha != 0:
@@ -193,19 +195,25 @@ def run_rl(ctx: Context) -> None:
     engine = think.wrap(make_engine(ctx.policy, ctx.cfg.rollout, ctx.cfg.sampling))
     ctx.on_close.append(engine.close)
     check_async(ctx.cfg)
-    producer = AsyncProducer(ctx, c.async_steps) if c.async_steps and st.step < c.steps else None
+    probe = GapProbe(ctx)
+    producer = AsyncProducer(ctx, c.async_steps, saved_batches, probe) if c.async_steps and st.step < c.steps \
+        else None
     if producer is not None:
         ctx.on_close.append(producer.close)
+        ctx.checkpoint_extra["async_producer"] = producer.state_dict
     while st.step < c.steps:
         # 1-3. sample, verify, reward (async_steps > 0: a producer thread did it while the last update ran)
         ctx.policy.model.eval()
         if producer is not None:
             r, extra = producer.next_batch()
+            probe_batch = producer.probe_batch  # sampled with this batch's weights, in the producer thread
         else:
             with sampling_weights(engine, ctx.policy.model):
                 r, extra = sample_groups(ctx, engine)
+                probe_batch = probe.sample(engine, st.step)  # rl.probe_every: fixed prompts, None when not due
         think_met = think.after_sample(r)  # before the metrics: the nothink-bonus constraint rescales rewards
         metrics = rollout_metrics(r) | extra | think_met
+        metrics |= probe.gap(probe_batch, ctx.policy.model)  # the sampler-trainer log-prob gap, before the update
         # 4. advantages (zero-variance groups: keep with zero advantage, or skip from the loss)
         adv = advantages(ctx, r, a, tracker)  # (N,)
         temp = ctx.cfg.sampling.temperature
@@ -231,6 +239,7 @@ def run_rl(ctx: Context) -> None:
         end_step(ctx, metrics, c.steps, opt, sched, samples=extra["samples"])
     if producer is not None:
         producer.close()  # the next stage starts without this stage's model copy
+        ctx.checkpoint_extra.pop("async_producer", None)
 
 
 def save_rollouts(ctx: Context, r: Rollouts) -> None:
