@@ -80,14 +80,15 @@ def one_thread():
 def test_quick_agent_demo_end_to_end(tmp_path, one_thread):
     """SFT on expert episodes -> eval -> GRPO on episodes -> eval, with the table, report and plot. (The resolve
     rate does not rise yet at this size: docs/agent.md, "The agent demo".)"""
-    run_dir, rows = run_agent_demo(str(tmp_path / "d"), quick=True, overrides=["log.progress=false"])
+    short = ["log.progress=false", "sft.steps=20", "rl.steps=2", "rl.prompts_per_step=2", "rl.group_size=2"]
+    run_dir, rows = run_agent_demo(str(tmp_path / "d"), quick=True, overrides=short)  # the wiring, not learning
     assert [r.stage for r in rows] == ["sft", "grpo"] and rows[0].k == 2
     for stage in ("sft", "grpo"):
         samples = (run_dir / f"eval-{stage}" / "samples.jsonl").read_text().splitlines()
         assert len(samples) == 6 * 2 and all(json.loads(s)["turns"] for s in samples)
     grpo = [json.loads(line) for line in (run_dir / "grpo" / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in grpo if "episode/turns" in r]
-    assert len(steps) == 4 and all(r["episode/turns"] > 0 for r in steps)
+    assert len(steps) == 2 and all(r["episode/turns"] > 0 for r in steps)
     # every step either updated with a finite loss or skipped (zero-variance groups: all episodes failed alike)
     assert all(r.get("skipped_update") == 1.0 or r["loss"] == r["loss"] for r in steps)
     report = (run_dir / "report.md").read_text()
