@@ -113,3 +113,17 @@ def test_diff_errors_name_the_line():
         parse_diff("--- a/../x\n+++ b/../x\n@@ -1 +1 @@\n-a\n+b\n")
     with pytest.raises(PatchError, match="does not match"):
         apply_diff("--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n", lambda p: "zzz\n")
+
+
+def test_an_interpreter_behind_a_symlinked_venv_dir_runs(tmp_path, monkeypatch):
+    """`.venv -> /elsewhere/venv` (a clone sharing a venv): the fresh root binds resolved paths only, so the
+    command must run the interpreter by its resolved directory (it failed with FileNotFoundError before)."""
+    venv = os.path.dirname(os.path.dirname(sys.executable))
+    link = tmp_path / "venvlink"
+    link.symlink_to(venv, target_is_directory=True)
+    linked = str(link / os.path.relpath(sys.executable, venv))
+    monkeypatch.setattr(sys, "executable", linked)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    res = run_isolated([sys.executable, "-c", "print(6 * 7)"], ws, timeout_s=20)
+    assert res.output.strip().endswith("42"), res.output
