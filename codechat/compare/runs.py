@@ -98,7 +98,7 @@ class Result:
         except (OSError, ValueError, TypeError, AttributeError) as e:
             problem = str(e)
         if problem:
-            raise CodechatError(f"{path}: unreadable compare result ({problem}); delete it to run again")
+            raise CodechatError(f"{path}: unreadable compare result ({' '.join(str(problem).split())}); delete it to run again")
         return res
 
     def problem(self) -> str | None:
