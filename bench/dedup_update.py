@@ -128,6 +128,21 @@ def verify(r: Rollouts, cfg, workers: int) -> tuple[list, float, float, float]:
     return plain, t1 - t0, t2 - t1, d.last.dedup_frac
 
 
+def update_batch(policy, groups, cfg, workers: int):
+    """The demo GRPO step's update inputs for `groups`: (rollouts verified and scored, algo, advantages (N,), the
+    rows trained (zero-variance groups skipped, as the demo), (plain s, dedup s, dedup frac) of verification)."""
+    r = build_rollouts(policy, groups, cfg)
+    r.verdicts, *vtimes = verify(r, cfg, workers)
+    r.rewards, r.components = score([r.task_of(i) for i in range(len(r.verdicts))], r.batch.texts, r.verdicts,
+                                    [int(n) for n in r.batch.n_tokens],
+                                    [f == "length" for f in r.batch.finish_reason],
+                                    cfg.sampling.max_new_tokens, cfg.rewards)
+    algo = stage_algo(cfg, "grpo")
+    adv = compute_advantages(algo.advantage, r.rewards, r.group_ids, algo)  # (N,)
+    zv, _ = zero_variance_groups(r.rewards, r.group_ids)
+    return r, algo, adv, torch.arange(len(r.verdicts))[~zv], tuple(vtimes)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rollouts", type=Path, help="replay one step of this rollouts.jsonl instead")
@@ -145,18 +160,7 @@ def main() -> None:
         policy = load_policy(cfg.model)
         groups = rollouts_groups(args.rollouts, args.step, cfg) if args.rollouts else \
             replay_groups(cfg, args.dup, args.seed)
-        r = build_rollouts(policy, groups, cfg)
-        verdicts, v_plain, v_dedup, v_frac = verify(r, cfg, args.workers)
-        r.verdicts = verdicts
-        r.rewards, r.components = score([r.task_of(i) for i in range(len(verdicts))], r.batch.texts, verdicts,
-                                        [int(n) for n in r.batch.n_tokens],
-                                        [f == "length" for f in r.batch.finish_reason],
-                                        cfg.sampling.max_new_tokens, cfg.rewards)
-        algo = stage_algo(cfg, "grpo")
-        adv = compute_advantages(algo.advantage, r.rewards, r.group_ids, algo)  # (N,)
-        rows = torch.arange(len(verdicts))
-        zv, _ = zero_variance_groups(r.rewards, r.group_ids)
-        rows = rows[~zv]  # rl.zero_variance=skip, as the demo
+        r, algo, adv, rows, (v_plain, v_dedup, v_frac) = update_batch(policy, groups, cfg, args.workers)
         upd_frac = find_duplicates(r.group_ids[rows], r.batch.tokens[rows], r.batch.mask[rows], adv[rows]).frac
         smp_frac = find_duplicates(r.group_ids, r.batch.tokens, r.batch.mask).frac
         start = {k: v.detach().clone() for k, v in policy.model.state_dict().items()}
@@ -187,7 +191,7 @@ def main() -> None:
         worst = max(diffs, key=diffs.get)
         met_diff = diffs[worst]
     naive, fast = statistics.median(times[False]), statistics.median(times[True])
-    print(f"samples {len(verdicts)}, in the update {len(rows)} (zero-variance groups skipped); duplicates: "
+    print(f"samples {len(r.verdicts)}, in the update {len(rows)} (zero-variance groups skipped); duplicates: "
           f"{smp_frac:.1%} of samples, {upd_frac:.1%} of update rows")
     print(f"update s/step: naive {naive:.3f}  dedup {fast:.3f}  ({naive / fast:.2f}x); after one update: "
           f"|w_dedup - w_naive| / |w_naive - w_start| = {rel_l2:.1e} (L2), metrics differ by <= {met_diff:.1e} (rel, {worst})")

@@ -29,14 +29,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from codechat.algos import compute_advantages, zero_variance_groups  # noqa: E402
 from codechat.demo import demo_config  # noqa: E402
 from codechat.policy import load_policy  # noqa: E402
-from codechat.rollout.collect import score  # noqa: E402
 from codechat.train import rl  # noqa: E402
 from codechat.train.checkpoint import TrainState  # noqa: E402
 from codechat.train.common import Context, make_optimizer  # noqa: E402
-from dedup_update import build_rollouts, replay_groups, verify  # noqa: E402
+from dedup_update import replay_groups, update_batch  # noqa: E402
 
 FUSED = rl.old_logprobs
 
@@ -61,16 +59,7 @@ def main() -> None:
         cfg = demo_config(run_dir=tmp)
         torch.manual_seed(args.seed)
         policy = load_policy(cfg.model)
-        r = build_rollouts(policy, replay_groups(cfg, 0.585, args.seed), cfg)
-        r.verdicts = verify(r, cfg, 2)[0]
-        r.rewards, r.components = score([r.task_of(i) for i in range(len(r.verdicts))], r.batch.texts, r.verdicts,
-                                        [int(n) for n in r.batch.n_tokens],
-                                        [f == "length" for f in r.batch.finish_reason],
-                                        cfg.sampling.max_new_tokens, cfg.rewards)
-        algo = rl.stage_algo(cfg, "grpo")
-        adv = compute_advantages(algo.advantage, r.rewards, r.group_ids, algo)  # (N,)
-        zv, _ = zero_variance_groups(r.rewards, r.group_ids)
-        rows = torch.arange(len(r.verdicts))[~zv]  # rl.zero_variance=skip, as the demo
+        r, algo, adv, rows, _ = update_batch(policy, replay_groups(cfg, 0.585, args.seed), cfg, 2)
         start = {k: v.detach().clone() for k, v in policy.model.state_dict().items()}
         wall: dict[str, list[float]] = {"separate": [], "fused": []}
         cpu: dict[str, list[float]] = {"separate": [], "fused": []}
