@@ -1,6 +1,6 @@
-"""`codechat chat`: streaming equals the sampler, multi-turn prompts, slash commands, /test per assert, /save -> task loader -> /load, CLI errors, --once on the tiny
-preset, and one scripted terminal session (pexpect) with Ctrl-C and /run on a hostile block. /run containment:
-test_chat_run.py.
+"""`codechat chat`: streaming equals the sampler, multi-turn prompts, slash commands, /test per assert, /save ->
+task loader -> /load, CLI errors, --once on the tiny preset, and one scripted terminal session (pexpect) with
+Ctrl-C and /run on a hostile block. /run containment: test_chat_run.py.
 """
 from __future__ import annotations
 

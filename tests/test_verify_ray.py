@@ -73,6 +73,31 @@ def test_a_dead_or_hung_node_pool_is_replaced_mid_batch(cluster, how):
     assert [x.status for x in got] == ["passed", "failed"] * 4
 
 
+def test_a_slow_starting_node_pool_is_not_judged_hung(cluster):
+    """A pool that takes longer to start than timeout + grace (a busy node) still judges its first jobs: the
+    reply clock starts when the pool is ready. Before, every try's clock included the start: infra_error."""
+    from codechat.verifier.ray_backend import RayPool, _NodePool
+
+    def slow_pool():  # defined here so Ray ships the class by value to the actor
+        class SlowStart(_NodePool):
+            def __init__(self, *a):
+                time.sleep(5.0)
+                super().__init__(*a)
+        return SlowStart
+
+    class SlowPool(RayPool):
+        node_class = slow_pool()
+
+    c = cfg(ray_grace_s=2.0)  # 1.5 + 2.0 < 5 s start
+    v = make_verifier(c)
+    with v:
+        v._pool.close()
+        v._pool = SlowPool(c)
+        got = v.verify_many([(TASK, COMPLETIONS[0]), (TASK, COMPLETIONS[1])])
+        assert v.pool.replaced == 0
+    assert [x.status for x in got] == ["passed", "failed"]
+
+
 def test_backend_name_is_checked():
     from codechat import CodechatError
     with pytest.raises(CodechatError, match="valid: local, ray"):

@@ -117,7 +117,7 @@ def test_diff_errors_name_the_line():
 
 def test_an_interpreter_behind_a_symlinked_venv_dir_runs(tmp_path, monkeypatch):
     """`.venv -> /elsewhere/venv` (a clone sharing a venv): the fresh root binds resolved paths only, so the
-    command must run the interpreter by its resolved directory (it failed with FileNotFoundError before)."""
+    links on the way to the interpreter are recreated inside it (it failed with FileNotFoundError before)."""
     venv = os.path.dirname(os.path.dirname(sys.executable))
     link = tmp_path / "venvlink"
     link.symlink_to(venv, target_is_directory=True)

@@ -67,6 +67,23 @@ def python_paths(package_root: str) -> list[str]:
     return sorted(p for p in keep if not any(_under(p, d) for d in SYSTEM_DIRS))
 
 
+def python_links(extra: tuple[str, ...] = ()) -> list[str]:
+    """Symlinked directories on the way to the interpreter and its import dirs (`.venv -> /elsewhere/venv`, a
+    clone sharing a venv): exposed dirs are bound at their resolved paths, so these links are recreated inside
+    the root, or `sys.executable` and the unresolved sys.path entries would not exist there."""
+    paths = [sys.prefix, sys.exec_prefix, os.path.dirname(sys.executable), *sys.path, *extra]
+    links = set()
+    for p in paths:
+        if not (p and os.path.isabs(p)):
+            continue
+        parts = os.path.normpath(p).split("/")[1:]
+        for i in range(1, len(parts) + 1):
+            q = "/" + "/".join(parts[:i])
+            if os.path.islink(q):
+                links.add(q)
+    return sorted(links)
+
+
 def _bind(src_fd: int, target: str, readonly: bool) -> None:
     mount(f"/proc/self/fd/{src_fd}", target, None, MS_BIND)
     if readonly:
@@ -98,6 +115,9 @@ def build_root(package_dir: str, hide_paths: tuple[str, ...] = (), binds: tuple[
     sandbox_dirs = [os.path.join(package_dir, s) for s in VISIBLE_PACKAGES]
     plan += [(p, "dir", True) for p in sandbox_dirs if not any(_under(p, e) for e in visible)]
     plan += [(os.path.realpath(b), "dir", True) for b in binds]
+    planned = {p for p, _, _ in plan}
+    plan += [(q, "link", True) for q in python_links(binds)
+             if q not in planned and not any(_under(q, v) for v in visible)]
     if os.path.isfile("/etc/ld.so.cache"):
         plan.append(("/etc/ld.so.cache", "file", True))
     plan += [(f"/dev/{n}", "file", False) for n in DEVICES if os.path.exists(f"/dev/{n}")]
@@ -107,6 +127,7 @@ def build_root(package_dir: str, hide_paths: tuple[str, ...] = (), binds: tuple[
     covers = sorted({c for c in covers if os.path.isdir(c) and any(_under(c, e) for e in visible)}, key=len)
     handles = {p: os.open(p, os.O_PATH | os.O_CLOEXEC) for p, kind, _ in plan if kind != "link"}
     handles.update({p: os.open(p, os.O_PATH | os.O_CLOEXEC) for p in sandbox_dirs if p not in handles})
+    targets = {p: os.readlink(p) for p, kind, _ in plan if kind == "link"}  # read now: /tmp is covered next
     root = "/tmp"  # any existing dir serves as the mount point: every host path is reached through `handles`
     mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=4m,nr_inodes=4096")
     try:
@@ -117,7 +138,7 @@ def build_root(package_dir: str, hide_paths: tuple[str, ...] = (), binds: tuple[
         for p, kind, ro in plan:
             if kind == "link":
                 os.makedirs(os.path.dirname(root + p), mode=0o755, exist_ok=True)
-                os.symlink(os.readlink(p), root + p)
+                os.symlink(targets[p], root + p)
             else:
                 _bind(handles[p], _make_target(root, p, kind == "dir"), ro)
         for c in covers:

@@ -203,14 +203,6 @@ def python_binds() -> list[str]:
     return dirs + [p for p in site.getsitepackages() if os.path.isdir(p)]
 
 
-def host_python(exe: str | None = None) -> str:
-    """The interpreter's path with its directories' symlinks resolved (`.venv -> /elsewhere/venv`): the fresh root
-    binds resolved paths only, so the unresolved one does not exist inside. The file itself stays unresolved: a
-    venv's `bin/python` is a link to the base interpreter, and Python finds its venv from the path it runs as."""
-    exe = exe or sys.executable
-    return os.path.join(os.path.realpath(os.path.dirname(exe)), os.path.basename(exe))
-
-
 def run_isolated(argv: list[str], workspace: Path, timeout_s: float = 10.0, limits: isolation.Limits | None = None,
                  max_output_bytes: int = 16384, hide_paths: tuple[str, ...] = (), channel: bool = False,
                  max_channel_bytes: int = 16 << 20, stdin: bytes = b"") -> ExecResult:
@@ -219,8 +211,6 @@ def run_isolated(argv: list[str], workspace: Path, timeout_s: float = 10.0, limi
     limits = limits or isolation.Limits(cpu_s=int(timeout_s) + 1, memory_mb=1024, nproc=64, nofile=256)
     chan_r, chan_w = os.pipe() if channel else (-1, -1)
     argv = [a.replace("{fd}", str(chan_w)) for a in argv]
-    if argv and argv[0] == sys.executable:
-        argv[0] = host_python()
     spec = {"workspace": str(Path(workspace).resolve()), "rlimits": isolation.rlimits(limits),
             "hide": list(hide_paths), "argv": argv, "env": EXEC_ENV, "binds": python_binds()}
     start = time.monotonic()

@@ -13,7 +13,10 @@ Failures: per-program timeouts and limits are enforced on the worker node, by th
 trainer additionally waits at most timeout + `ray_grace_s` for a reply: a node pool that does not answer by
 then (hung, stopped, swapped out) is killed, a new one is started on the same node, and the job runs again -
 as does a job whose actor died (node lost, OOM). A job that fails on `RETRIES` pools in a row gets the
-`infra_error` verdict (SandboxError) instead of stalling training.
+`infra_error` verdict (SandboxError) instead of stalling training. A job's reply clock starts only once its node
+pool has answered a readiness call (at most `START_TIMEOUT_S`): a pool's start (a Ray worker process, the
+codechat import, the sandbox zygotes) takes seconds on a busy node and must not count as the program's time -
+it did, and a fresh pool's first jobs were judged hung until all tries were spent.
 
 Simplifications: the node list is read at start (nodes added later are not used); the actors belong to the
 process that made them (under torchrun each rank has its own actors, sharing the nodes' CPUs: set
@@ -33,6 +36,7 @@ from codechat.sandbox import RunResult, SandboxPool
 from codechat.verifier.verify import Verifier
 
 RETRIES = 3
+START_TIMEOUT_S = 120.0
 
 
 def _ray():
@@ -59,6 +63,8 @@ class _NodePool:
 class RayPool:
     """Trainer side: the `SandboxPool` interface (`run`, `close`) over one `_NodePool` actor per alive node."""
 
+    node_class = _NodePool
+
     def __init__(self, cfg: VerifierConfig):
         ray = _ray()
         if not ray.is_initialized():
@@ -68,6 +74,11 @@ class RayPool:
         self.nodes = [n for n in ray.nodes() if n.get("Alive")]
         self.sizes = [cfg.workers or int(n["Resources"].get("CPU", 1)) or 1 for n in self.nodes]
         self.actors = [self._start(i) for i in range(len(self.nodes))]
+        for i, a in enumerate(self.actors):
+            if not self._ready(a):
+                self.close()
+                raise CodechatError(f"verifier.backend=ray: the sandbox pool on node {self.nodes[i]['NodeID'][:12]} "
+                                    f"did not start within {START_TIMEOUT_S:.0f}s")
         self.generation = [0] * len(self.nodes)
         self._lock = threading.Lock()
         self._slots: queue.Queue[int] = queue.Queue()  # one entry per free sandbox worker: its node index
@@ -88,10 +99,20 @@ class RayPool:
         root = str(Path(__file__).resolve().parents[1])  # this codechat first on the actor's path
         path = [root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
         env = {"PYTHONPATH": os.pathsep.join(path)}
-        cls = ray.remote(_NodePool).options(
+        cls = ray.remote(self.node_class).options(
             num_cpus=0, max_concurrency=self.sizes[i] + 1, max_restarts=0, runtime_env={"env_vars": env},
             scheduling_strategy=NodeAffinitySchedulingStrategy(self.nodes[i]["NodeID"], soft=False))
         return cls.remote(self.sizes[i], tuple(self.cfg.hide_paths))
+
+    @staticmethod
+    def _ready(actor) -> bool:
+        """Wait until the actor is constructed and answers; False when it died or took over START_TIMEOUT_S."""
+        ray = _ray()
+        try:
+            ray.get(actor.pid.remote(), timeout=START_TIMEOUT_S)
+            return True
+        except (ray.exceptions.GetTimeoutError, ray.exceptions.RayActorError):
+            return False
 
     def _replace(self, i: int, generation: int) -> None:
         """Kill node pool i and start another, unless a concurrent failure already did (same generation)."""
@@ -104,6 +125,7 @@ class RayPool:
             except Exception:  # already gone
                 pass
             self.actors[i] = self._start(i)
+            self._ready(self.actors[i])  # a pool that did not start fails its next job, which replaces it again
             self.generation[i] += 1
             self.replaced += 1
 
