@@ -130,6 +130,7 @@ class FastLM:
             qk = qk * cos + rotate_half(qk) * sin
             q, k, v = qk[:, :, :H], qk[:, :, H:], qkv[:, :, H + Hkv :]
         else:
+            x = self._lowp(x)  # autocast: cast once for the three projections, not once each
             q = attn.q_proj(x).view(B, L, H, D)
             k = attn.k_proj(x).view(B, L, Hkv, D)
             v = attn.v_proj(x).view(B, L, Hkv, D)
@@ -140,8 +141,16 @@ class FastLM:
 
     def _attend(self, attn, q, k, v, mask):
         # q (B, H, L, D); k, v (B, Hkv, S, D); mask (B, 1, L, S) bool, True = may attend
-        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scaling,
-                                           enable_gqa=self.n_kv != self.n_heads)
+        dt = self.inner.embed_tokens.weight.dtype
+        if q.device.type == "cpu" and dt == torch.float32 and torch.is_autocast_enabled("cpu"):
+            # bf16 autocast over an fp32 model (rl.autocast_bf16): attention stays fp32, where CPU's bf16 SDPA
+            # backward is ~6x slower than its fp32 one
+            with torch.autocast("cpu", enabled=False):
+                o = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask,
+                                                   scale=self.scaling, enable_gqa=self.n_kv != self.n_heads)
+        else:
+            o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scaling,
+                                               enable_gqa=self.n_kv != self.n_heads)
         B, _, L, _ = q.shape
         return attn.o_proj(o.transpose(1, 2).reshape(B, L, self.n_heads * self.head_dim))
 
@@ -149,7 +158,14 @@ class FastLM:
         if self.fused is not None and i >= 0:
             g, u = F.linear(x, self.fused[i][2]).chunk(2, dim=-1)
             return layer.mlp.down_proj(F.silu(g) * u)
-        return layer.mlp(x)
+        return layer.mlp(self._lowp(x))
+
+    @staticmethod
+    def _lowp(x):
+        """x in autocast's dtype when CPU autocast is on (its linears would each cast it again), else x."""
+        if x.device.type == "cpu" and torch.is_autocast_enabled("cpu"):
+            return x.to(torch.get_autocast_dtype("cpu"))
+        return x
 
     def logits(self, h):
         """Final norm + LM head: (..., C) -> (..., V)."""

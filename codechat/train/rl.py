@@ -32,6 +32,7 @@ from codechat.config import AlgoConfig, RunConfig
 from codechat.policy import completion_logprobs, reference
 from codechat.policy.engine import make_engine, push_weights, sampling_weights
 from codechat.policy.fsdp import full_weights, idle_pass
+from codechat.policy.precision import update_autocast
 from codechat.rollout.audit import append_audit, audit_rollouts
 from codechat.rollout.collect import Rollouts, rollout_metrics, rollout_records
 from codechat.train import dist
@@ -107,9 +108,11 @@ def rl_update(ctx: Context, r: Rollouts, adv: torch.Tensor, rows: torch.Tensor, 
     mask = r.batch.mask[rows].to(dev).float()  # (N, T)
     plan = dist.minibatch_plan(len(rows), c.minibatch_size, c.epochs, seed=ctx.step_seed(7))
     seen = [0, 0]  # rows asked for, rows run through the model (rl.dedup: distinct ones only), over every pass
-    old = None if len(plan) == 1 else old_logprobs(model, r, rows, plan[0], temp, c.dedup, seen)  # (N, T) pi_old
-    ref_lp = frozen_logprobs(ref, r, rows, temp, as_reference=True, dedup=c.dedup,
-                             count=seen) if ref is not None else None  # (N, T)
+    lowp = lambda: update_autocast(c.autocast_bf16, dev)  # noqa: E731  (every forward below; off: a no-op)
+    with lowp():
+        old = None if len(plan) == 1 else old_logprobs(model, r, rows, plan[0], temp, c.dedup, seen)  # (N, T)
+        ref_lp = frozen_logprobs(ref, r, rows, temp, as_reference=True, dedup=c.dedup,
+                                 count=seen) if ref is not None else None  # (N, T)
     sampler_lp = r.batch.logprobs  # (B, T) the engine's log-probs: gap metrics, truncated IS
     sums: dict[str, float] = {}
     count, norms = 0, []
@@ -121,8 +124,9 @@ def rl_update(ctx: Context, r: Rollouts, adv: torch.Tensor, rows: torch.Tensor, 
             if m_idx is None:  # FSDP: this rank has fewer micro-batches; match the others' forward/backward
                 idle_pass(model)
                 continue
-            logp, ent = logprobs_for(model, r, rows[m_idx], temp, with_entropy=True, dedup=c.dedup,
-                                     count=seen)  # (n, T)
+            with lowp():
+                logp, ent = logprobs_for(model, r, rows[m_idx], temp, with_entropy=True, dedup=c.dedup,
+                                         count=seen)  # (n, T)
             m = mask[m_idx]  # (n, T)
             if step == 0:  # the weights are still pi_old's: this forward gives the old log-probs too
                 old_lp = logp.detach()
