@@ -7,8 +7,8 @@ One update = what `rl_update` runs there (one optimizer step, KL to a frozen ref
 log-prob pass, the policy's log-prob forward, the loss (policy term + k3 KL, beta 0.04), the backward, gradient
 clipping and an AdamW step, through codechat's `completion_logprobs` on vs_trl's random Qwen2 (hidden 256,
 4 layers, 4 heads, intermediate 688, vocab 1024, tied embeddings), 4 prompts x 8 completions x 64 tokens, no
-duplicates. Each variant trains its own copy from the same weights; the two alternate, so drift in the machine's
-load hits both; figures are medians of this process's CPU seconds (less disturbed by a busy machine than wall
+duplicates. The two variants alternate on one model (a step's cost does not depend on the weights), so drift in the
+machine's load hits both; figures are medians of this process's CPU seconds (less disturbed by a busy machine than wall
 time). Before timing, the two variants' log-probs and gradients on the same weights are compared.
 JSON: {"fp32_cpu_s", "bf16_cpu_s", "ratio" (fp32 / bf16), "max_logp_diff", "mean_logp_diff", "grad_rel_l2",
 "threads"}.
@@ -90,19 +90,17 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(a.threads)
     data = workload()
     max_d, mean_d, grad_rel = compare(data)
-    runs = {}
-    for bf16 in (False, True):
-        model = copy.deepcopy(data[0]).train()
-        ref = copy.deepcopy(data[0]).eval()
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
-        step(model, ref, opt, data, bf16)  # warm-up: allocator, AdamW state
-        runs[bf16] = (model, ref, opt, [])
+    model, ref = copy.deepcopy(data[0]).train(), copy.deepcopy(data[0]).eval()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    times: dict[bool, list[float]] = {False: [], True: []}
+    for bf16 in times:
+        step(model, ref, opt, data, bf16)  # warm-up: allocator, AdamW state, oneDNN's bf16 kernels
     for _ in range(a.repeats):
-        for bf16, (model, ref, opt, times) in runs.items():
+        for bf16, ts in times.items():
             c0 = time.process_time()
             step(model, ref, opt, data, bf16)
-            times.append(time.process_time() - c0)
-    fp32, bf16 = (statistics.median(runs[k][3]) for k in (False, True))
+            ts.append(time.process_time() - c0)
+    fp32, bf16 = (statistics.median(times[k]) for k in (False, True))
     print(f"{P * G} rows x {T} tokens, {a.threads} thread(s): update CPU s fp32 {fp32:.3f}  bf16 autocast "
           f"{bf16:.3f}  ({fp32 / bf16:.2f}x); bf16 vs fp32: max |logp diff| {max_d:.1e}, mean {mean_d:.1e}, "
           f"gradient rel L2 {grad_rel:.1e}", file=sys.stderr)
