@@ -56,7 +56,7 @@ def test_gradients_close_to_fp32():
     assert 0 < rel < 0.05, rel
 
 
-@pytest.mark.parametrize("epochs,minibatch_size", [(2, 7)])  # with the no-grad pi_old pass
+@pytest.mark.parametrize("epochs,minibatch_size", [(1, 8)])  # 2 steps: the second needs the no-grad pi_old pass
 def test_rl_update_close_to_fp32(tmp_path, epochs, minibatch_size):
     r = rollouts(vocab())
     exact, m_exact = update(r, config(epochs=epochs, minibatch_size=minibatch_size), tmp_path)
