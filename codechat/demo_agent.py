@@ -40,7 +40,7 @@ from codechat.train.metrics import read_metrics
 from codechat.verifier.repo import RepoJudge
 
 AGENT: list[str] = [
-    "model.path=tiny",
+    "model.path=tiny-agent", "agent.call_format=compact",
     "data.train=builtin:repo-train", "data.eval=",
     "sampling.temperature=1.0",
     "agent.turn_tokens=200", "agent.max_live=64",

@@ -101,7 +101,7 @@ def compact_parse(text: str) -> ToolCall:
                 return ToolCall(name, error=f"{name}: argument {current!r} given twice")
             args[current] = []
         elif current is None:
-            return ToolCall(name, error=f"{name}: text before the first argument line (@{', @'.join(marks)})"
+            return ToolCall(name, error=f"{name}: text before the first argument line ({', '.join(marks)})"
                             if marks else f"{name}: takes no arguments")
         else:
             args[current].append(line)
