@@ -20,7 +20,8 @@ TASK = generate_repo_tasks("train", 1, seed=0)[0]
 def test_compact_calls_read_as_documented():
     text = "I will fix it.\n<tool_call>edit\n@path\npkg/a.py\n@old\n    lo < x\n@new\n    lo <= x\n</tool_call>"
     c = compact_parse(text)
-    assert (c.name, c.arguments, c.error) == ("edit", {"path": "pkg/a.py", "old": "    lo < x", "new": "    lo <= x"}, "")
+    assert (c.name, c.error) == ("edit", "")
+    assert c.arguments == {"path": "pkg/a.py", "old": "    lo < x", "new": "    lo <= x"}
     assert compact_parse("<tool_call>read_file\n@path\na.py\n@start\n 3\n</tool_call>").arguments == \
         {"path": "a.py", "start": 3}
     assert compact_parse("<tool_call>run_tests\n@paths\ntests/a.py\ntests/b.py\n</tool_call>").arguments == \

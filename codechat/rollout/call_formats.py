@@ -27,7 +27,8 @@ its value, joined by newlines. A string is the value as is; an integer is an opt
 is one element per non-empty line. So a string that contains `</tool_call>` or a line `@P` (P a
 parameter of the same tool) cannot be written, and neither can an array element that is empty or holds a
 newline: `format` raises ValueError for those, and for a non-string element, since `parse` could not give them
-back (nor an integer of 19 digits or more). Every other call parses back to itself (tests/test_call_formats.py fuzzes both directions).
+back (nor an integer of 19 digits or more). Every other call parses back to itself (tests/test_call_formats.py
+fuzzes both directions).
 
 Both parsers share `check_call` (the names, types and required arguments of `tools.TOOLS`) and never raise:
 any text gives a ToolCall, with `error` set when it holds no well-formed call.
