@@ -2,6 +2,7 @@
 episodes -> GRPO on episodes, resolve rate up)."""
 import importlib.util
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ from codechat import CodechatError
 from codechat.cli import main
 from codechat.configio import load_config
 from codechat.demo_agent import AgentRow, agent_config, agent_table, run_agent_demo
+from codechat.policy.presets import PRESETS
 from codechat.tasks.repo_loaders import is_repo_spec, load_repo_tasks
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,6 +25,17 @@ def test_the_two_runs_share_settings_and_overrides_win(tmp_path):
     assert sft.data.train == rl.data.train == "builtin:repo-train" and sft.sft.expert_wrong > 0
     quick = agent_config(str(tmp_path), "sft", quick=True)
     assert quick.data.train == "builtin:repo-mini" and len(load_repo_tasks("builtin:repo-mini")) == 6
+
+
+def test_the_demo_writes_compact_calls_with_the_2k_tiny_preset(tmp_path):
+    """The levers measured in docs/agent.md: the compact call format and a 2,048-token context, for both runs;
+    the function demo's `tiny` preset keeps its 1,024 positions."""
+    for stage in ("sft", "grpo"):
+        cfg = agent_config(str(tmp_path), stage, quick=True)
+        assert cfg.agent.call_format == "compact"
+    assert agent_config(str(tmp_path), "sft").model.path == "tiny-agent"
+    assert PRESETS["tiny"].max_positions == 1024 and PRESETS["tiny-agent"] == replace(PRESETS["tiny"],
+                                                                                      max_positions=2048)
 
 
 def test_table_shows_the_change_and_repeats_without_times():
@@ -78,9 +91,10 @@ def one_thread():
 
 @pytest.mark.slow
 def test_quick_agent_demo_end_to_end(tmp_path, one_thread):
-    """SFT on expert episodes -> eval -> GRPO on episodes -> eval, with the table, report and plot. (The resolve
-    rate does not rise yet at this size: docs/agent.md, "The agent demo".)"""
-    short = ["log.progress=false", "sft.steps=20", "rl.steps=2", "rl.prompts_per_step=2", "rl.group_size=2"]
+    """SFT on expert episodes -> eval -> GRPO on episodes -> eval, with the table, report and plot. The wiring
+    only: a rise needs ~150 SFT steps (docs/agent.md, "The agent demo"), minutes beyond this test's budget."""
+    short = ["log.progress=false", "sft.steps=6", "rl.steps=2", "rl.prompts_per_step=2", "rl.group_size=2",
+             "agent.turn_tokens=32"]
     run_dir, rows = run_agent_demo(str(tmp_path / "d"), quick=True, overrides=short)  # the wiring, not learning
     assert [r.stage for r in rows] == ["sft", "grpo"] and rows[0].k == 2
     for stage in ("sft", "grpo"):

@@ -76,3 +76,7 @@ class AgentConfig:
     kv_reuse: bool = True
     """Keep each live episode's KV between turns and prefill only the appended tokens (false: re-prefill the
     whole transcript every turn; same tokens, slower)."""
+    call_format: str = "json"
+    """How the model writes a tool call (rollout/call_formats.py): `json` (Qwen/Hermes) or `compact` (one line
+    per argument name, values verbatim: no JSON escapes for models trained from scratch). The prompt's example,
+    the expert transcripts and the parser all use it."""

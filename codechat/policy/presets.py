@@ -52,6 +52,9 @@ PRESETS: dict[str, Preset] = {
     # ~28M parameters.
     "small": Preset(vocab_size=8192, hidden_size=512, num_layers=8, num_heads=8, num_kv_heads=4,
                     intermediate_size=1408, max_positions=2048, corpus_bytes=4_000_000),
+    # tiny with a 2,048-token context: a whole read-test-write-test-submit episode fits (the agent demo).
+    "tiny-agent": Preset(vocab_size=4096, hidden_size=192, num_layers=4, num_heads=3, num_kv_heads=3,
+                         intermediate_size=512, max_positions=2048),
 }
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Callable, Protocol
 
 from codechat.config import SamplingConfig
+from codechat.rollout.call_formats import get_call_format
 from codechat.rollout.tools import CALL_CLOSE, RESULT_CLOSE, RESULT_OPEN, format_call, tool_help, tool_schemas
 from codechat.tasks.repo import RepoTask
 
@@ -58,7 +59,8 @@ class Agent(Protocol):
     context: int | None
     """The model's context length (None: unbounded); an episode ends before a turn that would not fit in it."""
 
-    def prompt(self, task: RepoTask, files: list[str]) -> list[int]: ...
+    def prompt(self, task: RepoTask, files: list[str], call_format: str = "json") -> list[int]:
+        """The episode's first tokens; its example call is written in `call_format` (AgentConfig.call_format)."""
 
     def result_ids(self, text: str, after_eos: bool) -> list[int]: ...
 
@@ -68,9 +70,9 @@ class Agent(Protocol):
         """The runner's episodes have all ended (a model agent lets its sampler drop their KV)."""
 
 
-def prompt_text(task: RepoTask, files: list[str]) -> str:
-    """The plain-format prompt (also the user message of the chat format)."""
-    example = format_call("read_file", path=files[0] if files else "README.md")
+def prompt_text(task: RepoTask, files: list[str], call_format: str = "json") -> str:
+    """The plain-format prompt (also the user message of the chat format), its example call in `call_format`."""
+    example = get_call_format(call_format).format("read_file", {"path": files[0] if files else "README.md"})
     return (f"{SYSTEM}\n\nTools (one call per turn, then wait for its result):\n{tool_help()}\n\nCall format:\n"
             f"{example}\n\nIssue:\n{task.problem.strip()}\n\nFiles:\n" + "\n".join(files[:200]) + "\n\n")
 
@@ -92,10 +94,11 @@ class ModelAgent:
         self.eos = set(policy.eos_token_ids)
         self.context = context_length(policy.model)
 
-    def prompt(self, task: RepoTask, files: list[str]) -> list[int]:
+    def prompt(self, task: RepoTask, files: list[str], call_format: str = "json") -> list[int]:
+        text = prompt_text(task, files, call_format)
         if not self.chat:
-            return list(self.tok(prompt_text(task, files), add_special_tokens=True)["input_ids"])
-        msgs = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": prompt_text(task, files)}]
+            return list(self.tok(text, add_special_tokens=True)["input_ids"])
+        msgs = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": text}]
         ids = self.tok.apply_chat_template(msgs, tools=tool_schemas(), add_generation_prompt=True, tokenize=True)
         return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
 
@@ -139,8 +142,8 @@ class ScriptedAgent:
         self.encode = encode or (lambda s: list(s.encode("utf-8")))
         self.context = context
 
-    def prompt(self, task: RepoTask, files: list[str]) -> list[int]:
-        return self.encode(prompt_text(task, files))
+    def prompt(self, task: RepoTask, files: list[str], call_format: str = "json") -> list[int]:
+        return self.encode(prompt_text(task, files, call_format))
 
     def result_ids(self, text: str, after_eos: bool) -> list[int]:
         return self.encode(result_text(text))

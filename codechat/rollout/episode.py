@@ -29,7 +29,8 @@ from dataclasses import asdict, dataclass, field, replace
 from codechat import CodechatError
 from codechat.config import AgentConfig
 from codechat.rollout.agents import Action, Agent, TurnState
-from codechat.rollout.tools import ToolBox, ToolResult, parse_tool_call
+from codechat.rollout.call_formats import get_call_format
+from codechat.rollout.tools import ToolBox, ToolResult
 from codechat.sandbox.workspace import Workspace
 from codechat.tasks.repo import RepoTask
 from codechat.verifier.repo import RepoJudge, RepoVerdict
@@ -168,6 +169,8 @@ class EpisodeRunner:
             raise CodechatError(f"agent: need max_live, tool_workers, turn_tokens >= 1, tool_output_chars >= 100 "
                                 f"and run_timeout_s > 0 (got {cfg})")
         self.agent, self.judge, self.cfg = agent, judge, cfg
+        self.parse = get_call_format(cfg.call_format).parse
+        """The parser of `agent.call_format` (an unknown name fails here, listing the valid ones)."""
         self._lock = threading.Lock()
         self.step_sizes: list[int] = []
         """Live episodes per decode step of the last run (how full each batch was)."""
@@ -219,12 +222,12 @@ class EpisodeRunner:
     def _start(self, task: RepoTask, sample: int) -> _Live:
         ws = self.judge.clone(task)
         box = ToolBox(task, ws, self.cfg, self.judge.hide_paths)
-        return _Live(task, sample, ws, box, self.agent.prompt(task, ws.listing()))
+        return _Live(task, sample, ws, box, self.agent.prompt(task, ws.listing(), self.cfg.call_format))
 
     def _turn(self, e: _Live, a: Action) -> None:
         start = len(e.t.tokens)
         e.t.append(a.tokens, True, a.logprobs)
-        call = parse_tool_call(a.text)
+        call = self.parse(a.text)
         turn = Turn(start, len(e.t.tokens), len(e.t.tokens), a.text, a.finish_reason, call.name, call.arguments)
         e.t.turns.append(turn)
         if call.error and a.eos:  # the model ended its turn without a call: the episode is over

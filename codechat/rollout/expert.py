@@ -20,17 +20,18 @@ from dataclasses import replace
 from codechat.config import AgentConfig, SamplingConfig
 from codechat.rollout.agents import Action, ModelAgent, TurnState
 from codechat.rollout.episode import EpisodeResult, EpisodeRunner
-from codechat.rollout.tools import format_call
+from codechat.rollout.call_formats import get_call_format
 from codechat.tasks.repo import RepoTask
 from codechat.verifier.repo import RepoJudge
 
 
-def expert_calls(task: RepoTask, fix: dict[str, str]) -> list[str]:
-    """The turns of the expert episode with `fix` ({path: new text})."""
+def expert_calls(task: RepoTask, fix: dict[str, str], call_format: str = "json") -> list[str]:
+    """The turns of the expert episode with `fix` ({path: new text}), written in `call_format`."""
+    call = get_call_format(call_format).format
     paths = sorted(fix)
-    tests = [format_call("run_tests")] if task.visible_tests else []
-    return ([format_call("read_file", path=p) for p in paths[:1]] + tests +
-            [format_call("write_file", path=p, content=fix[p]) for p in paths] + tests + [format_call("submit")])
+    tests = [call("run_tests", {})] if task.visible_tests else []
+    return ([call("read_file", {"path": p}) for p in paths[:1]] + tests +
+            [call("write_file", {"path": p, "content": fix[p]}) for p in paths] + tests + [call("submit", {})])
 
 
 class ExpertAgent(ModelAgent):
@@ -67,7 +68,8 @@ def expert_episodes(policy, judge: RepoJudge, tasks: list[RepoTask], cfg: AgentC
     """One judged expert episode per task with a reference fix (the wrong fix for a seeded share)."""
     tasks = [t for t in tasks if t.solution]
     wrong = pick_wrong(tasks, wrong_share, seed)
-    calls = {t.task_id: expert_calls(t, t.metadata["wrong_fix"] if t.task_id in wrong else t.solution)
+    calls = {t.task_id: expert_calls(t, t.metadata["wrong_fix"] if t.task_id in wrong else t.solution,
+                                     cfg.call_format)
              for t in tasks}
     budget = max((len(c) for c in calls.values()), default=1)
     tasks = [replace(t, limits=replace(t.limits, max_turns=max(t.limits.max_turns, budget))) for t in tasks]

@@ -1,7 +1,8 @@
 """The agent's tools on a repository workspace, and the text format of a call and of its result.
 
-A model turn ends with one call, in the Qwen/Hermes format (what `<tool_call>`-aware chat templates emit, and
-simple enough for the tiny built-in models to learn):
+A model turn ends with one call. By default (`agent.call_format` = json; call_formats.py has the registry and a
+compact format for models trained from scratch) it is in the Qwen/Hermes format (what `<tool_call>`-aware chat
+templates emit):
 
     <tool_call>
     {"name": "edit", "arguments": {"path": "pkg/stats.py", "old": "lo < x", "new": "lo <= x"}}
@@ -115,18 +116,22 @@ def parse_tool_call(text: str) -> ToolCall:
     body = text[start + len(CALL_OPEN): end if end >= 0 else len(text)].strip()
     try:
         obj = json.loads(body)
-    except ValueError as e:
-        return ToolCall("", error=f"tool call is not valid JSON: {e}")
+    except (ValueError, RecursionError) as e:
+        return ToolCall("", error=f"tool call is not valid JSON: {str(e)[:200]}")
     if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
         return ToolCall("", error='tool call must be {"name": TOOL, "arguments": {...}}')
-    name, args = obj["name"], obj.get("arguments", {})
+    return check_call(obj["name"], obj.get("arguments", {}))
+
+
+def check_call(name: str, args: Any) -> ToolCall:
+    """A parsed call validated against TOOLS: known tool, known arguments of the right types, required ones."""
     if name not in TOOLS:
         return ToolCall(name, error=f"unknown tool {name[:40]!r} (tools: {', '.join(TOOLS)})")
     if not isinstance(args, dict):
         return ToolCall(name, error="arguments must be an object")
     for p, v in args.items():
         if p not in TOOLS[name]:
-            return ToolCall(name, error=f"{name}: unknown argument {p[:40]!r}")
+            return ToolCall(name, error=f"{name}: unknown argument {str(p)[:40]!r}")
         want = _TYPES[TOOLS[name][p][0]]
         if not isinstance(v, want) or isinstance(v, bool):
             return ToolCall(name, error=f"{name}: argument {p!r} must be a {TOOLS[name][p][0]}")
@@ -138,7 +143,8 @@ def parse_tool_call(text: str) -> ToolCall:
 
 def format_call(name: str, **arguments) -> str:
     """The text of a call, as the model should write it (scripted policies and expert transcripts use this)."""
-    return f"{CALL_OPEN}\n{json.dumps({'name': name, 'arguments': arguments})}\n{CALL_CLOSE}"
+    body = json.dumps({"name": name, "arguments": arguments}).replace("</", "<\\/")  # a value's </tool_call>
+    return f"{CALL_OPEN}\n{body}\n{CALL_CLOSE}"
 
 
 def cap(text: str, limit: int) -> str:
