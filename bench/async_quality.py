@@ -120,7 +120,7 @@ def main() -> None:
     samples = args.steps * int(rl["rl.prompts_per_step"]) * int(rl["rl.group_size"])
     out = {"workload": "demo --quick" if args.quick else "demo", "steps": args.steps, "seeds": args.seeds,
            "samples": samples, "eval_n": args.eval_n, "start": str(start),
-           "start_eval": final_eval(start.parent) if not args.base else None, **summarize(per),
+           "start_eval": final_eval(start.parent) if (start.parent / "metrics.jsonl").exists() else None, **summarize(per),
            "base_s": base_s, "wall_s": round(time.perf_counter() - t0, 1)}
     print(json.dumps(out))
 

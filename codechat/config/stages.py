@@ -102,6 +102,10 @@ class RLConfig:
     """Probe prompts: the first this many of the stage's data order, one completion each."""
     probe_warn_kl: float = 0.05
     """Warn (and log probe/drift = 1) when probe/kl exceeds this."""
+    partial_rollouts: bool = False
+    """async_steps >= 1, repository tasks: the producer's episodes switch to the trainer's newest weights at turn
+    boundaries, so a long episode is carried over weight updates; each turn records the policy version that
+    sampled it (`Turn.version`) and keeps its own sampler log-probs, which the loss corrects (train/producer.py)."""
 
 
 @dataclass
