@@ -132,6 +132,8 @@ def test_producer_carries_an_episode_over_the_update(tmp_path, two_turn_tasks, m
     assert versions == [[0, 1]] * 4
     assert rows[0]["async/partial_turns_frac"] == 0.0 and rows[1]["async/partial_turns_frac"] == 0.5
     assert all(m["loss"] == m["loss"] for m in rows)
+    logged = [json.loads(x) for x in (run / "rollouts.jsonl").read_text().splitlines()]
+    assert [x["turn_versions"] for x in logged] == [[0, 0]] * 4 + [[0, 1]] * 4  # recorded in the run directory
 
 
 def test_partial_rollouts_refuses_what_it_cannot_do(tmp_path):
@@ -140,3 +142,10 @@ def test_partial_rollouts_refuses_what_it_cannot_do(tmp_path):
     with pytest.raises(CodechatError, match="rl.partial_rollouts needs repository tasks"):
         train(load_config(None, BASE + [f"run_dir={tmp_path / 'b'}", "data.train=builtin:toy", "rl.steps=1",
                                         "rl.async_steps=1", "rl.partial_rollouts=true"]))
+
+
+def test_synchronous_episodes_record_the_step_as_version(tmp_path, two_turn_tasks):
+    run = tmp_path / "sync"
+    train(load_config(None, BASE + [f"run_dir={run}", "rl.steps=2"]))
+    logged = [json.loads(x) for x in (run / "rollouts.jsonl").read_text().splitlines()]
+    assert [x["turn_versions"] for x in logged] == [[0, 0]] * 4 + [[1, 1]] * 4
