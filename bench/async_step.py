@@ -1,5 +1,5 @@
 """Seconds per RL step and samples per second: the synchronous loop (rl.async_steps=0) vs one step off policy
-(rl.async_steps=1), the same GRPO workload, in the same run.
+(rl.async_steps=1), the same GRPO workload, in the same run; single answers or multi-turn repository episodes.
 
 Both train `--steps` GRPO steps from the same starting model on the same prompts and seeds; the producer thread
 of the async run samples and verifies batch s+1 while the trainer updates on batch s. The steady-state time per
@@ -18,9 +18,14 @@ pathology, not overlap. `--wait-policy passive` (the default) or `--threads 1` k
     PYTHONPATH=. python bench/async_step.py                     # tiny model, builtin:synthetic-train, 6 steps
     PYTHONPATH=. python bench/async_step.py --model runs/demo/final --steps 8 -P 4 -G 8 --new 96
     PYTHONPATH=. python bench/async_step.py --threads 2 --wait-policy active   # the pathological baseline
+    PYTHONPATH=. python bench/async_step.py --workload episodes --steps 4 -P 2 -G 4 --new 48   # multi-turn
+
+`--workload episodes`: GRPO on repository tasks (default builtin:repo-train): G multi-turn episodes per task
+(tool calls, the hidden-test judgement as reward; train/episodes.py), acted by the producer's model copy in the
+async run; `--new` is then agent.turn_tokens (new tokens per model turn) and a sample is one episode.
 
 Simplifies: one process per side (no DDP); the pass rate after the same samples is not compared here (see
-bench/async_pass_rate.py); the async run's producer and trainer share the machine's cores.
+bench/async_quality.py); the async run's producer and trainer share the machine's cores.
 """
 from __future__ import annotations
 
@@ -39,8 +44,10 @@ def child(args) -> None:
     from codechat.configio import load_config  # after the parent set the threading environment (torch loads)
     from codechat.train import train
     run_dir = Path(args.run_dir)
-    over = [f"data.train={args.tasks}", f"model.path={args.model}", "stages=[grpo]", f"rl.steps={args.steps}",
-            f"rl.prompts_per_step={args.P}", f"rl.group_size={args.G}", f"sampling.max_new_tokens={args.new}",
+    tokens = f"agent.turn_tokens={args.new}" if args.workload == "episodes" else f"sampling.max_new_tokens={args.new}"
+    tasks = args.tasks or ("builtin:repo-train" if args.workload == "episodes" else "builtin:synthetic-train")
+    over = [f"data.train={tasks}", f"model.path={args.model}", "stages=[grpo]", f"rl.steps={args.steps}",
+            f"rl.prompts_per_step={args.P}", f"rl.group_size={args.G}", tokens,
             "log.progress=false", "log.plot=false", "log.audit=false", "checkpoint.every=0", "model.device=cpu",
             f"verifier.workers={args.workers}", f"rl.async_steps={args.child}", f"run_dir={run_dir}",
             f"rollout.verify_while_decoding={'true' if args.verify_while_decoding else 'false'}", *args.override]
@@ -50,7 +57,8 @@ def child(args) -> None:
     stamps = [m["time"] for m in steps]  # seconds since the run started, at each step's log
     per_step = statistics.median(b - a for a, b in zip(stamps, stamps[1:]))
     phases = {k: round(statistics.median(m[k] for m in steps[1:]), 3)
-              for k in ("time/sample_s", "time/verify_s", "time/update_s", "async/wait_s") if k in steps[-1]}
+              for k in ("time/sample_s", "time/verify_s", "time/update_s", "async/wait_s", "time/episodes_s",
+                        "episode/turns") if k in steps[-1]}
     print(json.dumps({"per_step": per_step, "phases": phases}))
 
 
@@ -67,7 +75,9 @@ def side(args, async_steps: int, run_dir: Path) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="tiny")
-    ap.add_argument("--tasks", default="builtin:synthetic-train")
+    ap.add_argument("--workload", default="answers", choices=["answers", "episodes"],
+                    help="single answers (function tasks) or multi-turn repository episodes")
+    ap.add_argument("--tasks", default=None, help="default: builtin:synthetic-train, builtin:repo-train (episodes)")
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("-P", type=int, default=4)
     ap.add_argument("-G", type=int, default=8)
@@ -87,7 +97,7 @@ def main() -> None:
         s = side(args, 0, Path(d) / "sync")
         a = side(args, 1, Path(d) / "async")
     n = args.P * args.G
-    print(json.dumps({"sync_s_per_step": round(s["per_step"], 3), "async_s_per_step": round(a["per_step"], 3),
+    print(json.dumps({"workload": args.workload, "sync_s_per_step": round(s["per_step"], 3), "async_s_per_step": round(a["per_step"], 3),
                       "sync_samples_s": round(n / s["per_step"], 2), "async_samples_s": round(n / a["per_step"], 2),
                       "ratio": round(s["per_step"] / a["per_step"], 3), "threads": args.threads,
                       "wait_policy": args.wait_policy, "sync_phases": s["phases"], "async_phases": a["phases"]}))

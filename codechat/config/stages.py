@@ -105,6 +105,10 @@ class RLConfig:
     autocast_bf16: bool = False
     """Run the update's forwards (policy, pi_old, reference) under bf16 autocast (policy/precision.py): ~1.5x less
     update CPU on AMX CPUs, log-probs off by ~2e-3 from the fp32 sampler's; off = exact fp32."""
+    partial_rollouts: bool = False
+    """async_steps >= 1, repository tasks: the producer's episodes switch to the trainer's newest weights at turn
+    boundaries, so a long episode is carried over weight updates; each turn records the policy version that
+    sampled it (`Turn.version`) and keeps its own sampler log-probs, which the loss corrects (train/producer.py)."""
 
 
 @dataclass

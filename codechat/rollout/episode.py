@@ -25,6 +25,7 @@ import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
+from typing import Callable
 
 from codechat import CodechatError
 from codechat.config import AgentConfig
@@ -54,6 +55,9 @@ class Turn:
     """The tool call succeeded."""
     result: str = ""
     """The tool result as appended (inside the response markers)."""
+    version: int = 0
+    """Policy version that sampled this turn (`EpisodeRunner.run(before_turn=...)`; 0 without one): with partial
+    rollouts the turns of one episode may come from different versions."""
 
 
 @dataclass
@@ -181,8 +185,11 @@ class EpisodeRunner:
         self.judge_s = 0.0
         """Seconds of final judgements in the last run, summed over episodes (they overlap the other phases)."""
 
-    def run(self, jobs: list[tuple[RepoTask, int]], seed: int = 0) -> list[EpisodeResult]:
-        """Run one episode per (task, sample index); results in the order of `jobs`."""
+    def run(self, jobs: list[tuple[RepoTask, int]], seed: int = 0,
+            before_turn: Callable[[], int] | None = None) -> list[EpisodeResult]:
+        """Run one episode per (task, sample index); results in the order of `jobs`. before_turn: called before
+        every batched decode (it may load newer weights into the acting model); returns the policy version that
+        decodes, recorded on each turn (`Turn.version`)."""
         pending = deque(enumerate(jobs))
         live: list[tuple[int, _Live]] = []
         judged: dict[int, Future] = {}
@@ -203,11 +210,12 @@ class EpisodeRunner:
                         states = [TurnState(e.task, len(e.t.turns), e.t.tokens, e.budget(self.cfg.turn_tokens),
                                             e.last_result, e.key if self.cfg.kv_reuse else None)
                                   for _, e in acting]
+                        version = before_turn() if before_turn is not None else 0
                         t0 = time.monotonic()
                         actions = self.agent.act(states, seed=seed * 1_000_003 + step)
                         t1 = time.monotonic()
                         self.act_s += t1 - t0
-                        calls = [pool.submit(self._turn, e, a) for (_, e), a in zip(acting, actions)]
+                        calls = [pool.submit(self._turn, e, a, version) for (_, e), a in zip(acting, actions)]
                         for c in calls:
                             c.result()
                         self.tools_s += time.monotonic() - t1
@@ -224,11 +232,12 @@ class EpisodeRunner:
         box = ToolBox(task, ws, self.cfg, self.judge.hide_paths)
         return _Live(task, sample, ws, box, self.agent.prompt(task, ws.listing(), self.cfg.call_format))
 
-    def _turn(self, e: _Live, a: Action) -> None:
+    def _turn(self, e: _Live, a: Action, version: int = 0) -> None:
         start = len(e.t.tokens)
         e.t.append(a.tokens, True, a.logprobs)
         call = self.parse(a.text)
-        turn = Turn(start, len(e.t.tokens), len(e.t.tokens), a.text, a.finish_reason, call.name, call.arguments)
+        turn = Turn(start, len(e.t.tokens), len(e.t.tokens), a.text, a.finish_reason, call.name, call.arguments,
+                    version=version)
         e.t.turns.append(turn)
         if call.error and a.eos:  # the model ended its turn without a call: the episode is over
             e.done = True

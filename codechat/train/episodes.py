@@ -90,14 +90,15 @@ def episodes_to_rollouts(tasks: list[RepoTask], results: list[EpisodeResult], gr
     return Rollouts(tasks, prompts, batch, verdicts, rew, comps, episodes=results)
 
 
-def collect_episodes(ctx, engine, tasks: list[RepoTask], group_size: int, seed: int, policy=None) -> Rollouts:
+def collect_episodes(ctx, engine, tasks: list[RepoTask], group_size: int, seed: int, policy=None,
+                     before_turn=None) -> Rollouts:
     """G episodes per task with the policy acting through `engine`, judged, scored; timings in r.sample_s
     (decode), r.verify_s (judgements, summed) and r.tools_s. policy: the acting policy (default ctx.policy; the
-    asynchronous producer passes its own copy)."""
+    asynchronous producer passes its own copy). before_turn: `EpisodeRunner.run`'s hook (partial rollouts)."""
     agent = ModelAgent(policy if policy is not None else ctx.policy, ctx.cfg.sampling, sampler=engine)
     runner = EpisodeRunner(agent, run_judge(ctx), ctx.cfg.agent)
     t0 = time.perf_counter()
-    results = runner.run([(t, g) for t in tasks for g in range(group_size)], seed=seed)
+    results = runner.run([(t, g) for t in tasks for g in range(group_size)], seed=seed, before_turn=before_turn)
     wall = time.perf_counter() - t0
     pad_id = ctx.policy.tokenizer.pad_token_id
     max_tokens = max(t.limits.max_tokens for t in tasks)

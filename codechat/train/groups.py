@@ -26,7 +26,8 @@ def sample_groups(ctx: Context, engine) -> tuple[Rollouts, dict]:
         tasks = take(ctx.train_tasks, ctx.cfg.seed + st.stage_idx, st.data_pos, c.prompts_per_step)
         st.data_pos += len(tasks)  # global position: every rank takes the same prompts, then its slice
         if is_repo_batch(tasks):  # repository tasks: G multi-turn episodes per task (train/episodes.py)
-            return collect_episodes(ctx, engine, dist.shard(tasks), c.group_size, seed=ctx.step_seed(salt=salt))
+            return collect_episodes(ctx, engine, dist.shard(tasks), c.group_size, seed=ctx.step_seed(salt=salt),
+                                    before_turn=lambda: st.step)  # every turn: this step's policy version
         return collect(ctx.policy, engine, ctx.verifier, dist.shard(tasks), c.group_size, ctx.cfg.sampling,
                        ctx.cfg.rewards, seed=ctx.step_seed(salt=salt),
                        stream=ctx.cfg.rollout.verify_while_decoding)

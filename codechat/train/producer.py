@@ -25,8 +25,16 @@ Repository tasks go through the producer too: its copy of the model acts in the 
 (train/episodes.py), tool calls and judgements in the episode runner's threads, while the trainer updates; the
 episode metrics come with the batch. Simplifies: one process's producer (under DDP each rank has its own); the
 `hf` engine only (vLLM would hold the behaviour weights itself); no FSDP, no `zero_variance: resample` (its rounds
-are collectives); the copy doubles the model's memory; an episode never spans a weight update (no partial
-rollouts: each episode runs with its batch's weights from start to end).
+are collectives); the copy doubles the model's memory.
+
+Partial rollouts (`rl.partial_rollouts`, repository tasks): while the trainer waits for a batch it publishes its
+newest weights (`publish`); before every batched decode of the episodes the producer loads them when they are
+newer than its own (turn boundaries only: a turn is never split), so a long episode is carried over the weight
+update and the rest of it is sampled fresher. Each turn records its version (`Turn.version`) and keeps the log-probs
+of the weights that sampled it in `batch.logprobs`, so `algo.correction` corrects each segment against its own
+behaviour policy; the KV of earlier turns is dropped at the switch (policy/prefix.py: the weights changed), so
+later turns attend with the new weights' KV. `async/staleness` stays the batch's starting version (an upper
+bound); `async/partial_turns_frac` is the share of model turns sampled with a newer version than that.
 """
 from __future__ import annotations
 
@@ -53,6 +61,8 @@ def check_async(cfg) -> None:
     if k < 0:
         raise CodechatError(f"rl.async_steps must be >= 0, got {k}")
     if k == 0:
+        if cfg.rl.partial_rollouts:
+            raise CodechatError("rl.partial_rollouts needs rl.async_steps >= 1 (a producer beside the trainer)")
         return
     if cfg.rollout.engine != "hf":
         raise CodechatError(f"rl.async_steps > 0 needs rollout.engine=hf, got {cfg.rollout.engine!r}")
@@ -101,6 +111,9 @@ class AsyncProducer:
         self.dropped = 0
         self.lags: dict[int, int] = {}  # version lag -> samples trained at that lag in this stage
         self._idle, self._last_end = 0.0, None  # producer thread: seconds with nothing to do, end of its last batch
+        self.partial = ctx.cfg.rl.partial_rollouts
+        self._published: tuple[int, dict] | None = None  # (version, weights) the trainer published last (partial)
+        self._acting = 0  # version of the weights the producer's model holds
         self.restored = self._restore(saved)
         if not self.inflight:
             self._submit()
@@ -138,19 +151,36 @@ class AsyncProducer:
         tasks = take(ctx.train_tasks, ctx.cfg.seed + st.stage_idx, pos, c.prompts_per_step)
         seed = ctx.step_seed() + 31 * (self.next_step - st.step)  # step_seed of the batch's step (linear in step)
         fut = self.pool.submit(self._produce, weights_snapshot(ctx.policy.model), dist.shard(tasks), seed,
-                               self.next_step)
+                               self.next_step, st.step)
         self.inflight.append(Batch(st.step, self.next_step, pos, fut))
         self.cursor += len(tasks)
         self.next_step += 1
 
-    def _produce(self, snap, tasks, seed, step) -> tuple[Rollouts, float, ProbeBatch | None]:
+    def publish(self) -> None:
+        """Partial rollouts: offer the trainer's current weights (version = its step) to episodes in progress."""
+        self._published = (self.ctx.state.step, weights_snapshot(self.ctx.policy.model))
+
+    def _newest(self) -> int:
+        """Before a batched decode (producer thread): load the published weights if newer; the acting version."""
+        pub = self._published
+        if pub is not None and pub[0] > self._acting:
+            self.behaviour.model.load_state_dict(pub[1])
+            self._acting = pub[0]
+        return self._acting
+
+    def _produce(self, snap, tasks, seed, step, version) -> tuple[Rollouts, float, ProbeBatch | None]:
         t0 = time.perf_counter()
         if self._last_end is not None:  # the queue was full (or the trainer slow to submit): the thread waited
             self._idle += t0 - self._last_end
         self.behaviour.model.load_state_dict(snap)
+        self._acting = version
         cfg = self.ctx.cfg
         if is_repo_batch(tasks):  # repository tasks: G multi-turn episodes per task, acted by the producer's copy
-            r = collect_episodes(self.ctx, self.sampler, tasks, cfg.rl.group_size, seed, policy=self.behaviour)
+            r = collect_episodes(self.ctx, self.sampler, tasks, cfg.rl.group_size, seed, policy=self.behaviour,
+                                 before_turn=self._newest if self.partial else lambda: version)
+        elif self.partial:
+            raise CodechatError("rl.partial_rollouts needs repository tasks (multi-turn episodes); data.train has "
+                                "single-answer tasks")
         else:
             r = collect(self.behaviour, self.sampler, self.ctx.verifier, tasks, cfg.rl.group_size, cfg.sampling,
                         cfg.rewards, seed=seed, stream=cfg.rollout.verify_while_decoding)
@@ -166,6 +196,8 @@ class AsyncProducer:
         stage's samples so far trained D versions behind, D = 0..k)."""
         st, c = self.ctx.state, self.ctx.cfg.rl
         t0 = time.perf_counter()
+        if self.partial:
+            self.publish()
         depth = sum(b.future.done() for b in self.inflight)
         b = self.inflight.popleft()
         r, produce_s, pb = b.future.result()
@@ -193,6 +225,8 @@ class AsyncProducer:
                  **{f"async/lag_{d}": self.lags.get(d, 0) / total for d in range(self.k + 1)}}
         if r.episodes:
             extra.update(episode_metrics(r))
+            turns = [u.version for e in r.episodes for u in e.transcript.turns]
+            extra["async/partial_turns_frac"] = sum(v > version for v in turns) / max(len(turns), 1)
         return r, extra
 
     def close(self) -> None:
