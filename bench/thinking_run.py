@@ -35,7 +35,8 @@ SFT = [["stages=[sft]", "data.sft=builtin:synthetic-sft-think", "sft.steps=160",
 """The demo's SFT, two runs (the second from the first's model): thinking traces only, then with the prefilled
 copies (how the measured model was made; configs/thinking.yaml otherwise)."""
 COMMON = ["log.progress=false", "log.plot=false", "checkpoint.every=0", "eval.every=0", "model.device=cpu"]
-KEYS = {"nothink": "thinking/nothink_frac", "tokens": "thinking/len", "pass1": "pass@1", "greedy": "greedy_pass@1"}
+KEYS = {"nothink": "thinking/nothink_frac", "tokens": "thinking/len", "pass1": "pass@1", "greedy": "greedy_pass@1",
+        "malformed": "thinking/malformed_frac"}
 
 
 def train(run_dir: Path, overrides: list[str]) -> subprocess.Popen:

@@ -69,6 +69,9 @@ class ThinkingConfig:
     """Balanced sampling: lower bound on a forced sample's importance weight pi(prefix) / q(prefix). 0 = exact
     (the policy's own gradient: a mode the policy gives ~0 probability gets ~0 gradient, the cold start stays
     cold); > 0 lets the rare mode's samples teach it, biased toward the forced mix (docs/thinking.md)."""
+    free_frac: float = 0.0
+    """Balanced sampling: share of each group sampled freely (no forced prefix), so openings off both forced paths
+    get sampled and judged; the weights are those of the stratified mixture (rollout/thinking.py is_weights)."""
 
 
 @dataclass
