@@ -162,7 +162,8 @@ def test_weigh_floors_then_recentres_and_logs_the_off_path_share():
     # one group of 4: forced empty (pi 1e-4), forced open (pi 0.9), free open (pi 0.9), free off both paths
     logp = torch.log(torch.tensor([[1e-4, 1.0], [0.9, 1.0], [0.9, 1.0], [0.5, 1.0]]))  # (4, 2)
     batch = ForcedBatch(torch.zeros(4, dtype=torch.long), torch.zeros(4, 2, dtype=torch.long), torch.ones(4, 2),
-                        torch.zeros(4, 2), ["stop"] * 4, list("abcd"), torch.tensor([2] * 4),
+                        torch.zeros(4, 2), ["stop"] * 4, ["<think></think>a", "<think>b", "<think>c", " <thinkd"],
+                        torch.tensor([2] * 4),
                         forced_nothink=torch.tensor([True, False, False, False]),
                         prefix_len=torch.tensor([1, 1, 1, 0]), path=torch.tensor([0, 1, 1, 2]),
                         free=torch.tensor([False, False, True, True]), counts=(1, 1, 2))
@@ -172,6 +173,7 @@ def test_weigh_floors_then_recentres_and_logs_the_off_path_share():
     w = is_weights(logp, batch.prefix_len, batch.path, batch.counts).clamp(min=1.0)
     assert w.tolist() == pytest.approx([1.0, 0.9 / ((1 + 1.8) / 4), 0.9 / ((1 + 1.8) / 4), 2.0])
     assert torch.allclose(out, recenter(adv, w, torch.zeros(4, dtype=torch.long))) and abs(out.sum()) < 1e-6
+    assert m["thinking/malformed_frac"] == 0.5  # of the free samples: `<think>c` is well formed, ` <thinkd` not
     assert m["thinking/offpath_frac"] == 0.5 and m["thinking/policy_nothink_p"] == pytest.approx(1e-4)
     assert m["thinking/is_weight_floored"] == 0.25
     with pytest.raises(ConfigError, match="is_weight_floor: expected >= 0"):

@@ -13,22 +13,25 @@ it; the verdict carries `thought`). Three pieces, each usable alone:
   Lagrange multiplier instead (dual ascent, the standard primal-dual form of constrained RL):
       reward   = pass + delta * s_t * 1[nothink],      s_t = 1 / (1 + lambda_t)
       lambda_{t+1} = max(0, lambda_t + nothink_lr * (pass_ref - margin - pass_t))
-  pass_ref is the pass rate of the first step (the policy before any update = the reference), pass_t the
-  step's pass rate. While accuracy holds, lambda stays 0 and the full bonus applies; when it drops below
-  pass_ref - margin, lambda grows and the bonus shrinks toward 0, so accuracy wins. nothink_lr 0 = fixed bonus.
-- `BalancedSampler`: wraps a rollout engine; of each group of G, round(f * G) samples start with the forced empty
-  block `open + close` and the rest with the forced `open` tag (AdaptThink's importance sampling: the initial
-  model almost never skips thinking, so without forcing there is no no-think sample to learn from). The forced
-  tokens are part of the completion; those the two prefixes share (e.g. `<` `think`) are masked out of the loss
-  (forced in every sample, no choice of the policy), the rest get gradient; `is_weights` gives each sample
-  w = pi_theta(prefix) / q(prefix), q = f for the empty block and 1 - f for the open tag (detached), and the
-  trainer multiplies the advantages by w: E_q[w A grad log pi(y)] = E_pi[A grad log pi(y)], the gradient of the
-  policy's own distribution (tests/test_thinking.py checks this against an enumeration; with the shared tokens
-  masked it is the gradient given them). `is_weight_floor` > 0 trades that exactness for a cold start.
+  pass_ref is the mean pass rate of the first `nothink_ref_steps` steps (lambda held at 0 meanwhile: one batch
+  is a noisy bound), pass_t the step's pass rate. While accuracy holds, lambda stays 0 and the full bonus
+  applies; when it drops below pass_ref - margin, lambda grows and the bonus shrinks toward 0, so accuracy wins.
+  nothink_lr 0 = fixed bonus.
+- `BalancedSampler`: wraps a rollout engine; of each group of G, u = round(free_frac * G) samples are sampled
+  freely, round(f * (G - u)) start with the forced empty block `open + close` and the rest with the forced `open`
+  tag (AdaptThink's importance sampling: the initial model almost never skips thinking, so without forcing there
+  is no no-think sample to learn from). The forced tokens are part of the completion; those the two prefixes
+  share (e.g. `<` `think`) are masked out of the forced samples' loss (no choice of the policy there), the rest
+  get gradient. `is_weights` gives each sample w = pi_theta(path) / q(path), q the stratified mixture the group
+  is drawn from (forced shares plus u/G times the policy), detached; a free sample off both paths (a malformed
+  opening) weighs G/u. E_q[w A grad log pi(y)] = E_pi[A grad log pi(y)]: the policy's own gradient
+  (tests/test_thinking_weights.py, against an enumeration). `is_weight_floor` > 0 trades that exactness for a
+  cold start; `recenter` then subtracts each group's w-weighted mean advantage, so the weighted advantages of a
+  group sum to 0 and tokens no sample chose at the shared choice position get no push (with the floored weights
+  they did, and the free samples drifted to openings such as `<thinkerthink>`: docs/thinking.md).
 Simplified: each forced prefix is encoded whole, as SFT text encodes it (the model could also write the same
-text as other tokens; only this path is forced and weighted); the group baseline is the plain mean of the
-forced samples' rewards; balanced sampling is not combined with `rl.zero_variance: resample` nor with
-`rl.async_steps > 0` (refused by the config check).
+text as other tokens; a free sample that does counts as off both paths); balanced sampling is not combined with
+`rl.zero_variance: resample` nor with `rl.async_steps > 0` (refused by the config check).
 """
 from __future__ import annotations
 

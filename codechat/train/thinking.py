@@ -79,8 +79,10 @@ class ThinkingHooks:
         on_empty = b.path == 0  # (N,) forced or free: the policy's own probability of the empty block
         if on_empty.any():
             m["thinking/policy_nothink_p"] = prefix_logprob(logp[on_empty], b.prefix_len[on_empty]).exp().mean().item()
-        if b.free.any():  # free samples that open with neither forced path: the malformed openings
+        if b.free.any():  # free samples whose tokens take neither forced path (the same text as other tokens too)
             m["thinking/offpath_frac"] = (b.path[b.free] == 2).float().mean().item()
+            free = [t for t, f in zip(b.texts, b.free.tolist()) if f]  # and those whose text is malformed
+            m["thinking/malformed_frac"] = sum(not t.lstrip().startswith(self.cfg.open) for t in free) / len(free)
         w = w.clamp(min=self.cfg.is_weight_floor)  # (N,) is_weight_floor 0: exact
         m.update({"thinking/is_weight_mean": w.mean().item(), "thinking/is_weight_max": w.max().item(),
                   "thinking/is_weight_floored": (w == self.cfg.is_weight_floor).float().mean().item()
