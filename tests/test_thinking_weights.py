@@ -148,6 +148,12 @@ def test_free_share_is_sampled_unforced_and_its_openings_classified():
     assert b.mask[7, 0] == 1 and b.mask[0, :3].sum() == 0  # free: every token learned; forced: `<a` not
     assert b.logprobs[0, 0].item() == pytest.approx(math.log(4 / 10)) and b.logprobs[4, 0].item() == pytest.approx(math.log(3 / 10))
     assert b.logprobs[7, 0].item() == -0.5  # free: the engine's own log-probs
+    whole = BalancedSampler(ScriptedEngine(["<a></a>x", "<a>p</a>x", "<ax></a>x"]), CharTok(),
+                            ThinkingConfig(enabled=True, open="<a>", close="</a>", forced_nothink_frac=0.5,
+                                           free_frac=0.3, mask_forced=True)).sample([[0]], 10, None)
+    assert whole.mask[0, :7].sum() == 0 and whole.mask[0, 7] == 1  # the whole forced `<a></a>`: no gradient
+    assert whole.mask[4, :3].sum() == 0 and whole.mask[4, 3] == 1 and whole.mask[7, 0] == 1
+    assert b.mask[0, 3] == 1  # default: the forced empty block past the shared `<a>` is learned
 
 
 def _hooks(floor, free):

@@ -72,6 +72,9 @@ class ThinkingConfig:
     free_frac: float = 0.0
     """Balanced sampling: share of each group sampled freely (no forced prefix), so openings off both forced paths
     get sampled and judged; the weights are those of the stratified mixture (rollout/thinking.py is_weights)."""
+    mask_forced: bool = False
+    """Balanced sampling: mask a forced sample's whole forced prefix out of the loss (its mode choice included), so
+    the opening is learned from the free samples only; False masks only the tokens both prefixes share."""
 
 
 @dataclass

@@ -195,7 +195,7 @@ class BalancedSampler:
                     else:  # the behaviour log-prob of the prefix: log q on its first token (the rest certain)
                         lp.append([math.log(q[path])] + [0.0] * (len(ids) - 1) + b.logprobs[j, :nt].tolist())
                         p, pl = path, len(ids)
-                        masks.append(self.shared)
+                        masks.append(len(ids) if self.cfg.mask_forced else self.shared)
                     pidx.append(pi)
                     fin.append(b.finish_reason[j])
                     texts.append(text + b.texts[j])
