@@ -12,6 +12,7 @@ from hypothesis import given, settings, strategies as st
 from codechat.config import RewardConfig, ThinkingConfig
 from codechat.configio import ConfigError, load_config
 from codechat.policy import SampleBatch
+from codechat.rollout.collect import Rollouts
 from codechat.rollout.thinking import BalancedSampler, ForcedBatch, NothinkConstraint, is_weights, recenter
 from codechat.train.thinking import ThinkingHooks
 
@@ -173,9 +174,17 @@ def test_weigh_floors_then_recentres_and_logs_the_off_path_share():
                         forced_nothink=torch.tensor([True, False, False, False]),
                         prefix_len=torch.tensor([1, 1, 1, 0]), path=torch.tensor([0, 1, 1, 2]),
                         free=torch.tensor([False, False, True, True]), counts=(1, 1, 2))
-    r = SimpleNamespace(batch=batch, verdicts=[None] * 4)
+    r = Rollouts([], [[1]], batch, [None] * 4, torch.zeros(4), {})
     adv = torch.tensor([1.0, -0.5, 0.5, -1.0])
-    out, m = _hooks(1.0, 0.5).weigh(r, adv, lambda rows: logp)
+    seen = []
+
+    def logprobs(rr, rows):  # the hook asks for every real token's log-prob, the loss-masked forced ones too
+        seen.append(rr.batch.mask.clone())
+        return logp
+
+    batch.mask[0, 0] = 0.0  # a masked shared token
+    out, m = _hooks(1.0, 0.5).weigh(r, adv, logprobs)
+    assert seen[0].tolist() == [[1.0, 1.0]] * 4 and batch.mask[0, 0] == 0  # the batch itself is left as it was
     w = is_weights(logp, batch.prefix_len, batch.path, batch.counts).clamp(min=1.0)
     assert w.tolist() == pytest.approx([1.0, 0.9 / ((1 + 1.8) / 4), 0.9 / ((1 + 1.8) / 4), 2.0])
     assert torch.allclose(out, recenter(adv, w, torch.zeros(4, dtype=torch.long))) and abs(out.sum()) < 1e-6

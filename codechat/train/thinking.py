@@ -4,10 +4,12 @@ per-mode metrics, apply the nothink-bonus constraint, importance-weight the adva
     hooks = ThinkingHooks(ctx)                        # evaluates the starting policy: the difficulty reference
     engine = hooks.wrap(engine)                       # forced_nothink_frac > 0: BalancedSampler
     metrics |= hooks.after_sample(r)                  # thinking/ metrics; lambda update (state in the checkpoint)
-    adv, m = hooks.weigh(r, adv, logprobs_fn)         # forced samples: w (adv - weighted group mean)
+    adv, m = hooks.weigh(r, adv, logprobs_fn)         # logprobs_fn(r, rows); forced samples: w (adv - weighted group mean)
 Everything is a no-op with verifier.thinking off.
 """
 from __future__ import annotations
+
+import dataclasses
 
 import torch
 
@@ -69,11 +71,15 @@ class ThinkingHooks:
 
     def weigh(self, r, adv: torch.Tensor, prefix_logprobs) -> tuple[torch.Tensor, dict[str, float]]:
         """adv (N,) -> recenter(adv, w) (N,) for a ForcedBatch: w = max(pi(path) / q(path), is_weight_floor), the
-        weighted advantages of each group summing to 0; prefix_logprobs(rows) -> (N, T) no-grad policy log-probs."""
+        weighted advantages of each group summing to 0; prefix_logprobs(r, rows) -> (N, T) no-grad policy log-probs
+        of r's rows (given r with a mask over every real token, the masked forced ones included)."""
         b = r.batch
         if not isinstance(b, ForcedBatch):
             return adv, {}
-        logp = prefix_logprobs(torch.arange(len(r.verdicts)))  # (N, T)
+        # every real token, the masked forced ones too: the weight needs pi of the whole prefix
+        every = (torch.arange(b.mask.shape[1])[None, :] < b.n_tokens[:, None]).to(b.mask.dtype)  # (N, T)
+        full = dataclasses.replace(r, batch=dataclasses.replace(b, mask=every))
+        logp = prefix_logprobs(full, torch.arange(len(r.verdicts)))  # (N, T)
         w = is_weights(logp, b.prefix_len, b.path, b.counts).to(adv.device)  # (N,)
         m = {}
         on_empty = b.path == 0  # (N,) forced or free: the policy's own probability of the empty block
