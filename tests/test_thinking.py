@@ -238,6 +238,7 @@ def test_rl_run_logs_modes_and_weighs_forced_samples(tmp_path):
     for m in rows:  # G=4: 2 forced to the empty block, 1 to the open tag, 1 free
         assert m["thinking/nothink_frac"] >= 0.5 and 0 <= m["thinking/malformed_frac"] <= m["thinking/offpath_frac"] + 1e-9
         assert m["thinking/lambda"] == 0.0  # the reference is still being averaged (nothink_ref_steps=2)
+        assert 0 <= m["thinking/bonus_dropped_malformed"] <= 1
         assert m["thinking/is_weight_mean"] > 0 and math.isfinite(m["loss"])
         assert "thinking/lambda" in m and 0 < m["thinking/policy_nothink_p"] < 1
     recs = [json.loads(line) for line in (run / "rollouts.jsonl").read_text().splitlines()]

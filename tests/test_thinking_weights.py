@@ -1,7 +1,7 @@
 """The balanced-sampling estimator (rollout/thinking.py): the stratified importance weights against an
 enumeration (forced paths only, and with a free share that reaches the openings off both paths), the weighted
 re-centring against a loop and its effect on tokens no sample chose, the free share of each group, and the
-Lagrange reference averaged over the first steps."""
+Lagrange reference averaged over the first steps, and the bonus withheld from malformed openings."""
 import math
 from types import SimpleNamespace
 
@@ -13,7 +13,8 @@ from codechat.config import RewardConfig, ThinkingConfig
 from codechat.configio import ConfigError, load_config
 from codechat.policy import SampleBatch
 from codechat.rollout.collect import Rollouts
-from codechat.rollout.thinking import BalancedSampler, ForcedBatch, NothinkConstraint, is_weights, recenter
+from codechat.rollout.thinking import BalancedSampler, ForcedBatch, NothinkConstraint, drop_malformed_bonus, is_weights, \
+    recenter, well_formed
 from codechat.train.thinking import ThinkingHooks
 
 
@@ -223,3 +224,19 @@ def test_lagrange_reference_is_the_mean_of_the_first_steps():
     assert one.ref_pass == 0.3 and _step(one, 0.1)["thinking/lambda"] == pytest.approx(0.15)
     with pytest.raises(ConfigError, match="nothink_ref_steps: expected >= 1"):
         load_config(None, ["rewards.nothink_ref_steps=0"])
+
+
+# --- malformed openings earn no bonus -----------------------------------------------------------------------------
+def test_malformed_openings_lose_the_nothink_bonus():
+    """Measured (docs/thinking.md): the RL model's free samples drifted to `<thinkX think>code`, which the split
+    reads as no thinking (no tag is complete), so it earned the bonus: the no-think share rose through them."""
+    texts = ["<think></think>a", " <think></think>b", "</think>c", "<thinkXthink>\nd", "e", "<think>plan</think>f"]
+    bonus = torch.tensor([0.3, 0.3, 0.3, 0.3, 0.3, 0.0])
+    r = SimpleNamespace(batch=SimpleNamespace(texts=texts), components={"nothink-bonus": bonus.clone()},
+                        rewards=torch.tensor([1.3, 0.3, 1.3, 1.3, 0.3, 1.0]))
+    assert [well_formed(t, ThinkingConfig(enabled=True)) for t in texts] == [True, True, True, False, False, True]
+    assert drop_malformed_bonus(r, ThinkingConfig(enabled=True)) == pytest.approx(2 / 6)
+    assert torch.allclose(r.rewards, torch.tensor([1.3, 0.3, 1.3, 1.0, 0.0, 1.0]))
+    assert r.components["nothink-bonus"].tolist() == pytest.approx([0.3, 0.3, 0.3, 0.0, 0.0, 0.0])
+    none = SimpleNamespace(batch=SimpleNamespace(texts=["e"]), components={}, rewards=torch.tensor([0.0]))
+    assert drop_malformed_bonus(none, ThinkingConfig(enabled=True)) == 0.0 and none.rewards.tolist() == [0.0]

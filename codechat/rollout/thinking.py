@@ -103,6 +103,27 @@ class NothinkConstraint:
         self.ref_n = int(d.get("ref_n", 0 if self.ref_pass is None else 1))
 
 
+def well_formed(text: str, cfg: ThinkingConfig) -> bool:
+    """The completion opens (leading blanks aside) with the open tag, or with the close tag (the open tag was in
+    the prompt). Anything else -- `<thinkX think>code`, or code with no tag at all -- the verifier reads as no
+    thinking, yet it is no skip the policy was taught: it earns no `nothink-bonus`."""
+    head = text.lstrip()
+    return head.startswith(cfg.open) or head.startswith(cfg.close)
+
+
+def drop_malformed_bonus(r, cfg: ThinkingConfig) -> float:
+    """Remove the `nothink-bonus` of every completion that is not well_formed (from r.rewards and r.components).
+    -> the share of samples that lost it."""
+    if BONUS not in r.components:
+        return 0.0
+    bad = torch.tensor([not well_formed(t, cfg) for t in r.batch.texts], dtype=torch.bool)  # (N,)
+    bonus = r.components[BONUS]  # (N,)
+    lost = bad.to(bonus.device) & (bonus != 0)  # (N,)
+    r.rewards = r.rewards - torch.where(lost, bonus, torch.zeros_like(bonus)).to(r.rewards)
+    r.components[BONUS] = torch.where(lost, torch.zeros_like(bonus), bonus)
+    return lost.float().mean().item() if len(lost) else 0.0
+
+
 @dataclass
 class ForcedBatch(SampleBatch):
     """A SampleBatch whose samples start with a forced prefix (part of `tokens`, `texts` and `n_tokens`), or, the

@@ -16,8 +16,8 @@ import torch
 from codechat.evaluation.evaluate import evaluate_policy
 from codechat.evaluation.thinking import reference_rates
 from codechat.policy.fsdp import full_weights
-from codechat.rollout.thinking import BONUS, BalancedSampler, ForcedBatch, NothinkConstraint, is_weights, \
-    prefix_logprob, recenter, thinking_metrics
+from codechat.rollout.thinking import BONUS, BalancedSampler, ForcedBatch, NothinkConstraint, drop_malformed_bonus, \
+    is_weights, prefix_logprob, recenter, thinking_metrics
 from codechat.train import dist
 
 REF_RATES = "thinking_ref_rates"
@@ -64,6 +64,7 @@ class ThinkingHooks:
         m = thinking_metrics(r, self.cfg, self.count_tokens) | self.pending
         self.pending = {}
         if self.constraint is not None:
+            m["thinking/bonus_dropped_malformed"] = drop_malformed_bonus(r, self.cfg)  # before the scale: no bonus
             passed = dist.all_items(r.passed.tolist())  # every rank's samples: the same lambda everywhere
             m.update(self.constraint.apply(r, sum(passed) / max(len(passed), 1)))
             self.state.extra["nothink"] = self.constraint.state_dict()  # saved with the next checkpoint
