@@ -71,8 +71,9 @@ def before_after(run_dir: Path) -> dict[str, float]:
     last = [m for m in rows if "eval/pass@1" in m][-1]
     out = {}
     for name, k in KEYS.items():
-        out[f"{name}_before"] = first[f"ref_eval/{k}"]
-        out[f"{name}_after"] = last[f"eval/{k}"]
+        if f"ref_eval/{k}" in first and f"eval/{k}" in last:  # greedy_pass@1: absent with eval.greedy=false
+            out[f"{name}_before"] = first[f"ref_eval/{k}"]
+            out[f"{name}_after"] = last[f"eval/{k}"]
     out["steps"] = last["step"]
     return out
 
