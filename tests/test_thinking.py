@@ -236,7 +236,8 @@ def test_rl_run_logs_modes_and_weighs_forced_samples(tmp_path):
     assert sum(v for k, v in rows[1].items() if k.startswith("eval/difficulty/") and k.endswith("/tasks")) == 4
     assert 0 <= rows[1]["eval/thinking/malformed_frac"] <= 1  # free samples opening without the tag
     for m in rows:  # G=4: 2 forced to the empty block, 1 to the open tag, 1 free
-        assert m["thinking/nothink_frac"] >= 0.5 and 0 <= m["thinking/malformed_frac"] <= m["thinking/offpath_frac"] + 1e-9
+        assert m["thinking/nothink_frac"] >= 0.5
+        assert 0 <= m["thinking/malformed_frac"] <= m["thinking/offpath_frac"] + 1e-9
         assert m["thinking/lambda"] == 0.0  # the reference is still being averaged (nothink_ref_steps=2)
         assert 0 <= m["thinking/bonus_dropped_malformed"] <= 1
         assert m["thinking/is_weight_mean"] > 0 and math.isfinite(m["loss"])

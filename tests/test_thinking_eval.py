@@ -1,6 +1,6 @@
 """Evaluation of thinking completions: pass@1 and length by mode and by difficulty bucket (hand-computed and
-fuzzed), the reference file's errors, `codechat eval --thinking --reference`, the forced prefix's encoding, and the refused
-async and repository combinations."""
+fuzzed), the reference file's errors, `codechat eval --thinking --reference`, the forced prefix's encoding, and
+the refused async and repository combinations."""
 import json
 import math
 

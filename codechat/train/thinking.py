@@ -4,7 +4,7 @@ per-mode metrics, apply the nothink-bonus constraint, importance-weight the adva
     hooks = ThinkingHooks(ctx)                        # evaluates the starting policy: the difficulty reference
     engine = hooks.wrap(engine)                       # forced_nothink_frac > 0: BalancedSampler
     metrics |= hooks.after_sample(r)                  # thinking/ metrics; lambda update (state in the checkpoint)
-    adv, m = hooks.weigh(r, adv, logprobs_fn)         # logprobs_fn(r, rows); forced samples: w (adv - weighted group mean)
+    adv, m = hooks.weigh(r, adv, logprobs_fn)         # w (adv - weighted group mean); logprobs_fn(r, rows)
 Everything is a no-op with verifier.thinking off.
 """
 from __future__ import annotations
