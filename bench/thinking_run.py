@@ -5,6 +5,7 @@ RL model, both evaluated on the held-out set with the same eval settings and see
     PYTHONPATH=. python bench/thinking_run.py --out /tmp/think                    # SFT once, RL seeds 0 1 2
     PYTHONPATH=. python bench/thinking_run.py --out /tmp/think --sft-dir /tmp/think/sft rl.steps=30
     PYTHONPATH=. python bench/thinking_run.py --summarize /tmp/think              # the JSON line of finished runs
+    PYTHONPATH=. python bench/thinking_run.py --out /tmp/think --toy              # the short toy run only
 
 Every run is `codechat train --config configs/thinking.yaml` (a subprocess with OMP_NUM_THREADS=1; at most
 --parallel at once); extra KEY=VALUE arguments go to the RL runs. "Before" is each RL run's `ref_eval/...` (the
@@ -34,14 +35,24 @@ SFT = [["stages=[sft]", "data.sft=builtin:synthetic-sft-think", "sft.steps=160",
         "sft.batch_size=16", "sft.warmup=10"]]
 """The demo's SFT, two runs (the second from the first's model): thinking traces only, then with the prefilled
 copies (how the measured model was made; configs/thinking.yaml otherwise)."""
+TOY = ["model.path=tiny", "data.sft=builtin:toy-think-sft-prefilled", "data.train=builtin:toy", "data.eval=builtin:toy",
+       "sampling.max_new_tokens=56", "sft.steps=80", "sft.lr=3e-3", "sft.batch_size=16", "sft.warmup=5",
+       "verifier.workers=2", "verifier.thinking.enabled=true", "verifier.thinking.forced_nothink_frac=0.5",
+       "verifier.thinking.is_weight_floor=1.0", "verifier.thinking.free_frac=0.25", "rewards.nothink_ref_steps=3",
+       "rewards.components={pass-all: 1.0, nothink-bonus: 0.3}", "rewards.nothink_margin=0.05",
+       "rewards.nothink_lr=1.0", "algo.advantage=grpo", "algo.loss=ppo-clip", "rl.steps=10", "rl.lr=3e-4",
+       "rl.prompts_per_step=5", "rl.group_size=8", "rl.zero_variance=skip", "eval.n=4", "eval.greedy=false",
+       "log.audit=false", "stages=[sft,grpo]", "seed=0"]
+"""--toy: the short run that was tests/test_thinking_run.py's (toy task, SFT 80 steps then 10 RL steps; ~9 min on
+the shared 2-core machine, too long for the suite): SFT and RL in one run, before/after as for the seeds."""
 COMMON = ["log.progress=false", "log.plot=false", "checkpoint.every=0", "eval.every=0", "model.device=cpu"]
-KEYS = {"nothink": "thinking/nothink_frac", "tokens": "thinking/len", "pass1": "pass@1", "greedy": "greedy_pass@1"}
+KEYS = {"nothink": "thinking/nothink_frac", "tokens": "thinking/len", "pass1": "pass@1", "greedy": "greedy_pass@1",
+        "malformed": "thinking/malformed_frac"}
 
 
-def train(run_dir: Path, overrides: list[str]) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "codechat", "train", "--force", "--config", "configs/thinking.yaml",
-           f"run_dir={run_dir}",
-           *COMMON, *overrides]
+def train(run_dir: Path, overrides: list[str], config: str | None = "configs/thinking.yaml") -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "codechat", "train", "--force", *(["--config", config] if config else []),
+           f"run_dir={run_dir}", *COMMON, *overrides]
     print(" ".join(cmd[1:]), file=sys.stderr)
     log = open(run_dir.with_suffix(".log"), "w")
     return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
@@ -60,8 +71,9 @@ def before_after(run_dir: Path) -> dict[str, float]:
     last = [m for m in rows if "eval/pass@1" in m][-1]
     out = {}
     for name, k in KEYS.items():
-        out[f"{name}_before"] = first[f"ref_eval/{k}"]
-        out[f"{name}_after"] = last[f"eval/{k}"]
+        if f"ref_eval/{k}" in first and f"eval/{k}" in last:  # greedy_pass@1: absent with eval.greedy=false
+            out[f"{name}_before"] = first[f"ref_eval/{k}"]
+            out[f"{name}_after"] = last[f"eval/{k}"]
     out["steps"] = last["step"]
     return out
 
@@ -87,6 +99,7 @@ def main() -> None:
     ap.add_argument("--seeds", default="0,1,2", help="RL seeds, comma-separated")
     ap.add_argument("--parallel", type=int, default=2, help="RL runs at once (one thread each)")
     ap.add_argument("--summarize", type=Path, metavar="OUT", help="only print the figures of finished runs in OUT")
+    ap.add_argument("--toy", action="store_true", help="only the short toy run (SFT + RL, defaults + TOY) in OUT/toy")
     ap.add_argument("overrides", nargs="*", help="KEY=VALUE overrides of the RL runs")
     args = ap.parse_args()
     if args.summarize:
@@ -96,6 +109,10 @@ def main() -> None:
         ap.error("give --out (or --summarize)")
     args.out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
+    if args.toy:
+        wait_all([train(args.out / "toy", TOY + args.overrides, config=None)])
+        print(json.dumps({**before_after(args.out / "toy"), "wall_s": round(time.perf_counter() - t0, 1)}))
+        return
     sft = args.sft_dir
     if sft is None:
         model = "tiny"

@@ -1,12 +1,10 @@
 """Evaluation of thinking completions: pass@1 and length by mode and by difficulty bucket (hand-computed and
-fuzzed), the reference file's errors, `codechat eval --thinking --reference`, the importance weights against a
-per-sample loop, the importance weight floor, and the refused async combination."""
+fuzzed), the reference file's errors, `codechat eval --thinking --reference`, the forced prefix's encoding, and
+the refused async and repository combinations."""
 import json
 import math
-from types import SimpleNamespace
 
 import pytest
-import torch
 from hypothesis import given, settings, strategies as st
 
 from codechat import CodechatError
@@ -14,9 +12,8 @@ from codechat.cli import main
 from codechat.configio import ConfigError, load_config
 from codechat.evaluation.thinking import bucket_metrics, bucket_of, load_reference, mode_metrics, reference_rates
 from codechat.config import ThinkingConfig
-from codechat.rollout.thinking import BalancedSampler, ForcedBatch, is_weights
+from codechat.rollout.thinking import BalancedSampler
 from codechat.tasks import load_tasks
-from codechat.train.thinking import ThinkingHooks
 
 
 def _rec(tid, passed, thought, n_tokens):
@@ -35,6 +32,10 @@ def test_mode_metrics_by_hand():
     only_think = mode_metrics([r for r in RECS if r["verdict"]["thought"]])
     assert "thinking/pass@1/nothink" not in only_think and only_think["thinking/nothink_frac"] == 0
     assert mode_metrics([]) == {}
+    assert "thinking/malformed_frac" not in m  # no tag given (or no completion text): not measured
+    texts = ["<a>plan</a>x", " <a></a>x", "<ax></a>x", "x"]
+    recs = [dict(r, completion=t) for r, t in zip(RECS, texts)] + RECS[4:]  # the last two carry no text
+    assert mode_metrics(recs, "<a>")["thinking/malformed_frac"] == 2 / 4
 
 
 def test_bucket_metrics_by_hand():
@@ -107,19 +108,6 @@ def test_eval_cli_reports_by_mode_and_by_difficulty(tmp_path):
     assert not any(k.startswith("thinking/") for k in s["metrics"]) and not s["provenance"]["thinking"]["enabled"]
 
 
-def test_is_weights_match_a_per_sample_loop():
-    torch.manual_seed(1)
-    N, T, frac = 7, 9, 0.3
-    logp = -torch.rand(N, T) * 3  # (N, T)
-    plen = torch.randint(1, 6, (N,))  # (N,)
-    forced = torch.rand(N) < 0.5  # (N,)
-    w = is_weights(logp, plen, forced, frac)  # (N,)
-    for i in range(N):
-        lp = sum(logp[i, t].item() for t in range(int(plen[i])))
-        q = frac if forced[i] else 1 - frac
-        assert math.isclose(w[i].item(), math.exp(lp) / q, rel_tol=1e-5)
-
-
 def test_forced_sampling_is_refused_with_async_rollouts():
     with pytest.raises(ConfigError, match="rl.async_steps"):
         load_config(None, ["verifier.thinking.enabled=true", "verifier.thinking.forced_nothink_frac=0.5",
@@ -132,34 +120,6 @@ def test_forced_sampling_is_refused_on_repository_episodes():
         load_config(None, ["verifier.thinking.enabled=true", "verifier.thinking.forced_nothink_frac=0.5",
                            "data.train=builtin:repo-train"])
     load_config(None, ["verifier.thinking.enabled=true", "data.train=builtin:repo-train"])  # free sampling: fine
-
-
-def _hooks(floor):
-    cfg = load_config(None, ["verifier.thinking.enabled=true", "verifier.thinking.forced_nothink_frac=0.5",
-                             f"verifier.thinking.is_weight_floor={floor}"])
-    ctx = SimpleNamespace(cfg=cfg, policy=SimpleNamespace(tokenizer=None), state=SimpleNamespace(extra={}),
-                          eval_tasks=[])
-    return ThinkingHooks(ctx)
-
-
-def test_is_weight_floor_lifts_only_the_rare_modes_weights():
-    logp = torch.log(torch.tensor([[1e-4, 1.0], [0.9, 1.0], [1.0, 1.0]]))  # (3, 2) first token = the prefix
-    batch = ForcedBatch(torch.zeros(3, dtype=torch.long), torch.zeros(3, 2, dtype=torch.long), torch.ones(3, 2),
-                        torch.zeros(3, 2), ["stop"] * 3, ["a", "b", "c"], torch.tensor([2, 2, 2]),
-                        forced_nothink=torch.tensor([True, True, False]), prefix_len=torch.ones(3, dtype=torch.long))
-    r = SimpleNamespace(batch=batch, verdicts=[None] * 3)
-    adv = torch.tensor([1.0, 1.0, -1.0])
-    exact, m0 = _hooks(0.0).weigh(r, adv, lambda rows: logp)
-    assert torch.allclose(exact, torch.tensor([2e-4, 1.8, -2.0]), rtol=1e-4)
-    lifted, m = _hooks(0.5).weigh(r, adv, lambda rows: logp)
-    assert torch.allclose(lifted, torch.tensor([0.5, 1.8, -2.0]), rtol=1e-4)  # only the ~0 weight is raised
-    assert math.isclose(m["thinking/is_weight_floored"], 1 / 3, rel_tol=1e-6) and m0["thinking/is_weight_floored"] == 0
-    assert math.isclose(m["thinking/policy_nothink_p"], m0["thinking/policy_nothink_p"])  # the policy's own p
-    with pytest.raises(ConfigError, match="is_weight_floor: expected >= 0"):
-        load_config(None, ["verifier.thinking.enabled=true", "verifier.thinking.forced_nothink_frac=0.5",
-                           "verifier.thinking.is_weight_floor=-1"])
-    with pytest.raises(ConfigError, match="needs forced_nothink_frac > 0"):
-        load_config(None, ["verifier.thinking.enabled=true", "verifier.thinking.is_weight_floor=0.5"])
 
 
 class MergingTok:

@@ -68,6 +68,9 @@ class RewardConfig:
     length_per_token: float = 0.001
     """`length`: penalty per token beyond length_budget."""
     nothink_margin: float = 0.02
-    """`nothink-bonus` constraint: pass rate may drop at most this much below the reference's (first step's)."""
+    """`nothink-bonus` constraint: pass rate may drop at most this much below the reference's (nothink_ref_steps)."""
     nothink_lr: float = 0.0
     """`nothink-bonus`: step size of the Lagrange multiplier on the pass-rate constraint; 0 = fixed bonus."""
+    nothink_ref_steps: int = 1
+    """`nothink-bonus`: the reference pass rate is the mean of the first this many steps' (lambda held at 0 until
+    then); 1 = the first step's."""

@@ -69,6 +69,12 @@ class ThinkingConfig:
     """Balanced sampling: lower bound on a forced sample's importance weight pi(prefix) / q(prefix). 0 = exact
     (the policy's own gradient: a mode the policy gives ~0 probability gets ~0 gradient, the cold start stays
     cold); > 0 lets the rare mode's samples teach it, biased toward the forced mix (docs/thinking.md)."""
+    free_frac: float = 0.0
+    """Balanced sampling: share of each group sampled freely (no forced prefix), so openings off both forced paths
+    get sampled and judged; the weights are those of the stratified mixture (rollout/thinking.py is_weights)."""
+    mask_forced: bool = False
+    """Balanced sampling: mask a forced sample's whole forced prefix out of the loss (its mode choice included), so
+    the opening is learned from the free samples only; False masks only the tokens both prefixes share."""
 
 
 @dataclass

@@ -137,7 +137,7 @@ def evaluate_policy(policy, verifier, tasks: list[Task], n: int = 4, ks: list[in
     report = summarize(records, list(ks), greedy_ok if greedy else None)
     report.metrics["tokens_per_s"] = new_tokens / max(gen_s, 1e-9)
     if thinking:
-        report.metrics.update(mode_metrics(records))
+        report.metrics.update(mode_metrics(records, verifier.cfg.thinking.open))
     if reference:
         report.metrics.update(bucket_metrics(records, reference))
     return report
@@ -180,7 +180,7 @@ def evaluate_completions(verifier, tasks: list[Task], path: str, ks: list[int], 
               f"(k must be <= the samples of every task)", file=sys.stderr)
     report = summarize(records, [k for k in ks if k <= fewest] or [1])
     if thinking:
-        report.metrics.update(mode_metrics(records))
+        report.metrics.update(mode_metrics(records, verifier.cfg.thinking.open))
     if reference:
         report.metrics.update(bucket_metrics(records, reference))
     return report

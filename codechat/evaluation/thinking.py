@@ -6,8 +6,9 @@ or any earlier evaluation's `per_task`); tasks fall into three buckets of that r
 
     hard    rate < 1/3        medium  1/3 <= rate < 2/3        easy    rate >= 2/3
 
-    mode_metrics(records)                 -> thinking/nothink_frac, thinking/pass@1/{think,nothink},
-                                             thinking/len/{think,nothink}, thinking/len (mean tokens)
+    mode_metrics(records, open_tag)       -> thinking/nothink_frac, thinking/pass@1/{think,nothink},
+                                             thinking/len/{think,nothink}, thinking/len (mean tokens),
+                                             thinking/malformed_frac (not opening with open_tag)
     bucket_metrics(records, rates)        -> difficulty/{bucket}/{tasks,pass@1,nothink_frac,len}
     reference_rates(per_task)             -> {task_id: c / n} of an EvalReport's per_task (or summary.json)
 
@@ -37,12 +38,17 @@ def _summary(recs: list[dict]) -> dict[str, float]:
             "len": sum(r.get("n_tokens", 0) for r in recs) / n}
 
 
-def mode_metrics(records: list[dict]) -> dict[str, float]:
-    """No-think share, and pass@1 and mean length (tokens) of each mode present, over sampled records."""
+def mode_metrics(records: list[dict], open_tag: str | None = None) -> dict[str, float]:
+    """No-think share, and pass@1 and mean length (tokens) of each mode present, over sampled records; with
+    open_tag, `thinking/malformed_frac`: the share whose completion does not start with it (leading blanks aside:
+    an opening such as `<thinkerthink></think>`; a record without its completion text is not counted)."""
     if not records:
         return {}
     s = _summary(records)
     out = {"thinking/nothink_frac": s["nothink_frac"], "thinking/len": s["len"]}
+    texts = [r["completion"] for r in records if isinstance(r.get("completion"), str)]
+    if open_tag and texts:
+        out["thinking/malformed_frac"] = sum(not t.lstrip().startswith(open_tag) for t in texts) / len(texts)
     for mode, want in (("think", True), ("nothink", False)):
         recs = [r for r in records if _thought(r) == want]
         if recs:

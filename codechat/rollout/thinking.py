@@ -13,22 +13,25 @@ it; the verdict carries `thought`). Three pieces, each usable alone:
   Lagrange multiplier instead (dual ascent, the standard primal-dual form of constrained RL):
       reward   = pass + delta * s_t * 1[nothink],      s_t = 1 / (1 + lambda_t)
       lambda_{t+1} = max(0, lambda_t + nothink_lr * (pass_ref - margin - pass_t))
-  pass_ref is the pass rate of the first step (the policy before any update = the reference), pass_t the
-  step's pass rate. While accuracy holds, lambda stays 0 and the full bonus applies; when it drops below
-  pass_ref - margin, lambda grows and the bonus shrinks toward 0, so accuracy wins. nothink_lr 0 = fixed bonus.
-- `BalancedSampler`: wraps a rollout engine; of each group of G, round(f * G) samples start with the forced empty
-  block `open + close` and the rest with the forced `open` tag (AdaptThink's importance sampling: the initial
-  model almost never skips thinking, so without forcing there is no no-think sample to learn from). The forced
-  tokens are part of the completion; those the two prefixes share (e.g. `<` `think`) are masked out of the loss
-  (forced in every sample, no choice of the policy), the rest get gradient; `is_weights` gives each sample
-  w = pi_theta(prefix) / q(prefix), q = f for the empty block and 1 - f for the open tag (detached), and the
-  trainer multiplies the advantages by w: E_q[w A grad log pi(y)] = E_pi[A grad log pi(y)], the gradient of the
-  policy's own distribution (tests/test_thinking.py checks this against an enumeration; with the shared tokens
-  masked it is the gradient given them). `is_weight_floor` > 0 trades that exactness for a cold start.
+  pass_ref is the mean pass rate of the first `nothink_ref_steps` steps (lambda held at 0 meanwhile: one batch
+  is a noisy bound), pass_t the step's pass rate. While accuracy holds, lambda stays 0 and the full bonus
+  applies; when it drops below pass_ref - margin, lambda grows and the bonus shrinks toward 0, so accuracy wins.
+  nothink_lr 0 = fixed bonus.
+- `BalancedSampler`: wraps a rollout engine; of each group of G, u = round(free_frac * G) samples are sampled
+  freely, round(f * (G - u)) start with the forced empty block `open + close` and the rest with the forced `open`
+  tag (AdaptThink's importance sampling: the initial model almost never skips thinking, so without forcing there
+  is no no-think sample to learn from). The forced tokens are part of the completion; those the two prefixes
+  share (e.g. `<` `think`) are masked out of the forced samples' loss (no choice of the policy there), the rest
+  get gradient. `is_weights` gives each sample w = pi_theta(path) / q(path), q the stratified mixture the group
+  is drawn from (forced shares plus u/G times the policy), detached; a free sample off both paths (a malformed
+  opening) weighs G/u. E_q[w A grad log pi(y)] = E_pi[A grad log pi(y)]: the policy's own gradient
+  (tests/test_thinking_weights.py, against an enumeration). `is_weight_floor` > 0 trades that exactness for a
+  cold start; `recenter` then subtracts each group's w-weighted mean advantage, so the weighted advantages of a
+  group sum to 0 and tokens no sample chose at the shared choice position get no push (with the floored weights
+  they did, and the free samples drifted to openings such as `<thinkerthink>`: docs/thinking.md).
 Simplified: each forced prefix is encoded whole, as SFT text encodes it (the model could also write the same
-text as other tokens; only this path is forced and weighted); the group baseline is the plain mean of the
-forced samples' rewards; balanced sampling is not combined with `rl.zero_variance: resample` nor with
-`rl.async_steps > 0` (refused by the config check).
+text as other tokens; a free sample that does counts as off both paths); balanced sampling is not combined with
+`rl.zero_variance: resample` nor with `rl.async_steps > 0` (refused by the config check).
 """
 from __future__ import annotations
 
@@ -71,6 +74,7 @@ class NothinkConstraint:
         self.cfg = cfg
         self.lam = 0.0
         self.ref_pass: float | None = None
+        self.ref_n = 0  # steps averaged into ref_pass
 
     def apply(self, r, pass_t: float | None = None) -> dict[str, float]:
         """Scale this step's `nothink-bonus` by 1 / (1 + lambda) (in r.rewards and r.components), then update
@@ -82,28 +86,58 @@ class NothinkConstraint:
         r.rewards = r.rewards - (1.0 - scale) * bonus
         r.components[BONUS] = bonus * scale
         pass_t = r.passed.mean().item() if pass_t is None else pass_t
-        if self.ref_pass is None:
-            self.ref_pass = pass_t
-        if self.cfg.nothink_lr > 0:
+        if self.ref_n < self.cfg.nothink_ref_steps:  # the reference: the running mean of the first steps
+            self.ref_n += 1
+            self.ref_pass = pass_t if self.ref_pass is None else self.ref_pass + (pass_t - self.ref_pass) / self.ref_n
+        elif self.cfg.nothink_lr > 0:
             gap = self.ref_pass - self.cfg.nothink_margin - pass_t  # > 0: constraint violated
             self.lam = max(0.0, self.lam + self.cfg.nothink_lr * gap)
         return {"thinking/lambda": self.lam, "thinking/bonus_scale": scale, "thinking/ref_pass": self.ref_pass}
 
     def state_dict(self) -> dict:
-        return {"lam": self.lam, "ref_pass": self.ref_pass}
+        return {"lam": self.lam, "ref_pass": self.ref_pass, "ref_n": self.ref_n}
 
     def load_state_dict(self, d: dict) -> None:
         self.lam = float(d.get("lam", 0.0))
         self.ref_pass = d.get("ref_pass")
+        self.ref_n = int(d.get("ref_n", 0 if self.ref_pass is None else 1))
+
+
+def well_formed(text: str, cfg: ThinkingConfig) -> bool:
+    """The completion opens (leading blanks aside) with the open tag, or with the close tag (the open tag was in
+    the prompt). Anything else -- `<thinkX think>code`, or code with no tag at all -- the verifier reads as no
+    thinking, yet it is no skip the policy was taught: it earns no `nothink-bonus`."""
+    head = text.lstrip()
+    return head.startswith(cfg.open) or head.startswith(cfg.close)
+
+
+def drop_malformed_bonus(r, cfg: ThinkingConfig) -> float:
+    """Remove the `nothink-bonus` of every completion that is not well_formed (from r.rewards and r.components).
+    -> the share of samples that lost it."""
+    if BONUS not in r.components:
+        return 0.0
+    bad = torch.tensor([not well_formed(t, cfg) for t in r.batch.texts], dtype=torch.bool)  # (N,)
+    bonus = r.components[BONUS]  # (N,)
+    lost = bad.to(bonus.device) & (bonus != 0)  # (N,)
+    r.rewards = r.rewards - torch.where(lost, bonus, torch.zeros_like(bonus)).to(r.rewards)
+    r.components[BONUS] = torch.where(lost, torch.zeros_like(bonus), bonus)
+    return lost.float().mean().item() if len(lost) else 0.0
 
 
 @dataclass
 class ForcedBatch(SampleBatch):
-    """A SampleBatch whose samples start with a forced prefix (part of `tokens`, `texts` and `n_tokens`)."""
+    """A SampleBatch whose samples start with a forced prefix (part of `tokens`, `texts` and `n_tokens`), or, the
+    free share of each group, are sampled as the policy would."""
     forced_nothink: torch.Tensor | None = None
-    """(N,) bool: the sample was forced to start with the empty block (else with the open tag)."""
+    """(N,) bool: the sample was forced to start with the empty block."""
     prefix_len: torch.Tensor | None = None
-    """(N,) long: forced tokens at the start of `tokens`."""
+    """(N,) long: tokens of the sample's path prefix at the start of `tokens` (0 for a free sample off both)."""
+    path: torch.Tensor | None = None
+    """(N,) long: 0 the empty-block path, 1 the open-tag path, 2 neither (a free sample: a malformed opening)."""
+    free: torch.Tensor | None = None
+    """(N,) bool: sampled freely (no forced prefix)."""
+    counts: tuple[int, int, int] = (0, 0, 0)
+    """Samples of every group: (forced no-think, forced think, free): the stratified proposal of `is_weights`."""
 
 
 def _prefix_ids(tokenizer, text: str) -> list[int]:
@@ -114,12 +148,15 @@ def _prefix_ids(tokenizer, text: str) -> list[int]:
 
 
 class BalancedSampler:
-    """A rollout engine whose groups are round(f*G) forced no-think samples, then G - that forced think samples."""
+    """A rollout engine whose groups are round(free_frac*G) free samples, then of the rest round(f*rest) forced
+    no-think samples and the others forced think samples."""
 
     def __init__(self, engine, tokenizer, cfg: ThinkingConfig):
         if not 0 < cfg.forced_nothink_frac < 1:
             raise CodechatError(f"verifier.thinking.forced_nothink_frac: expected in (0, 1), "
                                 f"got {cfg.forced_nothink_frac}")
+        if not 0 <= cfg.free_frac < 1:
+            raise CodechatError(f"verifier.thinking.free_frac: expected in [0, 1), got {cfg.free_frac}")
         self.engine, self.cfg = engine, cfg
         self.nothink_text, self.think_text = cfg.open + cfg.close, cfg.open
         # each prefix encoded whole, as the tokenizer encodes it in SFT text (`<think></think>` may merge into
@@ -128,8 +165,8 @@ class BalancedSampler:
         self.think_ids = _prefix_ids(tokenizer, self.think_text)
         self.shared = next((i for i, (a, b) in enumerate(zip(self.nothink_ids, self.think_ids)) if a != b),
                            min(len(self.nothink_ids), len(self.think_ids)))
-        """Leading forced tokens common to both prefixes (the open tag's start): forced in every sample, no choice
-        of the policy here, so masked out of the loss; the mode choice is the first token after them."""
+        """Leading forced tokens common to both prefixes (the open tag's start): forced in every forced sample, no
+        choice of the policy there, so masked out of their loss; the mode choice is the first token after them."""
 
     @property
     def samples_training_weights(self) -> bool:
@@ -141,34 +178,52 @@ class BalancedSampler:
     def close(self) -> None:
         self.engine.close()
 
-    def split(self, n: int) -> tuple[int, int]:
-        """-> (forced no-think, forced think) samples of a group of n."""
-        k = min(max(round(self.cfg.forced_nothink_frac * n), 0), n)
-        return k, n - k
+    def split(self, n: int) -> tuple[int, int, int]:
+        """-> (forced no-think, forced think, free) samples of a group of n (at least one forced sample)."""
+        u = min(max(round(self.cfg.free_frac * n), 0), n - 1)
+        k = min(max(round(self.cfg.forced_nothink_frac * (n - u)), 0), n - u)
+        return k, n - u - k, u
+
+    def path_of(self, ids: list[int]) -> tuple[int, int]:
+        """A free sample's (path, prefix length): 0 it opens with the empty block, 1 with the open tag (and not
+        the empty block), 2 neither (prefix 0)."""
+        if ids[:len(self.nothink_ids)] == self.nothink_ids:
+            return 0, len(self.nothink_ids)
+        if ids[:len(self.think_ids)] == self.think_ids:
+            return 1, len(self.think_ids)
+        return 2, 0
 
     def sample(self, prompts: list[list[int]], n: int, cfg) -> SampleBatch:
-        k, m = self.split(n)
-        parts = []  # (batch, prefix ids, prefix text, is no-think, samples per prompt)
-        for count, ids, text, nothink in ((k, self.nothink_ids, self.nothink_text, True),
-                                          (m, self.think_ids, self.think_text, False)):
+        k, m, u = self.split(n)
+        parts = []  # (batch, prefix ids, prefix text, path forced (None: free), samples per prompt)
+        for count, ids, text, path in ((k, self.nothink_ids, self.nothink_text, 0),
+                                       (m, self.think_ids, self.think_text, 1), (u, [], "", None)):
             if count:
                 b = self.engine.sample([p + ids for p in prompts], count, cfg)
-                parts.append((b, ids, text, nothink, count))
-        q = {True: self.cfg.forced_nothink_frac, False: 1.0 - self.cfg.forced_nothink_frac}
-        tok, lp, pidx, fin, texts, ntok, forced, plen = [], [], [], [], [], [], [], []
+                parts.append((b, ids, text, path, count))
+        q = {0: k / n, 1: m / n}  # the stratified share of each forced path
+        tok, lp, pidx, fin, texts, ntok, paths, plen, free, masks = [], [], [], [], [], [], [], [], [], []
         for pi in range(len(prompts)):
-            for b, ids, text, nothink, count in parts:
+            for b, ids, text, path, count in parts:
                 for j in range(pi * count, (pi + 1) * count):
                     nt = int(b.n_tokens[j])
-                    tok.append(ids + b.tokens[j, :nt].tolist())
-                    # the behaviour log-prob of the prefix: log q on its first token (the rest are then certain)
-                    lp.append([math.log(q[nothink])] + [0.0] * (len(ids) - 1) + b.logprobs[j, :nt].tolist())
+                    gen = b.tokens[j, :nt].tolist()
+                    tok.append(ids + gen)
+                    if path is None:  # free: the engine's log-probs, every token the policy's choice
+                        lp.append(b.logprobs[j, :nt].tolist())
+                        p, pl = self.path_of(gen)
+                        masks.append(0)
+                    else:  # the behaviour log-prob of the prefix: log q on its first token (the rest certain)
+                        lp.append([math.log(q[path])] + [0.0] * (len(ids) - 1) + b.logprobs[j, :nt].tolist())
+                        p, pl = path, len(ids)
+                        masks.append(len(ids) if self.cfg.mask_forced else self.shared)
                     pidx.append(pi)
                     fin.append(b.finish_reason[j])
                     texts.append(text + b.texts[j])
                     ntok.append(nt + len(ids))
-                    forced.append(nothink)
-                    plen.append(len(ids))
+                    paths.append(p)
+                    plen.append(pl)
+                    free.append(path is None)
         pad_id = int(parts[0][0].tokens[parts[0][0].mask == 0][0]) if (parts[0][0].mask == 0).any() else 0
         T = max(len(t) for t in tok)
         tokens = torch.full((len(tok), T), pad_id, dtype=torch.long)  # (N, T)
@@ -176,21 +231,50 @@ class BalancedSampler:
         logprobs = torch.zeros(len(tok), T)  # (N, T)
         for i, (t, l) in enumerate(zip(tok, lp)):
             tokens[i, :len(t)] = torch.tensor(t)
-            mask[i, self.shared:len(t)] = 1.0  # the shared forced tokens: context, not learned
+            mask[i, masks[i]:len(t)] = 1.0  # a forced sample's shared forced tokens: context, not learned
             logprobs[i, :len(l)] = torch.tensor(l)
+        path_t, free_t = torch.tensor(paths), torch.tensor(free)
         return ForcedBatch(torch.tensor(pidx), tokens, mask, logprobs, fin, texts, torch.tensor(ntok),
-                           forced_nothink=torch.tensor(forced), prefix_len=torch.tensor(plen))
+                           forced_nothink=(path_t == 0) & ~free_t, prefix_len=torch.tensor(plen), path=path_t,
+                           free=free_t, counts=(k, m, u))
 
 
-def is_weights(logp: torch.Tensor, prefix_len: torch.Tensor, forced_nothink: torch.Tensor,
-               frac: float) -> torch.Tensor:
-    """(N,) detached importance weights pi_theta(prefix) / q(prefix): logp (N, T) the policy's log-probs of the
-    sampled tokens, prefix_len (N,) forced tokens at the start, forced_nothink (N,) bool, frac = q(no-think)."""
-    T = logp.shape[1]
-    in_prefix = torch.arange(T)[None, :] < prefix_len[:, None]  # (N, T)
-    lp_prefix = (logp.detach().cpu() * in_prefix).sum(dim=1)  # (N,)
-    log_q = torch.where(forced_nothink, torch.tensor(math.log(frac)), torch.tensor(math.log(1.0 - frac)))  # (N,)
-    return torch.exp(lp_prefix - log_q)
+def prefix_logprob(logp: torch.Tensor, prefix_len: torch.Tensor) -> torch.Tensor:
+    """(N,) detached log pi_theta(prefix): logp (N, T) the policy's log-probs of the sampled tokens, prefix_len (N,)."""
+    in_prefix = torch.arange(logp.shape[1])[None, :] < prefix_len[:, None]  # (N, T)
+    return (logp.detach().cpu() * in_prefix).sum(dim=1)  # (N,)
+
+
+def is_weights(logp: torch.Tensor, prefix_len: torch.Tensor, path: torch.Tensor,
+               counts: tuple[int, int, int]) -> torch.Tensor:
+    """(N,) detached importance weights pi_theta(path) / q(path) of a stratified group: counts = (k forced to the
+    empty block, m forced to the open tag, u free) of n = k + m + u, path (N,) as ForcedBatch.path. The proposal
+    of a path is the mixture its samples are drawn from (the balance heuristic of multiple importance sampling):
+
+        q(empty) = (k + u pi(empty)) / n      q(open) = (m + u pi(open)) / n      q(neither) = u pi(neither) / n
+
+    so every sample on a path has the same weight, forced or free, and a free sample off both paths weighs n / u
+    (exact for any pi: E_q[w f] = E_pi[f] over all openings when u > 0; over the two paths when u = 0)."""
+    k, m, u = counts
+    n = k + m + u
+    pi = prefix_logprob(logp, prefix_len).exp()  # (N,) pi(path prefix); 1 for path 2 (an empty prefix)
+    forced = torch.where(path == 0, torch.tensor(float(k)), torch.where(path == 1, torch.tensor(float(m)),
+                                                                        torch.tensor(0.0)))  # (N,)
+    q = (forced + u * pi) / n  # (N,) > 0: a path has forced samples or free ones that took it
+    return pi / q
+
+
+def recenter(adv: torch.Tensor, w: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:
+    """(N,) weighted advantages w * (adv - b_g), b_g = sum_g w adv / sum_g w the weighted mean of each group g: the
+    weighted advantages of a group sum to 0. Tokens no sample of the group chose then get no push at a position
+    all its samples share (the choice token after the shared forced ones): with sum w A != 0 every unsampled
+    token there moves by -(sum w A) pi(token) -- the drift that gave `<thinkerthink>` openings (docs/thinking.md)."""
+    out = torch.empty_like(adv)
+    for g in torch.unique(groups):
+        sel = groups == g  # (N,)
+        wg, ag = w[sel], adv[sel]
+        out[sel] = wg * (ag - (wg * ag).sum() / wg.sum().clamp(min=1e-12))
+    return out
 
 
 def check_thinking(cfg) -> None:
@@ -221,3 +305,10 @@ def check_thinking(cfg) -> None:
         raise CodechatError(f"rewards.nothink_margin: expected >= 0, got {rw.nothink_margin}")
     if not (math.isfinite(rw.nothink_lr) and rw.nothink_lr >= 0):
         raise CodechatError(f"rewards.nothink_lr: expected >= 0, got {rw.nothink_lr}")
+    if rw.nothink_ref_steps < 1:
+        raise CodechatError(f"rewards.nothink_ref_steps: expected >= 1, got {rw.nothink_ref_steps}")
+    if not (math.isfinite(t.free_frac) and 0 <= t.free_frac < 1):
+        raise CodechatError(f"verifier.thinking.free_frac: expected in [0, 1), got {t.free_frac}")
+    if t.free_frac > 0 and t.forced_nothink_frac == 0:
+        raise CodechatError("verifier.thinking.free_frac > 0 needs forced_nothink_frac > 0 (without forcing every "
+                            "sample is free)")

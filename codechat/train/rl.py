@@ -221,7 +221,7 @@ def run_rl(ctx: Context) -> None:
         # 4. advantages (zero-variance groups: keep with zero advantage, or skip from the loss)
         adv = advantages(ctx, r, a, tracker)  # (N,)
         temp = ctx.cfg.sampling.temperature
-        adv, w_met = think.weigh(r, adv, lambda rws: frozen_logprobs(ctx.policy.model, r, rws, temp))
+        adv, w_met = think.weigh(r, adv, lambda rr, rws: frozen_logprobs(ctx.policy.model, rr, rws, temp))
         metrics |= w_met  # balanced sampling: adv * pi(forced prefix) / q(prefix)
         rows = train_rows(r, c)
         metrics["adv_abs_mean"] = adv.abs().mean().item()

@@ -4,18 +4,20 @@ per-mode metrics, apply the nothink-bonus constraint, importance-weight the adva
     hooks = ThinkingHooks(ctx)                        # evaluates the starting policy: the difficulty reference
     engine = hooks.wrap(engine)                       # forced_nothink_frac > 0: BalancedSampler
     metrics |= hooks.after_sample(r)                  # thinking/ metrics; lambda update (state in the checkpoint)
-    adv, m = hooks.weigh(ctx, r, adv, logprobs_fn)    # forced samples: adv * pi(prefix) / q(prefix)
+    adv, m = hooks.weigh(r, adv, logprobs_fn)         # w (adv - weighted group mean); logprobs_fn(r, rows)
 Everything is a no-op with verifier.thinking off.
 """
 from __future__ import annotations
+
+import dataclasses
 
 import torch
 
 from codechat.evaluation.evaluate import evaluate_policy
 from codechat.evaluation.thinking import reference_rates
 from codechat.policy.fsdp import full_weights
-from codechat.rollout.thinking import BONUS, BalancedSampler, ForcedBatch, NothinkConstraint, is_weights, \
-    thinking_metrics
+from codechat.rollout.thinking import BONUS, BalancedSampler, ForcedBatch, NothinkConstraint, drop_malformed_bonus, \
+    is_weights, prefix_logprob, recenter, thinking_metrics
 from codechat.train import dist
 
 REF_RATES = "thinking_ref_rates"
@@ -62,24 +64,34 @@ class ThinkingHooks:
         m = thinking_metrics(r, self.cfg, self.count_tokens) | self.pending
         self.pending = {}
         if self.constraint is not None:
+            m["thinking/bonus_dropped_malformed"] = drop_malformed_bonus(r, self.cfg)  # before the scale: no bonus
             passed = dist.all_items(r.passed.tolist())  # every rank's samples: the same lambda everywhere
             m.update(self.constraint.apply(r, sum(passed) / max(len(passed), 1)))
             self.state.extra["nothink"] = self.constraint.state_dict()  # saved with the next checkpoint
         return m
 
     def weigh(self, r, adv: torch.Tensor, prefix_logprobs) -> tuple[torch.Tensor, dict[str, float]]:
-        """adv (N,) -> adv * w (N,) for a ForcedBatch; prefix_logprobs(rows) -> (N, T) no-grad policy log-probs."""
+        """adv (N,) -> recenter(adv, w) (N,) for a ForcedBatch: w = max(pi(path) / q(path), is_weight_floor), the
+        weighted advantages of each group summing to 0; prefix_logprobs(r, rows) -> (N, T) no-grad policy log-probs
+        of r's rows (given r with a mask over every real token, the masked forced ones included)."""
         b = r.batch
         if not isinstance(b, ForcedBatch):
             return adv, {}
-        logp = prefix_logprobs(torch.arange(len(r.verdicts)))  # (N, T)
-        w = is_weights(logp, b.prefix_len, b.forced_nothink, self.cfg.forced_nothink_frac).to(adv.device)  # (N,)
+        # every real token, the masked forced ones too: the weight needs pi of the whole prefix
+        every = (torch.arange(b.mask.shape[1])[None, :] < b.n_tokens[:, None]).to(b.mask.dtype)  # (N, T)
+        full = dataclasses.replace(r, batch=dataclasses.replace(b, mask=every))
+        logp = prefix_logprobs(full, torch.arange(len(r.verdicts)))  # (N, T)
+        w = is_weights(logp, b.prefix_len, b.path, b.counts).to(adv.device)  # (N,)
         m = {}
-        if b.forced_nothink.any():  # the policy's own probability of skipping: pi(empty block) = w * q
-            forced = b.forced_nothink.to(w.device)  # (N,)
-            m["thinking/policy_nothink_p"] = (w[forced] * self.cfg.forced_nothink_frac).mean().item()
+        on_empty = b.path == 0  # (N,) forced or free: the policy's own probability of the empty block
+        if on_empty.any():
+            m["thinking/policy_nothink_p"] = prefix_logprob(logp[on_empty], b.prefix_len[on_empty]).exp().mean().item()
+        if b.free.any():  # free samples whose tokens take neither forced path (the same text as other tokens too)
+            m["thinking/offpath_frac"] = (b.path[b.free] == 2).float().mean().item()
+            free = [t for t, f in zip(b.texts, b.free.tolist()) if f]  # and those whose text is malformed
+            m["thinking/malformed_frac"] = sum(not t.lstrip().startswith(self.cfg.open) for t in free) / len(free)
         w = w.clamp(min=self.cfg.is_weight_floor)  # (N,) is_weight_floor 0: exact
         m.update({"thinking/is_weight_mean": w.mean().item(), "thinking/is_weight_max": w.max().item(),
                   "thinking/is_weight_floored": (w == self.cfg.is_weight_floor).float().mean().item()
                   if self.cfg.is_weight_floor > 0 else 0.0})
-        return adv * w, m
+        return recenter(adv, w, b.prompt_index.to(adv.device)), m
