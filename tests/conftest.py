@@ -2,6 +2,9 @@ from pathlib import Path
 
 import pytest
 
+from codechat import plugins
+from codechat.tasks.repo_loaders import load_repo_tasks
+
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
@@ -11,3 +14,14 @@ def shared_data() -> Path:
     if not SHARED.is_dir():
         pytest.skip(f"{SHARED} not found")
     return SHARED
+
+
+@pytest.fixture
+def short_tasks(monkeypatch):
+    """builtin:repo-train cut to 4 tasks with a 2-turn budget per episode (so a test takes seconds, not minutes)."""
+    def load(spec, repos=None):
+        tasks = load_repo_tasks(spec, repos)[:4]
+        for t in tasks:
+            t.limits.max_turns = 2
+        return tasks
+    monkeypatch.setattr(plugins, "load_repo_tasks", load)

@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from codechat import CodechatError
-from codechat import plugins
 from codechat.config import AgentConfig, SamplingConfig
 from codechat.configio import load_config
 from codechat.policy.logprobs import completion_logprobs
@@ -19,7 +18,6 @@ from codechat.rollout.episode import EpisodeRunner
 from codechat.rollout.tools import format_call
 from codechat.tasks.repo import RepoLimits
 from codechat.tasks.repo_family import generate_repo_tasks
-from codechat.tasks.repo_loaders import load_repo_tasks
 from codechat.train import rl, train
 from codechat.train.episodes import episodes_to_rollouts
 from codechat.train.producer import AsyncProducer
@@ -87,17 +85,7 @@ def test_segment_logprobs_are_the_weights_that_sampled_them(judge, tmp_path_fact
             assert u.model_end == u.model_start or (rec - other[i, cols]).abs().max() > 1e-3
 
 
-@pytest.fixture
-def two_turn_tasks(monkeypatch):
-    def load(spec, repos=None):
-        tasks = load_repo_tasks(spec, repos)[:4]
-        for t in tasks:
-            t.limits.max_turns = 2
-        return tasks
-    monkeypatch.setattr(plugins, "load_repo_tasks", load)
-
-
-def test_producer_carries_an_episode_over_the_update(tmp_path, two_turn_tasks, monkeypatch):
+def test_producer_carries_an_episode_over_the_update(tmp_path, short_tasks, monkeypatch):
     """The second turn of batch 1 waits (test spy) until the trainer has published update 1's weights: batch 1's
     episodes are then version 0 on turn 0 and version 1 on turn 1, and the metrics count the carried turns."""
     seen, real_update = [], rl.rl_update
@@ -144,7 +132,7 @@ def test_partial_rollouts_refuses_what_it_cannot_do(tmp_path):
                                         "rl.async_steps=1", "rl.partial_rollouts=true"]))
 
 
-def test_synchronous_episodes_record_the_step_as_version(tmp_path, two_turn_tasks):
+def test_synchronous_episodes_record_the_step_as_version(tmp_path, short_tasks):
     run = tmp_path / "sync"
     train(load_config(None, BASE + [f"run_dir={run}", "rl.steps=2"]))
     logged = [json.loads(x) for x in (run / "rollouts.jsonl").read_text().splitlines()]

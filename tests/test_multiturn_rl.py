@@ -14,7 +14,7 @@ from codechat.policy import load_policy
 from codechat.rollout.episode import EpisodeRunner
 from codechat.tasks import load_tasks
 from codechat.tasks.repo_loaders import load_repo_tasks
-from codechat.train import rl, runner, sft, train
+from codechat.train import rl, sft, train
 from codechat.train.checkpoint import Checkpointer
 from codechat.train.episodes import is_repo_batch
 from codechat.verifier.repo import RepoVerdict
@@ -22,17 +22,6 @@ from codechat.verifier.repo import RepoVerdict
 BASE = ["data.train=builtin:repo-train", "data.eval=", "log.progress=false", "log.plot=false",
         "checkpoint.every=0", "rl.prompts_per_step=2", "rl.group_size=2", "rl.lr=1e-3", "agent.turn_tokens=8",
         "sampling.max_new_tokens=8", "model.device=cpu"]
-
-
-@pytest.fixture
-def short_tasks(monkeypatch):
-    """builtin:repo-train with a 2-turn budget per episode (so the test takes seconds, not minutes)."""
-    def load(spec, repos=None):
-        tasks = load_repo_tasks(spec, repos)[:4]
-        for t in tasks:
-            t.limits.max_turns = 2
-        return tasks
-    monkeypatch.setattr(plugins, "load_repo_tasks", load)
 
 
 @pytest.fixture
