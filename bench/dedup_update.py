@@ -143,21 +143,32 @@ def update_batch(policy, groups, cfg, workers: int):
     return r, algo, adv, torch.arange(len(r.verdicts))[~zv], tuple(vtimes)
 
 
+def bench_args(ap: argparse.ArgumentParser) -> argparse.Namespace:
+    """The options every demo-update bench has (--repeats, --threads, --seed); parses and sets the threads."""
+    ap.add_argument("--repeats", type=int, default=3, help="timed updates per variant")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    return args
+
+
+def demo_policy(run_dir: str, seed: int):
+    """The demo's config (run_dir) and its freshly initialised policy under `seed`."""
+    cfg = demo_config(run_dir=run_dir)
+    torch.manual_seed(seed)
+    return cfg, load_policy(cfg.model)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rollouts", type=Path, help="replay one step of this rollouts.jsonl instead")
     ap.add_argument("--step", type=int, help="with --rollouts: the global step (default: the last)")
     ap.add_argument("--dup", type=float, default=0.585, help="replay: fraction of samples repeating their group's")
-    ap.add_argument("--repeats", type=int, default=3, help="timed updates per mode")
-    ap.add_argument("--threads", type=int, default=1, help="torch threads")
     ap.add_argument("--workers", type=int, default=2, help="verifier workers")
-    ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args()
-    torch.set_num_threads(args.threads)
+    args = bench_args(ap)
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = demo_config(run_dir=tmp)
-        torch.manual_seed(args.seed)
-        policy = load_policy(cfg.model)
+        cfg, policy = demo_policy(tmp, args.seed)
         groups = rollouts_groups(args.rollouts, args.step, cfg) if args.rollouts else \
             replay_groups(cfg, args.dup, args.seed)
         r, algo, adv, rows, (v_plain, v_dedup, v_frac) = update_batch(policy, groups, cfg, args.workers)

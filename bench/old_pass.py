@@ -29,12 +29,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from codechat.demo import demo_config  # noqa: E402
-from codechat.policy import load_policy  # noqa: E402
 from codechat.train import rl  # noqa: E402
 from codechat.train.checkpoint import TrainState  # noqa: E402
 from codechat.train.common import Context, make_optimizer  # noqa: E402
-from dedup_update import replay_groups, update_batch  # noqa: E402
+from dedup_update import bench_args, demo_policy, replay_groups, update_batch  # noqa: E402
 
 FUSED = rl.old_logprobs
 
@@ -50,15 +48,9 @@ def separate_pass(captured: list):
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--repeats", type=int, default=3, help="timed updates per variant")
-    ap.add_argument("--threads", type=int, default=1, help="torch threads")
-    ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args()
-    torch.set_num_threads(args.threads)
+    args = bench_args(ap)
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = demo_config(run_dir=tmp)
-        torch.manual_seed(args.seed)
-        policy = load_policy(cfg.model)
+        cfg, policy = demo_policy(tmp, args.seed)
         r, algo, adv, rows, _ = update_batch(policy, replay_groups(cfg, 0.585, args.seed), cfg, 2)
         start = {k: v.detach().clone() for k, v in policy.model.state_dict().items()}
         wall: dict[str, list[float]] = {"separate": [], "fused": []}
