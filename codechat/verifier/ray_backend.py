@@ -80,7 +80,7 @@ class RayPool:
                 raise CodechatError(f"verifier.backend=ray: the sandbox pool on node {self.nodes[i]['NodeID'][:12]} "
                                     f"did not start within {START_TIMEOUT_S:.0f}s")
         self.generation = [0] * len(self.nodes)
-        self._lock = threading.Lock()
+        self._locks = [threading.Lock() for _ in self.nodes]  # per node: a replacement waits out its own start only
         self._slots: queue.Queue[int] = queue.Queue()  # one entry per free sandbox worker: its node index
         for i, n in enumerate(self.sizes):
             for _ in range(n):
@@ -115,9 +115,10 @@ class RayPool:
             return False
 
     def _replace(self, i: int, generation: int) -> None:
-        """Kill node pool i and start another, unless a concurrent failure already did (same generation)."""
+        """Kill node pool i and start another, unless a concurrent failure already did (same generation). Holds node
+        i's lock until the new pool is ready, so node i's next jobs wait for it and other nodes' jobs do not."""
         ray = _ray()
-        with self._lock:
+        with self._locks[i]:
             if self.generation[i] != generation:
                 return
             try:
@@ -140,7 +141,7 @@ class RayPool:
         for _ in range(RETRIES):
             i = self._slots.get()
             try:
-                with self._lock:
+                with self._locks[i]:
                     actor, gen = self.actors[i], self.generation[i]
                 try:
                     return ray.get(actor.run.remote(job), timeout=job.timeout_s + self.cfg.ray_grace_s)
