@@ -1,5 +1,7 @@
 """The `codechat` command line: a thin dispatcher over codechat/commands/*.
 
+Only the module of the command being run is imported (the command list and its help come from the COMMANDS
+registry), so `codechat --help` stays fast however heavy a command's imports are.
 User errors (CodechatError) print as one line `codechat: error: ...` and exit with status 2; no traceback.
 """
 from __future__ import annotations
@@ -12,28 +14,39 @@ from codechat import CodechatError, __version__
 from codechat.commands import COMMANDS
 
 
-def build_parser() -> argparse.ArgumentParser:
+def chosen_command(argv: list[str]) -> str | None:
+    """The command named on the command line, if any: the top level has only flags, so it is the first word."""
+    for word in argv:
+        if not word.startswith("-"):
+            return word if word in COMMANDS else None
+    return None
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The CLI's parser; only the chosen command's subparser gets its arguments (and imports its module)."""
+    argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(
         prog="codechat", description="Post-train code models with RL from executable rewards."
     )
     parser.add_argument("--version", action="version", version=f"codechat {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, module in COMMANDS.items():
-        mod = importlib.import_module(module)
-        p = sub.add_parser(name, help=mod.HELP, description=mod.HELP)
-        p.set_defaults(_module=module)
-        mod.add_arguments(p)
+    chosen = chosen_command(argv)
+    for name, cmd in COMMANDS.items():
+        p = sub.add_parser(name, help=cmd.help, description=cmd.help)
+        if name == chosen:
+            importlib.import_module(cmd.module).add_arguments(p)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     if not getattr(args, "command", None):
         parser.print_help()
         return 0
     try:
-        return int(importlib.import_module(args._module).run(args) or 0)
+        return int(importlib.import_module(COMMANDS[args.command].module).run(args) or 0)
     except CodechatError as e:
         print(f"codechat: error: {e}", file=sys.stderr)
         return 2

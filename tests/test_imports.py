@@ -12,6 +12,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from codechat import cli
+from codechat.commands import COMMANDS
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "codechat"
 
@@ -53,42 +58,55 @@ def test_the_checker_tells_a_bare_local_import_from_an_explained_one():
     assert _local_codechat_imports(ast.parse(top)) == []
 
 
-COMMANDS_PENDING: set[str] = set()
-"""Command modules whose docstring is owned by another branch at the time of writing (its lazy imports are for
-the same reason, see bench/cli_startup.py); remove a name once its docstring says why."""
-
-
 def test_every_function_local_codechat_import_says_why():
     unexplained = []
     for path in sorted(PACKAGE.rglob("*.py")):
         text = path.read_text()
-        tree = ast.parse(text)
-        local = _local_codechat_imports(tree)
-        if not local:
-            continue
-        rel = path.relative_to(ROOT)
+        local = _local_codechat_imports(ast.parse(text))
         src = text.splitlines()
-        if path.parent.name == "commands" and not all(_says_why(src, n) for n in local):
-            # a command module gives the reason once, in its docstring
-            if "codechat --help" not in (ast.get_docstring(tree) or "") and path.name not in COMMANDS_PENDING:
-                unexplained.append(f"{rel}: imports inside functions, and no docstring line naming `codechat --help`")
-            continue
+        rel = path.relative_to(ROOT)
         unexplained += [f"{rel}:{n}: {src[n - 1].strip()}" for n in local if not _says_why(src, n)]
     assert not unexplained, "function-local codechat imports without a reason:\n" + "\n".join(unexplained)
 
 
 LIGHT = ["codechat.cli", "codechat.tasks", "codechat.tasks.builtin", "codechat.verifier.factory",
          "codechat.verifier.evalplus", "codechat.evaluation.evaluate", "codechat.rollout.audit",
-         "codechat.rollout.agents", "codechat.sandbox.pool"]
-"""Modules that commands and light paths (scoring completions, `codechat tasks`, `verify`, `audit`) load:
-they must not pull in torch or matplotlib."""
+         "codechat.rollout.agents", "codechat.sandbox.pool", "codechat.commands.tasks", "codechat.commands.verify",
+         "codechat.commands.audit", "codechat.commands.eval", "codechat.commands.repo"]
+"""Modules of the light paths (scoring completions or patch files, `codechat tasks`, `verify`, `audit`, `eval
+--completions`, scripted repository agents): they must not pull in torch or matplotlib."""
 
 
-def test_light_modules_and_every_command_module_load_without_torch_or_matplotlib():
-    code = ("import importlib, sys\n"
-            "from codechat.commands import COMMANDS\n"
-            f"for m in {LIGHT!r} + list(COMMANDS.values()): importlib.import_module(m)\n"
-            "print(sorted(m for m in ('torch', 'matplotlib', 'transformers') if m in sys.modules))\n")
+def _heavy_after(code: str) -> str:
+    code += "\nimport sys\nprint(sorted(m for m in ('torch', 'matplotlib', 'transformers') if m in sys.modules))\n"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "[]", f"heavy libraries imported by a light module: {out.stdout.strip()}"
+    return out.stdout.strip().splitlines()[-1]
+
+
+def test_light_modules_load_without_torch_or_matplotlib():
+    heavy = _heavy_after(f"import importlib\nfor m in {LIGHT!r}: importlib.import_module(m)")
+    assert heavy == "[]", f"heavy libraries imported by a light module: {heavy}"
+
+
+def test_codechat_help_imports_no_command_module_and_lists_every_command():
+    code = ("import contextlib, io, sys\nfrom codechat import cli\nbuf = io.StringIO()\n"
+            "with contextlib.redirect_stdout(buf), contextlib.suppress(SystemExit):\n    cli.main(['--help'])\n"
+            "print(sorted(m for m in sys.modules if m.startswith('codechat.commands.')))\nprint(buf.getvalue())")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    loaded, text = out.stdout.split("\n", 1)
+    assert loaded == "[]", f"`codechat --help` imported command modules: {loaded}"
+    for name, cmd in COMMANDS.items():
+        assert name in text and cmd.help[:40] in " ".join(text.split()), name
+
+
+def test_a_command_gets_its_own_arguments_and_an_unknown_one_is_refused(capsys):
+    assert cli.main(["tasks", "list"]) == 0
+    assert "toy" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as e:
+        cli.main(["nosuchcommand"])
+    assert e.value.code == 2 and "invalid choice" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(["verify", "--help"])
+    assert "--regress" in capsys.readouterr().out

@@ -1,13 +1,10 @@
 """`codechat audit RUN_DIR`: review the samples the reward-hack audit kept during training.
-
-Imports of the rest of codechat sit inside the functions: at the top they would load on every `codechat --help`
-(bench/cli_startup.py).
 """
 from __future__ import annotations
 
 import argparse
 
-HELP = "review a run's flagged and top-reward samples (reward-hack audit)"
+from codechat.rollout.audit import report
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -17,7 +14,5 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from codechat.rollout.audit import report
-
     print(report(args.run_dir, args.limit, args.all))
     return 0

@@ -8,19 +8,21 @@
 The session logic lives in codechat/chat/session.py; this module adds the terminal: readline editing and history
 (`$CODECHAT_CACHE/chat_history`, default ~/.cache/codechat), streaming to stdout, Ctrl-C (stops the answer or
 waiting for /run or /test, never the chat), Ctrl-D or /quit to leave. See docs/chat.md.
-Imports of the rest of codechat sit inside the functions: at the top they would load on every `codechat --help`
-(bench/cli_startup.py).
 """
 from __future__ import annotations
 
 import argparse
+import atexit
 import sys
 
 from codechat import CodechatError
+from codechat.chat.session import ChatSession
+from codechat.commands import repo
 from codechat.config import ModelConfig, SamplingConfig, VerifierConfig
+from codechat.policy import load_policy
+from codechat.policy.presets import cache_root
+from codechat.policy.sampler import validate
 from codechat.rundir import resolve_model, run_config, run_prompt_format, section
-
-HELP = "chat with a model in the terminal; /run and /test its answers in the sandbox"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -50,10 +52,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def open_session(args: argparse.Namespace):
     """Load the model (clear one-line errors for missing or broken paths) and build the ChatSession."""
-    from codechat.chat.session import ChatSession
-    from codechat.policy import load_policy
-    from codechat.policy.sampler import validate
-
     sampling = SamplingConfig(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
                               max_new_tokens=args.max_new_tokens, seed=args.seed)
     validate(sampling)  # before the (slow) model load
@@ -101,10 +99,6 @@ def setup_readline():
         import readline
     except ImportError:  # e.g. some Windows Pythons: plain input() still works
         return None
-    import atexit
-
-    from codechat.policy.presets import cache_root
-
     path = cache_root() / "chat_history"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -166,7 +160,6 @@ def repl(session) -> int:
 
 def run(args: argparse.Namespace) -> int:
     if args.repo_task:  # a repository task: tools by hand, or one watched episode
-        from codechat.commands import repo
         return repo.run_chat(args)
     if not args.model:
         raise CodechatError("chat needs MODEL_OR_RUN_DIR (or --repo-task to drive a repository task's tools)")

@@ -10,9 +10,6 @@ Each (method, seed) trains once to the largest budget and is evaluated on every 
 (codechat/compare/runs.py); finished points are kept in OUT/results/METHOD-seedS.json and skipped on rerun, and
 an interrupted training segment continues with --resume. Methods and presets: codechat/compare/plan.py. Writes
 OUT/compare.md (codechat/compare/report.py) and OUT/compare.png.
-
-Imports of the rest of codechat sit inside the functions: at the top they would load on every `codechat --help`
-(bench/cli_startup.py).
 """
 from __future__ import annotations
 
@@ -21,7 +18,15 @@ import json
 import os
 from pathlib import Path
 
-HELP = "compare GRPO, RLOO, RFT, RFT->GRPO and DPO from one SFT checkpoint: pass-rate curves over sample budgets"
+from codechat import CodechatError
+from codechat.compare.plan import METHODS, PRESETS, RUN, min_budget, parse_ints, parse_methods
+from codechat.compare.report import load_results, plot, report
+from codechat.compare.runs import Evaluator, run_curve
+from codechat.demo import demo_config
+from codechat.rundir import resolve_model
+from codechat.tasks import load_tasks
+from codechat.train import train
+from codechat.verifier.verify import Verifier
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -45,10 +50,6 @@ def sft_done(run_dir: Path) -> bool:
 def sft_point(args, out: Path, overrides: list[str], make_eval) -> tuple[str, dict]:
     """The SFT model dir (training the demo's SFT into OUT/sft unless --sft) and its held-out point, evaluated
     once and cached in OUT/sft_eval.json."""
-    from codechat.demo import demo_config
-    from codechat.rundir import resolve_model
-    from codechat.train import train
-
     src = Path(args.sft) if args.sft else out / "sft"
     if not args.sft and not sft_done(src):
         train(demo_config(str(src), overrides=["stages=[sft]", *overrides]), force=True)
@@ -67,8 +68,6 @@ def sft_point(args, out: Path, overrides: list[str], make_eval) -> tuple[str, di
 def settings_line(results) -> str:
     """The overrides the results were trained with beyond the method's own, the SFT path, seed and RUN (read
     from the results, so a report of old results shows their settings, not the preset's current ones)."""
-    from codechat.compare.plan import METHODS, RUN
-
     rs = [r for runs in results.values() for r in runs]
     skip = set(RUN) | {o for m in METHODS.values() for o in m}
     last = {o.split("=", 1)[0]: o for o in rs[0].overrides}  # a later override of a key wins, as in train
@@ -77,14 +76,6 @@ def settings_line(results) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from codechat import CodechatError
-    from codechat.compare.plan import PRESETS, min_budget, parse_ints, parse_methods
-    from codechat.compare.report import load_results, plot, report
-    from codechat.compare.runs import Evaluator, run_curve
-    from codechat.demo import demo_config
-    from codechat.tasks import load_tasks
-    from codechat.verifier.verify import Verifier
-
     if args.preset not in PRESETS:
         raise CodechatError(f"compare: --preset: unknown preset '{args.preset}' (valid: {', '.join(PRESETS)})")
     preset = PRESETS[args.preset]

@@ -4,9 +4,6 @@
     codechat demo --quick               # a minute or two, on builtin:toy
     codechat demo rl.steps=60 seed=1    # any `codechat train` override
     codechat demo --agent               # repository tasks with tools: SFT on expert episodes -> GRPO (demo_agent.py)
-
-Imports of the rest of codechat sit inside the functions: at the top they would load on every `codechat --help`
-(bench/cli_startup.py).
 """
 from __future__ import annotations
 
@@ -15,8 +12,8 @@ import shlex
 from pathlib import Path
 
 from codechat import CodechatError
-
-HELP = "train a tiny code model from scratch on CPU: SFT on buggy code, then RFT + GRPO from the verifier"
+from codechat.demo import demo_config, eval_label, run_demo, table
+from codechat.demo_agent import agent_table, run_agent_demo
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -28,8 +25,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from codechat.demo import demo_config, eval_label, run_demo, table
-
     if args.agent:
         return run_agent(args)
     run_dir = args.run_dir or ("runs/demo-quick" if args.quick else "runs/demo")
@@ -53,12 +48,6 @@ def run(args: argparse.Namespace) -> int:
 
 def run_agent(args: argparse.Namespace) -> int:
     """`codechat demo --agent [--quick]`: codechat/demo_agent.py."""
-    import shlex
-    from pathlib import Path
-
-    from codechat import CodechatError
-    from codechat.demo_agent import agent_table, run_agent_demo
-
     run_dir = args.run_dir or ("runs/demo-agent-quick" if args.quick else "runs/demo-agent")
     if (Path(run_dir) / "sft").exists():
         raise CodechatError(f"{run_dir} holds an earlier agent demo: remove it or pass --run-dir")

@@ -10,8 +10,6 @@ config's eval.n, eval.k, eval.temperature, eval.greedy, sampling (top_p, top_k, 
 and prompt format, so the command reproduces the run's logged eval numbers; for other models the same from the
 config defaults. Output: RUN/eval/SET[-best] for a run, else eval-NAME/SET (or --out); a folder that holds another
 task set's or model's results is never overwritten. summary.json records what was evaluated and how.
-Imports of the rest of codechat sit inside the functions: at the top they would load on every `codechat --help`
-(bench/cli_startup.py).
 """
 from __future__ import annotations
 
@@ -20,13 +18,19 @@ import json
 import sys
 from pathlib import Path
 
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
 from codechat import CodechatError
+from codechat.commands import repo
 from codechat.config import EvalConfig, ModelConfig, RunConfig, SamplingConfig, ThinkingConfig, VerifierConfig
 from codechat.evaluation.compare import compare
+from codechat.evaluation.evaluate import evaluate_completions, evaluate_policy
 from codechat.evaluation.thinking import load_reference
 from codechat.rundir import is_run_dir, resolve_model, run_config, section
-
-HELP = "evaluate pass@k of a model or of a completions file; compare two evaluations"
+from codechat.tasks import load_tasks
+from codechat.tasks.repo_loaders import is_repo_spec
+from codechat.tasks.splits import split_spec
+from codechat.verifier.factory import make_verifier
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -62,7 +66,6 @@ def set_name(spec: str) -> str:
     """Folder name of a task set: builtin:synthetic-heldout -> synthetic-heldout, mbpp.jsonl:test -> mbpp-test."""
     if spec.startswith("builtin"):
         return spec.split(":", 1)[1] if ":" in spec else "builtin"
-    from codechat.tasks.splits import split_spec
     path, split = split_spec(spec)
     name = Path(path).name
     for suffix in (".gz", ".jsonl", ".json"):
@@ -152,8 +155,6 @@ def progress_bar(label: str, total: int):
     """(callback, close) drawing a rich progress bar on a terminal's stderr; no-ops when not a terminal."""
     if not sys.stderr.isatty():
         return None, lambda: None
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
     bar = Progress(TextColumn("eval {task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("tasks"),
                    TimeRemainingColumn(), transient=True)
     bar.start()
@@ -167,15 +168,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if not args.tasks:
         raise CodechatError("eval: --tasks is required (a task file or builtin[:NAME])")
-    from codechat.tasks.repo_loaders import is_repo_spec
     if is_repo_spec(args.tasks):  # agent episodes on repository tasks
-        from codechat.commands import repo
         return repo.run_eval(args)
     if bool(args.model) == bool(args.completions):
         raise CodechatError("eval: give exactly one of --model or --completions")
-    from codechat.evaluation.evaluate import evaluate_completions, evaluate_policy
-    from codechat.tasks import load_tasks
-    from codechat.verifier.factory import make_verifier
 
     model_path = resolve_model(args.model, args.checkpoint) if args.model else None
     s = eval_settings(args, model_path)
@@ -202,7 +198,7 @@ def run(args: argparse.Namespace) -> int:
             report = evaluate_completions(verifier, tasks, args.completions, s["k"], thinking=s["thinking"]["enabled"],
                                           reference=reference)
         else:
-            from codechat.policy import load_policy
+            from codechat.policy import load_policy  # torch: `eval --completions` and repo patch files run without it
             policy = load_policy(ModelConfig(path=model_path, chat=s["chat"]))
             sampling = SamplingConfig(top_p=s["top_p"], top_k=s["top_k"], max_new_tokens=s["max_new_tokens"],
                                       stop=s["stop"], seed=s["seed"])

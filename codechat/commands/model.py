@@ -4,9 +4,6 @@
     codechat model info runs/tiny                       # architecture, parameters, vocabulary, special tokens
     codechat model sample tiny --prompt "def add(a, b):" -n 2 --max-new-tokens 40
     codechat model export runs/x --out exported/x       # clean HF dir: weights, tokenizer, template, card
-
-Imports of the rest of codechat sit inside the functions: at the top they would load on every `codechat --help`
-(bench/cli_startup.py).
 """
 from __future__ import annotations
 
@@ -14,9 +11,12 @@ import argparse
 
 from codechat import CodechatError
 from codechat.config import ModelConfig, SamplingConfig
+from codechat.export import export
+from codechat.policy import Sampler, build_preset, load_policy
+from codechat.policy.presets import PRESETS
+from codechat.rollout.collect import prompt_text
 from codechat.rundir import resolve_model, run_prompt_format
-
-HELP = "create a built-in preset model, describe a model directory, or sample from a model"
+from codechat.tasks import Task
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -66,11 +66,6 @@ def describe(policy) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from codechat.policy import Sampler, build_preset, load_policy
-    from codechat.policy.presets import PRESETS
-    from codechat.rollout.collect import prompt_text
-    from codechat.tasks import Task
-
     if args.action == "create":
         if args.preset not in PRESETS:
             raise CodechatError(f"unknown preset '{args.preset}' (valid: {', '.join(PRESETS)})")
@@ -79,7 +74,6 @@ def run(args: argparse.Namespace) -> int:
         print(describe(load_policy(ModelConfig(path=str(out), device="cpu"))))
         return 0
     if args.action == "export":
-        from codechat.export import export
         out = export(args.path, args.out, args.checkpoint)
         print(f"exported {args.path} to {out} (weights, tokenizer, chat template, generation config, README.md)")
         return 0

@@ -1,13 +1,10 @@
 """`codechat plot RUN_DIR`: a run's curves, one metric per panel, stages shaded, to RUN_DIR/curves.png.
-
-Imports of the rest of codechat sit inside the functions: at the top they would load on every `codechat --help`
-(bench/cli_startup.py).
 """
 from __future__ import annotations
 
 import argparse
 
-HELP = "plot a run's curves (reward, pass rate, eval, KL, entropy, lengths) to a PNG"
+from codechat.plotting import plot_run
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -16,7 +13,5 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from codechat.plotting import plot_run
-
     print(plot_run(args.run_dir, args.out))
     return 0

@@ -1,8 +1,5 @@
 """`codechat tasks show FILE`: what a task file holds, and what is wrong with it; `codechat tasks check FILE`:
 run each reference solution several times, list failing and flaky tasks (`--write-quarantine` for data.exclude).
-
-Imports of the rest of codechat sit inside the functions: at the top they would load on every `codechat --help`
-(bench/cli_startup.py).
 """
 from __future__ import annotations
 
@@ -11,8 +8,11 @@ from collections import Counter
 
 from codechat import CodechatError
 from codechat.config import VerifierConfig
-
-HELP = "inspect a task file: format, count, fields, examples, warnings"
+from codechat.tasks import load_tasks, load_tasks_with_format
+from codechat.tasks.builtin import builtin_names, load_builtin
+from codechat.tasks.quarantine import write_quarantine
+from codechat.verifier.check import check_references
+from codechat.verifier.verify import Verifier
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -64,11 +64,6 @@ def summarize(tasks, fmt: str, limit: int = 2) -> str:
 
 def check(args: argparse.Namespace) -> int:
     """`tasks check`: exit 1 when some reference fails or is flaky."""
-    from codechat.tasks import load_tasks
-    from codechat.tasks.quarantine import write_quarantine
-    from codechat.verifier.check import check_references
-    from codechat.verifier.verify import Verifier
-
     if args.runs < 1:
         raise CodechatError(f"--runs must be at least 1, got {args.runs}")
     tasks = load_tasks(args.file, args.format)
@@ -90,9 +85,6 @@ def check(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from codechat.tasks import load_tasks_with_format
-    from codechat.tasks.builtin import builtin_names, load_builtin
-
     if args.action == "check":
         return check(args)
     if args.action == "list":

@@ -1,7 +1,4 @@
 """`codechat train`: train with a YAML config and key=value overrides, or resume a run.
-
-Imports of the rest of codechat sit inside the functions: at the top they would load on every `codechat --help`
-(bench/cli_startup.py).
 """
 from __future__ import annotations
 
@@ -9,9 +6,12 @@ import argparse
 import os
 import sys
 
-from codechat import CodechatError
+import yaml
 
-HELP = "train a policy: sft, rft, grpo, rloo, dpo stages from a YAML config (resumable)"
+from codechat import CodechatError
+from codechat.configio import load_config, to_dict
+from codechat.train import train
+from codechat.train.dryrun import dry_run, print_report
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -28,9 +28,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from codechat.configio import load_config
-    from codechat.train import train
-
     if args.resume and args.config:
         raise CodechatError(f"--resume {args.resume} continues with the run's own config.yaml; --config "
                             f"{args.config} cannot change it (start a new run_dir instead)")
@@ -52,11 +49,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _inspect(args: argparse.Namespace) -> int:
     """--print-config and --dry-run: the resolved config (of --resume's run dir too), then exit."""
-    import yaml
-
-    from codechat.configio import load_config, to_dict
-    from codechat.train.dryrun import dry_run, print_report
-
     if args.resume:
         path = os.path.join(args.resume, "config.yaml")
         if not os.path.isfile(path):

@@ -7,8 +7,6 @@
 A completion line is {"task_id", "completion"} (optionally "sample_id"); a result line is the verdict plus the
 ids. Unknown task ids, malformed lines and empty completions are reported (and written as results with
 status `error` / `no_code`), never fatal. The directory holding the task file is hidden from the programs.
-Imports of the rest of codechat sit inside the functions: at the top they would load on every `codechat --help`
-(bench/cli_startup.py).
 """
 from __future__ import annotations
 
@@ -18,11 +16,17 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn, TimeRemainingColumn
+
 from codechat import CodechatError
+from codechat.commands import repo
 from codechat.config import VerifierConfig
 from codechat.jsonl import read_jsonl, scan_jsonl
-
-HELP = "run completions against task tests in the sandbox (verdicts as JSONL), or replay known attacks"
+from codechat.sandbox.pool import SandboxPool, protection_report
+from codechat.tasks import Task, load_tasks
+from codechat.tasks.repo_loaders import is_repo_spec
+from codechat.verifier.verdict import Verdict
+from codechat.verifier.verify import Verifier
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -95,16 +99,11 @@ def read_completions(path: str, known: set[str], warn) -> list[dict]:
 
 
 def _progress(total: int, quiet: bool):
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn, TimeRemainingColumn
     return Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
                     TimeElapsedColumn(), TimeRemainingColumn(), disable=quiet, transient=False)
 
 
 def run_verify(args) -> int:
-    from codechat.tasks import load_tasks
-    from codechat.verifier.verdict import Verdict
-    from codechat.verifier.verify import Verifier
-
     if not (args.tasks and args.completions and args.out):
         raise CodechatError("verify needs --tasks, --completions and --out (or --regress FILE)")
     if not Path(args.out).resolve().parent.is_dir():
@@ -147,9 +146,6 @@ def run_verify(args) -> int:
 
 
 def run_regress(args) -> int:
-    from codechat.tasks import Task
-    from codechat.verifier.verify import Verifier
-
     attacks = []
     for where, rec in read_jsonl(args.regress, "attack file"):
         try:
@@ -173,8 +169,6 @@ def run_regress(args) -> int:
 
 
 def run_check(args) -> int:
-    from codechat.sandbox.pool import SandboxPool, protection_report
-
     pool = SandboxPool(1, warn=False)
     try:
         for line in protection_report(pool.active):
@@ -187,9 +181,7 @@ def run_check(args) -> int:
 def run(args: argparse.Namespace) -> int:
     if args.check:
         return run_check(args)
-    from codechat.tasks.repo_loaders import is_repo_spec
     if args.tasks and not args.regress and is_repo_spec(args.tasks):  # patches against repository tasks
-        from codechat.commands import repo
         return repo.run_verify(args)
     if args.regress:
         return run_regress(args)
