@@ -13,8 +13,8 @@ from codechat.config import RewardConfig, ThinkingConfig
 from codechat.configio import ConfigError, load_config
 from codechat.policy import SampleBatch
 from codechat.rollout.collect import Rollouts
-from codechat.rollout.thinking import BalancedSampler, ForcedBatch, NothinkConstraint, drop_malformed_bonus, is_weights, \
-    recenter, well_formed
+from codechat.rollout.thinking import MALFORMED, BalancedSampler, ForcedBatch, NothinkConstraint, drop_malformed_bonus, \
+    is_weights, penalise_malformed, recenter, well_formed
 from codechat.train.thinking import ThinkingHooks
 
 
@@ -240,3 +240,39 @@ def test_malformed_openings_lose_the_nothink_bonus():
     assert r.components["nothink-bonus"].tolist() == pytest.approx([0.3, 0.3, 0.3, 0.0, 0.0, 0.0])
     none = SimpleNamespace(batch=SimpleNamespace(texts=["e"]), components={}, rewards=torch.tensor([0.0]))
     assert drop_malformed_bonus(none, ThinkingConfig(enabled=True)) == 0.0 and none.rewards.tolist() == [0.0]
+
+
+def test_a_malformed_opening_scores_below_a_clean_failed_answer():
+    """Withholding the bonus (above) left mangled tags at a clean failure's reward; the penalty puts them below."""
+    texts = ["<think></think>a", "<thinkXthink>\nd", "e", "<think>plan</think>f"]
+    r = SimpleNamespace(batch=SimpleNamespace(texts=texts), components={}, rewards=torch.tensor([0.0, 0.0, 1.0, 1.0]))
+    assert penalise_malformed(r, ThinkingConfig(enabled=True), 0.2) == pytest.approx(2 / 4)
+    assert torch.allclose(r.rewards, torch.tensor([0.0, -0.2, 0.8, 1.0]))
+    assert r.components[MALFORMED].tolist() == pytest.approx([0.0, -0.2, -0.2, 0.0])
+
+
+def test_the_malformed_penalty_is_checked(tmp_path):
+    with pytest.raises(ConfigError, match="malformed_opening_penalty > 0 needs verifier.thinking.enabled"):
+        load_config(None, ["rewards.malformed_opening_penalty=0.1"])
+    with pytest.raises(ConfigError, match="malformed_opening_penalty: expected >= 0"):
+        load_config(None, ["verifier.thinking.enabled=true", "rewards.malformed_opening_penalty=-1"])
+
+
+def test_the_rl_hooks_apply_the_malformed_penalty_after_the_bonus_rules():
+    cfg = load_config(None, ["verifier.thinking.enabled=true", "rewards.components={pass-all: 1.0, nothink-bonus: 0.3}",
+                             "rewards.malformed_opening_penalty=0.2"])
+    ctx = SimpleNamespace(cfg=cfg, policy=SimpleNamespace(tokenizer=lambda t, **k: {"input_ids": t.split()}),
+                          state=SimpleNamespace(extra={}), eval_tasks=[])
+    texts = ["<think></think>a", "<thinkXthink>\nd", "<think>plan</think>f"]
+    batch = SampleBatch(torch.zeros(3, dtype=torch.long), torch.zeros(3, 2, dtype=torch.long), torch.ones(3, 2),
+                        torch.zeros(3, 2), ["stop"] * 3, texts, torch.tensor([2] * 3))
+    verdicts = [SimpleNamespace(thought=t, passed=False) for t in (False, False, True)]
+    r = Rollouts([], [[1]], batch, verdicts, torch.tensor([0.3, 0.3, 0.0]),
+                 {"pass-all": torch.zeros(3), "nothink-bonus": torch.tensor([0.3, 0.3, 0.0])})
+    m = ThinkingHooks(ctx).after_sample(r)
+    assert m["thinking/malformed_penalised"] == pytest.approx(1 / 3)
+    assert r.rewards.tolist() == pytest.approx([0.3, -0.2, 0.0])  # the mangled tag: no bonus, and below 0
+    off = SimpleNamespace(cfg=load_config(None, ["verifier.thinking.enabled=true"]), policy=ctx.policy,
+                          state=SimpleNamespace(extra={}), eval_tasks=[])
+    r2 = Rollouts([], [[1]], batch, verdicts, torch.zeros(3), {"pass-all": torch.zeros(3)})
+    assert "thinking/malformed_penalised" not in ThinkingHooks(off).after_sample(r2) and r2.rewards.tolist() == [0] * 3

@@ -74,3 +74,7 @@ class RewardConfig:
     nothink_ref_steps: int = 1
     """`nothink-bonus`: the reference pass rate is the mean of the first this many steps' (lambda held at 0 until
     then); 1 = the first step's."""
+    malformed_opening_penalty: float = 0.0
+    """With verifier.thinking on: subtracted from the reward of a completion that opens (blanks aside) with neither
+    the open nor the close tag, e.g. `<thinkXthink>`, so a mangled tag scores below a clean failed answer; 0 = off
+    (such completions only lose their `nothink-bonus`). rollout/thinking.py penalise_malformed."""

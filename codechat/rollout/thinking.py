@@ -124,6 +124,19 @@ def drop_malformed_bonus(r, cfg: ThinkingConfig) -> float:
     return lost.float().mean().item() if len(lost) else 0.0
 
 
+MALFORMED = "malformed-opening"
+"""r.components key of the malformed-opening penalty (rewards.malformed_opening_penalty)."""
+
+
+def penalise_malformed(r, cfg: ThinkingConfig, penalty: float) -> float:
+    """Subtract `penalty` from the reward of every completion that is not well_formed (r.rewards; the weighted
+    share in r.components[MALFORMED]). -> the share of samples penalised."""
+    bad = torch.tensor([not well_formed(t, cfg) for t in r.batch.texts], dtype=torch.float32)  # (N,)
+    r.components[MALFORMED] = (-penalty * bad).to(r.rewards)
+    r.rewards = r.rewards + r.components[MALFORMED]
+    return bad.mean().item() if len(bad) else 0.0
+
+
 @dataclass
 class ForcedBatch(SampleBatch):
     """A SampleBatch whose samples start with a forced prefix (part of `tokens`, `texts` and `n_tokens`), or, the
@@ -287,6 +300,10 @@ def check_thinking(cfg) -> None:
         raise CodechatError("rewards: nothink-bonus needs verifier.thinking.enabled=true (else no answer thinks)")
     if not 0 <= t.forced_nothink_frac < 1:
         raise CodechatError(f"verifier.thinking.forced_nothink_frac: expected in [0, 1), got {t.forced_nothink_frac}")
+    if not (math.isfinite(rw.malformed_opening_penalty) and rw.malformed_opening_penalty >= 0):
+        raise CodechatError(f"rewards.malformed_opening_penalty: expected >= 0, got {rw.malformed_opening_penalty}")
+    if rw.malformed_opening_penalty > 0 and not t.enabled:
+        raise CodechatError("rewards.malformed_opening_penalty > 0 needs verifier.thinking.enabled=true")
     if t.forced_nothink_frac > 0 and not t.enabled:
         raise CodechatError("verifier.thinking.forced_nothink_frac > 0 needs verifier.thinking.enabled=true")
     if t.forced_nothink_frac > 0 and cfg.rl.zero_variance == "resample":

@@ -17,7 +17,7 @@ from codechat.evaluation.evaluate import evaluate_policy
 from codechat.evaluation.thinking import reference_rates
 from codechat.policy.fsdp import full_weights
 from codechat.rollout.thinking import BONUS, BalancedSampler, ForcedBatch, NothinkConstraint, drop_malformed_bonus, \
-    is_weights, prefix_logprob, recenter, thinking_metrics
+    is_weights, penalise_malformed, prefix_logprob, recenter, thinking_metrics
 from codechat.train import dist
 
 REF_RATES = "thinking_ref_rates"
@@ -32,6 +32,7 @@ class ThinkingHooks:
         if self.cfg.enabled and BONUS in ctx.cfg.rewards.components:
             self.constraint = NothinkConstraint(ctx.cfg.rewards)
             self.constraint.load_state_dict(ctx.state.extra.get("nothink", {}))
+        self.penalty = ctx.cfg.rewards.malformed_opening_penalty
         self.state = ctx.state
         self.pending = self.reference_eval(ctx)  # logged with the first step
 
@@ -68,6 +69,8 @@ class ThinkingHooks:
             passed = dist.all_items(r.passed.tolist())  # every rank's samples: the same lambda everywhere
             m.update(self.constraint.apply(r, sum(passed) / max(len(passed), 1)))
             self.state.extra["nothink"] = self.constraint.state_dict()  # saved with the next checkpoint
+        if self.penalty:  # after the constraint's rescaling: the penalty is not the bonus, lambda leaves it alone
+            m["thinking/malformed_penalised"] = penalise_malformed(r, self.cfg, self.penalty)
         return m
 
     def weigh(self, r, adv: torch.Tensor, prefix_logprobs) -> tuple[torch.Tensor, dict[str, float]]:
