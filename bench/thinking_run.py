@@ -80,7 +80,12 @@ def before_after(run_dir: Path) -> dict[str, float]:
 
 def summarize(out: Path) -> dict:
     runs = sorted(p for p in out.glob("rl-s*") if p.is_dir() and (p / "metrics.jsonl").is_file())
-    per = {int(p.name.removeprefix("rl-s")): before_after(p) for p in runs}
+    unfinished = [p for p in runs if '"eval/pass@1"' not in (p / "metrics.jsonl").read_text()]
+    if unfinished:  # still running, or stopped before its final evaluation
+        print(f"left out, no final evaluation yet: {', '.join(p.name for p in unfinished)}", file=sys.stderr)
+    per = {int(p.name.removeprefix("rl-s")): before_after(p) for p in runs if p not in unfinished}
+    if not per:
+        raise SystemExit(f"{out}: no finished RL run (rl-s*/metrics.jsonl with a final eval)")
     res: dict = {"seeds": sorted(per)}
     for k in next(iter(per.values())):
         res[k] = [round(per[s][k], 4) for s in res["seeds"]]

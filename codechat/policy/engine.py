@@ -39,6 +39,10 @@ class RolloutEngine(Protocol):
     def update_weights(self, model: torch.nn.Module) -> None:
         """Take `model`'s current (whole) parameters; called after every optimizer update."""
 
+    # An engine with its own weights also offers, for the async producer (train/producer.py), which samples in
+    # another thread while the trainer updates: snapshot(model) -> a detached copy of `model`'s weights in the
+    # engine's own form (taken by the trainer), and load_snapshot(snapshot) (called by the producer).
+
     def release_kv(self) -> None:
         """Forget whatever was kept for keyed contexts (called when a batch of episodes has ended)."""
 

@@ -146,8 +146,18 @@ class VLLMSampler:
 
     def update_weights(self, model: torch.nn.Module) -> None:
         """Copy `model`'s current parameters (HF naming; LoRA folded in) into the engine, in memory; no disk."""
+        self.load_snapshot(hf_weights(model))
+
+    @torch.no_grad()
+    def snapshot(self, model: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
+        """A detached copy of what update_weights would load, to be loaded later from another thread (the async
+        producer: train/producer.py) while the trainer goes on changing `model`."""
+        return [(name, t.clone()) for name, t in hf_weights(model)]
+
+    def load_snapshot(self, weights) -> None:
+        """Load (name, tensor) pairs in HF naming (`snapshot`, or hf_weights itself) into the engine."""
         t0 = time.perf_counter()
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": hf_weights(model)})
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(weights)})
         self.llm.reset_prefix_cache()
         self.last_push_s = time.perf_counter() - t0
 

@@ -23,9 +23,15 @@ be restored (several ranks: trainer.pt holds rank 0's only; a changed async_step
 checkpoint's step, and only the first k batches after the resume are fresher than they would have been.
 Repository tasks go through the producer too: its copy of the model acts in the G multi-turn episodes per task
 (train/episodes.py), tool calls and judgements in the episode runner's threads, while the trainer updates; the
-episode metrics come with the batch. Simplifies: one process's producer (under DDP each rank has its own); the
-`hf` engine only (vLLM would hold the behaviour weights itself); no FSDP, no `zero_variance: resample` (its rounds
-are collectives); the copy doubles the model's memory.
+episode metrics come with the batch.
+
+With an engine that holds its own weights (`rollout.engine: vllm`) the producer needs no model copy: the engine
+is the behaviour policy. A submission then carries the engine's `snapshot` of the trainer's weights (taken in the
+trainer thread), the producer thread loads it into the engine (`load_snapshot`) before sampling the batch, and the
+trainer no longer pushes weights after its updates: only the producer thread touches the engine during the stage.
+Simplifies: one process's producer (under DDP each rank has its own); no FSDP, no `zero_variance: resample` (its
+rounds are collectives); with the `hf` engine the copy doubles the model's memory, with vLLM each batch in flight
+holds one snapshot of the weights.
 
 Partial rollouts (`rl.partial_rollouts`, repository tasks): while the trainer waits for a batch it publishes its
 newest weights (`publish`); before every batched decode of the episodes the producer loads them when they are
@@ -64,8 +70,6 @@ def check_async(cfg) -> None:
         if cfg.rl.partial_rollouts:
             raise CodechatError("rl.partial_rollouts needs rl.async_steps >= 1 (a producer beside the trainer)")
         return
-    if cfg.rollout.engine != "hf":
-        raise CodechatError(f"rl.async_steps > 0 needs rollout.engine=hf, got {cfg.rollout.engine!r}")
     if cfg.rl.zero_variance == "resample":
         raise CodechatError("rl.async_steps > 0 does not support rl.zero_variance=resample (use keep or skip)")
     if dist.world() > 1 and cfg.dist.parallel == "fsdp":
@@ -91,19 +95,33 @@ class Batch:
     """-> (Rollouts, seconds the producer spent on it, ProbeBatch or None)."""
 
 
+def own_weights(engine) -> bool:
+    """The engine holds its own copy of the weights (vLLM): the producer samples with it directly."""
+    return engine is not None and not engine.samples_training_weights
+
+
 class AsyncProducer:
-    def __init__(self, ctx: Context, k: int, saved: dict | None = None, probe: GapProbe | None = None):
+    def __init__(self, ctx: Context, k: int, saved: dict | None = None, probe: GapProbe | None = None,
+                 engine=None):
         """saved: `state_dict()` of the checkpoint being resumed (None: start from state.data_pos). probe: the
-        log-prob gap probe, sampled with a due batch's weights (`probe_batch` after `next_batch`)."""
+        log-prob gap probe, sampled with a due batch's weights (`probe_batch` after `next_batch`). engine: the
+        run's rollout engine; one with its own weights (vLLM) is used by the producer thread alone, loaded with
+        each batch's snapshot; otherwise (None or the built-in sampler) the producer samples its own model copy."""
         self.ctx, self.k, self.probe = ctx, k, probe
         self.probe_batch: ProbeBatch | None = None
         """The probe completions sampled with the weights of the batch `next_batch` returned last (None: not due)."""
-        model = ctx.policy.model
-        self.behaviour = dataclasses.replace(ctx.policy, model=copy.deepcopy(model).eval())
-        """The producer's policy: the same tokenizer, its own model copy, loaded from a snapshot per batch."""
-        for p in self.behaviour.model.parameters():
-            p.requires_grad_(False)
-        self.sampler = Sampler(self.behaviour, max_rows=ctx.cfg.rollout.max_rows)
+        self.engine = engine if own_weights(engine) else None
+        if self.engine is not None:
+            self.behaviour = ctx.policy  # tokenizer and prompt encoding only: the engine samples
+            self.sampler = self.engine
+            self._snapshot, self._load = self.engine.snapshot, self.engine.load_snapshot
+        else:
+            self.behaviour = dataclasses.replace(ctx.policy, model=copy.deepcopy(ctx.policy.model).eval())
+            """The producer's policy: the same tokenizer, its own model copy, loaded from a snapshot per batch."""
+            for p in self.behaviour.model.parameters():
+                p.requires_grad_(False)
+            self.sampler = Sampler(self.behaviour, max_rows=ctx.cfg.rollout.max_rows)
+            self._snapshot, self._load = weights_snapshot, self.behaviour.model.load_state_dict
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="rollout-producer")
         self.inflight: deque[Batch] = deque()
         self.cursor = ctx.state.data_pos  # next prompt position to submit (state.data_pos: consumed)
@@ -150,7 +168,7 @@ class AsyncProducer:
         pos = self.cursor
         tasks = take(ctx.train_tasks, ctx.cfg.seed + st.stage_idx, pos, c.prompts_per_step)
         seed = ctx.step_seed() + 31 * (self.next_step - st.step)  # step_seed of the batch's step (linear in step)
-        fut = self.pool.submit(self._produce, weights_snapshot(ctx.policy.model), dist.shard(tasks), seed,
+        fut = self.pool.submit(self._produce, self._snapshot(ctx.policy.model), dist.shard(tasks), seed,
                                self.next_step, st.step)
         self.inflight.append(Batch(st.step, self.next_step, pos, fut))
         self.cursor += len(tasks)
@@ -158,13 +176,13 @@ class AsyncProducer:
 
     def publish(self) -> None:
         """Partial rollouts: offer the trainer's current weights (version = its step) to episodes in progress."""
-        self._published = (self.ctx.state.step, weights_snapshot(self.ctx.policy.model))
+        self._published = (self.ctx.state.step, self._snapshot(self.ctx.policy.model))
 
     def _newest(self) -> int:
         """Before a batched decode (producer thread): load the published weights if newer; the acting version."""
         pub = self._published
         if pub is not None and pub[0] > self._acting:
-            self.behaviour.model.load_state_dict(pub[1])
+            self._load(pub[1])
             self._acting = pub[0]
         return self._acting
 
@@ -172,7 +190,7 @@ class AsyncProducer:
         t0 = time.perf_counter()
         if self._last_end is not None:  # the queue was full (or the trainer slow to submit): the thread waited
             self._idle += t0 - self._last_end
-        self.behaviour.model.load_state_dict(snap)
+        self._load(snap)
         self._acting = version
         cfg = self.ctx.cfg
         if is_repo_batch(tasks):  # repository tasks: G multi-turn episodes per task, acted by the producer's copy

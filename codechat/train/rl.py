@@ -200,10 +200,10 @@ def run_rl(ctx: Context) -> None:
     ctx.on_close.append(engine.close)
     check_async(ctx.cfg)
     probe = GapProbe(ctx)
-    producer = AsyncProducer(ctx, c.async_steps, saved_batches, probe) if c.async_steps and st.step < c.steps \
-        else None
+    producer = AsyncProducer(ctx, c.async_steps, saved_batches, probe, engine) \
+        if c.async_steps and st.step < c.steps else None
     if producer is not None:
-        ctx.on_close.append(producer.close)
+        ctx.on_close.insert(0, producer.close)  # before the engine and judge it samples with
         ctx.checkpoint_extra["async_producer"] = producer.state_dict
     while st.step < c.steps:
         # 1-3. sample, verify, reward (async_steps > 0: a producer thread did it while the last update ran)
@@ -234,7 +234,8 @@ def run_rl(ctx: Context) -> None:
         else:
             metrics["skipped_update"] = 1.0
         sched.step()
-        push_weights(engine, ctx.policy.model)  # vLLM: the new weights in memory, no disk round trip
+        if producer is None:  # (the producer loads each batch's snapshot into an engine with its own weights)
+            push_weights(engine, ctx.policy.model)  # vLLM: the new weights in memory, no disk round trip
         metrics["time/update_s"] = time.perf_counter() - t0
         save_rollouts(ctx, r)
         if ctx.cfg.log.audit:
