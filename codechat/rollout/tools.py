@@ -236,7 +236,7 @@ class ToolBox:
         passed = sum(run.tests.values())
         head = "ok" if run.status == "ok" else f"error: tests {run.status}"
         summary = f"{head} {passed} passed, {len(run.tests) - passed} failed"
-        return ToolResult(summary + "\n" + _tail(run.output, self.cfg.tool_output_chars), run.status == "ok",
+        return ToolResult(summary + "\n" + _tail(steady(run.output), self.cfg.tool_output_chars), run.status == "ok",
                           ran_tests=True)
 
     def _run(self, code: str = "", module: str = "", args: list | None = None) -> ToolResult:
@@ -251,6 +251,16 @@ class ToolBox:
 
     def _submit(self) -> ToolResult:
         return ToolResult("ok submitted", True, submitted=True)
+
+
+_PYTEST_TIME = re.compile(r"^(.*\b(?:passed|failed|errors?|skipped|xfailed|xpassed|deselected|warnings?|no tests ran)"
+                          r"\b.*?) in \d+(?:\.\d+)?s(?: \(\d+:\d\d:\d\d\))?( =+)?[ \t]*$", re.M)
+
+
+def steady(output: str) -> str:
+    """pytest's output without its wall-clock time (`2 passed in 0.13s` -> `2 passed`): the same workspace gives
+    the same result tokens, so a seeded episode (and an expert transcript) repeats exactly."""
+    return _PYTEST_TIME.sub(lambda m: m.group(1) + (m.group(2) or ""), output)
 
 
 def _tail(text: str, limit: int) -> str:
