@@ -12,7 +12,7 @@ from codechat import CodechatError
 from codechat.config import AgentConfig, ModelConfig
 from codechat.configio import load_config
 from codechat.policy import load_policy
-from codechat.rollout.expert import expert_episodes, expert_fixes, pick_wrong
+from codechat.rollout.expert import edit_arguments, expert_episodes, expert_fixes, pick_wrong
 from codechat.tasks.repo_loaders import load_repo_tasks
 from codechat.train import sft, train
 from codechat.verifier.repo import RepoJudge
@@ -90,31 +90,66 @@ def test_each_task_mixes_round_share_times_n_wrong_fixes(share, per_task, seed):
 
 @pytest.mark.slow
 def test_expert_episodes_mix_and_play_each_distinct_fix_once():
-    """(slow: two real sandboxed episodes, ~10-25 s on a busy machine) 3 transcripts of a task, round(0.4 x 3) = 1 wrong, judged as such; its two reference episodes are one
-    episode (played once, weighted twice)."""
+    """(slow: two real sandboxed episodes, ~10-25 s on a busy machine) 3 transcripts of a task, round(0.4 x 3) =
+    1 wrong, judged as such; its two reference episodes are one episode (played once, weighted twice). With
+    `edit`, each fix is one edit call, and the judged change is the fix."""
     task = load_repo_tasks("builtin:repo-train")[0]
     policy = load_policy(ModelConfig(path="tiny", device="cpu"))
     with RepoJudge() as judge:
-        got = expert_episodes(policy, judge, [task], AgentConfig(), 0.4, seed=0, per_task=3)
+        got = expert_episodes(policy, judge, [task], AgentConfig(), 0.4, seed=0, per_task=3, edit=True)
     assert [e.task_id for e in got] == [task.task_id] * 3
     assert [e.verdict.passed for e in got] == [False, True, True]
     assert got[1] is got[2] and got[0].transcript.tokens != got[1].transcript.tokens
-    for e, fixes in ((got[0], task.metadata["wrong_fixes"]), (got[1], [task.solution])):
-        wrote = {u.arguments["path"]: u.arguments["content"] for u in e.transcript.turns if u.tool == "write_file"}
-        assert wrote in fixes
-        assert [u.tool for u in e.transcript.turns] == ["read_file", "run_tests", "write_file", "run_tests", "submit"]
+    assert got[0].changes in task.metadata["wrong_fixes"] and got[1].changes == task.solution
+    for e in got[:2]:
+        assert [u.tool for u in e.transcript.turns] == ["read_file", "run_tests", "edit", "run_tests", "submit"]
+        assert all(u.ok for u in e.transcript.turns)
 
 
-def test_sft_hands_expert_per_task_to_the_expert(tmp_path, monkeypatch):
+@pytest.mark.parametrize("spec", ["builtin:repo-mini", "builtin:repo-train", "builtin:repo-heldout"])
+def test_an_expert_edit_makes_exactly_the_fix(spec):
+    for t in load_repo_tasks(spec):
+        for fix in [t.solution] + t.metadata["wrong_fixes"]:
+            for path, text in fix.items():
+                args = edit_arguments(t.files[path], text, t.solution[path])
+                assert args is not None and t.files[path].count(args["old"]) == 1
+                assert t.files[path].replace(args["old"], args["new"], 1) == text
+                assert len(args["old"].splitlines()) <= 4  # a few lines, not the file
+
+
+LINES = st.lists(st.sampled_from(["a = 1", "b = 2", "    return x", "", "if x:", "c = a + b"]), min_size=1,
+                 max_size=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(base=LINES, changes=st.lists(st.tuples(st.integers(0, 11), st.sampled_from(["z = 0", "a = 1", ""])),
+                                    max_size=3), ref=st.integers(0, 11), nl=st.booleans())
+def test_edit_arguments_fuzz(base, changes, ref, nl):
+    """Any line replacements: the edit, when there is one, turns base into fix, and `old` is unique in base."""
+    def text(lines):
+        return "\n".join(lines) + ("\n" if nl else "")
+    fix = list(base)
+    for i, line in changes:
+        fix[i % len(fix)] = line
+    reference = list(base)
+    reference[ref % len(base)] = "r = 9"
+    args = edit_arguments(text(base), text(fix), text(reference))
+    if args is not None:
+        assert text(base).count(args["old"]) == 1
+        assert text(base).replace(args["old"], args["new"], 1) == text(fix)
+
+
+def test_sft_hands_expert_per_task_and_edit_to_the_expert(tmp_path, monkeypatch):
     seen = []
 
-    def spy(policy, judge, tasks, cfg, share, seed, per_task=1):
-        seen.append((share, per_task))
+    def spy(policy, judge, tasks, cfg, share, seed, per_task=1, edit=False):
+        seen.append((share, per_task, edit))
         raise RuntimeError("stop here")
     monkeypatch.setattr(sft, "expert_episodes", spy)
     with pytest.raises(RuntimeError, match="stop here"):
-        train(load_config(None, BASE + [f"run_dir={tmp_path}", "sft.expert_wrong=0.4", "sft.expert_per_task=3"]))
-    assert seen == [(0.4, 3)]
+        train(load_config(None, BASE + [f"run_dir={tmp_path}", "sft.expert_wrong=0.4", "sft.expert_per_task=3",
+                                         "sft.expert_edit=true"]))
+    assert seen == [(0.4, 3, True)]
 
 
 def test_expert_per_task_below_one_is_refused(tmp_path):

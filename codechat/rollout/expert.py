@@ -17,6 +17,7 @@ task, not one memorised transcript per task: GRPO's groups then have episodes to
 """
 from __future__ import annotations
 
+import difflib
 import random
 from dataclasses import replace
 
@@ -28,13 +29,44 @@ from codechat.tasks.repo import RepoTask
 from codechat.verifier.repo import RepoJudge
 
 
-def expert_calls(task: RepoTask, fix: dict[str, str], call_format: str = "json") -> list[str]:
-    """The turns of the expert episode with `fix` ({path: new text}), written in `call_format`."""
+def edit_arguments(base: str, fix: str, reference: str) -> dict[str, str] | None:
+    """The `old` and `new` of one edit that turns `base` into `fix`: the lines where `fix` or `reference` differ
+    from `base` (so a wrong fix edits where the right one would, even one that changes nothing), grown by a line
+    of context at a time until `old` occurs exactly once in `base` (overlapping occurrences counted); None when neither differs or no span of
+    `base` is unique."""
+    b, f = base.splitlines(keepends=True), fix.splitlines(keepends=True)
+    spans = [(i1, i2) for other in (f, reference.splitlines(keepends=True))
+             for tag, i1, i2, _, _ in difflib.SequenceMatcher(None, b, other, autojunk=False).get_opcodes()
+             if tag != "equal"]
+    if not spans:
+        return None
+    lo, hi = min(i for i, _ in spans), max(i for _, i in spans)
+    while True:  # outside [lo, hi) `fix` equals `base`: its lines there are the same prefix and suffix
+        old, new = "".join(b[lo:hi]), "".join(f[lo:len(f) - (len(b) - hi)])
+        if old.endswith("\n") and new.endswith("\n"):  # the call reads better without the shared last newline
+            old, new = old[:-1], new[:-1]
+        at = len("".join(b[:lo]))
+        if old and base.find(old) == at and base.find(old, at + 1) < 0:  # once, overlaps counted, and here
+            return {"old": old, "new": new}
+        if lo == 0 and hi == len(b):
+            return None
+        lo, hi = max(0, lo - 1), min(len(b), hi + 1)
+
+
+def expert_calls(task: RepoTask, fix: dict[str, str], call_format: str = "json", edit: bool = False) -> list[str]:
+    """The turns of the expert episode with `fix` ({path: new text}), written in `call_format`: read the first
+    file, run the tests, write each file (or, with `edit`, one `edit` call per file whose base text is inline and
+    `edit_arguments` finds a span: the changed lines only), run the tests, submit."""
     call = get_call_format(call_format).format
     paths = sorted(fix)
     tests = [call("run_tests", {})] if task.visible_tests else []
-    return ([call("read_file", {"path": p}) for p in paths[:1]] + tests +
-            [call("write_file", {"path": p, "content": fix[p]}) for p in paths] + tests + [call("submit", {})])
+
+    def change(p: str) -> str:
+        args = edit_arguments(task.files[p], fix[p], task.solution.get(p, fix[p])) \
+            if edit and p in task.files else None
+        return call("edit", {"path": p, **args}) if args else call("write_file", {"path": p, "content": fix[p]})
+    return [call("read_file", {"path": p}) for p in paths[:1]] + tests + [change(p) for p in paths] + tests + \
+        [call("submit", {})]
 
 
 class ExpertAgent(ModelAgent):
@@ -85,7 +117,7 @@ def expert_fixes(tasks: list[RepoTask], share: float, seed: int, per_task: int =
 
 
 def expert_episodes(policy, judge: RepoJudge, tasks: list[RepoTask], cfg: AgentConfig, wrong_share: float,
-                    seed: int, per_task: int = 1) -> list[EpisodeResult]:
+                    seed: int, per_task: int = 1, edit: bool = False) -> list[EpisodeResult]:
     """`per_task` judged expert episodes per task with a reference fix (fixes: `expert_fixes`). Each distinct
     (task, fix) is played once; a fix drawn twice repeats its episode (the same tokens, weighted twice)."""
     tasks = [t for t in tasks if t.solution]
@@ -95,7 +127,7 @@ def expert_episodes(policy, judge: RepoJudge, tasks: list[RepoTask], cfg: AgentC
         for f in fixes[t.task_id]:
             if f not in distinct[t.task_id]:
                 distinct[t.task_id].append(f)
-    calls = {(t.task_id, j): expert_calls(t, f, cfg.call_format)
+    calls = {(t.task_id, j): expert_calls(t, f, cfg.call_format, edit)
              for t in tasks for j, f in enumerate(distinct[t.task_id])}
     budget = max((len(c) for c in calls.values()), default=1)
     by_id = {t.task_id: replace(t, limits=replace(t.limits, max_turns=max(t.limits.max_turns, budget))) for t in tasks}
