@@ -4,8 +4,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from codechat.config import AgentConfig
+from codechat.configio import load_config
 from codechat.rollout.tools import ToolBox, ToolCall, steady
 from codechat.tasks.repo_loaders import load_repo_tasks
+from codechat.train import train
+from codechat.train.metrics import read_metrics
 from codechat.verifier.repo import RepoJudge
 
 COUNTS = st.lists(st.tuples(st.integers(0, 999), st.sampled_from(["passed", "failed", "error", "errors", "skipped",
@@ -41,3 +44,27 @@ def test_two_runs_of_the_visible_tests_give_the_same_result():
             out.append(ToolBox(task, ws, AgentConfig()).call(ToolCall("run_tests")).text)
             ws.remove()
     assert out[0] == out[1] and "passed" in out[0] and " in 0." not in out[0]
+
+
+def without_times(rows: list[dict]) -> list[dict]:
+    return [{k: v for k, v in r.items() if not k.startswith("time") and "per_s" not in k and not k.endswith("_s")}
+            for r in rows]
+
+
+def test_same_seed_same_sft_and_first_grpo_step(tmp_path, short_tasks):
+    """Expert transcripts (real run_tests results) -> 1 SFT step -> 1 GRPO step on episodes, twice with one seed:
+    the same metrics (times aside) and the same sampled episodes."""
+    runs = []
+    for name in ("a", "b"):
+        cfg = load_config(None, ["data.train=builtin:repo-train", "data.eval=", "log.progress=false",
+                                 "log.plot=false", "log.audit=false", "checkpoint.every=0", "model.device=cpu",
+                                 "stages=[sft,grpo]", "sft.steps=1", "sft.batch_size=2", "sft.warmup=0",
+                                 "sft.expert_edit=true", "rl.steps=1", "rl.prompts_per_step=2", "rl.group_size=2",
+                                 "rl.lr=1e-3", "agent.turn_tokens=8", "sampling.max_new_tokens=8",
+                                 f"run_dir={tmp_path / name}"])
+        train(cfg)
+        runs.append(read_metrics(tmp_path / name))
+    assert without_times(runs[0]) == without_times(runs[1])
+    assert any("episode/turns" in r for r in runs[0]) and any("sft/expert_tokens_mean" in r for r in runs[0])
+    rollouts = [(tmp_path / n / "rollouts.jsonl").read_text() for n in ("a", "b")]
+    assert rollouts[0] and rollouts[0] == rollouts[1]
