@@ -44,7 +44,8 @@ AGENT: list[str] = [
     "data.train=builtin:repo-train", "data.eval=",
     "sampling.temperature=1.0",
     "agent.turn_tokens=200", "agent.max_live=64",
-    "sft.steps=200", "sft.lr=2e-3", "sft.batch_size=16", "sft.warmup=10", "sft.expert_wrong=0.3",
+    "sft.steps=200", "sft.lr=2e-3", "sft.batch_size=16", "sft.warmup=10", "sft.expert_wrong=0.5",
+    "sft.expert_per_task=4", "sft.expert_edit=true",
     "algo.advantage=grpo", "algo.loss=ppo-clip", "algo.kl_beta=0.0",
     "rl.steps=12", "rl.lr=1e-4", "rl.prompts_per_step=8", "rl.group_size=4", "rl.zero_variance=skip",
     "log.audit=false", "log.plot=false", "checkpoint.every=0", "checkpoint.keep_last=1",
@@ -57,7 +58,7 @@ AGENT_EVAL_N = 4
 
 AGENT_QUICK: list[str] = ["data.train=builtin:repo-mini", "sft.steps=150", "sft.batch_size=4", "sft.lr=3e-3",
                           "sft.expert_wrong=0.5", "rl.steps=4", "rl.prompts_per_step=3", "rl.group_size=4",
-                          "rl.lr=3e-4"]
+                          "rl.lr=1e-4"]
 AGENT_QUICK_EVAL_N = 2
 """`--quick`: 6 train tasks, SFT half on wrong fixes, evaluated on the same 6 tasks (2 episodes each). 150 SFT
 steps: the tiny model writes well-formed compact calls after ~60-70 (docs/agent.md, "The agent demo")."""
