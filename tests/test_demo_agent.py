@@ -10,7 +10,7 @@ import pytest
 from codechat import CodechatError, demo_agent, plugins
 from codechat.cli import main
 from codechat.configio import load_config
-from codechat.demo_agent import AgentRow, agent_config, agent_table, run_agent_demo
+from codechat.demo_agent import AGENT_QUICK_EVAL_N, AgentRow, agent_config, agent_table, run_agent_demo
 from codechat.policy.presets import PRESETS
 from codechat.tasks.repo_loaders import is_repo_spec, load_repo_tasks
 
@@ -33,6 +33,10 @@ def test_the_demo_writes_compact_calls_with_the_2k_tiny_preset(tmp_path):
     for stage in ("sft", "grpo"):
         cfg = agent_config(str(tmp_path), stage, quick=True)
         assert cfg.agent.call_format == "compact"
+    for quick in (False, True):  # several transcripts per task, fixes as edits (docs/agent.md, "The agent demo")
+        cfg = agent_config(str(tmp_path), "sft", quick=quick)
+        assert cfg.sft.expert_per_task == 4 and cfg.sft.expert_edit and cfg.sft.expert_wrong == 0.5
+    assert agent_config(str(tmp_path), "grpo", quick=True).rl.lr == 1e-4 and AGENT_QUICK_EVAL_N == 4
     assert agent_config(str(tmp_path), "sft").model.path == "tiny-agent"
     assert PRESETS["tiny"].max_positions == 1024 and PRESETS["tiny-agent"] == replace(PRESETS["tiny"],
                                                                                       max_positions=2048)
@@ -109,7 +113,7 @@ def test_quick_agent_demo_end_to_end(tmp_path, one_thread, three_turns):
     beyond this test's budget."""
     short = ["log.progress=false", "sft.steps=2", "rl.steps=2", "rl.prompts_per_step=2", "rl.group_size=2",
              "agent.turn_tokens=32"]
-    run_dir, rows = run_agent_demo(str(tmp_path / "d"), quick=True, overrides=short)  # the wiring, not learning
+    run_dir, rows = run_agent_demo(str(tmp_path / "d"), quick=True, overrides=short, eval_n=2)  # the wiring
     assert [r.stage for r in rows] == ["sft", "grpo"] and rows[0].k == 2
     sft_rows = [json.loads(line) for line in (run_dir / "sft" / "metrics.jsonl").read_text().splitlines()]
     assert sft_rows[0]["sft/expert_transcripts"] == 6 * 4  # the demo's expert_per_task
