@@ -5,7 +5,9 @@
 The SFT data are expert episodes on `builtin:repo-train` (read the file -> run the tests -> write the fix -> run
 the tests -> submit), played for real in the sandbox, with a seeded share (`sft.expert_wrong`) that writes a
 plausible but wrong fix: imitation learns the habit and some wrong fixes, and GRPO on whole episodes (the
-hidden-test judgement as the reward of every model token) has something left to teach. Evaluation is sampled
+hidden-test judgement as the reward of every model token) has something left to teach. Each task has 4
+transcripts, half of them wrong (`sft.expert_per_task`), and each fix is one `edit` call (`sft.expert_edit`): the
+SFT policy then fixes a task some of the time rather than always or never, so GRPO's groups have variance. Evaluation is sampled
 (T=1), `AGENT_EVAL_N` episodes per task of `builtin:repo-heldout` ((unit, bug) pairs never trained on), reporting
 resolve@1, resolve@n and the habits: tested-before-submit share, protected-file edit attempts, turns.
 
