@@ -46,6 +46,32 @@ def test_two_runs_of_the_visible_tests_give_the_same_result():
     assert out[0] == out[1] and "passed" in out[0] and " in 0." not in out[0]
 
 
+def test_two_workspaces_give_the_same_failing_output():
+    """A broken module: pytest's traceback and Python's name the file by its absolute path, which differs per
+    workspace."""
+    task = load_repo_tasks("builtin:repo-train")[0]
+    path = sorted(task.solution)[0]
+    out, roots = [], []
+    with RepoJudge() as judge:
+        for _ in range(2):
+            ws = judge.clone(task)
+            box = ToolBox(task, ws, AgentConfig())
+            assert box.call(ToolCall("write_file", {"path": path, "content": "def broken(:\n"})).ok
+            out.append(box.call(ToolCall("run_tests")).text)
+            code = f"import os, runpy; runpy.run_path(os.path.abspath('{path}'))"
+            out.append(box.call(ToolCall("run", {"code": code})).text)
+            roots.append(str(ws.root))
+            ws.remove()
+    assert roots[0] != roots[1] and out[:2] == out[2:]
+    assert path in out[0] and "SyntaxError" in out[0] and path in out[1] and "SyntaxError" in out[1]
+    assert not any(r in o for r in roots for o in out)
+
+
+def test_the_workspace_path_becomes_relative():
+    assert steady('File "/run/ws-8/pkg/a.py", line 3', "/run/ws-8") == 'File "pkg/a.py", line 3'
+    assert steady("cwd /run/ws-8", "/run/ws-8") == "cwd ."
+
+
 def without_times(rows: list[dict]) -> list[dict]:
     return [{k: v for k, v in r.items() if not k.startswith("time") and "per_s" not in k and not k.endswith("_s")}
             for r in rows]
