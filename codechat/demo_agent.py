@@ -7,13 +7,14 @@ the tests -> submit), played for real in the sandbox, with a seeded share (`sft.
 plausible but wrong fix: imitation learns the habit and some wrong fixes, and GRPO on whole episodes (the
 hidden-test judgement as the reward of every model token) has something left to teach. Each task has 4
 transcripts, half of them wrong (`sft.expert_per_task`), and each fix is one `edit` call (`sft.expert_edit`): the
-SFT policy then fixes a task some of the time rather than always or never, so GRPO's groups have variance. Evaluation is sampled
-(T=1), `AGENT_EVAL_N` episodes per task of `builtin:repo-heldout` ((unit, bug) pairs never trained on), reporting
-resolve@1, resolve@n and the habits: tested-before-submit share, protected-file edit attempts, turns.
+SFT policy then fixes a task some of the time rather than always or never, so GRPO's groups have variance.
+Evaluation is sampled (T=1), `AGENT_EVAL_N` episodes per task of `builtin:repo-heldout` ((unit, bug) pairs never
+trained on), reporting resolve@1, resolve@n and the habits: tested-before-submit share, protected-file edit
+attempts, turns.
 
 Two trainer runs under RUN_DIR (`sft/`, then `grpo/` starting from sft's final weights) and an evaluation after
 each (`eval-sft/`, `eval-grpo/`: summary.json and every episode in samples.jsonl). `AGENT_QUICK` shrinks it to
-a few minutes on 6 train tasks, evaluated on the same tasks (for the test suite). `agent_table` is the stage
+about 10 minutes on 6 train tasks, evaluated on the same tasks. `agent_table` is the stage
 table; `write_agent_report` writes RUN_DIR/report.md and resolve.png.
 
 Simplifications: evaluation runs between the two trainer runs (the trainer does not evaluate repository sets

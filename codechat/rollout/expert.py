@@ -32,8 +32,8 @@ from codechat.verifier.repo import RepoJudge
 def edit_arguments(base: str, fix: str, reference: str) -> dict[str, str] | None:
     """The `old` and `new` of one edit that turns `base` into `fix`: the lines where `fix` or `reference` differ
     from `base` (so a wrong fix edits where the right one would, even one that changes nothing), grown by a line
-    of context at a time until `old` occurs exactly once in `base` (overlapping occurrences counted); None when neither differs or no span of
-    `base` is unique."""
+    of context at a time until `old` occurs exactly once in `base` (overlapping occurrences counted); None when
+    neither differs or no span of `base` is unique."""
     b, f = base.splitlines(keepends=True), fix.splitlines(keepends=True)
     spans = [(i1, i2) for other in (f, reference.splitlines(keepends=True))
              for tag, i1, i2, _, _ in difflib.SequenceMatcher(None, b, other, autojunk=False).get_opcodes()
@@ -130,7 +130,8 @@ def expert_episodes(policy, judge: RepoJudge, tasks: list[RepoTask], cfg: AgentC
     calls = {(t.task_id, j): expert_calls(t, f, cfg.call_format, edit)
              for t in tasks for j, f in enumerate(distinct[t.task_id])}
     budget = max((len(c) for c in calls.values()), default=1)
-    by_id = {t.task_id: replace(t, limits=replace(t.limits, max_turns=max(t.limits.max_turns, budget))) for t in tasks}
+    by_id = {t.task_id: replace(t, limits=replace(t.limits, max_turns=max(t.limits.max_turns, budget)))
+             for t in tasks}
     cfg = replace(cfg, turn_tokens=max(cfg.turn_tokens, 2048))  # a write_file turn holds a whole module
     agent = ExpertAgent(policy, calls)
     played = {(e.task_id, e.sample): e.cut_to_context(agent.model_context)
