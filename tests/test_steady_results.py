@@ -1,5 +1,6 @@
 """Same seed, same episodes: tool results hold no wall-clock time (pytest's `in 0.13s` is dropped), so an expert
 transcript and a seeded episode repeat token for token."""
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -77,8 +78,9 @@ def without_times(rows: list[dict]) -> list[dict]:
             for r in rows]
 
 
+@pytest.mark.slow
 def test_same_seed_same_sft_and_first_grpo_step(tmp_path, short_tasks):
-    """Expert transcripts (real run_tests results) -> 1 SFT step -> 1 GRPO step on episodes, twice with one seed:
+    """(slow: two trainer runs, ~20-50 s on a busy machine) Expert transcripts (real run_tests results) -> 1 SFT step -> 1 GRPO step on episodes, twice with one seed:
     the same metrics (times aside) and the same sampled episodes."""
     runs = []
     for name in ("a", "b"):
