@@ -5,13 +5,16 @@
 The SFT data are expert episodes on `builtin:repo-train` (read the file -> run the tests -> write the fix -> run
 the tests -> submit), played for real in the sandbox, with a seeded share (`sft.expert_wrong`) that writes a
 plausible but wrong fix: imitation learns the habit and some wrong fixes, and GRPO on whole episodes (the
-hidden-test judgement as the reward of every model token) has something left to teach. Evaluation is sampled
-(T=1), `AGENT_EVAL_N` episodes per task of `builtin:repo-heldout` ((unit, bug) pairs never trained on), reporting
-resolve@1, resolve@n and the habits: tested-before-submit share, protected-file edit attempts, turns.
+hidden-test judgement as the reward of every model token) has something left to teach. Each task has 4
+transcripts, half of them wrong (`sft.expert_per_task`), and each fix is one `edit` call (`sft.expert_edit`): the
+SFT policy then fixes a task some of the time rather than always or never, so GRPO's groups have variance.
+Evaluation is sampled (T=1), `AGENT_EVAL_N` episodes per task of `builtin:repo-heldout` ((unit, bug) pairs never
+trained on), reporting resolve@1, resolve@n and the habits: tested-before-submit share, protected-file edit
+attempts, turns.
 
 Two trainer runs under RUN_DIR (`sft/`, then `grpo/` starting from sft's final weights) and an evaluation after
 each (`eval-sft/`, `eval-grpo/`: summary.json and every episode in samples.jsonl). `AGENT_QUICK` shrinks it to
-a few minutes on 6 train tasks, evaluated on the same tasks (for the test suite). `agent_table` is the stage
+about 10 minutes on 6 train tasks, evaluated on the same tasks. `agent_table` is the stage
 table; `write_agent_report` writes RUN_DIR/report.md and resolve.png.
 
 Simplifications: evaluation runs between the two trainer runs (the trainer does not evaluate repository sets
@@ -44,7 +47,8 @@ AGENT: list[str] = [
     "data.train=builtin:repo-train", "data.eval=",
     "sampling.temperature=1.0",
     "agent.turn_tokens=200", "agent.max_live=64",
-    "sft.steps=200", "sft.lr=2e-3", "sft.batch_size=16", "sft.warmup=10", "sft.expert_wrong=0.3",
+    "sft.steps=200", "sft.lr=2e-3", "sft.batch_size=16", "sft.warmup=10", "sft.expert_wrong=0.5",
+    "sft.expert_per_task=4", "sft.expert_edit=true",
     "algo.advantage=grpo", "algo.loss=ppo-clip", "algo.kl_beta=0.0",
     "rl.steps=12", "rl.lr=1e-4", "rl.prompts_per_step=8", "rl.group_size=4", "rl.zero_variance=skip",
     "log.audit=false", "log.plot=false", "checkpoint.every=0", "checkpoint.keep_last=1",
@@ -57,10 +61,11 @@ AGENT_EVAL_N = 4
 
 AGENT_QUICK: list[str] = ["data.train=builtin:repo-mini", "sft.steps=150", "sft.batch_size=4", "sft.lr=3e-3",
                           "sft.expert_wrong=0.5", "rl.steps=4", "rl.prompts_per_step=3", "rl.group_size=4",
-                          "rl.lr=3e-4"]
-AGENT_QUICK_EVAL_N = 2
-"""`--quick`: 6 train tasks, SFT half on wrong fixes, evaluated on the same 6 tasks (2 episodes each). 150 SFT
-steps: the tiny model writes well-formed compact calls after ~60-70 (docs/agent.md, "The agent demo")."""
+                          "rl.lr=1e-4"]
+AGENT_QUICK_EVAL_N = 4
+"""`--quick`: 6 train tasks, SFT on 4 expert transcripts per task (2 with a wrong fix), evaluated on the same 6
+tasks (4 episodes each: with 2 a single episode moves resolve@1 by 8 points). 150 SFT steps: the tiny model
+writes well-formed compact calls after ~60-70 (docs/agent.md, "The agent demo")."""
 
 
 @dataclass
@@ -174,13 +179,15 @@ def write_agent_report(run_dir: Path, rows: list[AgentRow], command: str, eval_s
 
 
 def run_agent_demo(run_dir: str, quick: bool = False, overrides: list[str] | None = None,
-                   command: str = "codechat demo --agent") -> tuple[Path, list[AgentRow]]:
-    """SFT -> eval -> GRPO -> eval; returns (run_dir, the two table rows) and writes report.md, resolve.png."""
+                   command: str = "codechat demo --agent", eval_n: int = 0) -> tuple[Path, list[AgentRow]]:
+    """SFT -> eval -> GRPO -> eval; returns (run_dir, the two table rows) and writes report.md, resolve.png.
+    eval_n: episodes per task of each evaluation (0 = AGENT_EVAL_N, or AGENT_QUICK_EVAL_N with quick)."""
     t0 = time.monotonic()
     root = Path(run_dir)
     sft_cfg = agent_config(run_dir, "sft", quick, overrides)
     rl_cfg = agent_config(run_dir, "grpo", quick, overrides)
     eval_spec, n = (sft_cfg.data.train, AGENT_QUICK_EVAL_N) if quick else (AGENT_EVAL, AGENT_EVAL_N)
+    n = eval_n or n
     rows = []
     train(sft_cfg)
     m = evaluate_stage(sft_cfg, root / "sft", eval_spec, n, root / "eval-sft")

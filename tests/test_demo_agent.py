@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from codechat import CodechatError
+from codechat import CodechatError, demo_agent, plugins
 from codechat.cli import main
 from codechat.configio import load_config
-from codechat.demo_agent import AgentRow, agent_config, agent_table, run_agent_demo
+from codechat.demo_agent import AGENT_QUICK_EVAL_N, AgentRow, agent_config, agent_table, run_agent_demo
 from codechat.policy.presets import PRESETS
 from codechat.tasks.repo_loaders import is_repo_spec, load_repo_tasks
 
@@ -33,6 +33,10 @@ def test_the_demo_writes_compact_calls_with_the_2k_tiny_preset(tmp_path):
     for stage in ("sft", "grpo"):
         cfg = agent_config(str(tmp_path), stage, quick=True)
         assert cfg.agent.call_format == "compact"
+    for quick in (False, True):  # several transcripts per task, fixes as edits (docs/agent.md, "The agent demo")
+        cfg = agent_config(str(tmp_path), "sft", quick=quick)
+        assert cfg.sft.expert_per_task == 4 and cfg.sft.expert_edit and cfg.sft.expert_wrong == 0.5
+    assert agent_config(str(tmp_path), "grpo", quick=True).rl.lr == 1e-4 and AGENT_QUICK_EVAL_N == 4
     assert agent_config(str(tmp_path), "sft").model.path == "tiny-agent"
     assert PRESETS["tiny"].max_positions == 1024 and PRESETS["tiny-agent"] == replace(PRESETS["tiny"],
                                                                                       max_positions=2048)
@@ -89,14 +93,30 @@ def one_thread():
     torch.set_num_threads(n)
 
 
+@pytest.fixture
+def three_turns(monkeypatch):
+    """The quick demo's tasks with 3-turn episodes for the model (the expert plays its 5 turns whatever the
+    budget): the untrained model's episodes end after 3 turns, not 12."""
+    def load(spec, repos=None):
+        tasks = load_repo_tasks(spec, repos)
+        for t in tasks:
+            t.limits.max_turns = 3
+        return tasks
+    monkeypatch.setattr(plugins, "load_repo_tasks", load)
+    monkeypatch.setattr(demo_agent, "load_repo_tasks", load)
+
+
 @pytest.mark.slow
-def test_quick_agent_demo_end_to_end(tmp_path, one_thread):
+def test_quick_agent_demo_end_to_end(tmp_path, one_thread, three_turns):
     """SFT on expert episodes -> eval -> GRPO on episodes -> eval, with the table, report and plot. The wiring
-    only: a rise needs ~150 SFT steps (docs/agent.md, "The agent demo"), minutes beyond this test's budget."""
-    short = ["log.progress=false", "sft.steps=6", "rl.steps=2", "rl.prompts_per_step=2", "rl.group_size=2",
+    only: a rise needs ~150 SFT steps and 4 evaluated episodes per task (docs/agent.md, "The agent demo"), minutes
+    beyond this test's budget."""
+    short = ["log.progress=false", "sft.steps=2", "rl.steps=2", "rl.prompts_per_step=2", "rl.group_size=2",
              "agent.turn_tokens=32"]
-    run_dir, rows = run_agent_demo(str(tmp_path / "d"), quick=True, overrides=short)  # the wiring, not learning
+    run_dir, rows = run_agent_demo(str(tmp_path / "d"), quick=True, overrides=short, eval_n=2)  # the wiring
     assert [r.stage for r in rows] == ["sft", "grpo"] and rows[0].k == 2
+    sft_rows = [json.loads(line) for line in (run_dir / "sft" / "metrics.jsonl").read_text().splitlines()]
+    assert sft_rows[0]["sft/expert_transcripts"] == 6 * 4  # the demo's expert_per_task
     for stage in ("sft", "grpo"):
         samples = (run_dir / f"eval-{stage}" / "samples.jsonl").read_text().splitlines()
         assert len(samples) == 6 * 2 and all(json.loads(s)["turns"] for s in samples)

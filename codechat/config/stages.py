@@ -41,6 +41,13 @@ class SFTConfig:
     """Warmup steps."""
     expert_wrong: float = 0.2
     """Repository tasks: share of expert transcripts that apply a plausible but wrong fix (rollout/expert.py)."""
+    expert_per_task: int = 1
+    """Repository tasks: expert transcripts per task. 1: one each, a share `expert_wrong` of the tasks wrong; more:
+    round(expert_wrong x N) of each task's N transcripts wrong (its metadata wrong_fixes), so SFT learns a mixture
+    per task that GRPO can sort rather than one memorised transcript (rollout/expert.py)."""
+    expert_edit: bool = False
+    """Repository tasks: the expert changes each file with one `edit` (the changed lines, with just enough context
+    to be unique) instead of `write_file` of the whole file: shorter transcripts, fewer tokens to copy."""
 
 
 @dataclass

@@ -53,6 +53,8 @@ class TurnState:
     key: int | None = None
     """The episode's id, unique in the process (None: keep no KV for it); a model agent hands it to the sampler
     so that the next turn prefills only the tokens appended since this one (policy/prefix.py)."""
+    sample: int = 0
+    """Index of this episode among its task's episodes of the run (scripted agents play one script per sample)."""
 
 
 class Agent(Protocol):

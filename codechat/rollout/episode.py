@@ -208,7 +208,7 @@ class EpisodeRunner:
                     if acting:
                         self.step_sizes.append(len(acting))
                         states = [TurnState(e.task, len(e.t.turns), e.t.tokens, e.budget(self.cfg.turn_tokens),
-                                            e.last_result, e.key if self.cfg.kv_reuse else None)
+                                            e.last_result, e.key if self.cfg.kv_reuse else None, e.sample)
                                   for _, e in acting]
                         version = before_turn() if before_turn is not None else 0
                         t0 = time.monotonic()

@@ -28,6 +28,7 @@ import re
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from codechat.config import AgentConfig
@@ -236,8 +237,8 @@ class ToolBox:
         passed = sum(run.tests.values())
         head = "ok" if run.status == "ok" else f"error: tests {run.status}"
         summary = f"{head} {passed} passed, {len(run.tests) - passed} failed"
-        return ToolResult(summary + "\n" + _tail(run.output, self.cfg.tool_output_chars), run.status == "ok",
-                          ran_tests=True)
+        return ToolResult(summary + "\n" + _tail(steady(run.output, self.ws.root), self.cfg.tool_output_chars),
+                          run.status == "ok", ran_tests=True)
 
     def _run(self, code: str = "", module: str = "", args: list | None = None) -> ToolResult:
         if bool(code) == bool(module):
@@ -247,10 +248,25 @@ class ToolBox:
         res = run_isolated(argv, self.ws.root, timeout_s=self.cfg.run_timeout_s,
                            max_output_bytes=self.cfg.tool_output_chars * 4, hide_paths=self.hide_paths)
         status = f"exit {res.returncode}" if res.status == "ok" else res.status
-        return ToolResult(f"ok {status}\n" + _tail(res.output, self.cfg.tool_output_chars), res.status == "ok")
+        return ToolResult(f"ok {status}\n" + _tail(steady(res.output, self.ws.root), self.cfg.tool_output_chars),
+                          res.status == "ok")
 
     def _submit(self) -> ToolResult:
         return ToolResult("ok submitted", True, submitted=True)
+
+
+_PYTEST_TIME = re.compile(r"^(.*\b(?:passed|failed|errors?|skipped|xfailed|xpassed|deselected|warnings?|no tests ran)"
+                          r"\b.*?) in \d+(?:\.\d+)?s(?: \(\d+:\d\d:\d\d\))?( =+)?[ \t]*$", re.M)
+
+
+def steady(output: str, root: str | Path = "") -> str:
+    """Command output without what changes from run to run: pytest's wall-clock time (`2 passed in 0.13s` ->
+    `2 passed`) and the workspace's absolute path (a fresh temporary directory per episode; paths under it become
+    relative). The same workspace content gives the same result tokens, so a seeded episode (and an expert
+    transcript) repeats exactly."""
+    if root:
+        output = output.replace(f"{root}/", "").replace(str(root), ".")
+    return _PYTEST_TIME.sub(lambda m: m.group(1) + (m.group(2) or ""), output)
 
 
 def _tail(text: str, limit: int) -> str:

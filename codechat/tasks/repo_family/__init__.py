@@ -12,7 +12,8 @@ bug kind), so every bug kind and every unit is seen in train, but held-out tasks
 Seeded: the same (split, n, seed) gives the same tasks. Each task carries its reference fix as
 `metadata["solution"]` = {module path: fixed source} (for expert transcripts), and `metadata["wrong_fix"]`, a
 plausible but wrong fix (one edit of the correct or the buggy function that passes the visible tests and fails
-a hidden one; {} when no edit of MUTATIONS qualifies).
+a hidden one; {} when no edit of MUTATIONS qualifies), and `metadata["wrong_fixes"]`, every such edit then the
+module with the bug left in (never empty: several expert transcripts per task, `sft.expert_per_task`).
 
     from codechat.tasks.repo_family import generate_repo_tasks
     tasks = generate_repo_tasks("heldout", 32, seed=0)     # = load_repo_tasks("builtin:repo-heldout")
@@ -101,6 +102,23 @@ def wrong_fix(unit: Unit, bug: str) -> str | None:
     return None
 
 
+def wrong_fixes(unit: Unit, bug: str) -> list[str]:
+    """Every plausible but wrong version of the function, distinct: each one-place edit (MUTATIONS) of the correct
+    function, then of the buggy one, that passes the visible asserts and fails a hidden one of the bug; last, the
+    buggy function itself (a rewrite that leaves the bug in, which every task has)."""
+    out = []
+    for base in (unit.correct, unit.bugs[bug]):
+        for old, new in MUTATIONS:
+            start = base.find(old)
+            while start >= 0:
+                src = base[:start] + new + base[start + len(old):]
+                if src not in out and src not in (unit.bugs[bug], unit.correct) and all(_holds(src, unit.visible)) \
+                        and not all(_holds(src, unit.hidden[bug])):
+                    out.append(src)
+                start = base.find(old, start + 1)
+    return out + [unit.bugs[bug]]
+
+
 def _module_source(units: list[Unit], bug_unit: str | None, bug: str | None) -> str:
     parts = [u.bugs[bug] if u.name == bug_unit else u.correct for u in units]
     return "\n\n".join(p.rstrip("\n") + "\n" for p in parts)
@@ -153,10 +171,13 @@ def make_task(split: str, index: int, unit: str, bug: str, rng: random.Random) -
     wrong_src = wrong_fix(target, bug)
     wrong = {module_path: _module_source([replace(u, bugs={"wrong": wrong_src}) if u is target else u
                                           for u in mod_units], unit, "wrong")} if wrong_src else {}
+    wrongs = [{module_path: _module_source([replace(u, bugs={"wrong": src}) if u is target else u for u in mod_units],
+                                           unit, "wrong")} for src in wrong_fixes(target, bug)]
     return RepoTask(f"repo-{split}-{index:04d}-{unit}-{bug}", problem, files, hidden_tests=hidden,
                     visible_tests=sorted(p for p in files if p.startswith("tests/")),
                     limits=RepoLimits(**LIMITS),
-                    metadata={"solution": solution, "wrong_fix": wrong, "bug": bug, "unit": unit, "split": split,
+                    metadata={"solution": solution, "wrong_fix": wrong, "wrong_fixes": wrongs, "bug": bug, "unit": unit,
+                              "split": split,
                               "source": f"builtin:repo-{split}"})
 
 

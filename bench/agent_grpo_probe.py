@@ -1,0 +1,64 @@
+"""What gives GRPO variance to learn from on repository episodes: GRPO variants from one SFT model, probed.
+
+    OMP_NUM_THREADS=1 python bench/agent_grpo_probe.py --sft runs/demo-agent-quick/sft \
+        --variant base= --variant lr1e-3=rl.lr=1e-3 --variant g8=rl.group_size=8,rl.prompts_per_step=2
+
+Each variant is the agent demo's `--quick` GRPO run (codechat/demo_agent.py: AGENT + AGENT_QUICK) starting from
+the weights in `--sft` (a finished demo's sft/ folder, or any model directory) with the variant's overrides
+(comma-separated `codechat train` overrides after `NAME=`), then `--n` sampled episodes (T=1) per task of the
+train set (the quick demo evaluates on its train tasks). The SFT model is evaluated once the same way (`sft`).
+Per variant: `zero_var` (mean share of groups whose episodes all got the same reward, over the steps),
+`pass_rates` (the train episodes' resolve rate per step), `resolve@1` and `resolve@N` after, their change from
+the SFT model, `submitted`, `truncated`, `grpo_s` and `eval_s` (wall seconds). Ends with one JSON line:
+{"sft": {...}, "n": N, "variants": {NAME: {...}}}.
+"""
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from codechat.demo_agent import agent_config, evaluate_stage
+from codechat.train import train
+from codechat.train.metrics import read_metrics
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--sft", required=True, help="the SFT model to start every variant from")
+ap.add_argument("--n", type=int, default=4, help="sampled episodes per task of each evaluation")
+ap.add_argument("--variant", action="append", default=[], help="NAME=override,override")
+ap.add_argument("--run-dir", default="", help="keep the runs here (default: a temporary directory)")
+args = ap.parse_args()
+torch.set_num_threads(1)
+
+root = Path(args.run_dir or tempfile.mkdtemp(prefix="agent-grpo-probe-"))
+sft_dir = Path(args.sft)
+
+
+def evaluate(cfg, model: Path, out: Path) -> dict:
+    t0 = time.monotonic()
+    m = evaluate_stage(cfg, model, cfg.data.train, args.n, out)
+    keys = ("resolve@1", f"resolve@{args.n}", "submitted", "truncated", "tested_before_submit", "turns")
+    return {k: m[k] for k in keys} | {"eval_s": round(time.monotonic() - t0, 1)}
+
+
+base_cfg = agent_config(str(root), "grpo", quick=True, overrides=[f"model.path={sft_dir}"])
+sft = evaluate(base_cfg, sft_dir, root / "eval-sft")
+print("sft", sft, flush=True)
+out: dict[str, dict] = {}
+for v in args.variant or ["base="]:
+    name, _, rest = v.partition("=")
+    cfg = agent_config(str(root / name), "grpo", quick=True,
+                       overrides=["log.progress=false", f"model.path={sft_dir}"] + [o for o in rest.split(",") if o])
+    t0 = time.monotonic()
+    train(cfg)
+    grpo_s = round(time.monotonic() - t0, 1)
+    steps = [r for r in read_metrics(root / name / "grpo") if r.get("pass_rate") is not None]
+    res = evaluate(cfg, root / name / "grpo", root / name / "eval")
+    res |= {"overrides": rest, "zero_var": sum(r["zero_var_frac"] for r in steps) / max(1, len(steps)),
+            "pass_rates": [round(r["pass_rate"], 3) for r in steps], "grpo_s": grpo_s,
+            "d_resolve@1": round(res["resolve@1"] - sft["resolve@1"], 4)}
+    out[name] = res
+    print(name, res, flush=True)
+print(json.dumps({"sft_model": str(sft_dir), "sft": sft, "n": args.n, "variants": out}))
