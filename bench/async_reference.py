@@ -8,7 +8,8 @@ itself. With `--delay 0` the copy is always current, which must equal the synchr
     PYTHONPATH=. python bench/async_reference.py --base /tmp/async_quality/base/final --seed 4 --steps 20
 
 Each run is its own process (OMP_NUM_THREADS=1, passive), both at once. Ends with one JSON line
-{"steps", "identical_steps", "differing": {metric: [steps]}, "eval": {"async": ..., "reference": ...}}.
+{"steps", "identical_steps", "differing": {metric: [steps]}, "eval": {"run": ..., "reference": ...}}, "run" being
+the run with rl.async_steps = --delay.
 The reference's engine lives here (not in codechat): a diagnostic, not a feature.
 """
 from __future__ import annotations
@@ -101,14 +102,14 @@ def main() -> None:
     common = DEMO + ["eval.n=4", "eval.k=[1]", "log.progress=false", "log.plot=false", "log.audit=false",
                      "stages=[grpo]", f"model.path={args.base}", f"rl.steps={args.steps}", f"seed={args.seed}",
                      "algo.correction=tis", "algo.tis_cap=2"]
-    runs = {"async": (common + [f"rl.async_steps={args.delay}", f"run_dir={root / 'async'}"], None),
+    runs = {"run": (common + [f"rl.async_steps={args.delay}", f"run_dir={root / 'run'}"], None),
             "reference": (common + ["rl.async_steps=0", f"run_dir={root / 'reference'}"], args.delay)}
     with ThreadPoolExecutor(2) as pool:
         list(pool.map(lambda kv: spawn(kv[1][0], kv[1][1], root / f"{kv[0]}.log"), runs.items()))
-    a, r = steps_of(root / "async"), steps_of(root / "reference")
+    a, r = steps_of(root / "run"), steps_of(root / "reference")
     differing = {k: [i for i, (x, y) in enumerate(zip(a, r)) if x.get(k) != y.get(k)] for k in KEYS}
     same = sum(all(x.get(k) == y.get(k) for k in KEYS) for x, y in zip(a, r))
-    ev = {name: {k: v for k, v in rows[-1].items() if k.startswith("eval/")} for name, rows in (("async", a),
+    ev = {name: {k: v for k, v in rows[-1].items() if k.startswith("eval/")} for name, rows in (("run", a),
                                                                                                 ("reference", r))}
     print(json.dumps({"seed": args.seed, "delay": args.delay, "steps": len(a), "identical_steps": same,
                       "differing": {k: v for k, v in differing.items() if v}, "eval": ev, "root": str(root)}))

@@ -8,6 +8,8 @@ on stale batches whose behaviour log-probs differ from the trainer's."""
 import copy
 import dataclasses
 
+import pytest
+
 import codechat.train.rl as rl
 from codechat.policy.sampler import Sampler
 from codechat.train.producer import weights_snapshot
@@ -43,6 +45,7 @@ class OneUpdateBehind:
         pass
 
 
+@pytest.mark.slow  # ~10-20 s: two 4-step runs; the one test of the producer against a moving-policy reference
 def test_async_equals_the_synchronous_loop_sampling_one_update_behind(tmp_path, monkeypatch):
     _, a_rolls, a_m = run(tmp_path, "async", *ALGO, "rl.async_steps=1")
     monkeypatch.setattr(rl, "make_engine", lambda policy, *a: OneUpdateBehind(policy))
