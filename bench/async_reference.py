@@ -71,7 +71,8 @@ def run_child(overrides: list[str], delay: int | None) -> None:
 def spawn(overrides: list[str], delay: int | None, log: Path) -> None:
     env = dict(os.environ, OMP_NUM_THREADS="1", OMP_WAIT_POLICY="passive",
                PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
-    cmd = [sys.executable, __file__, "--child", json.dumps(overrides)] + ([] if delay is None else ["--child-delay", str(delay)])
+    cmd = [sys.executable, __file__, "--child", json.dumps(overrides)]
+    cmd += [] if delay is None else ["--child-delay", str(delay)]
     with open(log, "w") as f:
         if subprocess.run(cmd, env=env, stdout=f, stderr=subprocess.STDOUT).returncode != 0:
             sys.exit(f"run failed, see {log}:\n{log.read_text()[-2000:]}")
