@@ -85,6 +85,10 @@ def main() -> None:
     ap.add_argument("--root", default=None, help="keep the runs here (default: a temporary directory)")
     ap.add_argument("--base", default=None, help="start model directory (default: train the demo's sft+rft)")
     ap.add_argument("--quick", action="store_true", help="the demo's --quick workload (builtin:toy, 10 x 8 per step)")
+    ap.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                    help="a config override for both runs of every seed (repeatable)")
+    ap.add_argument("--async-override", action="append", default=[], metavar="KEY=VALUE",
+                    help="a config override for the async_steps=1 runs only (repeatable), e.g. a correction")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child is not None:
@@ -107,7 +111,8 @@ def main() -> None:
         t = time.perf_counter()
         if not (d / "final").exists():
             spawn(base + common + ["stages=[grpo]", f"model.path={start}", f"rl.steps={args.steps}", f"seed={seed}",
-                                   f"rl.async_steps={k}", "algo.correction=tis", "algo.tis_cap=2", f"run_dir={d}"],
+                                   f"rl.async_steps={k}", "algo.correction=tis", "algo.tis_cap=2", f"run_dir={d}",
+                                   *args.override, *(args.async_override if k else [])],
                   root / f"seed{seed}-async{k}.log")
         ev = final_eval(d) | {"seed": seed, "wall_s": round(time.perf_counter() - t, 1)}
         print(f"seed {seed} async_steps={k}: {ev}", file=sys.stderr, flush=True)
@@ -119,6 +124,7 @@ def main() -> None:
     rl = {o.split("=")[0]: o.split("=")[1] for o in base if o.startswith("rl.")}
     samples = args.steps * int(rl["rl.prompts_per_step"]) * int(rl["rl.group_size"])
     out = {"workload": "demo --quick" if args.quick else "demo", "steps": args.steps, "seeds": args.seeds,
+           "override": args.override, "async_override": args.async_override,
            "samples": samples, "eval_n": args.eval_n, "start": str(start),
            "start_eval": final_eval(start.parent) if (start.parent / "metrics.jsonl").exists() else None, **summarize(per),
            "base_s": base_s, "wall_s": round(time.perf_counter() - t0, 1)}

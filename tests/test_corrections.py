@@ -1,4 +1,4 @@
-"""Off-policy corrections (tis, seq-is, icepop) and the gspo / cispo losses against slow loop references: values,
+"""Off-policy corrections (tis, seq-is, icepop, seq-tis) and the gspo / cispo losses against slow loop references: values,
 gradients, which tokens are dropped; config checks name the field."""
 import math
 from dataclasses import replace
@@ -42,6 +42,25 @@ def test_seq_is_is_the_capped_geometric_mean_per_sequence():
     assert CORRECTIONS["seq-is"](old, sampler, mask, replace(cfg, tis_cap=0))[0] is None  # cap 0 = off
 
 
+def test_seq_tis_is_the_capped_product_ratio_per_sequence():
+    _, old, sampler, _, mask = batch(2)
+    cfg = replace(CFG, correction="seq-tis", tis_cap=1.5)
+    w, m = CORRECTIONS["seq-tis"](old, sampler, mask, cfg)
+    ratios = []
+    for i in range(3):
+        toks = [t for t in range(5) if mask[i, t]]
+        prod = math.prod(math.exp((old[i, t] - sampler[i, t]).item()) for t in toks)  # pi_old(y) / pi_sampler(y)
+        ratios.append(prod)
+        for t in range(5):
+            assert w[i, t].item() == pytest.approx(min(prod, 1.5) if mask[i, t] else 0.0, rel=1e-5)
+    assert any(r > 1.5 for r in ratios) and any(r < 1.0 for r in ratios)  # both sides of the cap are covered
+    assert m["seq_ratio_mean"] == pytest.approx(sum(ratios) / 3, rel=1e-5)
+    assert CORRECTIONS["seq-tis"](old, sampler, mask, replace(cfg, tis_cap=0))[0] is None  # cap 0 = off
+    # the geometric mean (seq-is) of the same tokens differs wherever a sequence has more than one token
+    g, _ = CORRECTIONS["seq-is"](old, sampler, mask, replace(cfg, correction="seq-is"))
+    assert not torch.allclose(w[:2], g[:2])
+
+
 def test_icepop_masks_ratios_outside_the_band():
     old = torch.full((1, 5), -1.0)
     ratios = [0.3, 0.5, 1.0, 2.0, 3.0]
@@ -56,7 +75,7 @@ def test_icepop_masks_ratios_outside_the_band():
     assert g[0].tolist() == pytest.approx([-r / 5 if 0.5 <= r <= 2.0 else 0.0 for r in ratios], rel=1e-5)
 
 
-@pytest.mark.parametrize("name", ["tis", "seq-is", "icepop"])
+@pytest.mark.parametrize("name", ["tis", "seq-is", "icepop", "seq-tis"])
 def test_every_correction_ignores_padding(name):
     _, old, sampler, _, mask = batch(1)
     noisy = sampler.clone()
@@ -119,14 +138,14 @@ def test_cispo_matches_loop_and_keeps_gradient_on_clipped_tokens():
 def test_losses_apply_the_configured_correction():
     logp, old, sampler, adv, mask = batch(4)
     out = {}
-    for name in ["tis", "seq-is", "icepop"]:
+    for name in ["tis", "seq-is", "icepop", "seq-tis"]:
         cfg = replace(CFG, correction=name, tis_cap=1.2)
         out[name] = policy_loss("cispo", logp, old, adv, mask, cfg, sampler_logp=sampler)[0].item()
-    assert len({round(v, 6) for v in out.values()}) == 3  # three different weightings
+    assert len({round(v, 6) for v in out.values()}) == 4  # four different weightings
 
 
 def test_config_checks_name_the_field():
-    with pytest.raises(UnknownNameError, match="icepop, seq-is, tis"):
+    with pytest.raises(UnknownNameError, match="icepop, seq-is, seq-tis, tis"):
         check_config(replace(CFG, correction="vtrace"))
     with pytest.raises(CodechatError, match="icepop_low"):
         check_config(replace(CFG, icepop_low=1.5))

@@ -10,6 +10,10 @@ r_t = exp(old_logp_t - sampler_logp_t) is the token ratio pi_old / pi_sampler.
              ratio, length-normalised so long sequences do not explode; tis_cap 0 = off (None)
     icepop   r_t where cfg.icepop_low <= r_t <= cfg.icepop_high, else 0 (IcePop, Ring-1T): a token whose
              probabilities disagree too much is dropped from the gradient instead of being down-weighted
+    seq-tis  min(exp(sum_t log r_t), cfg.tis_cap), the same for every token of a sequence: the sequence's own
+             likelihood ratio pi_old(y) / pi_sampler(y), truncated. The exact importance weight of a
+             sequence-level reward; the token ratios above ignore how the small per-token shifts of stale
+             samples compound over a sequence (docs/scaling.md, async quality); tis_cap 0 = off (None)
 Every entry reports the gap metrics (tis_ratio_mean, tis_ratio_max, logp_gap_max, logp_gap_mean) and the share of tokens it
 clipped or masked (tis_clipped_frac). Padding is zeroed before any arithmetic and log-ratios are clamped to +-20,
 so finite inputs give finite weights. Used by every policy loss through losses._finish; name: `algo.correction`.
@@ -79,3 +83,21 @@ def icepop(old_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.Tenso
     metrics = gap_metrics(gap, mask)
     metrics["tis_clipped_frac"] = masked_mean((~keep).float(), mask).item()
     return torch.where(keep, ratio, torch.zeros_like(ratio)), metrics
+
+
+@CORRECTIONS.register("seq-tis")
+def sequence_tis(old_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.Tensor,
+                 cfg) -> tuple[torch.Tensor | None, dict[str, float]]:
+    gap = _log_ratio(old_logp, sampler_logp, mask)  # (B, T)
+    m = (mask > 0).float()  # (B, T)
+    seq_log_ratio = (gap * m).sum(1).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)  # (B,) log pi_old(y) / pi_sampler(y)
+    seq_ratio = torch.exp(seq_log_ratio)  # (B,)
+    cap = cfg.tis_cap
+    metrics = gap_metrics(gap, mask)
+    rows = m.sum(1) > 0  # (B,)
+    metrics["seq_ratio_mean"] = seq_ratio[rows].mean().item() if rows.any() else 0.0
+    metrics["tis_clipped_frac"] = masked_mean((seq_ratio > cap).float()[:, None].expand_as(m), mask).item() \
+        if cap > 0 else 0.0
+    if cap <= 0:
+        return None, metrics
+    return seq_ratio.clamp(max=cap)[:, None].expand_as(m) * m, metrics  # (B, T)

@@ -47,7 +47,7 @@ class AlgoConfig:
     correction: str = "tis"
     """Off-policy correction against the sampler's log-probs (algos/corrections.py): tis (token ratio capped at
     tis_cap), seq-is (GSPO geometric-mean sequence ratio capped at tis_cap), icepop (token ratios outside
-    [icepop_low, icepop_high] masked out)."""
+    [icepop_low, icepop_high] masked out), seq-tis (the sequence's product ratio capped at tis_cap)."""
     icepop_low: float = 0.5
     """`icepop`: tokens whose ratio pi_old / pi_sampler is below this are dropped from the loss."""
     icepop_high: float = 2.0

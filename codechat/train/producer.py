@@ -12,6 +12,9 @@ state_dict copy, no disk round trip) and the policy version (RL updates done so 
 comes back with that version, and the trainer logs the staleness (its version minus the batch's). A batch more
 than k versions old is dropped and sampled again with the current weights (`async/dropped_batches`). The
 behaviour log-probs are the sampler's (`batch.logprobs`), which `algo.correction` with `algo.tis_cap` corrects.
+With k = 1 the run is exactly the synchronous loop sampling with weights one update behind (samples, losses,
+gradients: tests/test_async_reference.py, bench/async_reference.py); what staleness costs in quality is measured
+in docs/scaling.md (a smaller lr than the synchronous loop's removes it on the demo workload).
 
 Data order and seeds are the synchronous loop's: batch s takes the same prompts at the same data position with
 the seed of step s, so batch 0 equals the synchronous run's. `state.data_pos` counts the prompts the trainer has
