@@ -35,6 +35,7 @@ def test_one_run_gives_a_point_per_budget(curve):
     assert not any("eval/pass@1" in r for r in read_metrics(curve / "runs" / "grpo-seed0"))  # compare evaluates
     text = (curve / "compare.md").read_text()
     assert "**At 128 sampled completions**" in text and "**At 256 sampled completions**" in text
+    assert "Curve points of this report: 128 / 256 completions; seeds 0." in text  # not the preset's budgets
     assert (curve / "compare.png").is_file() and (curve / "sft_eval.json").is_file()
 
 

@@ -110,7 +110,9 @@ def run(args: argparse.Namespace) -> int:
     if not results:
         raise CodechatError(f"{out}: no results of {', '.join(methods)} for seeds {args.seeds}")
     target = args.target or round(sft["pass1"] + 0.10, 3)
-    text = f"Preset `{args.preset}`: {preset.what}.\n\n{settings_line(results)}\n\n" + \
+    points = f"Curve points of this report: {' / '.join(f'{b:,}' for b in budgets)} completions; seeds " \
+             f"{', '.join(map(str, seeds))}."  # --budgets / --seeds may differ from the preset's
+    text = f"Preset `{args.preset}`: {preset.what}.\n\n{points}\n\n{settings_line(results)}\n\n" + \
         report(results, sft, target, budgets, seeds)
     (out / "compare.md").write_text(text + "\n\n![pass@1 vs samples](compare.png)\n")
     plot(results, sft, out / "compare.png")
