@@ -62,8 +62,14 @@ def sequence_is(old_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.
     gap = _log_ratio(old_logp, sampler_logp, mask)  # (B, T)
     m = (mask > 0).float()  # (B, T)
     seq_log_ratio = (gap * m).sum(1) / m.sum(1).clamp(min=1)  # (B,) mean log ratio = log of the geometric mean
+    return _sequence_weights(seq_log_ratio, gap, mask, cfg.tis_cap)
+
+
+def _sequence_weights(seq_log_ratio: torch.Tensor, gap: torch.Tensor, mask: torch.Tensor,
+                      cap: float) -> tuple[torch.Tensor | None, dict[str, float]]:
+    """One ratio per sequence (B,) from its log -> its capped value on every model token (B, T), and the metrics."""
+    m = (mask > 0).float()  # (B, T)
     seq_ratio = torch.exp(seq_log_ratio)  # (B,)
-    cap = cfg.tis_cap
     metrics = gap_metrics(gap, mask)
     rows = m.sum(1) > 0  # (B,)
     metrics["seq_ratio_mean"] = seq_ratio[rows].mean().item() if rows.any() else 0.0
@@ -91,13 +97,4 @@ def sequence_tis(old_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch
     gap = _log_ratio(old_logp, sampler_logp, mask)  # (B, T)
     m = (mask > 0).float()  # (B, T)
     seq_log_ratio = (gap * m).sum(1).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)  # (B,) log pi_old(y) / pi_sampler(y)
-    seq_ratio = torch.exp(seq_log_ratio)  # (B,)
-    cap = cfg.tis_cap
-    metrics = gap_metrics(gap, mask)
-    rows = m.sum(1) > 0  # (B,)
-    metrics["seq_ratio_mean"] = seq_ratio[rows].mean().item() if rows.any() else 0.0
-    metrics["tis_clipped_frac"] = masked_mean((seq_ratio > cap).float()[:, None].expand_as(m), mask).item() \
-        if cap > 0 else 0.0
-    if cap <= 0:
-        return None, metrics
-    return seq_ratio.clamp(max=cap)[:, None].expand_as(m) * m, metrics  # (B, T)
+    return _sequence_weights(seq_log_ratio, gap, mask, cfg.tis_cap)
