@@ -27,6 +27,8 @@ import weakref
 import torch
 import torch.nn.functional as F
 
+from codechat.policy.lean_ops import WeightedRMSNorm, lean_swiglu, lean_training, swiglu
+
 SUPPORTED = ("llama", "qwen2", "qwen3", "mistral")
 RMS_NORMS = ("LlamaRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm", "MistralRMSNorm")
 _CHECKED: "weakref.WeakKeyDictionary[object, bool]" = weakref.WeakKeyDictionary()
@@ -111,6 +113,8 @@ class FastLM:
     def _norm(self, mod, x):
         """RMSNorm as one fused op (same math as transformers': fp32 statistics, weight applied last)."""
         if type(mod).__name__ in RMS_NORMS:
+            if lean_training(x) and mod.weight.dtype == torch.float32:  # keeps x only for the backward
+                return WeightedRMSNorm.apply(x, mod.weight, mod.variance_epsilon)
             return mod.weight * F.rms_norm(x.float(), x.shape[-1:], eps=mod.variance_epsilon).to(x.dtype)
         return mod(x)
 
@@ -158,6 +162,8 @@ class FastLM:
         if self.fused is not None and i >= 0:
             g, u = F.linear(x, self.fused[i][2]).chunk(2, dim=-1)
             return layer.mlp.down_proj(F.silu(g) * u)
+        if lean_training(x) and lean_swiglu(layer.mlp):
+            return swiglu(layer.mlp, x)  # training: saves g and u only (policy/lean_ops.py), same values
         return layer.mlp(self._lowp(x))
 
     @staticmethod

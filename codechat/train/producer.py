@@ -171,7 +171,9 @@ class AsyncProducer:
         pos = self.cursor
         tasks = take(ctx.train_tasks, ctx.cfg.seed + st.stage_idx, pos, c.prompts_per_step)
         seed = ctx.step_seed() + 31 * (self.next_step - st.step)  # step_seed of the batch's step (linear in step)
-        fut = self.pool.submit(self._produce, self._snapshot(ctx.policy.model), dist.shard(tasks), seed,
+        # the snapshot travels in a one-item list that _produce empties once it is loaded: the work item would
+        # otherwise keep a second copy of the weights alive through the whole batch (and the trainer's update)
+        fut = self.pool.submit(self._produce, [self._snapshot(ctx.policy.model)], dist.shard(tasks), seed,
                                self.next_step, st.step)
         self.inflight.append(Batch(st.step, self.next_step, pos, fut))
         self.cursor += len(tasks)
@@ -189,11 +191,12 @@ class AsyncProducer:
             self._acting = pub[0]
         return self._acting
 
-    def _produce(self, snap, tasks, seed, step, version) -> tuple[Rollouts, float, ProbeBatch | None]:
+    def _produce(self, held: list, tasks, seed, step, version) -> tuple[Rollouts, float, ProbeBatch | None]:
+        """held: [the weights snapshot], emptied here once loaded (nothing keeps the snapshot after that)."""
         t0 = time.perf_counter()
         if self._last_end is not None:  # the queue was full (or the trainer slow to submit): the thread waited
             self._idle += t0 - self._last_end
-        self._load(snap)
+        self._load(held.pop())
         self._acting = version
         cfg = self.ctx.cfg
         if is_repo_batch(tasks):  # repository tasks: G multi-turn episodes per task, acted by the producer's copy

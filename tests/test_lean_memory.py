@@ -1,0 +1,137 @@
+"""Leaner memory on the update path, each checked against the simple reference:
+- SiluMulLinear and WeightedRMSNorm (policy/lean_ops.py) equal autograd's down_proj(silu(g) * u) and
+  weight * rms_norm(x) in values and gradients and save fewer activations; completion_logprobs through them
+  equals the model's own MLP and the plain norm, with less saved;
+- the async producer keeps no weights snapshot once it has loaded it (train/producer.py)."""
+import gc
+import weakref
+
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings, strategies as st
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from codechat.configio import load_config
+from codechat.policy import fastlm
+from codechat.policy.logprobs import completion_logprobs
+from codechat.policy.lean_ops import SiluMulLinear, WeightedRMSNorm, lean_swiglu
+from codechat.train import train
+from codechat.train import producer as producer_mod
+
+
+def saved_bytes(fn):
+    """Bytes of the distinct storages autograd saves while fn() runs."""
+    seen = {}
+
+    def pack(t):
+        seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = fn()
+    return out, sum(seen.values())
+
+
+@settings(max_examples=25, deadline=None)
+@given(rows=st.integers(1, 6), inter=st.integers(1, 9), width=st.integers(1, 5), bias=st.booleans(),
+       seed=st.integers(0, 2**16))
+def test_silu_mul_linear_equals_autograd(rows, inter, width, bias, seed):
+    g_ = torch.Generator().manual_seed(seed)
+    mk = lambda *s: torch.randn(*s, generator=g_, dtype=torch.float64, requires_grad=True)  # noqa: E731
+    g, u, w = mk(2, rows, inter), mk(2, rows, inter), mk(width, inter)
+    b = mk(width) if bias else None
+    ours = SiluMulLinear.apply(g, u, w, b)
+    ref = F.linear(F.silu(g) * u, w, b)
+    assert torch.equal(ours, ref)  # the same forward ops
+    up = torch.randn(ref.shape, generator=g_, dtype=torch.float64)
+    ins = [g, u, w] + ([b] if bias else [])
+    a = torch.autograd.grad((ours * up).sum(), ins)
+    r = torch.autograd.grad((ref * up).sum(), ins)
+    for x, y in zip(a, r):
+        torch.testing.assert_close(x, y, rtol=1e-12, atol=1e-12)
+    assert torch.autograd.gradcheck(SiluMulLinear.apply, (g, u, w, b))
+
+
+def test_silu_mul_linear_saves_half_the_mlp_activations():
+    g, u = torch.randn(64, 96, requires_grad=True), torch.randn(64, 96, requires_grad=True)
+    w = torch.randn(32, 96, requires_grad=True)
+    _, ours = saved_bytes(lambda: SiluMulLinear.apply(g, u, w, None))
+    _, ref = saved_bytes(lambda: F.linear(F.silu(g) * u, w))
+    act = 64 * 96 * 4  # one (rows, intermediate) fp32 tensor
+    assert ref - ours == 2 * act  # silu(g) and the product are no longer kept
+
+
+@settings(max_examples=25, deadline=None)
+@given(rows=st.integers(1, 6), width=st.integers(1, 9), seed=st.integers(0, 2**16), frozen=st.booleans())
+def test_weighted_rms_norm_equals_autograd(rows, width, seed, frozen):
+    g_ = torch.Generator().manual_seed(seed)
+    x = torch.randn(2, rows, width, generator=g_, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(width, generator=g_, dtype=torch.float64, requires_grad=not frozen)  # frozen: LoRA's norms
+    ours = WeightedRMSNorm.apply(x, w, 1e-6)
+    ref = w * F.rms_norm(x, (width,), eps=1e-6)
+    assert torch.equal(ours, ref)
+    up = torch.randn(ref.shape, generator=g_, dtype=torch.float64)
+    ins = [x] if frozen else [x, w]
+    for a, r in zip(torch.autograd.grad((ours * up).sum(), ins), torch.autograd.grad((ref * up).sum(), ins)):
+        torch.testing.assert_close(a, r, rtol=1e-12, atol=1e-12)
+
+
+def test_weighted_rms_norm_keeps_only_its_input():
+    x, w = torch.randn(64, 96, requires_grad=True), torch.randn(96, requires_grad=True)
+    _, ours = saved_bytes(lambda: WeightedRMSNorm.apply(x, w, 1e-6))
+    _, ref = saved_bytes(lambda: w * F.rms_norm(x, (96,), eps=1e-6))
+    assert ref - ours >= 64 * 96 * 4  # the normalised x is no longer kept
+
+
+def tiny_llama():
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=50, hidden_size=16, intermediate_size=40, num_hidden_layers=2,
+                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64)
+    return LlamaForCausalLM(cfg).float()
+
+
+def test_logprobs_through_the_lean_ops_equal_the_plain_ones(monkeypatch):
+    model = tiny_llama()
+    assert lean_swiglu(model.model.layers[0].mlp)
+    prompts = [[1, 2, 3], [4, 5]]
+    idx = torch.tensor([0, 0, 1, 1])
+    tok = torch.randint(0, 50, (4, 6), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones(4, 6)
+    mask[1, 4:] = 0
+
+    def run():
+        model.zero_grad(set_to_none=True)
+        lp, nbytes = saved_bytes(lambda: completion_logprobs(model, prompts, idx, tok, mask, fast=True))
+        (lp * torch.linspace(-1, 1, 6)).sum().backward()
+        return lp.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}, nbytes
+    lean_lp, lean_g, lean_b = run()
+    monkeypatch.setattr(fastlm, "lean_training", lambda x: False)  # the model's own MLP and the plain norm
+    ref_lp, ref_g, ref_b = run()
+    assert torch.equal(lean_lp, ref_lp)
+    for n in ref_g:
+        torch.testing.assert_close(lean_g[n], ref_g[n], rtol=1e-6, atol=1e-7)
+    assert lean_b < ref_b
+
+
+def test_producer_drops_the_snapshot_once_loaded(tmp_path, monkeypatch):
+    """While the producer samples a batch, the snapshot it loaded its weights from is gone (the copy it loaded
+    into is the only one); before the fix the work item kept it alive through the batch."""
+    alive, real_collect = [], producer_mod.collect
+    refs = []
+    real_snapshot = producer_mod.weights_snapshot
+
+    def snapshot(model):
+        snap = real_snapshot(model)
+        refs.append(weakref.ref(next(iter(snap.values()))))
+        return snap
+
+    def collect(*a, **k):
+        gc.collect()
+        alive.append(refs[-1]() is not None)
+        return real_collect(*a, **k)
+    monkeypatch.setattr(producer_mod, "weights_snapshot", snapshot)
+    monkeypatch.setattr(producer_mod, "collect", collect)
+    train(load_config(None, ["data.train=builtin:toy", "sampling.max_new_tokens=6", "log.progress=false",
+                             "log.plot=false", "verifier.workers=1", "rl.prompts_per_step=2", "rl.group_size=2",
+                             "checkpoint.every=0", "log.audit=false", "stages=[grpo]", "rl.steps=2",
+                             "rl.async_steps=1", f"run_dir={tmp_path / 'run'}"]))
+    assert alive and not any(alive)
