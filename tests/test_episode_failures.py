@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from codechat import CodechatError
-from codechat.rollout.failures import OUTCOMES, classify, failure_breakdown
+from codechat.rollout.failures import OUTCOMES, advantage_mass, classify, failure_breakdown
 
 
 def turn(tool, ok, **arguments):
@@ -72,3 +72,20 @@ def test_any_row_gives_an_outcome_or_a_codechat_error(row):
         assert classify(row) in OUTCOMES
     except CodechatError:
         pass
+
+
+def rollout(step, group, reward, completion, finish="stop"):
+    return {"step": step, "group": group, "reward": reward, "completion": completion, "finish_reason": finish}
+
+
+def test_advantage_mass_splits_by_kind_and_ignores_tool_results():
+    res = "<tool_response>\n" + "z" * 500 + "\n</tool_response>"
+    rows = [rollout(1, 0, 1.0, "a" * 10 + res), rollout(1, 0, 0.0, "b" * 10),
+            rollout(1, 0, 0.0, "c" * 40 + res, "length"), rollout(1, 0, 0.0, "d" * 10),
+            rollout(1, 1, 0.0, "e" * 999), rollout(1, 1, 0.0, "f" * 999)]  # group 1: no variance, no weight
+    m = advantage_mass(rows)
+    # mean 0.25, std 0.5: |A| = 1.5 for the pass, 0.5 for each failure
+    assert m == pytest.approx({"passed": 15 / 45, "failed": 10 / 45, "truncated": 20 / 45})
+    assert advantage_mass(rows[4:]) == {}
+    with pytest.raises(CodechatError, match=r"rollouts\[0\]"):
+        advantage_mass([{"step": 1}])

@@ -10,17 +10,21 @@ test fails); then the workspace is unchanged: `noop_edit` (an edit that succeede
 "bug left in" expert transcripts teach it), `failed_edit` (every edit or write_file call failed, e.g. `old` not
 found), `no_edit` (none was made). Turn habits: the share of model turns without a successful call, split by
 whether the turn before it failed (`bad_after_error` vs `bad_after_ok`: does the model recover from an error
-result?).
+result?). `advantage_mass`: over a GRPO run's rollouts.jsonl, which episodes carry the update's weight (the share of
+|advantage| x model characters from passing, failing-submitted and truncated episodes).
 
 Simplifications: reads the stored episode dicts only (no task, no workspace), so an edit that changed the file
 and a later edit that changed it back count as `wrong_fix`/`unsubmitted` or as unchanged by the final changes.
 """
 from __future__ import annotations
 
-from collections import Counter
+import re
+import statistics
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 from codechat import CodechatError
+from codechat.rollout.tools import RESULT_CLOSE, RESULT_OPEN
 
 OUTCOMES = ("passed", "broken", "unsubmitted", "wrong_fix", "noop_edit", "failed_edit", "no_edit")
 """Every outcome `classify` returns, in its order of precedence."""
@@ -93,3 +97,30 @@ def failure_breakdown(samples: list[dict], where: str = "samples") -> FailureBre
             prev = not b
     rate = (lambda n, k: k / n if n else 0.0)
     return FailureBreakdown(len(samples), dict(counts), rate(turns, bad), rate(*after[False]), rate(*after[True]))
+
+
+_RESULT = re.compile(re.escape(RESULT_OPEN) + ".*?" + re.escape(RESULT_CLOSE), re.S)
+
+
+def advantage_mass(rollouts: list[dict], where: str = "rollouts") -> dict[str, float]:
+    """GRPO rollouts rows (step, group, reward, finish_reason, completion) -> {passed, failed, truncated}: each
+    kind's share of sum |A| x model characters over the groups whose rewards differ (A = (r - mean) / std, the
+    unbiased group std, as algos.grpo); a proxy for how much of a token-mean update each kind of episode drives.
+    Model characters: the completion without its tool results. {} when no group has variance."""
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for i, r in enumerate(rollouts):
+        if not isinstance(r, dict) or not all(k in r for k in ("step", "group", "reward", "completion")) \
+                or not isinstance(r["completion"], str) or not isinstance(r["reward"], (int, float)):
+            raise CodechatError(f"{where}[{i}]: a rollout needs step, group, a numeric reward and a completion")
+        groups[(r["step"], r["group"])].append(r)
+    mass = Counter({"passed": 0.0, "failed": 0.0, "truncated": 0.0})
+    for g in groups.values():
+        rewards = [float(r["reward"]) for r in g]
+        if len(g) < 2 or len(set(rewards)) == 1:
+            continue
+        mean, std = statistics.mean(rewards), statistics.stdev(rewards)
+        for r, x in zip(g, rewards):
+            kind = "passed" if x > mean else "truncated" if r.get("finish_reason") == "length" else "failed"
+            mass[kind] += abs(x - mean) / std * len(_RESULT.sub("", r["completion"]))
+    total = sum(mass.values())
+    return {k: v / total for k, v in mass.items()} if total else {}
