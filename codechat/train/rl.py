@@ -237,8 +237,9 @@ def run_rl(ctx: Context) -> None:
         ctx.policy.model.train()
         metrics["lr"] = opt.param_groups[0]["lr"]
         if dist.any_true(len(rows) > 0):
-            metrics.update(rl_update(ctx, r, adv[rows], rows, ref, opt, a, extra_grad=lambda rws: think.opening_grad(
-                ctx.policy.model, r, rws, temp)))
+            opening = {"extra_grad": lambda rws: think.opening_grad(ctx.policy.model, r, rws, temp)} \
+                if think.opening_coef > 0 else {}  # verifier.thinking.opening_loss: its gradient in every step
+            metrics.update(rl_update(ctx, r, adv[rows], rows, ref, opt, a, **opening))
         else:
             metrics["skipped_update"] = 1.0
         sched.step()
