@@ -6,7 +6,9 @@ the shared 2-core machine, thirty times this file's budget, so it lives in the b
 measured in docs/thinking.md). The mechanism it demonstrated is tested at the token level, fast and exactly, in
 tests/test_thinking_weights.py: the stratified weights against an enumeration, and the re-centred advantages that
 leave the openings no sample chose alone (the drift the run showed); the RL loop's wiring of it in
-tests/test_thinking.py::test_rl_run_logs_modes_and_weighs_forced_samples."""
+tests/test_thinking.py::test_rl_run_logs_modes_and_weighs_forced_samples; the opening-tag loss that keeps the
+malformed openings down, against a slow reference and in a 3-step RL run, in tests/test_thinking_opening.py
+(docs/thinking.md, "The shortened run in the suite", says why no robust short run fits the suite)."""
 import copy
 
 import pytest

@@ -75,6 +75,10 @@ class ThinkingConfig:
     mask_forced: bool = False
     """Balanced sampling: mask a forced sample's whole forced prefix out of the loss (its mode choice included), so
     the opening is learned from the free samples only; False masks only the tokens both prefixes share."""
+    opening_loss: float = 0.0
+    """RL: weight of the opening-tag loss -log pi(the next token keeps the opening well-formed) at every opening
+    position of every sample (train/opening.py), added to each optimizer step; 0 = off. Keeps malformed openings
+    such as `<thinkXthink>` from rising, without pulling the mode choice back to the SFT model's."""
 
 
 @dataclass

@@ -153,7 +153,7 @@ class ForcedBatch(SampleBatch):
     """Samples of every group: (forced no-think, forced think, free): the stratified proposal of `is_weights`."""
 
 
-def _prefix_ids(tokenizer, text: str) -> list[int]:
+def tag_ids(tokenizer, text: str) -> list[int]:
     ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
     if not ids:
         raise CodechatError(f"verifier.thinking: the tag {text!r} encodes to no tokens")
@@ -174,8 +174,8 @@ class BalancedSampler:
         self.nothink_text, self.think_text = cfg.open + cfg.close, cfg.open
         # each prefix encoded whole, as the tokenizer encodes it in SFT text (`<think></think>` may merge into
         # tokens such as `></`): the path the model learns from its SFT data is the one forced and weighted
-        self.nothink_ids = _prefix_ids(tokenizer, self.nothink_text)
-        self.think_ids = _prefix_ids(tokenizer, self.think_text)
+        self.nothink_ids = tag_ids(tokenizer, self.nothink_text)
+        self.think_ids = tag_ids(tokenizer, self.think_text)
         self.shared = next((i for i, (a, b) in enumerate(zip(self.nothink_ids, self.think_ids)) if a != b),
                            min(len(self.nothink_ids), len(self.think_ids)))
         """Leading forced tokens common to both prefixes (the open tag's start): forced in every forced sample, no
@@ -324,6 +324,10 @@ def check_thinking(cfg) -> None:
         raise CodechatError(f"rewards.nothink_lr: expected >= 0, got {rw.nothink_lr}")
     if rw.nothink_ref_steps < 1:
         raise CodechatError(f"rewards.nothink_ref_steps: expected >= 1, got {rw.nothink_ref_steps}")
+    if not (math.isfinite(t.opening_loss) and t.opening_loss >= 0):
+        raise CodechatError(f"verifier.thinking.opening_loss: expected >= 0, got {t.opening_loss}")
+    if t.opening_loss > 0 and not t.enabled:
+        raise CodechatError("verifier.thinking.opening_loss > 0 needs verifier.thinking.enabled=true")
     if not (math.isfinite(t.free_frac) and 0 <= t.free_frac < 1):
         raise CodechatError(f"verifier.thinking.free_frac: expected in [0, 1), got {t.free_frac}")
     if t.free_frac > 0 and t.forced_nothink_frac == 0:

@@ -100,9 +100,11 @@ def old_logprobs(model, r: Rollouts, rows: torch.Tensor, first: torch.Tensor, te
     return old
 
 
-def rl_update(ctx: Context, r: Rollouts, adv: torch.Tensor, rows: torch.Tensor, ref, opt, a: AlgoConfig) -> dict:
+def rl_update(ctx: Context, r: Rollouts, adv: torch.Tensor, rows: torch.Tensor, ref, opt, a: AlgoConfig,
+              extra_grad=None) -> dict:
     """mu epochs x minibatches (one optimizer step each) x micro-batches of the policy loss + the KL term.
-    rows (N,): the samples of `r` to train on; adv (N,): their advantages. Returns the mean metrics."""
+    rows (N,): the samples of `r` to train on; adv (N,): their advantages; extra_grad(rows) -> metrics: a term
+    that runs its own backward into each optimizer step (the thinking opening loss). Returns the mean metrics."""
     c, model = ctx.cfg.rl, ctx.policy.model
     temp, dev = ctx.cfg.sampling.temperature, ctx.device
     mask = r.batch.mask[rows].to(dev).float()  # (N, T)
@@ -115,7 +117,7 @@ def rl_update(ctx: Context, r: Rollouts, adv: torch.Tensor, rows: torch.Tensor, 
                                  count=seen) if ref is not None else None  # (N, T)
     sampler_lp = r.batch.logprobs  # (B, T) the engine's log-probs: gap metrics, truncated IS
     sums: dict[str, float] = {}
-    count, norms = 0, []
+    count, norms, extra_sums = 0, [], {}
     for step, mb_idx in enumerate(plan):
         opt.zero_grad(set_to_none=True)
         # each micro-batch weighs its share of what agg_loss divides by, over all ranks: exact grad accumulation
@@ -146,10 +148,15 @@ def rl_update(ctx: Context, r: Rollouts, adv: torch.Tensor, rows: torch.Tensor, 
             for k, v in met.items():  # *_max: the max over micro-batches, the rest their mean
                 sums[k] = max(sums.get(k, float(v)), float(v)) if k.endswith("_max") else sums.get(k, 0.0) + float(v)
             count += 1
+        if extra_grad is not None:
+            with lowp():
+                for k, v in extra_grad(rows[mb_idx]).items():  # averaged over optimizer steps
+                    extra_sums[k] = extra_sums.get(k, 0.0) + v / len(plan)
         dist.sync_grads(model)
         norms.append(grad_norm_clip(model, c.max_grad_norm))  # of the summed gradient: the same on every rank
         opt.step()
     out = {k: v if k.endswith("_max") else v / max(count, 1) for k, v in sums.items()}
+    out |= extra_sums
     out["grad_norm"] = sum(norms) / len(norms)
     out["optimizer_steps"] = float(len(plan))
     out["update/dedup_frac"] = 1.0 - seen[1] / seen[0] if seen[0] else 0.0  # forward rows saved
@@ -230,7 +237,9 @@ def run_rl(ctx: Context) -> None:
         ctx.policy.model.train()
         metrics["lr"] = opt.param_groups[0]["lr"]
         if dist.any_true(len(rows) > 0):
-            metrics.update(rl_update(ctx, r, adv[rows], rows, ref, opt, a))
+            opening = {"extra_grad": lambda rws: think.opening_grad(ctx.policy.model, r, rws, temp)} \
+                if think.opening_coef > 0 else {}  # verifier.thinking.opening_loss: its gradient in every step
+            metrics.update(rl_update(ctx, r, adv[rows], rows, ref, opt, a, **opening))
         else:
             metrics["skipped_update"] = 1.0
         sched.step()

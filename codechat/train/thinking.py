@@ -5,6 +5,7 @@ per-mode metrics, apply the nothink-bonus constraint, importance-weight the adva
     engine = hooks.wrap(engine)                       # forced_nothink_frac > 0: BalancedSampler
     metrics |= hooks.after_sample(r)                  # thinking/ metrics; lambda update (state in the checkpoint)
     adv, m = hooks.weigh(r, adv, logprobs_fn)         # w (adv - weighted group mean); logprobs_fn(r, rows)
+    m = hooks.opening_grad(model, r, rows, temp)      # opening_loss > 0: its gradient added, once per optimizer step
 Everything is a no-op with verifier.thinking off.
 """
 from __future__ import annotations
@@ -17,8 +18,9 @@ from codechat.evaluation.evaluate import evaluate_policy
 from codechat.evaluation.thinking import reference_rates
 from codechat.policy.fsdp import full_weights
 from codechat.rollout.thinking import BONUS, BalancedSampler, ForcedBatch, NothinkConstraint, drop_malformed_bonus, \
-    is_weights, penalise_malformed, prefix_logprob, recenter, thinking_metrics
+    is_weights, penalise_malformed, prefix_logprob, recenter, tag_ids, thinking_metrics
 from codechat.train import dist
+from codechat.train.opening import opening_loss
 
 REF_RATES = "thinking_ref_rates"
 """state.extra key: {task_id: pass rate} of the policy at the RL stage start on the eval set (checkpointed)."""
@@ -34,6 +36,10 @@ class ThinkingHooks:
             self.constraint.load_state_dict(ctx.state.extra.get("nothink", {}))
         self.penalty = ctx.cfg.rewards.malformed_opening_penalty
         self.state = ctx.state
+        self.opening_coef = self.cfg.opening_loss if self.cfg.enabled else 0.0
+        self.paths = [tag_ids(self.tokenizer, t) for t in (self.cfg.open + self.cfg.close, self.cfg.open,
+                                                            self.cfg.close)] if self.opening_coef > 0 else []
+        """The well-formed openings, each encoded whole (as BalancedSampler forces them): train/opening.py."""
         self.pending = self.reference_eval(ctx)  # logged with the first step
 
     def reference_eval(self, ctx) -> dict[str, float]:
@@ -98,3 +104,14 @@ class ThinkingHooks:
                   "thinking/is_weight_floored": (w == self.cfg.is_weight_floor).float().mean().item()
                   if self.cfg.is_weight_floor > 0 else 0.0})
         return recenter(adv, w, b.prompt_index.to(adv.device)), m
+
+    def opening_grad(self, model, r, rows: torch.Tensor, temperature: float) -> dict[str, float]:
+        """opening_loss > 0: backward of opening_loss * the opening-tag loss of r's rows (train/opening.py), into
+        the gradient of the optimizer step being accumulated. -> its metrics ({} when off or no rows)."""
+        if self.opening_coef <= 0 or len(rows) == 0:
+            return {}
+        b = r.batch
+        loss, m = opening_loss(model, r.prompts, b.prompt_index[rows], b.tokens[rows], b.n_tokens[rows],
+                               self.paths, temperature)
+        (self.opening_coef * loss).backward()
+        return m
