@@ -97,7 +97,7 @@ def check_stages(cfg: RunConfig) -> list[str]:
         return [f"stages: expected at least one of {', '.join(STAGES)}, got []"]
     unknown = [s for s in cfg.stages if s not in STAGES]
     if unknown:
-        return [f"stages: unknown stage '{unknown[0]}' (valid: {', '.join(STAGES)})"]
+        return [f"stages: unknown stage {unknown[0]!r} (valid: {', '.join(STAGES)})"]
     out = []
     for name in dict.fromkeys(cfg.stages):
         out += [msg for msg, ok in STAGES[name].checks(cfg) if not ok]
