@@ -147,4 +147,6 @@ def test_the_hook_adds_coef_times_the_loss_gradient_and_nothing_when_off(tiny):
         grads[coef] = None if g is None else g.clone()
         assert (m == {}) == (coef == 0)
     assert grads[0.0] is None  # off: no forward, no gradient
-    assert torch.allclose(grads[3.0], 3 * grads[1.0], rtol=1e-4, atol=1e-8) and grads[1.0].abs().sum() > 0
+    # fp32 sums over the layers round differently at 3x the scale: absolute tolerance relative to the largest entry
+    tol = 1e-5 * float(grads[3.0].abs().max())
+    assert torch.allclose(grads[3.0], 3 * grads[1.0], rtol=1e-4, atol=tol) and grads[1.0].abs().sum() > 0

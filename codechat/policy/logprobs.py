@@ -46,9 +46,24 @@ def completion_logprobs(model, prompts: list[list[int]], prompt_index, tokens, m
     Tokens up to a row's last 1 in mask are its completion (a 0 before it drops only that token's log-prob).
     With with_entropy, also the entropy (N, T) of each next-token distribution (detached: for logging). Logits are divided by
     `temperature` first. fast: None = fast path when usable, False = reference path."""
+    N, T = tokens.shape
+    logits, flat, tokens, Tr = completion_logits(model, prompts, prompt_index, tokens, mask, fast)
+    logits = logits.float()  # (R, V)
+    if temperature != 1.0:
+        logits = logits / temperature
+    picked, ent = _PickedLogprob.apply(logits, tokens.flatten()[flat])  # (R,) each
+    logp = _scatter(picked, flat, N, T, Tr)  # (N, T)
+    if not with_entropy:
+        return logp
+    return logp, _scatter(ent, flat, N, T, Tr)  # entropy (N, T): detached, a diagnostic
+
+
+def completion_logits(model, prompts: list[list[int]], prompt_index, tokens, mask, fast: bool | None = None):
+    """The logits (R, V) that predict the R masked-in tokens of mask (N, T) (row-major), tokens[i, j] after
+    prompts[prompt_index[i]] + tokens[i, :j], through the fast or the reference path (module docstring).
+    -> (logits, flat (R,) their positions in the (N, Tr) grid, tokens cut to (N, Tr), Tr)."""
     dev = _device(model)
     tokens, mask = tokens.to(dev), mask.to(dev)
-    N, T = tokens.shape
     index = torch.as_tensor(prompt_index, device=dev).long()  # (N,)
     used, index = torch.unique(index, return_inverse=True)  # run only the prompts these rows use (minibatches)
     prompts = [prompts[i] for i in used.tolist()]
@@ -65,14 +80,7 @@ def completion_logprobs(model, prompts: list[list[int]], prompt_index, tokens, m
         logits = _fast_logits(model, prompts, index, tokens, real, flat)
     else:
         logits = _reference_logits(model, prompts, index, tokens, real, flat)
-    logits = logits.float()  # (R, V)
-    if temperature != 1.0:
-        logits = logits / temperature
-    picked, ent = _PickedLogprob.apply(logits, tokens.flatten()[flat])  # (R,) each
-    logp = _scatter(picked, flat, N, T, Tr)  # (N, T)
-    if not with_entropy:
-        return logp
-    return logp, _scatter(ent, flat, N, T, Tr)  # entropy (N, T): detached, a diagnostic
+    return logits, flat, tokens, Tr
 
 
 class _PickedLogprob(torch.autograd.Function):

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import torch
 
+from codechat.policy.logprobs import completion_logits
+
 TOO_SMALL = 1e-30
 """Floor on the well-formed mass before the log (a float32 softmax can underflow to 0)."""
 
@@ -44,18 +46,6 @@ def opening_positions(tokens: list[int], paths: list[list[int]]) -> list[tuple[i
     return out
 
 
-def _forward(model, seqs: list[list[int]]) -> torch.Tensor:
-    """Logits (S, L, V) of right-padded sequences (causal: the padding after a sequence does not change it)."""
-    dev = next(model.parameters()).device
-    L = max(len(s) for s in seqs)
-    ids = torch.zeros(len(seqs), L, dtype=torch.long)  # (S, L)
-    att = torch.zeros(len(seqs), L, dtype=torch.long)  # (S, L)
-    for i, s in enumerate(seqs):
-        ids[i, :len(s)] = torch.tensor(s)
-        att[i, :len(s)] = 1
-    return model(input_ids=ids.to(dev), attention_mask=att.to(dev)).logits
-
-
 def opening_loss(model, prompts: list[list[int]], prompt_index: torch.Tensor, tokens: torch.Tensor,
                  n_tokens: torch.Tensor, paths: list[list[int]], temperature: float = 1.0):
     """-> (L, metrics): L the scalar loss above over the N samples (prompt_index (N,), tokens (N, T) completions,
@@ -67,20 +57,25 @@ def opening_loss(model, prompts: list[list[int]], prompt_index: torch.Tensor, to
         pos = opening_positions(t[:n], paths)
         key = (pi, tuple(t[:pos[-1][0]]))  # the context of its last counted position
         keys[key] = keys.get(key, 0) + 1
-    seqs, counts, where = [], [], []  # per distinct opening: its sequence, count, [(logit row, allowed)]
-    for (pi, opening), c in keys.items():
-        p = prompts[pi]
-        seqs.append(p + list(opening))
-        counts.append(c)
-        where.append([(len(p) - 1 + j, a) for j, a in opening_positions(list(opening), paths)])
-    logits = _forward(model, seqs).float() / (temperature if temperature > 0 else 1.0)  # (S, L, V)
-    per, off = [], []
-    for s, w in enumerate(where):
-        rows = torch.tensor([r for r, _ in w], device=logits.device)
-        logp = torch.log_softmax(logits[s, rows], dim=-1)  # (J, V)
-        mass = torch.stack([logp[k, a].exp().sum() for k, (_, a) in enumerate(w)])  # (J,)
+    # per distinct opening: a completion row of the opening + one placeholder token, the logits wanted at the
+    # positions j that predict its j-th token (j = len(opening): the token after it; the placeholder's own value
+    # changes no logit taken), through the trainer's log-prob path (shared prompts, LM head on those rows only)
+    where = [opening_positions(list(opening), paths) for _, opening in keys]  # [[(j, allowed)]] per opening
+    T = max(len(o) for _, o in keys) + 1
+    tokens_s = torch.zeros(len(keys), T, dtype=torch.long)  # (S, T)
+    mask_s = torch.zeros(len(keys), T)  # (S, T)
+    for s, ((_, opening), w) in enumerate(zip(keys, where)):
+        tokens_s[s, :len(opening)] = torch.tensor(opening, dtype=torch.long)
+        mask_s[s, [j for j, _ in w]] = 1.0
+    logits, _, _, _ = completion_logits(model, prompts, [pi for pi, _ in keys], tokens_s, mask_s)  # (R, V)
+    logp = torch.log_softmax(logits.float() / (temperature if temperature > 0 else 1.0), dim=-1)  # row-major
+    per, off, r = [], [], 0
+    for w in where:
+        mass = torch.stack([logp[r + k, a].exp().sum() for k, (_, a) in enumerate(w)])  # (J,)
+        r += len(w)
         per.append(-mass.clamp(min=TOO_SMALL).log().mean())
         off.append((1.0 - mass.detach()).mean())
+    counts = list(keys.values())
     c = torch.tensor(counts, dtype=torch.float32, device=logits.device)  # (S,)
     loss = (torch.stack(per) * c).sum() / c.sum()
     offpath = float((torch.stack(off) * c).sum() / c.sum())
