@@ -53,11 +53,12 @@ def test_async_one_step_off_policy_trains(tmp_path):
 
 
 def test_async_with_a_frozen_policy_equals_the_synchronous_run(tmp_path):
-    """rl.lr=1e-12 leaves every fp32 weight as it is: then staleness changes nothing, and async_steps=1 must give
-    the synchronous run's samples, losses and gradients exactly. (So a quality gap between the two comes from
-    training on stale samples, not from the producer's data order, seeds or loss inputs: docs/scaling.md.)"""
-    _, s_rolls, s_m = run(tmp_path, "sync", "rl.lr=1e-12")
-    _, a_rolls, a_m = run(tmp_path, "async", "rl.lr=1e-12", "rl.async_steps=1")
+    """rl.lr=1e-30 leaves every weight as it is (Adam moves each weight by ~lr, so 1e-12 still changed the weights
+    nearest zero, and the step after them sampled differently): then staleness changes nothing, and async_steps=1
+    must give the synchronous run's samples, losses and gradients exactly. (So a quality gap between the two comes
+    from training on stale samples, not from the producer's data order, seeds or loss inputs: docs/scaling.md.)"""
+    _, s_rolls, s_m = run(tmp_path, "sync", "rl.lr=1e-30")
+    _, a_rolls, a_m = run(tmp_path, "async", "rl.lr=1e-30", "rl.async_steps=1")
     assert by_step(a_rolls) == by_step(s_rolls)
     for k in ("loss", "pg_loss", "grad_norm", "pass_rate"):
         assert [m[k] for m in a_m] == [m[k] for m in s_m], k
