@@ -1,9 +1,15 @@
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from codechat import plugins
 from codechat.tasks.repo_loaders import load_repo_tasks
+
+# No per-example deadline for any fuzz test: on a loaded 2-core machine an example can take seconds, and a
+# deadline failure there says nothing about the code. Tests' own @settings add to this profile.
+settings.register_profile("codechat", deadline=None)
+settings.load_profile("codechat")
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 

@@ -239,7 +239,7 @@ def test_scripted_terminal_session(tmp_path):
         child.expect("you> ")
         child.sendline("Write a function add(a, b).")
         child.expect("model> ")
-        child.expect("you> ", timeout=30)
+        child.expect("you> ")  # the spawn timeout (90 s): a loaded 2-core machine needs it
         child.sendline("/set temperature 0.2")
         child.expect("temperature = 0.2")
         child.sendline("/run")  # on whatever the model said (likely no code)
