@@ -9,7 +9,9 @@ from codechat import CodechatError
 from codechat.config import RLConfig
 from codechat.configio import load_config
 from codechat.policy import completion_logprobs, load_policy
-from codechat.policy.precision import update_autocast
+from codechat.policy import precision
+from codechat.policy.precision import bf16_native, update_autocast
+from codechat.train import train
 
 
 def batch(n_vocab: int):
@@ -56,6 +58,7 @@ def test_gradients_close_to_fp32():
     assert 0 < rel < 0.05, rel
 
 
+@pytest.mark.skipif(not bf16_native("cpu"), reason="no native bf16 on this CPU: the setting is refused here")
 @pytest.mark.parametrize("epochs,minibatch_size", [(1, 8)])  # 2 steps: the second needs the no-grad pi_old pass
 def test_rl_update_close_to_fp32(tmp_path, epochs, minibatch_size):
     r = rollouts(vocab())
@@ -71,3 +74,17 @@ def test_config_parses_and_rejects_bad_value():
     assert load_config(None, ["rl.autocast_bf16=true"]).rl.autocast_bf16 is True
     with pytest.raises(CodechatError, match="autocast_bf16"):
         load_config(None, ["rl.autocast_bf16=maybe"])
+
+
+def test_refused_where_bf16_is_not_native(tmp_path, monkeypatch):
+    """On a CPU without AVX512-bf16/AMX the run stops in one line before it claims its directory."""
+    monkeypatch.setattr(precision, "bf16_native", lambda device: False)
+    precision.check_autocast(False, "cpu")  # off: never refused
+    run = tmp_path / "run"
+    cfg = load_config(None, ["rl.autocast_bf16=true", "data.train=builtin:toy", "stages=[grpo]", "model.device=cpu",
+                             f"run_dir={run}"])
+    with pytest.raises(CodechatError, match=r"rl.autocast_bf16=true: cpu has no native bf16") as e:
+        train(cfg)
+    assert "\n" not in str(e.value) and not run.exists()
+    monkeypatch.setattr(precision, "bf16_native", lambda device: True)
+    precision.check_autocast(True, "cpu")  # native: allowed

@@ -20,6 +20,8 @@ from codechat.config import RunConfig
 from codechat.plugins import load_with, record as record_plugins
 from codechat.policy import load_policy
 from codechat.policy.fsdp import shard
+from codechat.policy.hf import pick_device
+from codechat.policy.precision import check_autocast
 from codechat.tasks.repo_loaders import is_repo_spec
 from codechat.tasks.quarantine import exclude, read_quarantine
 from codechat.tasks.splits import warn_overlap
@@ -85,6 +87,7 @@ def train(cfg: RunConfig | None = None, resume: str | Path | None = None, overri
         run_dir = Path(cfg.run_dir)
     own_group = dist.init(cfg.dist)  # under torchrun: join the ranks; rank 0 alone writes files
     dist.check_batches(batch_sizes(cfg))
+    check_autocast(cfg.rl.autocast_bf16, pick_device(cfg.model.device))  # before the run directory is claimed
     main = dist.is_main()
     if main:
         if resume:  # also a run killed before its first checkpoint: it restarts at step 0 with empty logs
