@@ -1,21 +1,25 @@
-"""Benchmark: the RL update of bench/vs_trl.py's workload in fp32 and under rl.autocast_bf16, in CPU seconds.
+"""Benchmark: the RL update of bench/vs_trl.py's workload in fp32 against a variant, in CPU seconds.
 
-    python bench/update_speed.py              # 5 alternating repeats; ends with one JSON line
+    python bench/update_speed.py              # fp32 vs rl.autocast_bf16, 5 alternating repeats; one JSON line
     python bench/update_speed.py --repeats 3 --threads 1
+    python bench/update_speed.py --pair head  # fp32, the fused LM head (policy/lm_head.py) vs the (R, V) one
 
 One update = what `rl_update` runs there (one optimizer step, KL to a frozen reference): the reference's no-grad
 log-prob pass, the policy's log-prob forward, the loss (policy term + k3 KL, beta 0.04), the backward, gradient
 clipping and an AdamW step, through codechat's `completion_logprobs` on vs_trl's random Qwen2 (hidden 256,
 4 layers, 4 heads, intermediate 688, vocab 1024, tied embeddings), 4 prompts x 8 completions x 64 tokens, no
-duplicates. The two variants alternate on one model (a step's cost does not depend on the weights), so drift in the
+duplicates. `--pair head` compares, both in fp32, the fused chunked head (the default path) with the (R, V)
+logits + `_PickedLogprob` path (`codechat.policy.logprobs.fusable` patched to refuse). The two variants alternate
+on one model (a step's cost does not depend on the weights), so drift in the
 machine's load hits both; figures are medians of this process's CPU seconds (less disturbed by a busy machine than wall
 time). Before timing, the two variants' log-probs and gradients on the same weights are compared.
 JSON: {"fp32_cpu_s", "bf16_cpu_s", "ratio" (fp32 / bf16), "max_logp_diff", "mean_logp_diff", "grad_rel_l2",
-"threads"}.
+"threads"}; with --pair head, "plain_head_cpu_s" in place of "bf16_cpu_s" and ratio = plain head / fused head.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import statistics
@@ -27,6 +31,7 @@ import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import codechat.policy.logprobs as logprobs_mod  # noqa: E402
 from codechat.policy.logprobs import completion_logprobs  # noqa: E402
 from codechat.policy.precision import update_autocast  # noqa: E402
 
@@ -47,11 +52,26 @@ def workload(seed: int = 0):
     return model, prompts, index, tokens, torch.ones(P * G, T), adv
 
 
-def loss_of(model, ref, data, bf16: bool):
+@contextlib.contextmanager
+def variant(name: str):
+    """fp32 (the default path), bf16 (rl.autocast_bf16) or plain_head (fp32 with the (R, V) LM-head path)."""
+    if name == "plain_head":
+        keep = logprobs_mod.fusable
+        logprobs_mod.fusable = lambda *a: False
+        try:
+            yield
+        finally:
+            logprobs_mod.fusable = keep
+    else:
+        with update_autocast(name == "bf16", "cpu"):
+            yield
+
+
+def loss_of(model, ref, data, name: str):
     _, prompts, index, tokens, mask, adv = data
-    with torch.no_grad(), update_autocast(bf16, "cpu"):
+    with torch.no_grad(), variant(name):
         ref_lp = completion_logprobs(ref, prompts, index, tokens, mask)  # (N, T)
-    with update_autocast(bf16, "cpu"):
+    with variant(name):
         lp = completion_logprobs(model, prompts, index, tokens, mask)  # (N, T)
     d = ref_lp - lp
     kl = d.exp() - d - 1  # k3
@@ -59,22 +79,23 @@ def loss_of(model, ref, data, bf16: bool):
     return loss, lp.detach()
 
 
-def step(model, ref, opt, data, bf16: bool) -> None:
-    loss, _ = loss_of(model, ref, data, bf16)
+def step(model, ref, opt, data, name: str) -> None:
+    loss, _ = loss_of(model, ref, data, name)
     opt.zero_grad(set_to_none=True)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     opt.step()
 
 
-def compare(data) -> tuple[float, float, float]:
-    """(max |logp diff|, mean |logp diff|, relative L2 gradient difference) of bf16 against fp32, same weights."""
+def compare(data, names) -> tuple[float, float, float]:
+    """(max |logp diff|, mean |logp diff|, relative L2 gradient difference) of names[1] against names[0], same
+    weights."""
     model = data[0]
     ref = copy.deepcopy(model).eval()
     out = []
-    for bf16 in (False, True):
+    for name in names:
         model.zero_grad(set_to_none=True)
-        loss, lp = loss_of(model, ref, data, bf16)
+        loss, lp = loss_of(model, ref, data, name)
         loss.backward()
         out.append((lp, torch.cat([p.grad.flatten() for p in model.parameters()])))
     model.zero_grad(set_to_none=True)
@@ -86,25 +107,30 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=5, help="timed updates per variant (after one warm-up each)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (vs_trl's default: 1)")
+    ap.add_argument("--pair", choices=["bf16", "head"], default="bf16",
+                    help="fp32 against bf16 autocast, or the fused LM head against the (R, V) one (both fp32)")
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
+    names = ("fp32", "bf16") if a.pair == "bf16" else ("plain_head", "fp32")
     data = workload()
-    max_d, mean_d, grad_rel = compare(data)
+    max_d, mean_d, grad_rel = compare(data, names)
     model, ref = copy.deepcopy(data[0]).train(), copy.deepcopy(data[0]).eval()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
-    times: dict[bool, list[float]] = {False: [], True: []}
-    for bf16 in times:
-        step(model, ref, opt, data, bf16)  # warm-up: allocator, AdamW state, oneDNN's bf16 kernels
+    times: dict[str, list[float]] = {n: [] for n in names}
+    for name in times:
+        step(model, ref, opt, data, name)  # warm-up: allocator, AdamW state, oneDNN's bf16 kernels
     for _ in range(a.repeats):
-        for bf16, ts in times.items():
+        for name, ts in times.items():
             c0 = time.process_time()
-            step(model, ref, opt, data, bf16)
+            step(model, ref, opt, data, name)
             ts.append(time.process_time() - c0)
-    fp32, bf16 = (statistics.median(times[k]) for k in (False, True))
-    print(f"{P * G} rows x {T} tokens, {a.threads} thread(s): update CPU s fp32 {fp32:.3f}  bf16 autocast "
-          f"{bf16:.3f}  ({fp32 / bf16:.2f}x); bf16 vs fp32: max |logp diff| {max_d:.1e}, mean {mean_d:.1e}, "
-          f"gradient rel L2 {grad_rel:.1e}", file=sys.stderr)
-    print(json.dumps({"fp32_cpu_s": round(fp32, 4), "bf16_cpu_s": round(bf16, 4), "ratio": round(fp32 / bf16, 3),
+    base, other = (statistics.median(times[k]) for k in names)
+    label = {"bf16": "bf16 autocast", "fp32": "fused head", "plain_head": "fp32 (R, V) head"}
+    print(f"{P * G} rows x {T} tokens, {a.threads} thread(s): update CPU s {label[names[0]]} {base:.3f}  "
+          f"{label[names[1]]} {other:.3f}  ({base / other:.2f}x); {names[1]} vs {names[0]}: max |logp diff| "
+          f"{max_d:.1e}, mean {mean_d:.1e}, gradient rel L2 {grad_rel:.1e}", file=sys.stderr)
+    keys = ("fp32_cpu_s", "bf16_cpu_s") if a.pair == "bf16" else ("plain_head_cpu_s", "fp32_cpu_s")
+    print(json.dumps({keys[0]: round(base, 4), keys[1]: round(other, 4), "ratio": round(base / other, 3),
                       "max_logp_diff": max_d, "mean_logp_diff": mean_d, "grad_rel_l2": grad_rel,
                       "threads": a.threads}))
 

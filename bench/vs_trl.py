@@ -19,7 +19,10 @@ update phase's CPU seconds (TRL: the step's less its generation's and reward fun
 The last line is JSON: `{"codechat_s_per_step", "trl_s_per_step", "ratio" (codechat/trl), "codechat_peak_mb",
 "trl_peak_mb", "codechat_update_s", "trl_update_s", "update_speedup" (trl/codechat, wall), "update_cpu_speedup"}`.
 
-Fairness choices (flags change them): TRL runs with gradient checkpointing off (GRPOConfig defaults it on, which
+Fairness choices (flags change them): TRL runs in fp32 like codechat (`bf16=False`; GRPOConfig defaults `bf16` to
+True, i.e. bf16 autocast through accelerate even on a CPU, which a CPU with AMX runs ~5x faster per GEMM and one
+without bf16 units ~30x slower: `--trl-bf16` restores it, to compare with codechat's `rl.autocast_bf16=true`),
+with gradient checkpointing off (GRPOConfig defaults it on, which
 trades ~30% more compute for memory; codechat has none), its reward function runs the programs on as many
 threads as there are CPUs (codechat's verifier uses one worker per CPU by default), and both use the same torch
 thread count: one by default. On a small or shared machine, torch's OpenMP threads wait for each other at every
@@ -192,7 +195,7 @@ def child_trl(a: argparse.Namespace) -> dict:
         gradient_accumulation_steps=1, num_generations=W["group_size"], max_completion_length=W["max_new_tokens"],
         temperature=W["temperature"], beta=W["beta"], learning_rate=W["lr"], lr_scheduler_type="constant",
         warmup_steps=0, max_grad_norm=1.0, use_cpu=True, report_to="none", logging_steps=1, save_strategy="no",
-        gradient_checkpointing=a.trl_grad_ckpt, seed=0, dataloader_num_workers=0, disable_tqdm=True)
+        gradient_checkpointing=a.trl_grad_ckpt, bf16=a.trl_bf16, seed=0, dataloader_num_workers=0, disable_tqdm=True)
     model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.float32)
     tok = AutoTokenizer.from_pretrained(a.model)
     trainer = GRPOTrainer(model=model, reward_funcs=pass_reward, args=cfg, train_dataset=ds, processing_class=tok,
@@ -291,6 +294,7 @@ def run_child(system: str, a: argparse.Namespace, model: Path, tasks: Path, work
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", system, "--model", str(model),
            "--tasks", str(tasks), "--workdir", str(workdir), "--steps", str(a.steps), "--threads", str(a.threads)]
     cmd += ["--trl-grad-ckpt"] if a.trl_grad_ckpt else []
+    cmd += ["--trl-bf16"] if a.trl_bf16 else []
     cmd += [x for o in a.override for x in ("--override", o)]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
                HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
@@ -329,6 +333,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--only", choices=["trl", "codechat"], help="run one system (no ratio)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads in each child (see the docstring)")
     ap.add_argument("--trl-grad-ckpt", action="store_true", help="TRL with gradient checkpointing (its default)")
+    ap.add_argument("--trl-bf16", action="store_true",
+                    help="TRL with its default bf16 autocast (else fp32, as codechat runs unless rl.autocast_bf16)")
     ap.add_argument("--override", action="append", default=[], help="extra codechat config override key=value")
     ap.add_argument("--child", choices=["trl", "codechat"], help=argparse.SUPPRESS)
     ap.add_argument("--model", help=argparse.SUPPRESS)

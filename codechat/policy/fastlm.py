@@ -173,9 +173,13 @@ class FastLM:
             return x.to(torch.get_autocast_dtype("cpu"))
         return x
 
+    def final_norm(self, h):
+        """The model's final norm: (..., C) -> (..., C), what the LM head reads."""
+        return self._norm(self.inner.norm, h)
+
     def logits(self, h):
         """Final norm + LM head: (..., C) -> (..., V)."""
-        return self.lm.lm_head(self._norm(self.inner.norm, h))
+        return self.lm.lm_head(self.final_norm(h))
 
     # --- differentiable forward over new tokens with an optional past -----------------------------------------
     def forward(self, ids, pos, valid, past=None, past_valid=None):

@@ -12,10 +12,11 @@ right-padded. Tests check the two agree in values and gradients.
 
 Both paths give the LM head and the log-prob only the R masked-in positions (not padding), drop the columns past
 every row's last real token, and pick the sampled token's log-prob as logit - logsumexp instead of materialising
-the (R, V) log-softmax; the softmax is computed once and serves the entropy (a detached diagnostic) and the
-backward (`_PickedLogprob`). Tests: tests/test_logprobs_speed.py (against a brute-force per-row forward);
-speed: bench/logprob_speed.py.
-Simplification: the (R, V) logits are materialised; for very large vocabularies x batch, chunk the batch.
+the (R, V) log-softmax. The fast path with a plain fp32 head and no autocast runs head + log-softmax + pick fused
+in chunks of rows (lm_head.py: no (R, V) tensor is kept); otherwise the (R, V) logits are built and the softmax is
+computed once for the entropy (a detached diagnostic) and the backward (`_PickedLogprob`).
+Tests: tests/test_logprobs_speed.py (against a brute-force per-row forward), tests/test_lm_head.py;
+speed: bench/logprob_speed.py, bench/update_speed.py.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ import torch
 from codechat.policy.decoding import positions
 from codechat.policy.fastlm import FastLM, usable
 from codechat.policy.fsdp import is_sharded
+from codechat.policy.lm_head import fusable, head_logprobs
 
 
 def _left_pad(prompts: list[list[int]], pad: int, device):
@@ -47,11 +49,18 @@ def completion_logprobs(model, prompts: list[list[int]], prompt_index, tokens, m
     With with_entropy, also the entropy (N, T) of each next-token distribution (detached: for logging). Logits are divided by
     `temperature` first. fast: None = fast path when usable, False = reference path."""
     N, T = tokens.shape
-    logits, flat, tokens, Tr = completion_logits(model, prompts, prompt_index, tokens, mask, fast)
-    logits = logits.float()  # (R, V)
-    if temperature != 1.0:
-        logits = logits / temperature
-    picked, ent = _PickedLogprob.apply(logits, tokens.flatten()[flat])  # (R,) each
+    prompts, index, tokens, real, flat, Tr, use_fast = _select(model, prompts, prompt_index, tokens, mask, fast)
+    tok = tokens.flatten()[flat]  # (R,) the tokens given a log-prob
+    if use_fast:
+        fl = FastLM(model)
+        h = fl.final_norm(_fast_hidden(fl, prompts, index, tokens, real, flat))  # (R, C)
+        head = fl.lm.lm_head
+        if fusable(head, h):  # LM head + log-softmax + pick in chunks of rows (lm_head.py): no (R, V) tensors
+            picked, ent = head_logprobs(h, head, tok, temperature, with_entropy)  # (R,) each
+        else:
+            picked, ent = _picked(head(h), tok, temperature)
+    else:
+        picked, ent = _picked(_reference_logits(model, prompts, index, tokens, real, flat), tok, temperature)
     logp = _scatter(picked, flat, N, T, Tr)  # (N, T)
     if not with_entropy:
         return logp
@@ -62,6 +71,26 @@ def completion_logits(model, prompts: list[list[int]], prompt_index, tokens, mas
     """The logits (R, V) that predict the R masked-in tokens of mask (N, T) (row-major), tokens[i, j] after
     prompts[prompt_index[i]] + tokens[i, :j], through the fast or the reference path (module docstring).
     -> (logits, flat (R,) their positions in the (N, Tr) grid, tokens cut to (N, Tr), Tr)."""
+    prompts, index, tokens, real, flat, Tr, use_fast = _select(model, prompts, prompt_index, tokens, mask, fast)
+    if use_fast:
+        fl = FastLM(model)
+        logits = fl.logits(_fast_hidden(fl, prompts, index, tokens, real, flat))
+    else:
+        logits = _reference_logits(model, prompts, index, tokens, real, flat)
+    return logits, flat, tokens, Tr
+
+
+def _picked(logits, tok, temperature: float):
+    """Logits (R, V), tokens (R,) -> their log-probs (R,) and entropies (R,) at the temperature."""
+    logits = logits.float()  # (R, V)
+    if temperature != 1.0:
+        logits = logits / temperature
+    return _PickedLogprob.apply(logits, tok)
+
+
+def _select(model, prompts, prompt_index, tokens, mask, fast):
+    """The prompts the rows use, the rows' prompt index into them, tokens and real (N, Tr) cut past every row's
+    last real token, flat (R,) the masked-in positions, Tr, and whether the fast path runs."""
     dev = _device(model)
     tokens, mask = tokens.to(dev), mask.to(dev)
     index = torch.as_tensor(prompt_index, device=dev).long()  # (N,)
@@ -76,11 +105,7 @@ def completion_logits(model, prompts: list[list[int]], prompt_index, tokens, mas
     if fast is None and is_sharded(model):  # FSDP: only the model's own forward gathers the shards; and one path
         fast = False  # for policy, old and reference log-probs, so that equal weights give exactly equal values
     flat = sel.flatten().nonzero()[:, 0]  # (R,) the masked-in positions: the only ones given a log-prob
-    if fast or (fast is None and usable(model)):
-        logits = _fast_logits(model, prompts, index, tokens, real, flat)
-    else:
-        logits = _reference_logits(model, prompts, index, tokens, real, flat)
-    return logits, flat, tokens, Tr
+    return prompts, index, tokens, real, flat, Tr, bool(fast or (fast is None and usable(model)))
 
 
 class _PickedLogprob(torch.autograd.Function):
@@ -111,8 +136,8 @@ def _scatter(vals, flat, N: int, T: int, Tr: int):
     return torch.nn.functional.pad(out.view(N, Tr), (0, T - Tr))
 
 
-def _fast_logits(model, prompts, index, tokens, real, flat):
-    fl = FastLM(model)
+def _fast_hidden(fl, prompts, index, tokens, real, flat):
+    """The pre-norm hidden states (R, C) that predict the R masked-in tokens, through FastLM."""
     ids, valid = _left_pad(prompts, 0, tokens.device)  # (P, Lp); pad id irrelevant (masked)
     hp, kv = fl.forward(ids, positions(valid), valid)  # hp (P, Lp, C); kv per layer (P, Hkv, Lp, D)
     N, T = tokens.shape
@@ -131,8 +156,7 @@ def _fast_logits(model, prompts, index, tokens, real, flat):
     grid = torch.full((N * T,), -1, dtype=torch.long, device=tokens.device)
     at_all = torch.cat(at)
     grid[at_all] = torch.arange(len(at_all), device=tokens.device)  # (N, T) grid position -> row of cat(hs)
-    h = torch.cat(hs).index_select(0, grid[flat])  # (R, C); flat positions always lie in some chunk
-    return fl.logits(h)  # (R, V): the LM head only where a log-prob is wanted
+    return torch.cat(hs).index_select(0, grid[flat])  # (R, C); flat positions always lie in some chunk
 
 
 def _length_chunks(lengths, max_chunks: int = 4, min_rows: int = 16):

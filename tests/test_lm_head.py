@@ -1,0 +1,86 @@
+"""The fused, row-chunked LM head + log-prob (policy/lm_head.py) against the plain ops: linear, log_softmax over
+the whole vocabulary, the sampled token picked (STYLE habit 10)."""
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+from codechat.policy import completion_logprobs
+from codechat.policy.lm_head import _FusedHead, chunk_rows, fusable, head_logprobs
+from policy_helpers import tiny_policy
+
+
+def plain(h, head, tok, temperature):
+    """(R,) log-probs and entropies the simple way: full (R, V) logits and log-softmax."""
+    lsm = torch.log_softmax(head(h) / temperature, -1)  # (R, V)
+    return lsm.gather(1, tok[:, None])[:, 0], -(lsm.exp() * lsm).sum(-1)
+
+
+@settings(max_examples=25, deadline=None)
+@given(R=st.integers(1, 40), C=st.integers(1, 12), V=st.integers(2, 50), bias=st.booleans(),
+       temperature=st.sampled_from([1.0, 0.7, 1.3]), rows=st.integers(1, 17), seed=st.integers(0, 2**16))
+def test_values_and_gradients_equal_the_plain_ops(R, C, V, bias, temperature, rows, seed):
+    g = torch.Generator().manual_seed(seed)
+    head = torch.nn.Linear(C, V, bias=bias).double()
+    h = torch.randn(R, C, generator=g, dtype=torch.float64, requires_grad=True)
+    tok = torch.randint(0, V, (R,), generator=g)
+    up = torch.randn(R, generator=g, dtype=torch.float64)  # an upstream gradient
+    params = [h, *head.parameters()]
+    want_lp, want_ent = plain(h, head, tok, temperature)
+    want_g = torch.autograd.grad((want_lp * up).sum(), params)
+    lp, ent = head_logprobs(h, head, tok, temperature, rows=rows)
+    got_g = torch.autograd.grad((lp * up).sum(), params)
+    assert torch.allclose(lp, want_lp, atol=1e-12) and torch.allclose(ent, want_ent.detach(), atol=1e-12)
+    assert not ent.requires_grad
+    for a, b in zip(got_g, want_g):
+        assert torch.allclose(a, b, atol=1e-12)
+
+
+def test_gradcheck_and_no_entropy():
+    g = torch.Generator().manual_seed(1)
+    head = torch.nn.Linear(5, 11).double()
+    h = torch.randn(7, 5, generator=g, dtype=torch.float64, requires_grad=True)
+    tok = torch.randint(0, 11, (7,), generator=g)
+    assert torch.autograd.gradcheck(lambda x, w, b: _FusedHead.apply(x, w, b, tok, 0.8, True, 2)[0],
+                                    (h, head.weight, head.bias))
+    lp, ent = head_logprobs(h, head, tok, 0.5, with_entropy=False, rows=3)
+    assert torch.allclose(lp, plain(h, head, tok, 0.5)[0]) and (ent == 0).all()
+
+
+def test_chunk_rows_and_fusable():
+    assert chunk_rows(1024) == 256 and chunk_rows(151_936) == 256 and chunk_rows(64) == 4096
+    head, h = torch.nn.Linear(4, 9), torch.randn(3, 4)
+    assert fusable(head, h) and not fusable(head, h.double()) and not fusable(head.bfloat16(), h)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert not fusable(head, h)
+
+
+@pytest.fixture(scope="module")
+def pol(tmp_path_factory):
+    return tiny_policy(tmp_path_factory)
+
+
+def test_training_forward_saves_no_vocabulary_sized_tensor(pol):
+    """Through completion_logprobs' fast path, no tensor over the vocabulary is kept for the backward (the plain
+    head keeps the (R, V) softmax), and the values and gradients equal the plain head's."""
+    V = pol.model.config.vocab_size
+    prompts = [pol.encode_prompt(s) for s in ["def f(x):\n", "y = 2\n"]]
+    g = torch.Generator().manual_seed(0)
+    idx, tokens, mask = torch.tensor([0, 0, 1, 1]), torch.randint(4, V, (4, 40), generator=g), torch.ones(4, 40)
+    R = int(mask.sum())
+    params = [p for p in pol.model.parameters() if p.requires_grad]
+    out = {}
+    for fused in (True, False):
+        saved = []
+        with pytest.MonkeyPatch.context() as mp:
+            if not fused:
+                mp.setattr("codechat.policy.logprobs.fusable", lambda *a: False)
+            with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.shape) or t, lambda t: t):
+                lp = completion_logprobs(pol.model, prompts, idx, tokens, mask, temperature=0.9, fast=True)
+        pol.model.zero_grad()
+        (lp * torch.linspace(-1, 1, 40)).sum().backward()
+        out[fused] = (lp.detach(), [p.grad.clone() for p in params], (R, V) in saved)
+    (lp_f, g_f, big_f), (lp_p, g_p, big_p) = out[True], out[False]
+    assert big_p and not big_f  # the plain head keeps the (R, V) softmax (R = 160, hidden 192: no clash)
+    assert torch.allclose(lp_f, lp_p, atol=1e-6)
+    for a, b in zip(g_f, g_p):
+        assert torch.allclose(a, b, atol=1e-6, rtol=1e-4)
