@@ -8,13 +8,13 @@ One update = what `rl_update` runs there (one optimizer step, KL to a frozen ref
 log-prob pass, the policy's log-prob forward, the loss (policy term + k3 KL, beta 0.04), the backward, gradient
 clipping and an AdamW step, through codechat's `completion_logprobs` on vs_trl's random Qwen2 (hidden 256,
 4 layers, 4 heads, intermediate 688, vocab 1024, tied embeddings), 4 prompts x 8 completions x 64 tokens, no
-duplicates. `--pair head` compares, both in fp32, the fused chunked head (the default path) with the (R, V)
-logits + `_PickedLogprob` path (`codechat.policy.logprobs.fusable` patched to refuse). The two variants alternate
+duplicates. `--pair head` compares, both in fp32, the fused chunked head with the (R, V)
+logits + `_PickedLogprob` path (`codechat.policy.lm_head.FUSE_MIN_LOGITS` set to 0 / to infinity). The two variants alternate
 on one model (a step's cost does not depend on the weights), so drift in the
 machine's load hits both; figures are medians of this process's CPU seconds (less disturbed by a busy machine than wall
 time). Before timing, the two variants' log-probs and gradients on the same weights are compared.
 JSON: {"fp32_cpu_s", "bf16_cpu_s", "ratio" (fp32 / bf16), "max_logp_diff", "mean_logp_diff", "grad_rel_l2",
-"threads"}; with --pair head, "plain_head_cpu_s" in place of "bf16_cpu_s" and ratio = plain head / fused head.
+"threads"}; with --pair head, "plain_head_cpu_s" and "fused_head_cpu_s" in place of fp32/bf16, ratio = plain / fused.
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import codechat.policy.logprobs as logprobs_mod  # noqa: E402
+import codechat.policy.lm_head as lm_head_mod  # noqa: E402
 from codechat.policy.logprobs import completion_logprobs  # noqa: E402
 from codechat.policy.precision import update_autocast  # noqa: E402
 
@@ -54,14 +54,15 @@ def workload(seed: int = 0):
 
 @contextlib.contextmanager
 def variant(name: str):
-    """fp32 (the default path), bf16 (rl.autocast_bf16) or plain_head (fp32 with the (R, V) LM-head path)."""
-    if name == "plain_head":
-        keep = logprobs_mod.fusable
-        logprobs_mod.fusable = lambda *a: False
+    """fp32 (the default path: at this size the (R, V) head), fused_head (fp32, the fused head forced on whatever
+    the size), plain_head (fp32, the (R, V) head forced) or bf16 (rl.autocast_bf16)."""
+    if name in ("plain_head", "fused_head"):
+        keep = lm_head_mod.FUSE_MIN_LOGITS
+        lm_head_mod.FUSE_MIN_LOGITS = 1 << 62 if name == "plain_head" else 0
         try:
             yield
         finally:
-            logprobs_mod.fusable = keep
+            lm_head_mod.FUSE_MIN_LOGITS = keep
     else:
         with update_autocast(name == "bf16", "cpu"):
             yield
@@ -111,7 +112,7 @@ def main(argv: list[str] | None = None) -> None:
                     help="fp32 against bf16 autocast, or the fused LM head against the (R, V) one (both fp32)")
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
-    names = ("fp32", "bf16") if a.pair == "bf16" else ("plain_head", "fp32")
+    names = ("fp32", "bf16") if a.pair == "bf16" else ("plain_head", "fused_head")
     data = workload()
     max_d, mean_d, grad_rel = compare(data, names)
     model, ref = copy.deepcopy(data[0]).train(), copy.deepcopy(data[0]).eval()
@@ -125,11 +126,11 @@ def main(argv: list[str] | None = None) -> None:
             step(model, ref, opt, data, name)
             ts.append(time.process_time() - c0)
     base, other = (statistics.median(times[k]) for k in names)
-    label = {"bf16": "bf16 autocast", "fp32": "fused head", "plain_head": "fp32 (R, V) head"}
+    label = {"bf16": "bf16 autocast", "fp32": "fp32", "fused_head": "fused head", "plain_head": "fp32 (R, V) head"}
     print(f"{P * G} rows x {T} tokens, {a.threads} thread(s): update CPU s {label[names[0]]} {base:.3f}  "
           f"{label[names[1]]} {other:.3f}  ({base / other:.2f}x); {names[1]} vs {names[0]}: max |logp diff| "
           f"{max_d:.1e}, mean {mean_d:.1e}, gradient rel L2 {grad_rel:.1e}", file=sys.stderr)
-    keys = ("fp32_cpu_s", "bf16_cpu_s") if a.pair == "bf16" else ("plain_head_cpu_s", "fp32_cpu_s")
+    keys = ("fp32_cpu_s", "bf16_cpu_s") if a.pair == "bf16" else ("plain_head_cpu_s", "fused_head_cpu_s")
     print(json.dumps({keys[0]: round(base, 4), keys[1]: round(other, 4), "ratio": round(base / other, 3),
                       "max_logp_diff": max_d, "mean_logp_diff": mean_d, "grad_rel_l2": grad_rel,
                       "threads": a.threads}))

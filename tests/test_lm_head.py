@@ -46,9 +46,11 @@ def test_gradcheck_and_no_entropy():
     assert torch.allclose(lp, plain(h, head, tok, 0.5)[0]) and (ent == 0).all()
 
 
-def test_chunk_rows_and_fusable():
+def test_chunk_rows_and_fusable(monkeypatch):
     assert chunk_rows(1024) == 256 and chunk_rows(151_936) == 256 and chunk_rows(64) == 4096
     head, h = torch.nn.Linear(4, 9), torch.randn(3, 4)
+    assert not fusable(head, h)  # 27 logits: the (R, V) path is cheaper
+    monkeypatch.setattr("codechat.policy.lm_head.FUSE_MIN_LOGITS", 27)
     assert fusable(head, h) and not fusable(head, h.double()) and not fusable(head.bfloat16(), h)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert not fusable(head, h)
@@ -72,8 +74,7 @@ def test_training_forward_saves_no_vocabulary_sized_tensor(pol):
     for fused in (True, False):
         saved = []
         with pytest.MonkeyPatch.context() as mp:
-            if not fused:
-                mp.setattr("codechat.policy.logprobs.fusable", lambda *a: False)
+            mp.setattr("codechat.policy.lm_head.FUSE_MIN_LOGITS", 0 if fused else 1 << 62)
             with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.shape) or t, lambda t: t):
                 lp = completion_logprobs(pol.model, prompts, idx, tokens, mask, temperature=0.9, fast=True)
         pol.model.zero_grad()

@@ -11,9 +11,10 @@ this costs one more (R x C x V) GEMM in the backward and saves the passes over (
 cache, and their memory: at Qwen's 152k vocabulary, 2,048 rows of fp32 logits are 1.2 GB, and the softmax and its
 gradient as much again each.
 
-Used by `completion_logprobs`' fast path when the head is a plain fp32 `nn.Linear` and no autocast is active
-(`fusable`); otherwise the (R, V) path runs. Tests: tests/test_lm_head.py (values, entropies and gradients of h, W
-and b against the plain ops, fuzzed shapes, temperatures and chunk sizes; a gradcheck).
+Used by `completion_logprobs`' fast path when the head is a plain fp32 `nn.Linear`, no autocast is active and
+the logits would be large (`fusable`: 2^24 or more); otherwise the (R, V) path runs. Tests: tests/test_lm_head.py
+(values, entropies and gradients of h, W and b against the plain ops, fuzzed shapes, temperatures and chunk
+sizes; a gradcheck).
 """
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ import torch
 import torch.nn.functional as F
 
 CHUNK_ELEMS = 1 << 18  # logits per chunk (1 MiB in fp32): rows x vocabulary stays in cache
+FUSE_MIN_LOGITS = 1 << 24  # rows x vocabulary (64 MiB of fp32 logits) from which the fused path runs: below it the
+# (R, V) path is as fast or faster (vs_trl's update, V=1024: fused 0.91-0.99x), above it the memory is what counts
 
 
 def chunk_rows(vocab: int) -> int:
@@ -29,8 +32,9 @@ def chunk_rows(vocab: int) -> int:
 
 
 def fusable(head, h) -> bool:
-    """The head is a plain fp32 nn.Linear on fp32 states and no autocast is on: the fused path's exact case."""
-    return (type(head) is torch.nn.Linear and head.weight.dtype == torch.float32 and h.dtype == torch.float32
+    """The head is a plain fp32 nn.Linear on fp32 states, no autocast is on (the fused path's exact case), and the
+    (R, V) logits would hold at least FUSE_MIN_LOGITS values."""
+    return (h.shape[0] * head.weight.shape[0] >= FUSE_MIN_LOGITS and type(head) is torch.nn.Linear and head.weight.dtype == torch.float32 and h.dtype == torch.float32
             and not torch.is_autocast_enabled(h.device.type))
 
 
