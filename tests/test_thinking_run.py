@@ -49,11 +49,11 @@ def small_model(tmp_path_factory):
     return BENCH.small_model(tmp_path_factory.mktemp("small") / "model")
 
 
-def short_run(run_dir: Path, model: Path, seed: int = 0, overrides: tuple[str, ...] = ()) -> dict[str, float]:
+def short_run(run_dir: Path, model: Path, seed: int = 0) -> dict[str, float]:
     """The short run in this process (= bench/thinking_run.py --short) -> {name_before, name_after}: before =
     `ref_eval/` (the SFT model, evaluated by the RL stage before its first update), after = the last `eval/`."""
     train(load_config(CONFIG, [*BENCH.COMMON, *BENCH.SHORT, f"model.path={model}", f"run_dir={run_dir}",
-                               f"seed={seed}", *overrides]))
+                               f"seed={seed}"]))
     return BENCH.before_after(run_dir)
 
 
@@ -65,7 +65,7 @@ def check_short_run(r: dict[str, float]) -> None:
     assert r["malformed_after"] < 0.15, r  # by clean empty blocks, not mangled tags (seeds 0-2: 4-8%)
 
 
-@pytest.mark.slow  # ~38 s of CPU (model build + SFT + RL): the issue's shortened run, a real one
+@pytest.mark.slow  # ~40 s of CPU (model build + SFT + RL): the issue's shortened run, a real one
 @pytest.mark.filterwarnings("ignore:train/eval overlap")  # evaluated on its training tasks, on purpose
 def test_short_run_skips_thinking_and_keeps_the_pass_rate(tmp_path, small_model):
     check_short_run(short_run(tmp_path / "run", small_model))
