@@ -5,7 +5,9 @@ RL model, both evaluated on the held-out set with the same eval settings and see
     PYTHONPATH=. python bench/thinking_run.py --out /tmp/think                    # SFT once, RL seeds 0 1 2
     PYTHONPATH=. python bench/thinking_run.py --out /tmp/think --sft-dir /tmp/think/sft rl.steps=30
     PYTHONPATH=. python bench/thinking_run.py --summarize /tmp/think              # the JSON line of finished runs
-    PYTHONPATH=. python bench/thinking_run.py --out /tmp/think --toy              # the short toy run only
+    PYTHONPATH=. python bench/thinking_run.py --out /tmp/think --toy              # the old toy run only
+    PYTHONPATH=. python bench/thinking_run.py --out /tmp/short --short            # the suite's short run, seeds 0 1 2
+    PYTHONPATH=. python bench/thinking_run.py --summarize /tmp/short --short      # its JSON line again
 
 Every run is `codechat train --config configs/thinking.yaml` (a subprocess with OMP_NUM_THREADS=1; at most
 --parallel at once); extra KEY=VALUE arguments go to the RL runs. "Before" is each RL run's `ref_eval/...` (the
@@ -15,18 +17,22 @@ response tokens (thinking included) and sampled pass@1, per seed and averaged; g
 Ends with one JSON line {"seeds", "nothink_before", "nothink_after", "tokens_before", "tokens_after",
 "pass1_before", "pass1_after", "greedy_before", "greedy_after", "tokens_change", "pass1_change_pts", ...}.
 Simplifies: one SFT model (seed 0) for every RL seed, so the seeds vary RL only; a failed run stops the bench.
+--short runs tests/test_thinking_run.py's short run (SHORT: SFT and RL in one run of a small model on the toy
+task) once per seed, and adds the CPU seconds of all of them ("cpu_s", the children's user + system time).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from codechat.policy import build_preset
 from codechat.rundir import resolve_model
 
 SFT = [["stages=[sft]", "data.sft=builtin:synthetic-sft-think", "sft.steps=160", "sft.lr=3e-3",
@@ -43,8 +49,17 @@ TOY = ["model.path=tiny", "data.sft=builtin:toy-think-sft-prefilled", "data.trai
        "rewards.nothink_lr=1.0", "algo.advantage=grpo", "algo.loss=ppo-clip", "rl.steps=10", "rl.lr=3e-4",
        "rl.prompts_per_step=5", "rl.group_size=8", "rl.zero_variance=skip", "eval.n=4", "eval.greedy=false",
        "log.audit=false", "stages=[sft,grpo]", "seed=0"]
-"""--toy: the short run that was tests/test_thinking_run.py's (toy task, SFT 80 steps then 10 RL steps; ~9 min on
-the shared 2-core machine, too long for the suite): SFT and RL in one run, before/after as for the seeds."""
+"""--toy: the first short run (the tiny preset, toy task, SFT 80 steps then 10 RL steps; ~7-9 min on the shared
+2-core machine, too long for the suite): SFT and RL in one run, before/after as for the seeds."""
+SMALL = {"hidden_size": 64, "num_layers": 2, "num_heads": 2, "num_kv_heads": 2, "intermediate_size": 128}
+"""The short run's model: the tiny preset's tokenizer (the same tokens as the CPU demo's) under a 0.34M-parameter
+Llama, ~7x cheaper per token than tiny."""
+SHORT = ["data.sft=builtin:toy-think-sft-cold", "data.train=builtin:toy", "data.eval=builtin:toy",
+         "sampling.max_new_tokens=60", "sft.steps=100", "sft.lr=1e-2", "sft.warmup=5", "rl.steps=16", "rl.lr=1e-3",
+         "rl.prompts_per_step=4", "rewards.nothink_ref_steps=2", "eval.n=32", "eval.greedy=false",
+         "verifier.workers=2", "log.audit=false"]
+"""--short and tests/test_thinking_run.py: configs/thinking.yaml's stages, objective and sampling with these sizes
+(60 new tokens: a thinking answer is ~52), the eval set = the training set (the mechanism, not generalisation)."""
 COMMON = ["log.progress=false", "log.plot=false", "checkpoint.every=0", "eval.every=0", "model.device=cpu"]
 KEYS = {"nothink": "thinking/nothink_frac", "tokens": "thinking/len", "pass1": "pass@1", "greedy": "greedy_pass@1",
         "malformed": "thinking/malformed_frac"}
@@ -78,21 +93,37 @@ def before_after(run_dir: Path) -> dict[str, float]:
     return out
 
 
-def summarize(out: Path) -> dict:
-    runs = sorted(p for p in out.glob("rl-s*") if p.is_dir() and (p / "metrics.jsonl").is_file())
-    unfinished = [p for p in runs if '"eval/pass@1"' not in (p / "metrics.jsonl").read_text()]
+def rl_evaluated(run_dir: Path) -> bool:
+    """Whether the RL stage has made its final eval: an `eval/` row at or after the `ref_eval/` one (a --short run's
+    SFT stage ends with an eval of its own)."""
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    ref = next((i for i, m in enumerate(rows) if "ref_eval/pass@1" in m), None)
+    return ref is not None and any("eval/pass@1" in m for m in rows[ref:])
+
+
+def small_model(out: Path) -> Path:
+    """The short run's model, built once into `out` (a few seconds: the tokenizer is trained from the corpus)."""
+    if not (out / "model.safetensors").is_file():
+        build_preset("tiny", out, **SMALL)
+    return out
+
+
+def summarize(out: Path, prefix: str = "rl-s") -> dict:
+    runs = sorted(p for p in out.glob(f"{prefix}*") if p.is_dir() and (p / "metrics.jsonl").is_file())
+    unfinished = [p for p in runs if not rl_evaluated(p)]
     if unfinished:  # still running, or stopped before its final evaluation
         print(f"left out, no final evaluation yet: {', '.join(p.name for p in unfinished)}", file=sys.stderr)
-    per = {int(p.name.removeprefix("rl-s")): before_after(p) for p in runs if p not in unfinished}
+    per = {int(p.name.removeprefix(prefix)): before_after(p) for p in runs if p not in unfinished}
     if not per:
-        raise SystemExit(f"{out}: no finished RL run (rl-s*/metrics.jsonl with a final eval)")
+        raise SystemExit(f"{out}: no finished RL run ({prefix}*/metrics.jsonl with a final eval)")
     res: dict = {"seeds": sorted(per)}
     for k in next(iter(per.values())):
         res[k] = [round(per[s][k], 4) for s in res["seeds"]]
     mean = {k: statistics.mean(v) for k, v in res.items() if k != "seeds"}
     res["tokens_change"] = round(mean["tokens_after"] / mean["tokens_before"] - 1, 4)
     res["pass1_change_pts"] = round(100 * (mean["pass1_after"] - mean["pass1_before"]), 2)
-    res["greedy_change_pts"] = round(100 * (mean["greedy_after"] - mean["greedy_before"]), 2)
+    if "greedy_after" in mean:  # absent with eval.greedy=false (--short)
+        res["greedy_change_pts"] = round(100 * (mean["greedy_after"] - mean["greedy_before"]), 2)
     res["nothink_mean_after"] = round(mean["nothink_after"], 4)
     return res
 
@@ -104,11 +135,13 @@ def main() -> None:
     ap.add_argument("--seeds", default="0,1,2", help="RL seeds, comma-separated")
     ap.add_argument("--parallel", type=int, default=2, help="RL runs at once (one thread each)")
     ap.add_argument("--summarize", type=Path, metavar="OUT", help="only print the figures of finished runs in OUT")
-    ap.add_argument("--toy", action="store_true", help="only the short toy run (SFT + RL, defaults + TOY) in OUT/toy")
+    ap.add_argument("--toy", action="store_true", help="only the old toy run (SFT + RL, defaults + TOY) in OUT/toy")
+    ap.add_argument("--short", action="store_true", help="the suite's short run (configs/thinking.yaml + SHORT, a "
+                    "small model) per seed in OUT/short-s*")
     ap.add_argument("overrides", nargs="*", help="KEY=VALUE overrides of the RL runs")
     args = ap.parse_args()
     if args.summarize:
-        print(json.dumps(summarize(args.summarize)))
+        print(json.dumps(summarize(args.summarize, "short-s" if args.short else "rl-s")))
         return
     if args.out is None:
         ap.error("give --out (or --summarize)")
@@ -117,6 +150,19 @@ def main() -> None:
     if args.toy:
         wait_all([train(args.out / "toy", TOY + args.overrides, config=None)])
         print(json.dumps({**before_after(args.out / "toy"), "wall_s": round(time.perf_counter() - t0, 1)}))
+        return
+    if args.short:
+        model = small_model(args.out / "small-model")
+        cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        seeds = [int(s) for s in args.seeds.split(",")]
+        for i in range(0, len(seeds), args.parallel):
+            wait_all([train(args.out / f"short-s{s}", [*SHORT, f"model.path={model}", f"seed={s}", *args.overrides])
+                      for s in seeds[i:i + args.parallel]])
+        cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
+        res = summarize(args.out, prefix="short-s")
+        res["cpu_s"] = round(cpu.ru_utime + cpu.ru_stime - cpu0.ru_utime - cpu0.ru_stime, 1)
+        res["wall_s"] = round(time.perf_counter() - t0, 1)
+        print(json.dumps(res))
         return
     sft = args.sft_dir
     if sft is None:

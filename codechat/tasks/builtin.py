@@ -9,7 +9,7 @@ from typing import Callable
 from codechat.tasks import arith, synthetic
 from codechat.tasks.loaders import load_tasks_with_format
 from codechat.tasks.model import Task, TaskFormatError
-from codechat.tasks.thinking_sft import with_prefilled, with_thinking
+from codechat.tasks.thinking_sft import COLD_COPIES, with_prefilled, with_thinking
 from codechat.tasks.toy import toy_tasks
 
 # name -> function returning the tasks; generated families register here.
@@ -63,15 +63,18 @@ GENERATED["toy"] = _toy(False)
 GENERATED["toy-sft"] = _toy(True)
 
 
-def _thinking(base: str, name: str, prefilled: bool = False) -> Callable[[], list[Task]]:
+def _thinking(base: str, name: str, prefilled: bool = False, think_copies: int = 1) -> Callable[[], list[Task]]:
     def load() -> list[Task]:
-        return (with_prefilled if prefilled else with_thinking)(GENERATED[base](), f"builtin:{name}")
+        if prefilled:
+            return with_prefilled(GENERATED[base](), f"builtin:{name}", think_copies)
+        return with_thinking(GENERATED[base](), f"builtin:{name}")
     return load
 
 
 GENERATED["toy-think-sft"] = _thinking("toy", "toy-think-sft")
 GENERATED["synthetic-sft-think"] = _thinking("synthetic-sft-clean", "synthetic-sft-think")
 GENERATED["toy-think-sft-prefilled"] = _thinking("toy", "toy-think-sft-prefilled", prefilled=True)
+GENERATED["toy-think-sft-cold"] = _thinking("toy", "toy-think-sft-cold", prefilled=True, think_copies=COLD_COPIES)
 GENERATED["synthetic-sft-think-prefilled"] = _thinking("synthetic-sft-clean", "synthetic-sft-think-prefilled",
                                                        prefilled=True)
 

@@ -5,6 +5,9 @@ model always thinks (the starting point of learning when not to think, docs/thin
     builtin:synthetic-sft-think  the synthetic family's clean references, each after a plan naming the function
     builtin:toy-think-sft-prefilled, builtin:synthetic-sft-think-prefilled
                                  the same, plus each reference once more after a *prefilled* empty block
+    builtin:toy-think-sft-cold   toy-think-sft-prefilled with every thinking reference COLD_COPIES times: the SFT
+                                 model skips by itself rarely enough that free sampling alone stays in the cold start
+                                 (the suite's short run, tests/test_thinking_run.py)
 
 The plan restates the task and names the function: a scratchpad, not a derivation (simplified: it carries no
 information the code needs, which is exactly what a model can learn to skip). Tags: `<think>` / `</think>`,
@@ -50,12 +53,24 @@ SKIP_EVERY = 25
 """Every SKIP_EVERY-th task also gets a copy that skips by itself (the empty block learned, not prefilled)."""
 
 
-def with_prefilled(tasks: list[Task], source: str) -> list[Task]:
-    """with_thinking(tasks), then a copy of each whose answer is the reference after a prefilled empty block:
-    metadata["prefill"] = [open, close] (appended to the prompt by SFT, encoded as the balanced sampler forces
-    it), metadata["solution"] = the newline the thinking references have after the close tag, then
-    the reference; and for every SKIP_EVERY-th task a copy `<think></think>\n` + reference, all learned."""
-    out = with_thinking(tasks, source)
+COLD_COPIES = 4
+"""Copies of each thinking reference in builtin:toy-think-sft-cold: its short-run SFT model skips on ~3% of free
+samples (toy-think-sft-prefilled's: 4-9%, so free sampling alone finds the mode there; docs/thinking.md)."""
+
+
+def with_prefilled(tasks: list[Task], source: str, think_copies: int = 1) -> list[Task]:
+    """with_thinking(tasks) (each `think_copies` times, ids `ID#k` for k >= 1), then a copy of each whose answer
+    is the reference after a prefilled empty block: metadata["prefill"] = [open, close] (appended to the prompt by
+    SFT, encoded as the balanced sampler forces it), metadata["solution"] = the newline the thinking references
+    have after the close tag, then the reference; and for every SKIP_EVERY-th task a copy `<think></think>\n` +
+    reference, all learned."""
+    out = []
+    for t in with_thinking(tasks, source):
+        out.append(t)
+        for k in range(1, think_copies):
+            c = copy.deepcopy(t)
+            c.task_id = f"{t.task_id}#{k}"
+            out.append(c)
     for i, t in enumerate(t for t in tasks if t.solution):
         c = copy.deepcopy(t)
         c.task_id = f"{t.task_id}/prefilled"
