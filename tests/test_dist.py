@@ -176,28 +176,6 @@ def test_grad_accumulation_equals_one_micro_batch(tmp_path):
     assert max_diff(a, b) < 1e-6
 
 
-@pytest.mark.slow
-def test_torchrun_train_writes_from_rank_zero_only(tmp_path):
-    """`torchrun --nproc_per_node 2 -m codechat train`: one SFT step, one GRPO step; one metrics line per step,
-    checkpoints once, rollouts of both ranks in rollouts.jsonl; then resume on 1 rank for one more GRPO step."""
-    run = tmp_path / "run"
-    args = ["data.train=builtin:toy", "sampling.max_new_tokens=8", "log.progress=false", "log.plot=false",
-            "verifier.workers=1", "rl.prompts_per_step=2", "rl.group_size=2", "rl.steps=1", "checkpoint.every=1",
-            "stages=[sft,grpo]", "data.sft=builtin:toy-sft", "sft.steps=1", "sft.batch_size=2", "dist.backend=gloo",
-            f"run_dir={run}"]
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    torchrun(*args)
-    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in rows] == [1, 2] and rows[1]["samples"] == 4  # both ranks' samples counted
-    assert len((run / "rollouts.jsonl").read_text().splitlines()) == 4  # 2 ranks x 1 prompt x 2 samples
-    assert [c.name for c in sorted((run / "checkpoints").iterdir())] == ["step-0000001", "step-0000002"]
-    # resume on one process: the global data position carries over
-    p = subprocess.run([sys.executable, "-m", "codechat", "train", "--resume", str(run), "rl.steps=2"], env=env,
-                       capture_output=True, text=True, timeout=240)
-    assert p.returncode == 0, p.stderr[-3000:]
-    assert json.loads((run / "checkpoints" / "step-0000003" / "state.json").read_text())["data_pos"] == 4
-
-
 @pytest.mark.parametrize("mode", sorted(AGG_MODES))
 def test_loss_units_split_any_batch_exactly(mode):
     """For every aggregation mode: parts weighted by units(part) / units(all) sum to the loss of the whole batch
@@ -217,9 +195,11 @@ def test_loss_units_split_any_batch_exactly(mode):
 
 @pytest.mark.slow
 def test_torchrun_fsdp_run_equals_ddp_run_and_resumes_across_modes(tmp_path):
-    """`dist.parallel=fsdp` end to end on 2 ranks (SFT, then GRPO with a sharded reference, evaluation,
-    checkpoints): the same samples and weights as the `ddp` run. Then each run resumes under the other mode
-    (optimizer state by parameter name <-> by index) and both take the same next step."""
+    """`torchrun --nproc_per_node 2 -m codechat train`, `dist.parallel=fsdp` end to end (SFT, then GRPO with a
+    sharded reference, evaluation, checkpoints): the same samples and weights as the `ddp` run, and rank 0 alone
+    writes (one metrics line per step, every rank's rollouts, each checkpoint once). Then each run resumes under
+    the other mode (optimizer state by parameter name <-> by index) and both take the same next step; last, one
+    process resumes the ddp run and the global data position carries over."""
     from safetensors.torch import load_file
 
     args = ["data.train=builtin:toy", "sampling.max_new_tokens=8", "sampling.stop=[e]", "log.progress=false",
@@ -236,6 +216,10 @@ def test_torchrun_fsdp_run_equals_ddp_run_and_resumes_across_modes(tmp_path):
     for mode, run in runs.items():
         torchrun(*args, f"dist.parallel={mode}", f"run_dir={run}")
     assert (runs["ddp"] / "rollouts.jsonl").read_text() == (runs["fsdp"] / "rollouts.jsonl").read_text()
+    rows = [json.loads(x) for x in (runs["ddp"] / "metrics.jsonl").read_text().splitlines() if '"loss"' in x]
+    assert [r["step"] for r in rows] == [1, 2, 3] and rows[1]["samples"] == 6  # both ranks' samples counted
+    assert len((runs["ddp"] / "rollouts.jsonl").read_text().splitlines()) == 12  # 2 steps x 3 prompts x 2 samples
+    assert [c.name for c in sorted((runs["ddp"] / "checkpoints").iterdir())] == [f"step-000000{i}" for i in (1, 2, 3)]
     a, b = weights(runs["ddp"], 3), weights(runs["fsdp"], 3)
     assert sorted(a) == sorted(b)  # tied weights written once, as save_pretrained does
     moved = max((a[k] - weights(runs["ddp"], 1)[k]).abs().max().item() for k in a)
@@ -251,6 +235,11 @@ def test_torchrun_fsdp_run_equals_ddp_run_and_resumes_across_modes(tmp_path):
     diff = max((step["ddp"][k] - step["fsdp"][k]).abs().max().item() for k in a)
     print(f"step after resume ddp->fsdp vs fsdp->ddp: max diff {diff:.2e} (step up to {size:.2e})")
     assert size > 0 and diff < 0.05 * size
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    p = subprocess.run([sys.executable, "-m", "codechat", "train", "--resume", str(runs["ddp"]), "rl.steps=4"],
+                       env=env, capture_output=True, text=True, timeout=240)  # one process resumes a 2-rank run
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert json.loads((runs["ddp"] / "checkpoints" / "step-0000005" / "state.json").read_text())["data_pos"] == 12
 
 
 @pytest.mark.slow
