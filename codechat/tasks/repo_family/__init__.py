@@ -104,18 +104,21 @@ def wrong_fix(unit: Unit, bug: str) -> str | None:
 
 def wrong_fixes(unit: Unit, bug: str) -> list[str]:
     """Every plausible but wrong version of the function, distinct: each one-place edit (MUTATIONS) of the correct
-    function, then of the buggy one, that passes the visible asserts and fails a hidden one of the bug; last, the
-    buggy function itself (a rewrite that leaves the bug in, which every task has)."""
-    out = []
+    function, then of the buggy one, then the unit's hand-written wrong fixes (`Unit.wrong`) and its other bugs,
+    each kept when it passes the visible asserts and fails a hidden one of the bug; last, the buggy function
+    itself (a rewrite that leaves the bug in, which every task has)."""
+    cands = []
     for base in (unit.correct, unit.bugs[bug]):
         for old, new in MUTATIONS:
             start = base.find(old)
             while start >= 0:
-                src = base[:start] + new + base[start + len(old):]
-                if src not in out and src not in (unit.bugs[bug], unit.correct) and all(_holds(src, unit.visible)) \
-                        and not all(_holds(src, unit.hidden[bug])):
-                    out.append(src)
+                cands.append(base[:start] + new + base[start + len(old):])
                 start = base.find(old, start + 1)
+    out = []
+    for src in cands + unit.wrong + [s for b, s in unit.bugs.items() if b != bug]:
+        if src not in out and src not in (unit.bugs[bug], unit.correct) and all(_holds(src, unit.visible)) \
+                and not all(_holds(src, unit.hidden[bug])):
+            out.append(src)
     return out + [unit.bugs[bug]]
 
 
