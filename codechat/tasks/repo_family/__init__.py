@@ -127,8 +127,14 @@ def _module_source(units: list[Unit], bug_unit: str | None, bug: str | None) -> 
     return "\n\n".join(p.rstrip("\n") + "\n" for p in parts)
 
 
+def defined_names(units: list[Unit]) -> list[str]:
+    """Every top-level function the units define, in order (a unit may define more than its own name:
+    to_fahrenheit comes with to_celsius, which its visible asserts call)."""
+    return [n.name for u in units for n in ast.parse(u.correct).body if isinstance(n, ast.FunctionDef)]
+
+
 def _test_file(pkg: str, module: str, units: list[Unit], extra: dict[str, list[str]] | None = None) -> str:
-    names = ", ".join(u.name for u in units)
+    names = ", ".join(defined_names(units))
     lines = [f"from {pkg}.{module} import {names}", ""]
     for u in units:
         lines += ["", f"def test_{u.name}():"] + [f"    {a}" for a in u.visible]

@@ -32,7 +32,6 @@ class Unit:
     """Bug kind -> assert statements that fail on that buggy version and hold for the correct one."""
     doc: str
     """One line for the README."""
-    imports: list[str] = field(default_factory=list)
     wrong: list[str] = field(default_factory=list)
     """Plausible but wrong fixes written by hand (repo_family.wrong_fixes keeps those that pass the visible asserts
     and fail a hidden one of the task's bug)."""
