@@ -6,8 +6,10 @@ The SFT data are expert episodes on `builtin:repo-train` (read the file -> run t
 the tests -> submit), played for real in the sandbox, with a seeded share (`sft.expert_wrong`) that writes a
 plausible but wrong fix: imitation learns the habit and some wrong fixes, and GRPO on whole episodes (the
 hidden-test judgement as the reward of every model token) has something left to teach. Each task has 4
-transcripts, half of them wrong (`sft.expert_per_task`), and each fix is one `edit` call (`sft.expert_edit`): the
-SFT policy then fixes a task some of the time rather than always or never, so GRPO's groups have variance.
+transcripts, half of them wrong (`sft.expert_per_task`), and each fix is one `replace_function` call
+(`sft.expert_edit=function`: the function named in the issue, rewritten whole; no text of the unseen held-out file
+has to be copied exactly, which is what made every `edit` of the held-out tasks fail): the SFT policy then fixes
+a task some of the time rather than always or never, so GRPO's groups have variance.
 Evaluation is sampled (T=1), `AGENT_EVAL_N` episodes per task of `builtin:repo-heldout` ((unit, bug) pairs never
 trained on), reporting resolve@1, resolve@n and the habits: tested-before-submit share, protected-file edit
 attempts, turns.
@@ -48,7 +50,7 @@ AGENT: list[str] = [
     "sampling.temperature=1.0",
     "agent.turn_tokens=200", "agent.max_live=64",
     "sft.steps=200", "sft.lr=2e-3", "sft.batch_size=16", "sft.warmup=10", "sft.expert_wrong=0.5",
-    "sft.expert_per_task=4", "sft.expert_edit=edit",
+    "sft.expert_per_task=4", "sft.expert_edit=function",
     "algo.advantage=grpo", "algo.loss=ppo-clip", "algo.kl_beta=0.0",
     "rl.steps=12", "rl.lr=1e-4", "rl.prompts_per_step=8", "rl.group_size=4", "rl.zero_variance=skip",
     "log.audit=false", "log.plot=false", "checkpoint.every=0", "checkpoint.keep_last=1",
