@@ -6,7 +6,9 @@
 Each variant is the agent demo's `--quick` GRPO run (codechat/demo_agent.py: AGENT + AGENT_QUICK) starting from
 the weights in `--sft` (a finished demo's sft/ folder, or any model directory) with the variant's overrides
 (comma-separated `codechat train` overrides after `NAME=`), then `--n` sampled episodes (T=1) per task of the
-train set (the quick demo evaluates on its train tasks). The SFT model is evaluated once the same way (`sft`).
+train set (the quick demo evaluates on its train tasks; `--full`: the full demo's GRPO run, evaluated on the first
+`--eval-tasks` tasks of `builtin:repo-heldout`). The SFT model is evaluated once the same way (`sft`; not with
+`--no-sft-eval`).
 Per variant: `zero_var` (mean share of groups whose episodes all got the same reward, over the steps),
 `pass_rates` (the train episodes' resolve rate per step), `resolve@1` and `resolve@N` after, their change from
 the SFT model, `submitted`, `truncated`, `grpo_s` and `eval_s` (wall seconds). Ends with one JSON line:
@@ -20,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from codechat.demo_agent import agent_config, evaluate_stage
+from codechat.demo_agent import AGENT_EVAL, agent_config, evaluate_stage
 from codechat.train import train
 from codechat.train.metrics import read_metrics
 
@@ -29,6 +31,10 @@ ap.add_argument("--sft", required=True, help="the SFT model to start every varia
 ap.add_argument("--n", type=int, default=4, help="sampled episodes per task of each evaluation")
 ap.add_argument("--variant", action="append", default=[], help="NAME=override,override")
 ap.add_argument("--run-dir", default="", help="keep the runs here (default: a temporary directory)")
+ap.add_argument("--full", action="store_true", help="the full demo's GRPO (AGENT: builtin:repo-train), evaluated "
+                "on builtin:repo-heldout, instead of --quick's (repo-mini, evaluated on itself)")
+ap.add_argument("--eval-tasks", type=int, default=0, help="evaluate on the first K tasks only (0 = all)")
+ap.add_argument("--no-sft-eval", action="store_true", help="skip the SFT model's evaluation (done already)")
 args = ap.parse_args()
 torch.set_num_threads(1)
 
@@ -38,18 +44,18 @@ sft_dir = Path(args.sft)
 
 def evaluate(cfg, model: Path, out: Path) -> dict:
     t0 = time.monotonic()
-    m = evaluate_stage(cfg, model, cfg.data.train, args.n, out)
+    m = evaluate_stage(cfg, model, AGENT_EVAL if args.full else cfg.data.train, args.n, out, args.eval_tasks)
     keys = ("resolve@1", f"resolve@{args.n}", "submitted", "truncated", "tested_before_submit", "turns")
     return {k: m[k] for k in keys} | {"eval_s": round(time.monotonic() - t0, 1)}
 
 
-base_cfg = agent_config(str(root), "grpo", quick=True, overrides=[f"model.path={sft_dir}"])
-sft = evaluate(base_cfg, sft_dir, root / "eval-sft")
+base_cfg = agent_config(str(root), "grpo", quick=not args.full, overrides=[f"model.path={sft_dir}"])
+sft = {"resolve@1": float("nan")} if args.no_sft_eval else evaluate(base_cfg, sft_dir, root / "eval-sft")
 print("sft", sft, flush=True)
 out: dict[str, dict] = {}
 for v in args.variant or ["base="]:
     name, _, rest = v.partition("=")
-    cfg = agent_config(str(root / name), "grpo", quick=True,
+    cfg = agent_config(str(root / name), "grpo", quick=not args.full,
                        overrides=["log.progress=false", f"model.path={sft_dir}"] + [o for o in rest.split(",") if o])
     t0 = time.monotonic()
     train(cfg)

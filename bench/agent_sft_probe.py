@@ -6,7 +6,9 @@
 
 Each variant is the agent demo's `--quick` SFT run (codechat/demo_agent.py: AGENT + AGENT_QUICK, expert
 transcripts of `builtin:repo-mini`) for `--steps` steps with the variant's overrides (comma-separated
-`codechat train` overrides after `NAME=`), then `--n` sampled episodes (T=1) per task of the same tasks. The first
+`codechat train` overrides after `NAME=`), then `--n` sampled episodes (T=1) per task of the same tasks; with
+`--full`, the full demo's SFT run (AGENT: `builtin:repo-train`) evaluated on `builtin:repo-heldout` (its first
+`--eval-tasks` tasks). The first
 variant is the baseline. Per variant: `valid_calls` (share of model turns that parse as a well-formed call of the
 variant's format), `ok_calls` (share whose tool succeeded), `submitted` (share of episodes that call submit),
 `resolve@1`, `truncated`, `expert_tokens` (mean tokens of an SFT transcript), `loss` (last SFT step's), `sft_s`
@@ -20,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from codechat.demo_agent import agent_config, evaluate_stage
+from codechat.demo_agent import AGENT_EVAL, agent_config, evaluate_stage
 from codechat.train import train
 from codechat.train.metrics import read_metrics
 
@@ -29,6 +31,9 @@ ap.add_argument("--steps", type=int, default=40)
 ap.add_argument("--n", type=int, default=2, help="sampled episodes per task")
 ap.add_argument("--variant", action="append", default=[], help="NAME=override,override (first: the baseline)")
 ap.add_argument("--run-dir", default="", help="keep the runs here (default: a temporary directory)")
+ap.add_argument("--full", action="store_true", help="the full demo's SFT (AGENT: builtin:repo-train), evaluated on "
+                "builtin:repo-heldout, instead of --quick's (repo-mini, evaluated on itself)")
+ap.add_argument("--eval-tasks", type=int, default=0, help="evaluate on the first K tasks only (0 = all)")
 args = ap.parse_args()
 torch.set_num_threads(1)
 
@@ -38,11 +43,12 @@ out: dict[str, dict] = {}
 for v in variants:
     name, _, rest = v.partition("=")
     overrides = ["log.progress=false", f"sft.steps={args.steps}"] + [o for o in rest.split(",") if o]
-    cfg = agent_config(str(root / name), "sft", quick=True, overrides=overrides)
+    cfg = agent_config(str(root / name), "sft", quick=not args.full, overrides=overrides)
     t0 = time.monotonic()
     train(cfg)
     t1 = time.monotonic()
-    m = evaluate_stage(cfg, root / name / "sft", cfg.data.train, args.n, root / name / "eval")
+    m = evaluate_stage(cfg, root / name / "sft", AGENT_EVAL if args.full else cfg.data.train, args.n,
+                       root / name / "eval", args.eval_tasks)
     t2 = time.monotonic()
     eps = [json.loads(line) for line in (root / name / "eval" / "samples.jsonl").read_text().splitlines()]
     turns = [u for e in eps for u in e["turns"]]

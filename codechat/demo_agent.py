@@ -6,8 +6,10 @@ The SFT data are expert episodes on `builtin:repo-train` (read the file -> run t
 the tests -> submit), played for real in the sandbox, with a seeded share (`sft.expert_wrong`) that writes a
 plausible but wrong fix: imitation learns the habit and some wrong fixes, and GRPO on whole episodes (the
 hidden-test judgement as the reward of every model token) has something left to teach. Each task has 4
-transcripts, half of them wrong (`sft.expert_per_task`), and each fix is one `edit` call (`sft.expert_edit`): the
-SFT policy then fixes a task some of the time rather than always or never, so GRPO's groups have variance.
+transcripts, half of them wrong (`sft.expert_per_task`), and each fix is one `replace_function` call
+(`sft.expert_edit=function`: the function named in the issue, rewritten whole; no text of the unseen held-out file
+has to be copied exactly, which is what made every `edit` of the held-out tasks fail): the SFT policy then fixes
+a task some of the time rather than always or never, so GRPO's groups have variance.
 Evaluation is sampled (T=1), `AGENT_EVAL_N` episodes per task of `builtin:repo-heldout` ((unit, bug) pairs never
 trained on), reporting resolve@1, resolve@n and the habits: tested-before-submit share, protected-file edit
 attempts, turns.
@@ -48,7 +50,7 @@ AGENT: list[str] = [
     "sampling.temperature=1.0",
     "agent.turn_tokens=200", "agent.max_live=64",
     "sft.steps=200", "sft.lr=2e-3", "sft.batch_size=16", "sft.warmup=10", "sft.expert_wrong=0.5",
-    "sft.expert_per_task=4", "sft.expert_edit=true",
+    "sft.expert_per_task=4", "sft.expert_edit=function",
     "algo.advantage=grpo", "algo.loss=ppo-clip", "algo.kl_beta=0.0",
     "rl.steps=12", "rl.lr=1e-4", "rl.prompts_per_step=8", "rl.group_size=4", "rl.zero_variance=skip",
     "log.audit=false", "log.plot=false", "checkpoint.every=0", "checkpoint.keep_last=1",
@@ -99,10 +101,11 @@ def agent_config(run_dir: str, stage: str, quick: bool = False, overrides: list[
     return load_config(None, AGENT + (AGENT_QUICK if quick else []) + extra + list(overrides or []))
 
 
-def evaluate_stage(cfg, model_dir: Path, eval_spec: str, n: int, out: Path) -> dict:
-    """n sampled episodes per task of eval_spec with the model of model_dir -> metrics (also in OUT/)."""
+def evaluate_stage(cfg, model_dir: Path, eval_spec: str, n: int, out: Path, limit: int = 0) -> dict:
+    """n sampled episodes per task of eval_spec (its first `limit` tasks; 0 = all) with the model of model_dir ->
+    metrics (also in OUT/)."""
     policy = load_policy(replace(ModelConfig(), path=str(model_dir), device=cfg.model.device))
-    tasks = load_repo_tasks(eval_spec)
+    tasks = load_repo_tasks(eval_spec)[:limit or None]
     with RepoJudge() as judge:
         agent = ModelAgent(policy, replace(cfg.sampling, temperature=1.0))
         report = evaluate_episodes(EpisodeRunner(agent, judge, cfg.agent), tasks, n, sorted({1, n}), seed=cfg.seed)

@@ -86,7 +86,8 @@ def test_malformed_calls(text, err):
 
 def test_schemas_cover_every_tool():
     names = [s["function"]["name"] for s in tool_schemas()]
-    assert names == ["list_files", "read_file", "search", "write_file", "edit", "run_tests", "run", "submit"]
+    assert names == ["list_files", "read_file", "search", "write_file", "edit", "replace_function", "run_tests", "run",
+                     "submit"]
 
 
 def scripted(task, turn, last):

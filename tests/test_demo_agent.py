@@ -28,14 +28,14 @@ def test_the_two_runs_share_settings_and_overrides_win(tmp_path):
 
 
 def test_the_demo_writes_compact_calls_with_the_2k_tiny_preset(tmp_path):
-    """The levers measured in docs/agent.md: the compact call format and a 2,048-token context, for both runs;
-    the function demo's `tiny` preset keeps its 1,024 positions."""
+    """The levers of docs/agent.md: the compact call format and a 2,048-token context, for both runs, fixes as
+    replace_function calls; the function demo's `tiny` preset keeps its 1,024 positions."""
     for stage in ("sft", "grpo"):
         cfg = agent_config(str(tmp_path), stage, quick=True)
         assert cfg.agent.call_format == "compact"
     for quick in (False, True):  # several transcripts per task, fixes as edits (docs/agent.md, "The agent demo")
         cfg = agent_config(str(tmp_path), "sft", quick=quick)
-        assert cfg.sft.expert_per_task == 4 and cfg.sft.expert_edit and cfg.sft.expert_wrong == 0.5
+        assert cfg.sft.expert_per_task == 4 and cfg.sft.expert_edit == "function" and cfg.sft.expert_wrong == 0.5
     assert agent_config(str(tmp_path), "grpo", quick=True).rl.lr == 1e-4 and AGENT_QUICK_EVAL_N == 4
     assert agent_config(str(tmp_path), "sft").model.path == "tiny-agent"
     assert PRESETS["tiny"].max_positions == 1024 and PRESETS["tiny-agent"] == replace(PRESETS["tiny"],

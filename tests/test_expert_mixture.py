@@ -61,8 +61,9 @@ def test_every_wrong_fix_passes_the_visible_tests_and_fails_a_hidden_one(task):
 def test_every_train_task_has_a_wrong_fix():
     train_tasks = load_repo_tasks("builtin:repo-train")
     assert all(t.metadata["wrong_fixes"] for t in train_tasks)
-    assert sum(len(t.metadata["wrong_fixes"]) > 1 for t in train_tasks) == \
-        sum(bool(t.metadata["wrong_fix"]) for t in train_tasks)
+    # a real wrong fix (a mutation, a hand-written one or another bug of the unit) besides the bug left in
+    assert all(len(t.metadata["wrong_fixes"]) > 1 for t in train_tasks)
+    assert sum(bool(t.metadata["wrong_fix"]) for t in train_tasks) == 32  # MUTATIONS alone: a quarter
 
 
 def test_one_transcript_per_task_keeps_the_share_of_tasks():
@@ -96,7 +97,7 @@ def test_expert_episodes_mix_and_play_each_distinct_fix_once():
     task = load_repo_tasks("builtin:repo-train")[0]
     policy = load_policy(ModelConfig(path="tiny", device="cpu"))
     with RepoJudge() as judge:
-        got = expert_episodes(policy, judge, [task], AgentConfig(), 0.4, seed=0, per_task=3, edit=True)
+        got = expert_episodes(policy, judge, [task], AgentConfig(), 0.4, seed=0, per_task=3, edit="edit")
     assert [e.task_id for e in got] == [task.task_id] * 3
     assert [e.verdict.passed for e in got] == [False, True, True]
     assert got[1] is got[2] and got[0].transcript.tokens != got[1].transcript.tokens
@@ -142,14 +143,21 @@ def test_edit_arguments_fuzz(base, changes, ref, nl):
 def test_sft_hands_expert_per_task_and_edit_to_the_expert(tmp_path, monkeypatch):
     seen = []
 
-    def spy(policy, judge, tasks, cfg, share, seed, per_task=1, edit=False):
-        seen.append((share, per_task, edit))
+    def spy(policy, judge, tasks, cfg, share, seed, per_task=1, edit="write", recover=0.0):
+        seen.append((share, per_task, edit, recover))
         raise RuntimeError("stop here")
     monkeypatch.setattr(sft, "expert_episodes", spy)
     with pytest.raises(RuntimeError, match="stop here"):
         train(load_config(None, BASE + [f"run_dir={tmp_path}", "sft.expert_wrong=0.4", "sft.expert_per_task=3",
-                                         "sft.expert_edit=true"]))
-    assert seen == [(0.4, 3, True)]
+                                         "sft.expert_edit=edit", "sft.expert_recover=0.25"]))
+    assert seen == [(0.4, 3, "edit", 0.25)]
+
+
+def test_an_unknown_expert_edit_form_or_recover_share_is_refused(tmp_path):
+    with pytest.raises(CodechatError, match="sft.expert_edit: expected one of write, edit, function"):
+        train(load_config(None, BASE + [f"run_dir={tmp_path}", "sft.expert_edit=lines"]))
+    with pytest.raises(CodechatError, match=r"sft.expert_recover: expected in \[0, 1\], got 1.5"):
+        train(load_config(None, BASE + [f"run_dir={tmp_path}", "sft.expert_recover=1.5"]))
 
 
 def test_expert_per_task_below_one_is_refused(tmp_path):

@@ -137,3 +137,17 @@ def test_family_splits_differ_by_composition_and_are_seeded():
         assert 1 <= len(mods) <= 3 and "README.md" in t.files and t.visible_tests
         assert set(t.solution) <= set(t.files) and all(not t.is_protected(p) for p in t.solution)
         assert all(t.is_protected(p) for p in t.hidden_tests)
+
+
+def test_every_test_file_imports_every_function_its_asserts_call():
+    """A visible assert of to_fahrenheit calls to_celsius: the test files import every function the module's units
+    define (before, `to_celsius` was not imported, so that visible test failed on every task and no
+    to_fahrenheit task could be resolved, not even by its reference fix)."""
+    import ast as _ast
+    for t in generate_repo_tasks("train", 128) + generate_repo_tasks("heldout", 32):
+        tests = {p: x for p, x in {**t.files, **t.hidden_tests}.items() if p.startswith("tests/")}
+        for path, text in tests.items():
+            tree = _ast.parse(text)
+            imported = {a.name for n in tree.body if isinstance(n, _ast.ImportFrom) for a in n.names}
+            called = {n.func.id for n in _ast.walk(tree) if isinstance(n, _ast.Call) and isinstance(n.func, _ast.Name)}
+            assert called <= imported, (t.task_id, path, called - imported)

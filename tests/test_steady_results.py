@@ -87,7 +87,7 @@ def test_same_seed_same_sft_and_first_grpo_step(tmp_path, short_tasks):
         cfg = load_config(None, ["data.train=builtin:repo-train", "data.eval=", "log.progress=false",
                                  "log.plot=false", "log.audit=false", "checkpoint.every=0", "model.device=cpu",
                                  "stages=[sft,grpo]", "sft.steps=1", "sft.batch_size=2", "sft.warmup=0",
-                                 "sft.expert_edit=true", "rl.steps=1", "rl.prompts_per_step=2", "rl.group_size=2",
+                                 "sft.expert_edit=edit", "rl.steps=1", "rl.prompts_per_step=2", "rl.group_size=2",
                                  "rl.lr=1e-3", "agent.turn_tokens=8", "sampling.max_new_tokens=8",
                                  f"run_dir={tmp_path / name}"])
         train(cfg)

@@ -45,9 +45,14 @@ class SFTConfig:
     """Repository tasks: expert transcripts per task. 1: one each, a share `expert_wrong` of the tasks wrong; more:
     round(expert_wrong x N) of each task's N transcripts wrong (its metadata wrong_fixes), so SFT learns a mixture
     per task that GRPO can sort rather than one memorised transcript (rollout/expert.py)."""
-    expert_edit: bool = False
-    """Repository tasks: the expert changes each file with one `edit` (the changed lines, with just enough context
-    to be unique) instead of `write_file` of the whole file: shorter transcripts, fewer tokens to copy."""
+    expert_edit: str = "write"
+    """Repository tasks: how the expert writes a fix. `write`: `write_file` of the whole file; `edit`: one `edit`
+    (the changed lines, with just enough context to be unique); `function`: `replace_function` of each changed
+    definition (its whole new source, no text of the file to copy: what a model can do on files it never saw)."""
+    expert_recover: float = 0.0
+    """Repository tasks: seeded share of expert transcripts that first make a failed fix call (a name one character
+    short, or an argument missing) and then the right one; the failed call is masked out of the loss, so SFT shows
+    an `error:` result and what follows it without teaching the mistake (rollout/expert.py)."""
 
 
 @dataclass

@@ -17,7 +17,9 @@ task, not one memorised transcript per task: GRPO's groups then have episodes to
 """
 from __future__ import annotations
 
+import ast
 import difflib
+import json
 import random
 from dataclasses import replace
 
@@ -53,20 +55,95 @@ def edit_arguments(base: str, fix: str, reference: str) -> dict[str, str] | None
         lo, hi = max(0, lo - 1), min(len(b), hi + 1)
 
 
-def expert_calls(task: RepoTask, fix: dict[str, str], call_format: str = "json", edit: bool = False) -> list[str]:
+def _definitions(text: str) -> dict[str, str] | None:
+    """Top-level function and class name -> its source (decorators on), or None when the text does not parse or
+    a name is defined twice."""
+    try:
+        nodes = [n for n in ast.parse(text).body
+                 if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+    except (SyntaxError, ValueError):
+        return None
+    lines = text.splitlines(keepends=True)
+    out = {n.name: "".join(lines[min([n.lineno] + [d.lineno for d in n.decorator_list]) - 1:n.end_lineno])
+           for n in nodes}
+    return out if len(out) == len(nodes) else None
+
+
+def function_arguments(base: str, fix: str, reference: str) -> list[dict[str, str]] | None:
+    """The `name` and `new` of the `replace_function` calls that turn `base` into `fix`: one per top-level
+    definition where `fix` or `reference` differs from `base` (so a wrong fix rewrites the function the right one
+    would, even unchanged), `new` being fix's whole definition; None when that is not the whole difference (text
+    outside the definitions changed, a definition added or removed, a file that does not parse)."""
+    b, f, r = _definitions(base), _definitions(fix), _definitions(reference)
+    if b is None or f is None or r is None or set(b) != set(f):
+        return None
+    names = [n for n in b if b[n] != f[n] or b[n] != r.get(n, b[n])]
+    if not names:
+        return None
+    rebuilt = base
+    for n in names:
+        rebuilt = rebuilt.replace(b[n].rstrip("\n"), f[n].rstrip("\n"), 1)
+    if rebuilt != fix:
+        return None
+    return [{"name": n, "new": f[n].rstrip("\n")} for n in names]
+
+
+EDIT_FORMS = ("write", "edit", "function")
+"""How the expert writes a fix (`sft.expert_edit`): `write_file` of the whole file, one `edit` of the changed
+lines, or `replace_function` of each changed definition."""
+
+
+MISTAKES = ("name", "missing")
+"""The failed call a recovery transcript makes before its fix (`sft.expert_recover`): `name`, the fix call with
+its `name` (replace_function) or `old` (edit) one character short, so nothing matches; `missing`, the fix call
+without its last argument (what the tiny model's malformed calls most often are). Both fail with an `error:`
+result; the next turn is the right call."""
+
+
+def _mistake(tool: str, args: dict, kind: str) -> tuple[str, dict]:
+    key = {"replace_function": "name", "edit": "old"}.get(tool)
+    if kind == "name" and key and len(args[key]) > 1:
+        return tool, {**args, key: args[key][:-1]}
+    return tool, dict(list(args.items())[:-1])
+
+
+def expert_calls(task: RepoTask, fix: dict[str, str], call_format: str = "json", edit: str = "write",
+                 mistake: str = "") -> list[str]:
     """The turns of the expert episode with `fix` ({path: new text}), written in `call_format`: read the first
-    file, run the tests, write each file (or, with `edit`, one `edit` call per file whose base text is inline and
-    `edit_arguments` finds a span: the changed lines only), run the tests, submit."""
+    file, run the tests, write each file, run the tests, submit. `edit` (EDIT_FORMS) chooses how each file whose
+    base text is inline is written: `edit`, one `edit` call (the changed lines only, `edit_arguments`); `function`,
+    one `replace_function` call per changed definition (`function_arguments`); either falls back to `write_file`
+    where it cannot express the fix. `mistake` (one of MISTAKES, "" = none): a failed version of the first fix
+    call comes right before it (`mistake_turn` is its index)."""
+    if edit not in EDIT_FORMS:
+        raise ValueError(f"expert edit form must be one of {', '.join(EDIT_FORMS)}; got {edit!r}")
+    if mistake and mistake not in MISTAKES:
+        raise ValueError(f"expert mistake must be one of {', '.join(MISTAKES)}; got {mistake!r}")
     call = get_call_format(call_format).format
     paths = sorted(fix)
-    tests = [call("run_tests", {})] if task.visible_tests else []
+    tests = [("run_tests", {})] if task.visible_tests else []
 
-    def change(p: str) -> str:
-        args = edit_arguments(task.files[p], fix[p], task.solution.get(p, fix[p])) \
-            if edit and p in task.files else None
-        return call("edit", {"path": p, **args}) if args else call("write_file", {"path": p, "content": fix[p]})
-    return [call("read_file", {"path": p}) for p in paths[:1]] + tests + [change(p) for p in paths] + tests + \
-        [call("submit", {})]
+    def change(p: str) -> list[tuple[str, dict]]:
+        ref = task.solution.get(p, fix[p])
+        if edit == "edit" and p in task.files:
+            args = edit_arguments(task.files[p], fix[p], ref)
+            if args:
+                return [("edit", {"path": p, **args})]
+        if edit == "function" and p in task.files:
+            calls = function_arguments(task.files[p], fix[p], ref)
+            if calls:
+                return [("replace_function", {"path": p, **a}) for a in calls]
+        return [("write_file", {"path": p, "content": fix[p]})]
+    changes = [c for p in paths for c in change(p)]
+    if mistake:
+        changes = [_mistake(*changes[0], mistake)] + changes
+    turns = [("read_file", {"path": p}) for p in paths[:1]] + tests + changes + tests + [("submit", {})]
+    return [call(name, args) for name, args in turns]
+
+
+def mistake_turn(task: RepoTask, fix: dict[str, str]) -> int:
+    """The index of the failed call among `expert_calls(task, fix, ..., mistake=...)`'s turns."""
+    return int(bool(fix)) + bool(task.visible_tests)
 
 
 class ExpertAgent(ModelAgent):
@@ -117,23 +194,43 @@ def expert_fixes(tasks: list[RepoTask], share: float, seed: int, per_task: int =
 
 
 def expert_episodes(policy, judge: RepoJudge, tasks: list[RepoTask], cfg: AgentConfig, wrong_share: float,
-                    seed: int, per_task: int = 1, edit: bool = False) -> list[EpisodeResult]:
-    """`per_task` judged expert episodes per task with a reference fix (fixes: `expert_fixes`). Each distinct
-    (task, fix) is played once; a fix drawn twice repeats its episode (the same tokens, weighted twice)."""
+                    seed: int, per_task: int = 1, edit: str = "write", recover: float = 0.0) -> list[EpisodeResult]:
+    """`per_task` judged expert episodes per task with a reference fix (fixes: `expert_fixes`). A seeded share
+    `recover` of the transcripts first makes a failed fix call (MISTAKES, drawn in turn) and then the right one;
+    that failed call is masked out of the model tokens (`is_model` False: SFT learns the recovery, not the mistake).
+    Each distinct (task, fix, mistake) is played once; one drawn twice repeats its episode (the same tokens,
+    weighted twice)."""
     tasks = [t for t in tasks if t.solution]
     fixes = expert_fixes(tasks, wrong_share, seed, per_task)
-    distinct = {t.task_id: [] for t in tasks}
-    for t in tasks:
-        for f in fixes[t.task_id]:
-            if f not in distinct[t.task_id]:
-                distinct[t.task_id].append(f)
-    calls = {(t.task_id, j): expert_calls(t, f, cfg.call_format, edit)
-             for t in tasks for j, f in enumerate(distinct[t.task_id])}
+    rng = random.Random(f"{seed}-recover")
+    plays = {t.task_id: [(f, MISTAKES[i % len(MISTAKES)] if rng.random() < recover else "")
+                         for i, f in enumerate(fixes[t.task_id])] for t in tasks}
+    distinct = {t.task_id: list(dict.fromkeys((json.dumps(f, sort_keys=True), m) for f, m in plays[t.task_id]))
+                for t in tasks}
+    by_id = {t.task_id: t for t in tasks}
+    calls = {(tid, j): expert_calls(by_id[tid], json.loads(f), cfg.call_format, edit, m)
+             for tid, keys in distinct.items() for j, (f, m) in enumerate(keys)}
     budget = max((len(c) for c in calls.values()), default=1)
-    by_id = {t.task_id: replace(t, limits=replace(t.limits, max_turns=max(t.limits.max_turns, budget)))
+    by_id = {t.task_id: replace(t, limits=replace(t.limits, max_turns=max(t.limits.max_turns, budget),
+                                                  max_tool_calls=max(t.limits.max_tool_calls, budget)))
              for t in tasks}
     cfg = replace(cfg, turn_tokens=max(cfg.turn_tokens, 2048))  # a write_file turn holds a whole module
     agent = ExpertAgent(policy, calls)
-    played = {(e.task_id, e.sample): e.cut_to_context(agent.model_context)
-              for e in EpisodeRunner(agent, judge, cfg).run([(by_id[tid], j) for tid, j in calls], seed=seed)}
-    return [played[t.task_id, distinct[t.task_id].index(f)] for t in tasks for f in fixes[t.task_id]]
+    played = {}
+    for e in EpisodeRunner(agent, judge, cfg).run([(by_id[tid], j) for tid, j in calls], seed=seed):
+        f, m = distinct[e.task_id][e.sample]
+        played[e.task_id, e.sample] = _mask_mistake(e, mistake_turn(by_id[e.task_id], json.loads(f))) if m else e
+    played = {k: e.cut_to_context(agent.model_context) for k, e in played.items()}
+    return [played[t.task_id, distinct[t.task_id].index((json.dumps(f, sort_keys=True), m))]
+            for t in tasks for f, m in plays[t.task_id]]
+
+
+def _mask_mistake(e: EpisodeResult, turn: int) -> EpisodeResult:
+    """The episode with its failed call's model tokens masked (trained on: never; attended to: yes)."""
+    t = e.transcript
+    u = t.turns[turn]
+    if u.ok:
+        raise ValueError(f"{e.task_id}: the expert's mistaken call (turn {turn}, {u.tool}) succeeded")
+    mask = list(t.is_model)
+    mask[u.model_start:u.model_end] = [False] * (u.model_end - u.model_start)
+    return replace(e, transcript=replace(t, is_model=mask))

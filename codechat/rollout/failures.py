@@ -6,9 +6,9 @@
 Outcomes, the first that applies: `passed`; `broken` (the judge could not run the hidden tests on the changes:
 verdict status other than passed/failed, e.g. `no_tests` when the module no longer imports); `unsubmitted` (the
 workspace changed but a budget ended the episode before submit); `wrong_fix` (changed, submitted, a hidden
-test fails); then the workspace is unchanged: `noop_edit` (an edit that succeeded with `old` == `new`: the
-"bug left in" expert transcripts teach it), `failed_edit` (every edit or write_file call failed, e.g. `old` not
-found), `no_edit` (none was made). Turn habits: the share of model turns without a successful call, split by
+test fails); then the workspace is unchanged: `noop_edit` (an edit call succeeded and changed nothing: `old`
+== `new`, or a function rewritten as it was, which the "bug left in" expert transcripts teach), `failed_edit`
+(every edit, replace_function or write_file call failed, e.g. `old` not found), `no_edit` (none was made). Turn habits: the share of model turns without a successful call, split by
 whether the turn before it failed (`bad_after_error` vs `bad_after_ok`: does the model recover from an error
 result?). `advantage_mass`: over a GRPO run's rollouts.jsonl, which episodes carry the update's weight (the share of
 |advantage| x model characters from passing, failing-submitted and truncated episodes).
@@ -28,7 +28,7 @@ from codechat.rollout.tools import RESULT_CLOSE, RESULT_OPEN
 
 OUTCOMES = ("passed", "broken", "unsubmitted", "wrong_fix", "noop_edit", "failed_edit", "no_edit")
 """Every outcome `classify` returns, in its order of precedence."""
-EDIT_TOOLS = ("edit", "write_file")
+EDIT_TOOLS = ("edit", "write_file", "replace_function")
 _KEYS = ("passed", "changes", "submitted", "verdict", "turns")
 
 
@@ -72,9 +72,7 @@ def classify(sample: dict, where: str = "episode") -> str:
     if sample["changes"]:
         return "wrong_fix" if sample["submitted"] else "unsubmitted"
     edits = [t for t in sample["turns"] if t.get("tool") in EDIT_TOOLS]
-    ok = [t for t in edits if t.get("ok")]
-    if any(isinstance(t.get("arguments"), dict) and t["arguments"].get("old") == t["arguments"].get("new")
-           for t in ok):
+    if any(t.get("ok") for t in edits):  # it succeeded, yet nothing changed: `old` == `new`, the same code again
         return "noop_edit"
     return "failed_edit" if edits else "no_edit"
 

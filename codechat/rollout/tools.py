@@ -16,6 +16,8 @@ Tools (`TOOLS` has each one's parameters; `tool_schemas()` gives JSON schemas fo
     search(pattern, path=".")         `path:line: text` for each match of a regex (or literal text)
     write_file(path, content)         create or replace a file
     edit(path, old, new)              replace the one occurrence of `old` (0 or 2+ occurrences: error)
+    replace_function(path, name, new) replace the whole definition of function or class `name` (`Cls.method` for
+                                      a method; decorators included) by `new`: no text of the file to copy
     run_tests(paths=[])               the task's visible tests (or a subset) under the sandbox
     run(code="", module="", args=[])  a Python snippet or `python -m module args` in the workspace, sandboxed
     submit()                          end the episode; the workspace's diff is judged
@@ -23,6 +25,7 @@ Edits of protected paths (tests, conftest.py) are refused and counted; they woul
 """
 from __future__ import annotations
 
+import ast
 import json
 import re
 import sys
@@ -50,6 +53,9 @@ TOOLS: dict[str, dict[str, tuple[str, bool, str]]] = {
     "write_file": {"path": ("string", True, "file to create or replace"), "content": ("string", True, "full text")},
     "edit": {"path": ("string", True, "file to change"), "old": ("string", True, "exact text to replace, once"),
              "new": ("string", True, "replacement text")},
+    "replace_function": {"path": ("string", True, "file to change"),
+                         "name": ("string", True, "function or class, or Class.method"),
+                         "new": ("string", True, "the whole new definition")},
     "run_tests": {"paths": ("array", False, "visible test files or node ids; empty = all visible tests")},
     "run": {"code": ("string", False, "Python source to run"), "module": ("string", False, "module for python -m"),
             "args": ("array", False, "arguments")},
@@ -58,6 +64,7 @@ TOOLS: dict[str, dict[str, tuple[str, bool, str]]] = {
 DESCRIPTIONS = {"list_files": "List the files of the repository.", "read_file": "Read a file with line numbers.",
                 "search": "Search the repository.", "write_file": "Create or overwrite a file.",
                 "edit": "Replace one exact occurrence of a text in a file.",
+                "replace_function": "Replace a whole function or class definition.",
                 "run_tests": "Run the visible tests.", "run": "Run Python code in the repository.",
                 "submit": "Submit the current state of the repository as the fix."}
 
@@ -142,9 +149,10 @@ def check_call(name: str, args: Any) -> ToolCall:
     return ToolCall(name, args)
 
 
-def format_call(name: str, **arguments) -> str:
-    """The text of a call, as the model should write it (scripted policies and expert transcripts use this)."""
-    body = json.dumps({"name": name, "arguments": arguments}).replace("</", "<\\/")  # a value's </tool_call>
+def format_call(tool: str, /, **arguments) -> str:
+    """The text of a call, as the model should write it (scripted policies and expert transcripts use this).
+    `tool` is positional-only: replace_function has an argument called `name`."""
+    body = json.dumps({"name": tool, "arguments": arguments}).replace("</", "<\\/")  # a value's </tool_call>
     return f"{CALL_OPEN}\n{body}\n{CALL_CLOSE}"
 
 
@@ -222,6 +230,22 @@ class ToolBox:
         self.ws.write(path, text.replace(old, new, 1))
         return ToolResult(f"ok edited {path}", True)
 
+    def _replace_function(self, path: str, name: str, new: str) -> ToolResult:
+        if self._protected(path):
+            return ToolResult(f"error: {path} is protected (tests and test configuration cannot be changed)", False,
+                              protected_attempt=True)
+        if len(new) > MAX_WRITE_CHARS:
+            return ToolResult(f"error: new longer than {MAX_WRITE_CHARS} characters", False)
+        text = self.ws.read(path)
+        span = definition_lines(text, name)
+        if isinstance(span, str):
+            return ToolResult(f"error: {path}: {span}", False)
+        lines = text.splitlines(keepends=True)
+        start, end = span
+        body = new if new.endswith("\n") or end == len(lines) and not lines[-1].endswith("\n") else new + "\n"
+        self.ws.write(path, "".join(lines[:start - 1]) + body + "".join(lines[end:]))
+        return ToolResult(f"ok replaced {name} ({path} lines {start}-{end})", True)
+
     def _run_tests(self, paths: list | None = None) -> ToolResult:
         visible = self.task.visible_tests
         if not visible:
@@ -253,6 +277,29 @@ class ToolBox:
 
     def _submit(self) -> ToolResult:
         return ToolResult("ok submitted", True, submitted=True)
+
+
+def definition_lines(text: str, name: str) -> tuple[int, int] | str:
+    """The 1-based (first, last) lines of the one top-level function or class `name` of `text` (`Cls.method`: a
+    method of a top-level class), from its first decorator; a one-line reason when the text does not parse or
+    `name` has no definition or several."""
+    try:
+        nodes = ast.parse(text).body
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
+        return f"cannot parse it ({type(e).__name__}: {str(e)[:80]}); use edit or write_file"
+    parts = name.split(".")
+    if not 1 <= len(parts) <= 2 or not all(p.isidentifier() for p in parts):
+        return f"name must be a function or class name, or Class.method; got {name[:60]!r}"
+    kinds = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    for i, part in enumerate(parts):
+        found = [n for n in nodes if isinstance(n, kinds) and n.name == part]
+        if len(found) != 1:
+            return f"{len(found)} definitions of {'.'.join(parts[:i + 1])!r}; it must have exactly one"
+        if i + 1 < len(parts) and not isinstance(found[0], ast.ClassDef):
+            return f"{part!r} is not a class"
+        nodes = found[0].body
+    node = found[0]
+    return min([node.lineno] + [d.lineno for d in node.decorator_list]), node.end_lineno
 
 
 _PYTEST_TIME = re.compile(r"^(.*\b(?:passed|failed|errors?|skipped|xfailed|xpassed|deselected|warnings?|no tests ran)"

@@ -111,7 +111,8 @@ def transcript_examples(ctx: Context, tasks) -> list[tuple[list[int], list[int],
     """(prompt ids, the rest of the transcript, its loss mask = model tokens) per expert episode; the count of
     transcripts, their wrong share and resolve rate are logged once (`sft/expert_*`)."""
     episodes = expert_episodes(ctx.policy, run_judge(ctx), tasks, ctx.cfg.agent, ctx.cfg.sft.expert_wrong,
-                               ctx.cfg.seed, ctx.cfg.sft.expert_per_task, ctx.cfg.sft.expert_edit)
+                               ctx.cfg.seed, ctx.cfg.sft.expert_per_task, ctx.cfg.sft.expert_edit,
+                               ctx.cfg.sft.expert_recover)
     if not episodes:
         raise CodechatError(f"{ctx.cfg.data.sft or ctx.cfg.data.train}: no repository task has a reference fix")
     out = []

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from codechat.config import RunConfig
+from codechat.rollout.expert import EDIT_FORMS
 from codechat.train.dpo import run_dpo
 from codechat.train.rft import run_rft
 from codechat.train.rl import run_rl
@@ -71,7 +72,11 @@ STAGES: dict[str, Stage] = {
                             at_least("sft.batch_size", c.sft.batch_size, 1), at_least("sft.warmup", c.sft.warmup, 0),
                             (f"sft.expert_wrong: expected in [0, 1], got {c.sft.expert_wrong}",
                              0.0 <= c.sft.expert_wrong <= 1.0),
-                            at_least("sft.expert_per_task", c.sft.expert_per_task, 1)]),
+                            at_least("sft.expert_per_task", c.sft.expert_per_task, 1),
+                            (f"sft.expert_recover: expected in [0, 1], got {c.sft.expert_recover}",
+                             0.0 <= c.sft.expert_recover <= 1.0),
+                            (f"sft.expert_edit: expected one of {', '.join(EDIT_FORMS)}, got {c.sft.expert_edit!r}",
+                             c.sft.expert_edit in EDIT_FORMS)]),
     "rft": Stage("rft", run_rft, "rft", lambda c: c.rft.rounds * c.rft.steps, lambda c: [("rft.prompts", c.rft.prompts)],
                  lambda c: [at_least("rft.steps", c.rft.steps, 0), at_least("rft.group_size", c.rft.group_size, 1),
                             positive("rft.lr", c.rft.lr), at_least("rft.batch_size", c.rft.batch_size, 1),

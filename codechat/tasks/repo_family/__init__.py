@@ -104,18 +104,21 @@ def wrong_fix(unit: Unit, bug: str) -> str | None:
 
 def wrong_fixes(unit: Unit, bug: str) -> list[str]:
     """Every plausible but wrong version of the function, distinct: each one-place edit (MUTATIONS) of the correct
-    function, then of the buggy one, that passes the visible asserts and fails a hidden one of the bug; last, the
-    buggy function itself (a rewrite that leaves the bug in, which every task has)."""
-    out = []
+    function, then of the buggy one, then the unit's hand-written wrong fixes (`Unit.wrong`) and its other bugs,
+    each kept when it passes the visible asserts and fails a hidden one of the bug; last, the buggy function
+    itself (a rewrite that leaves the bug in, which every task has)."""
+    cands = []
     for base in (unit.correct, unit.bugs[bug]):
         for old, new in MUTATIONS:
             start = base.find(old)
             while start >= 0:
-                src = base[:start] + new + base[start + len(old):]
-                if src not in out and src not in (unit.bugs[bug], unit.correct) and all(_holds(src, unit.visible)) \
-                        and not all(_holds(src, unit.hidden[bug])):
-                    out.append(src)
+                cands.append(base[:start] + new + base[start + len(old):])
                 start = base.find(old, start + 1)
+    out = []
+    for src in cands + unit.wrong + [s for b, s in unit.bugs.items() if b != bug]:
+        if src not in out and src not in (unit.bugs[bug], unit.correct) and all(_holds(src, unit.visible)) \
+                and not all(_holds(src, unit.hidden[bug])):
+            out.append(src)
     return out + [unit.bugs[bug]]
 
 
@@ -124,8 +127,14 @@ def _module_source(units: list[Unit], bug_unit: str | None, bug: str | None) -> 
     return "\n\n".join(p.rstrip("\n") + "\n" for p in parts)
 
 
+def defined_names(units: list[Unit]) -> list[str]:
+    """Every top-level function the units define, in order (a unit may define more than its own name:
+    to_fahrenheit comes with to_celsius, which its visible asserts call)."""
+    return [n.name for u in units for n in ast.parse(u.correct).body if isinstance(n, ast.FunctionDef)]
+
+
 def _test_file(pkg: str, module: str, units: list[Unit], extra: dict[str, list[str]] | None = None) -> str:
-    names = ", ".join(u.name for u in units)
+    names = ", ".join(defined_names(units))
     lines = [f"from {pkg}.{module} import {names}", ""]
     for u in units:
         lines += ["", f"def test_{u.name}():"] + [f"    {a}" for a in u.visible]

@@ -1,6 +1,9 @@
 """The building blocks of the generated repository family: one function per unit, its correct source, a buggy
 source per bug kind it supports, visible test asserts (true for the correct and every buggy version) and the
-hidden asserts that catch each bug. `tests/test_repo_family.py` checks those three facts for every unit.
+hidden asserts that catch each bug. `tests/test_repo_tasks.py` checks those three facts for every unit. Every
+unit whose (unit, bug) pair is held out (repo_family.HELDOUT_PAIRS) has a second bug kind that is trained on, so
+its correct source is a fix the expert writes in train: a held-out task asks for a known function with a bug of a
+kind never seen in that function.
 
 A unit is built from a seeded `random.Random` (thresholds, constants, separators vary), so the same unit looks
 different across tasks while its bug stays the same kind.
@@ -29,7 +32,9 @@ class Unit:
     """Bug kind -> assert statements that fail on that buggy version and hold for the correct one."""
     doc: str
     """One line for the README."""
-    imports: list[str] = field(default_factory=list)
+    wrong: list[str] = field(default_factory=list)
+    """Plausible but wrong fixes written by hand (repo_family.wrong_fixes keeps those that pass the visible asserts
+    and fail a hidden one of the task's bug)."""
 
 
 def _count_in_range(r: random.Random) -> Unit:
@@ -65,7 +70,8 @@ def _parse_pairs(r: random.Random) -> Unit:
                 {"empty-input": head + loop},
                 [f"assert parse_pairs('a=1{sep}b = 2') == {{'a': '1', 'b': '2'}}", "assert parse_pairs('k=v=w') == {'k': 'v=w'}"],
                 {"empty-input": ["assert parse_pairs('') == {}", "assert parse_pairs('  ') == {}"]},
-                "parse_pairs(text): key=value items into a dict")
+                "parse_pairs(text): key=value items into a dict",
+                wrong=[head + "    if not text:\n        return {}\n" + loop])
 
 
 def _average(r: random.Random) -> Unit:
@@ -74,7 +80,8 @@ def _average(r: random.Random) -> Unit:
     return Unit("average", "stats", head + "    if not xs:\n        return 0.0\n    return sum(xs) / len(xs)\n",
                 {"empty-input": head + "    return sum(xs) / len(xs)\n"},
                 [f"assert average([{v}]) == {v}", "assert average([2, 4]) == 3"],
-                {"empty-input": ["assert average([]) == 0.0"]}, "average(xs): the mean, 0.0 when empty")
+                {"empty-input": ["assert average([]) == 0.0"]}, "average(xs): the mean, 0.0 when empty",
+                wrong=[head + "    if not xs:\n        return None\n    return sum(xs) / len(xs)\n"])
 
 
 def _last_word(r: random.Random) -> Unit:
@@ -83,17 +90,21 @@ def _last_word(r: random.Random) -> Unit:
                 {"empty-input": head + "    return s.split()[-1]\n"},
                 ["assert last_word('hello big world') == 'world'", "assert last_word(' x ') == 'x'"],
                 {"empty-input": ["assert last_word('') == ''", "assert last_word('   ') == ''"]},
-                "last_word(s): the last word")
+                "last_word(s): the last word", wrong=[head + "    return s.split()[-1] if s else ''\n"])
 
 
 def _max_gap(r: random.Random) -> Unit:
     head = 'def max_gap(xs):\n    """Largest absolute difference between neighbours; 0 with fewer than two items."""\n'
     body = "    return max(abs(b - a) for a, b in zip(xs, xs[1:]))\n"
-    return Unit("max_gap", "series", head + "    if len(xs) < 2:\n        return 0\n" + body,
-                {"empty-input": head + body},
+    guard = "    if len(xs) < 2:\n        return 0\n"
+    return Unit("max_gap", "series", head + guard + body,
+                {"empty-input": head + body, "branch": head + guard + body.replace("abs(b - a)", "b - a")},
                 ["assert max_gap([1, 4, 2]) == 3", f"assert max_gap([0, {r.randint(5, 9)}]) > 4"],
-                {"empty-input": ["assert max_gap([]) == 0", "assert max_gap([7]) == 0"]},
-                "max_gap(xs): largest step between neighbours")
+                {"empty-input": ["assert max_gap([]) == 0", "assert max_gap([7]) == 0"],
+                 "branch": ["assert max_gap([5, 1]) == 4", "assert max_gap([9, 2, 3]) == 7"]},
+                "max_gap(xs): largest step between neighbours",
+                wrong=[head + "    if not xs:\n        return 0\n" + body,
+                       head + guard + body.replace("abs(b - a)", "abs(b) - abs(a)")])
 
 
 def _moving_sums(r: random.Random) -> Unit:
@@ -102,15 +113,18 @@ def _moving_sums(r: random.Random) -> Unit:
     return Unit("moving_sums", "series", head + body.format(d=" + 1"), {"off-by-one": head + body.format(d="")},
                 ["assert moving_sums([], 2) == []", "assert moving_sums([1], 3) == []"],
                 {"off-by-one": ["assert moving_sums([1, 2, 3], 2) == [3, 5]", "assert moving_sums([4], 1) == [4]"]},
-                "moving_sums(xs, k): window sums")
+                "moving_sums(xs, k): window sums", wrong=[head + body.format(d=" + 2")])
 
 
 def _sum_first(r: random.Random) -> Unit:
     head = 'def sum_first(xs, n):\n    """Sum of the first n items of xs (all of them if xs is shorter)."""\n'
     body = "    total = 0\n    for i in range(min(n, len(xs)){d}):\n        total += xs[i]\n    return total\n"
-    return Unit("sum_first", "series", head + body.format(d=""), {"off-by-one": head + body.format(d=" - 1")},
+    return Unit("sum_first", "series", head + body.format(d=""),
+                {"off-by-one": head + body.format(d=" - 1"),
+                 "boundary": head + body.format(d="").replace("len(xs))", "len(xs) - 1)")},
                 ["assert sum_first([], 3) == 0", "assert sum_first([5, 6], 0) == 0"],
-                {"off-by-one": ["assert sum_first([1, 2, 3], 2) == 3", "assert sum_first([4], 5) == 4"]},
+                {"off-by-one": ["assert sum_first([1, 2, 3], 2) == 3", "assert sum_first([4], 5) == 4"],
+                 "boundary": ["assert sum_first([4], 5) == 4", "assert sum_first([1, 2], 9) == 3"]},
                 "sum_first(xs, n): sum of a prefix")
 
 
@@ -122,15 +136,18 @@ def _to_fahrenheit(r: random.Random) -> Unit:
                 {"constant": head + f"    return c * 9 / 5 + {wrong}\n" + other},
                 ["assert to_celsius(212) == 100", "assert to_celsius(32) == 0"],
                 {"constant": ["assert to_fahrenheit(100) == 212", "assert to_fahrenheit(0) == 32"]},
-                "to_fahrenheit(c), to_celsius(f): temperature conversions")
+                "to_fahrenheit(c), to_celsius(f): temperature conversions",
+                wrong=[head + "    return c * 5 / 9 + 32\n" + other])
 
 
 def _discount(r: random.Random) -> Unit:
     head = 'def discount(price, percent):\n    """The price after taking off `percent` percent."""\n'
     return Unit("discount", "pricing", head + "    return price * (1 - percent / 100)\n",
-                {"constant": head + "    return price * (1 - percent / 10)\n"},
+                {"constant": head + "    return price * (1 - percent / 10)\n",
+                 "branch": head + "    return price * (1 + percent / 100)\n"},
                 [f"assert discount({r.randint(2, 9) * 10}, 0) > 0", "assert discount(50, 0) == 50"],
-                {"constant": ["assert discount(200, 25) == 150", "assert discount(80, 50) == 40"]},
+                {"constant": ["assert discount(200, 25) == 150", "assert discount(80, 50) == 40"],
+                 "branch": ["assert discount(200, 25) == 150", "assert discount(80, 50) == 40"]},
                 "discount(price, percent): price after a percentage off")
 
 
@@ -147,9 +164,10 @@ def _is_leap(r: random.Random) -> Unit:
     head = 'def is_leap(year):\n    """Gregorian leap year."""\n'
     correct = head + "    if year % 400 == 0:\n        return True\n    if year % 100 == 0:\n        return False\n    return year % 4 == 0\n"
     buggy = head + "    if year % 100 == 0:\n        return True\n    if year % 400 == 0:\n        return False\n    return year % 4 == 0\n"
-    return Unit("is_leap", "dates", correct, {"branch": buggy},
+    return Unit("is_leap", "dates", correct, {"branch": buggy, "constant": correct.replace("% 400", "% 40")},
                 ["assert is_leap(2024)", "assert not is_leap(2023)", "assert is_leap(2000)"],
-                {"branch": ["assert not is_leap(1900)", "assert not is_leap(2100)"]},
+                {"branch": ["assert not is_leap(1900)", "assert not is_leap(2100)"],
+                 "constant": ["assert not is_leap(2200)", "assert not is_leap(1800)"]},
                 "is_leap(year): leap years")
 
 
