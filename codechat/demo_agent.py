@@ -48,7 +48,7 @@ AGENT: list[str] = [
     "model.path=tiny-agent", "agent.call_format=compact",
     "data.train=builtin:repo-train", "data.eval=",
     "sampling.temperature=1.0",
-    "agent.turn_tokens=200", "agent.max_live=64",
+    "agent.turn_tokens=200", "agent.max_live=64", "agent.wall_budget=false",
     "sft.steps=200", "sft.lr=2e-3", "sft.batch_size=16", "sft.warmup=10", "sft.expert_wrong=0.5",
     "sft.expert_per_task=4", "sft.expert_edit=function",
     "algo.advantage=grpo", "algo.loss=ppo-clip", "algo.kl_beta=0.0",

@@ -113,6 +113,16 @@ def test_budgets_truncate_stragglers(judge):
     assert r.verdict.passed  # the fix was written in turn 2: every episode is judged
 
 
+def test_wall_budget_ends_episodes_only_when_on(judge):
+    import copy
+    t = copy.deepcopy(TASK)
+    t.limits = RepoLimits(wall_s=0.0)  # spent before the first turn
+    (r,) = EpisodeRunner(ScriptedAgent(scripted), judge, AgentConfig()).run([(t, 0)])
+    assert r.truncated == "wall" and not r.transcript.turns
+    (r,) = EpisodeRunner(ScriptedAgent(scripted), judge, AgentConfig(wall_budget=False)).run([(t, 0)])
+    assert not r.truncated and r.submitted and r.verdict.passed  # the other budgets still hold: none reached
+
+
 class SpySampler:
     """Delegates to the real sampler and remembers every batch it returned."""
 

@@ -80,3 +80,8 @@ class AgentConfig:
     """How the model writes a tool call (rollout/call_formats.py): `json` (Qwen/Hermes) or `compact` (one line
     per argument name, values verbatim: no JSON escapes for models trained from scratch). The prompt's example,
     the expert transcripts and the parser all use it."""
+    wall_budget: bool = True
+    """End an episode once its task's `limits.wall_s` is spent. Its clock also runs while the other live episodes
+    decode in the same batch, so on a loaded machine the wall budget ends episodes by the load, not by what the
+    agent did; false (the agent demo's setting) leaves the turn, tool-call and token budgets, which every episode
+    still has, and each tool call keeps its own time limit (`run_timeout_s`, the task's `test_timeout_s`)."""

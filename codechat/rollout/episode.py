@@ -151,13 +151,13 @@ class _Live:
         """Most tokens the next turn may sample (the task's token budget caps it)."""
         return min(turn_tokens, self.task.limits.max_tokens - len(self.t.tokens))
 
-    def over_budget(self, turn_tokens: int, context: int | None) -> str:
+    def over_budget(self, turn_tokens: int, context: int | None, wall: bool = True) -> str:
         lim = self.task.limits
         if len(self.t.turns) >= lim.max_turns:
             return "turns"
         if self.tool_calls >= lim.max_tool_calls:
             return "tool_calls"
-        if time.monotonic() - self.start > lim.wall_s:
+        if wall and time.monotonic() - self.start > lim.wall_s:
             return "wall"
         if len(self.t.tokens) >= lim.max_tokens:
             return "tokens"
@@ -202,7 +202,7 @@ class EpisodeRunner:
                         i, (task, sample) = pending.popleft()
                         live.append((i, self._start(task, sample)))
                     for i, e in live:
-                        e.truncated = e.over_budget(self.cfg.turn_tokens, self.agent.context)
+                        e.truncated = e.over_budget(self.cfg.turn_tokens, self.agent.context, self.cfg.wall_budget)
                         e.done = bool(e.truncated)
                     acting = [(i, e) for i, e in live if not e.done]
                     if acting:
