@@ -49,7 +49,7 @@ AGENT: list[str] = [
     "data.train=builtin:repo-train", "data.eval=",
     "sampling.temperature=1.0",
     "agent.turn_tokens=200", "agent.max_live=64", "agent.wall_budget=false",
-    "sft.steps=200", "sft.lr=2e-3", "sft.batch_size=16", "sft.warmup=10", "sft.expert_wrong=0.5",
+    "sft.steps=300", "sft.lr=2e-3", "sft.batch_size=16", "sft.warmup=10", "sft.expert_wrong=0.5",
     "sft.expert_per_task=4", "sft.expert_edit=function",
     "algo.advantage=grpo", "algo.loss=ppo-clip", "algo.kl_beta=0.0",
     "rl.steps=12", "rl.lr=1e-4", "rl.prompts_per_step=8", "rl.group_size=4", "rl.zero_variance=skip",

@@ -259,11 +259,11 @@ def test_scripted_terminal_session(tmp_path):
         loop = tmp_path / "loop.jsonl"
         loop.write_text(json.dumps({"task_id": "l", "prompt": "q", "tests": [], "metadata": {
             "answer": fence("print('looping', flush=True)\nwhile True:\n    pass")}}) + "\n")
-        child.sendline("/set timeout 1")
+        child.sendline("/set timeout 3")
         child.sendline(f"/load {loop}")
         child.expect("loaded 1 turn")
         child.sendline("/run")
-        time.sleep(0.4)  # inside /run (the program runs for 1 s)
+        time.sleep(1.0)  # inside /run (the program runs for 3 s); 0.4 s of 1 s once missed it in a loaded suite
         child.sendintr()  # stops waiting at once; the program ends by its time limit
         child.expect(r"\[stopped\]")
         child.expect("you> ")

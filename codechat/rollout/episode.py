@@ -6,10 +6,11 @@
 
 One episode: prompt (the issue, the tools, the file list) -> model turn (ends with one `<tool_call>`) -> the tool
 runs in the workspace -> its result is appended -> ... until `submit`, an EOS turn without a call, or a budget
-(task limits: turns, tool calls, wall time, tokens) ends it as truncated, and so does the model's context: a
-turn starts only when its whole token budget fits after the transcript (`truncated="context"`, at a turn
-boundary: every model turn of a transcript lies inside the context). Then the workspace's changes go to
-`RepoJudge.judge` (a clean copy, hidden tests): reward 1 iff it passes. Every episode is judged, submitted or not.
+(task limits: turns, tool calls, wall time unless `agent.wall_budget` is off, tokens) ends it as truncated, and
+so does the model's context: a turn starts only when its whole token budget fits after the transcript
+(`truncated="context"`, at a turn boundary: every model turn of a transcript lies inside the context). Then the
+workspace's changes go to `RepoJudge.judge` (a clean copy, hidden tests): reward 1 iff it passes. Every
+episode is judged, submitted or not.
 
 Batching: up to `AgentConfig.max_live` episodes are live; every step decodes one model turn of each of them as
 a single batch (`Agent.act`), then runs their tool calls on `tool_workers` threads; a finished episode frees
