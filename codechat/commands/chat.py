@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import signal
 import sys
 
 from codechat import CodechatError
@@ -159,6 +160,9 @@ def repl(session) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Ctrl-C stops an answer or a /run even when we were started with SIGINT ignored (a shell's background job, a
+    # test runner's worker): Python installs its KeyboardInterrupt handler only over the default disposition
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     if args.repo_task:  # a repository task: tools by hand, or one watched episode
         return repo.run_chat(args)
     if not args.model:
