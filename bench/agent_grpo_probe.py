@@ -3,9 +3,11 @@
     OMP_NUM_THREADS=1 python bench/agent_grpo_probe.py --sft runs/demo-agent-quick/sft \
         --variant base= --variant lr1e-3=rl.lr=1e-3 --variant g8=rl.group_size=8,rl.prompts_per_step=2
 
-Each variant is the agent demo's `--quick` GRPO run (codechat/demo_agent.py: AGENT + AGENT_QUICK) starting from
+Each variant is the agent demo's `--quick` second run (RFT then GRPO since session 10; `stages=[grpo]` for GRPO
+alone) (codechat/demo_agent.py: AGENT + AGENT_QUICK) starting from
 the weights in `--sft` (a finished demo's sft/ folder, or any model directory) with the variant's overrides
-(comma-separated `codechat train` overrides after `NAME=`), then `--n` sampled episodes (T=1) per task of the
+(comma-separated `codechat train` overrides after `NAME=`; commas inside [...] stay: `stages=[rft,grpo]`),
+then `--n` sampled episodes (T=1) per task of the
 train set (the quick demo evaluates on its train tasks; `--full`: the full demo's GRPO run, evaluated on the first
 `--eval-tasks` tasks of `builtin:repo-heldout`). The SFT model is evaluated once the same way (`sft`; not with
 `--no-sft-eval`).
@@ -16,6 +18,7 @@ the SFT model, `submitted`, `truncated`, `grpo_s` and `eval_s` (wall seconds). E
 """
 import argparse
 import json
+import re
 import tempfile
 import time
 from pathlib import Path
@@ -55,8 +58,9 @@ print("sft", sft, flush=True)
 out: dict[str, dict] = {}
 for v in args.variant or ["base="]:
     name, _, rest = v.partition("=")
+    mine = [o for o in re.split(r",(?![^\[]*\])", rest) if o]  # split on commas outside [...]
     cfg = agent_config(str(root / name), "grpo", quick=not args.full,
-                       overrides=["log.progress=false", f"model.path={sft_dir}"] + [o for o in rest.split(",") if o])
+                       overrides=["log.progress=false", f"model.path={sft_dir}"] + mine)
     t0 = time.monotonic()
     train(cfg)
     grpo_s = round(time.monotonic() - t0, 1)

@@ -21,7 +21,7 @@ def test_the_two_runs_share_settings_and_overrides_win(tmp_path):
     sft = agent_config(str(tmp_path), "sft", overrides=["sft.steps=7"])
     rl = agent_config(str(tmp_path), "grpo", overrides=["rl.steps=3"])
     assert sft.stages == ["sft"] and sft.sft.steps == 7 and sft.run_dir == f"{tmp_path}/sft"
-    assert rl.stages == ["grpo"] and rl.rl.steps == 3 and rl.model.path == f"{tmp_path}/sft"
+    assert rl.stages == ["rft", "grpo"] and rl.rl.steps == 3 and rl.model.path == f"{tmp_path}/sft"
     assert sft.data.train == rl.data.train == "builtin:repo-train" and sft.sft.expert_wrong > 0
     quick = agent_config(str(tmp_path), "sft", quick=True)
     assert quick.data.train == "builtin:repo-mini" and len(load_repo_tasks("builtin:repo-mini")) == 6
@@ -114,17 +114,18 @@ def test_quick_agent_demo_end_to_end(tmp_path, one_thread, three_turns):
     short = ["log.progress=false", "sft.steps=2", "rl.steps=2", "rl.prompts_per_step=2", "rl.group_size=2",
              "agent.turn_tokens=32"]
     run_dir, rows = run_agent_demo(str(tmp_path / "d"), quick=True, overrides=short, eval_n=2)  # the wiring
-    assert [r.stage for r in rows] == ["sft", "grpo"] and rows[0].k == 2
+    assert [r.stage for r in rows] == ["sft", "rft+grpo"] and rows[0].k == 2
     sft_rows = [json.loads(line) for line in (run_dir / "sft" / "metrics.jsonl").read_text().splitlines()]
     assert sft_rows[0]["sft/expert_transcripts"] == 6 * 4  # the demo's expert_per_task
     for stage in ("sft", "grpo"):
         samples = (run_dir / f"eval-{stage}" / "samples.jsonl").read_text().splitlines()
         assert len(samples) == 6 * 2 and all(json.loads(s)["turns"] for s in samples)
     grpo = [json.loads(line) for line in (run_dir / "grpo" / "metrics.jsonl").read_text().splitlines()]
-    steps = [r for r in grpo if "episode/turns" in r]
+    assert [r["rft/kept"] for r in grpo if r.get("stage") == "rft"] == [0]  # 2 SFT steps resolve nothing
+    steps = [r for r in grpo if "episode/turns" in r and r.get("stage") == "grpo"]
     assert len(steps) == 2 and all(r["episode/turns"] > 0 for r in steps)
     # every step either updated with a finite loss or skipped (zero-variance groups: all episodes failed alike)
     assert all(r.get("skipped_update") == 1.0 or r["loss"] == r["loss"] for r in steps)
     report = (run_dir / "report.md").read_text()
     assert "resolve@1 (T=1)" in report and (run_dir / "resolve.png").is_file()
-    assert json.loads((run_dir / "rows.json").read_text())[1]["stage"] == "grpo"
+    assert json.loads((run_dir / "rows.json").read_text())[1]["stage"] == "rft+grpo"

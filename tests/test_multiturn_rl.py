@@ -158,3 +158,35 @@ def test_async_producer_runs_repo_episodes(tmp_path, short_tasks, first_sample_p
     for m in rows:
         assert m["episode/turns"] == 2 and "time/tools_s" in m and m["loss"] == m["loss"]
     assert rows[0]["logp_gap_max"] < 1e-3 and (rows[0]["grad_norm"] == 0 or rows[1]["logp_gap_max"] > 1e-4)
+
+
+def test_rft_on_repo_tasks_keeps_passing_episodes_and_learns_their_model_tokens(tmp_path, short_tasks,
+                                                                                 first_sample_passes, sft_seen,
+                                                                                 monkeypatch):
+    """rft on repository tasks: G episodes per task, the passing ones kept (here sample 0 of each group), the
+    improve step's loss on exactly their model tokens."""
+    from codechat.train import rft
+    got = []
+    real = rft.collect_episodes
+    monkeypatch.setattr(rft, "collect_episodes", lambda *a, **k: got.append(real(*a, **k)) or got[-1])
+    run = tmp_path / "rft"
+    train(load_config(None, BASE + [f"run_dir={run}", "stages=[rft]", "rft.prompts=2", "rft.group_size=2",
+                                    "rft.steps=2", "rft.batch_size=2", "rft.lr=1e-3"]))
+    assert len(got) == 1 and len(got[0].episodes) == 4
+    passing = [e.transcript for e in got[0].episodes if e.sample == 0]
+    want = {tuple(t.tokens[:t.prompt_len]): (t.tokens[t.prompt_len:], t.is_model[t.prompt_len:]) for t in passing}
+    assert len(sft_seen) == 2
+    for prompts, answers, masks in sft_seen:
+        for p, a, m in zip(prompts, answers, masks):
+            rest, is_model = want[tuple(p)]
+            last = max(i for i, x in enumerate(is_model) if x) + 1  # up to the last model token
+            assert a == rest[:last] and m == [float(x) for x in is_model[:last]]
+            assert 0 < sum(m) < len(m)  # tool results are context, not targets
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert rows[0]["rft/kept"] == 2 and rows[0]["pass_rate"] == 0.5 and rows[0]["episode/turns"] == 2
+    data = json.loads(next((run / "stages").glob("*-rft-round0.json")).read_text())["data"]
+    assert len(data) == 2 and all(len(d) == 3 for d in data)  # saved with the mask: a resume trains the same
+    torch.manual_seed(0)
+    before = load_policy(ModelConfig(path="tiny", device="cpu")).model.state_dict()
+    after = load_file(str(Checkpointer(run).latest() / "model" / "model.safetensors"))
+    assert any(not torch.equal(before[k], after[k]) for k in after), "RFT on episodes did not change the weights"

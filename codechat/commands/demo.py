@@ -54,7 +54,7 @@ def run_agent(args: argparse.Namespace) -> int:
     command = " ".join(["codechat demo --agent"] + (["--quick"] if args.quick else []) +
                        ([f"--run-dir {shlex.quote(run_dir)}"] if args.run_dir else []) +
                        [shlex.quote(o) for o in args.overrides])
-    print(f"codechat demo --agent: sft -> eval -> grpo -> eval -> {run_dir}")
+    print(f"codechat demo --agent: sft -> eval -> rft+grpo -> eval -> {run_dir}")
     out, rows = run_agent_demo(run_dir, args.quick, args.overrides, command)
     print()
     print(agent_table(rows))

@@ -6,6 +6,9 @@ samples of the latest grow step.
 The stage's step counter counts improve steps over all rounds (rounds x rft.steps). Each round's kept samples
 are saved before its improve step, so a resume into the middle of a round trains on the same data.
 
+Repository tasks: a sample is a whole episode (train/episodes.py), kept when the hidden tests pass; the improve
+step's loss is on its model tokens only (tool results and the prompt masked), as SFT on expert transcripts.
+
     codechat train --config configs/rft.yaml
 """
 from __future__ import annotations
@@ -21,6 +24,7 @@ from codechat.policy.lora import is_lora
 from codechat.rollout.collect import collect, rollout_metrics
 from codechat.train import dist
 from codechat.train.common import Context, save_stage_start, take
+from codechat.train.episodes import collect_episodes, episode_metrics, is_repo_batch
 from codechat.train.sft import dedupe, train_on_pairs
 from codechat.train.watch import warn_empty_round
 
@@ -57,24 +61,34 @@ def restart(ctx: Context) -> None:
     load_full_state_dict(model, base.model.state_dict())
 
 
-def grow(ctx: Context, rnd: int) -> tuple[list[tuple[list[int], list[int]]], dict]:
-    """Sample and keep passing (prompt ids, completion ids), one copy of each distinct completion per task."""
+def grow(ctx: Context, rnd: int) -> tuple[list[tuple], dict]:
+    """Sample and keep passing (prompt ids, completion ids), one copy of each distinct completion per task;
+    repository tasks: (prompt ids, the rest of the episode, its model-token mask) per distinct passing episode."""
     c = ctx.cfg.rft
     tasks = dist.shard(take(ctx.train_tasks, ctx.cfg.seed + ctx.state.stage_idx, rnd * c.prompts, c.prompts))
     ctx.policy.model.eval()
-    with full_weights(ctx.policy.model):  # FSDP: sample from gathered weights
-        r = collect(ctx.policy, Sampler(ctx.policy), ctx.verifier, tasks, c.group_size, ctx.cfg.sampling,
-                    seed=ctx.cfg.seed * 977 + rnd)
+    seed = ctx.cfg.seed * 977 + rnd
     kept = []
-    for i, v in enumerate(r.verdicts):
-        if v.passed:
-            n = int(r.batch.mask[i].sum())
-            kept.append((r.task_of(i).task_id, r.prompts[int(r.group_ids[i])], r.batch.tokens[i, :n].tolist()))
+    with full_weights(ctx.policy.model):  # FSDP: sample from gathered weights
+        if is_repo_batch(tasks):
+            r = collect_episodes(ctx, Sampler(ctx.policy), tasks, c.group_size, seed=seed)
+            for i, v in enumerate(r.verdicts):
+                if v.passed:
+                    n = int(r.batch.n_tokens[i])
+                    kept.append((r.task_of(i).task_id, r.prompts[int(r.group_ids[i])], r.batch.tokens[i, :n].tolist(),
+                                 r.batch.mask[i, :n].tolist()))
+        else:
+            r = collect(ctx.policy, Sampler(ctx.policy), ctx.verifier, tasks, c.group_size, ctx.cfg.sampling,
+                        seed=seed)
+            for i, v in enumerate(r.verdicts):
+                if v.passed:
+                    n = int(r.batch.mask[i].sum())
+                    kept.append((r.task_of(i).task_id, r.prompts[int(r.group_ids[i])], r.batch.tokens[i, :n].tolist()))
     kept = dedupe([k for part in dist.gather(kept) for k in part], key=lambda k: (k[0], tuple(k[2])))  # all ranks'
-    m = dist.mean_metrics(rollout_metrics(r))
+    m = dist.mean_metrics(rollout_metrics(r) | (episode_metrics(r) if r.episodes else {}))
     m.update({"rft/kept": len(kept), "rft/tasks_with_pass": len({k[0] for k in kept}), "rft/round": rnd,
               "samples_drawn": int(dist.all_sum(len(r.verdicts)))})
-    return [(k[1], k[2]) for k in kept], m
+    return [tuple(k[1:]) for k in kept], m
 
 
 def run_rft(ctx: Context) -> None:
