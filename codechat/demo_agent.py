@@ -174,13 +174,16 @@ def write_agent_report(run_dir: Path, rows: list[AgentRow], command: str, eval_s
     what = f"{eval_spec} (= train)" if eval_spec == train_spec else "held-out"
     png = plot_resolve(run_dir, rows, what)
     cfg = yaml.safe_load((run_dir / "sft" / "config.yaml").read_text())
+    rl = yaml.safe_load((run_dir / "grpo" / "config.yaml").read_text())
     text = [f"# codechat demo --agent: {run_dir}", "", f"Command: `{command}` (seed {cfg.get('seed')})", "",
             f"Evaluation: `{eval_spec}` ({'the training set' if eval_spec == train_spec else 'held-out'}), "
             f"{rows[0].k} sampled episodes per task (T=1).", "",
             agent_table(rows), "", f"![resolve rate]({png.name})", "",
             f"SFT: expert transcripts of `{train_spec}`, `sft.expert_wrong` = {cfg['sft']['expert_wrong']}; "
-            f"RFT then GRPO: `{train_spec}`, {cfg['rl']['steps']} GRPO steps x {cfg['rl']['prompts_per_step']} tasks x "
-            f"{cfg['rl']['group_size']} episodes.", "",
+            f"Then on `{train_spec}`: RFT, {rl['rft']['rounds']} round(s) of {rl['rft']['prompts']} tasks x "
+            f"{rl['rft']['group_size']} episodes (passing ones kept, {rl['rft']['steps']} steps); GRPO, "
+            f"{rl['rl']['steps']} steps x {rl['rl']['prompts_per_step']} tasks x {rl['rl']['group_size']} episodes.",
+            "",
             "Files: sft/ and grpo/ (trainer runs: config.yaml, metrics.jsonl), eval-sft/ and eval-grpo/ "
             "(summary.json, samples.jsonl: every episode turn by turn).", "",
             f"Next: `codechat eval --model {run_dir}/grpo --tasks {eval_spec} --n 4 --k 1,4`", ""]

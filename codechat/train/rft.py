@@ -68,22 +68,19 @@ def grow(ctx: Context, rnd: int) -> tuple[list[tuple], dict]:
     tasks = dist.shard(take(ctx.train_tasks, ctx.cfg.seed + ctx.state.stage_idx, rnd * c.prompts, c.prompts))
     ctx.policy.model.eval()
     seed = ctx.cfg.seed * 977 + rnd
-    kept = []
     with full_weights(ctx.policy.model):  # FSDP: sample from gathered weights
-        if is_repo_batch(tasks):
-            r = collect_episodes(ctx, Sampler(ctx.policy), tasks, c.group_size, seed=seed)
-            for i, v in enumerate(r.verdicts):
-                if v.passed:
-                    n = int(r.batch.n_tokens[i])
-                    kept.append((r.task_of(i).task_id, r.prompts[int(r.group_ids[i])], r.batch.tokens[i, :n].tolist(),
-                                 r.batch.mask[i, :n].tolist()))
+        r = collect_episodes(ctx, Sampler(ctx.policy), tasks, c.group_size, seed=seed) if is_repo_batch(tasks) else \
+            collect(ctx.policy, Sampler(ctx.policy), ctx.verifier, tasks, c.group_size, ctx.cfg.sampling, seed=seed)
+    kept = []
+    for i, v in enumerate(r.verdicts):
+        if not v.passed:
+            continue
+        head = (r.task_of(i).task_id, r.prompts[int(r.group_ids[i])])
+        if r.episodes:  # up to the last model token, with the mask that keeps tool results out of the loss
+            n = int(r.batch.n_tokens[i])
+            kept.append(head + (r.batch.tokens[i, :n].tolist(), r.batch.mask[i, :n].tolist()))
         else:
-            r = collect(ctx.policy, Sampler(ctx.policy), ctx.verifier, tasks, c.group_size, ctx.cfg.sampling,
-                        seed=seed)
-            for i, v in enumerate(r.verdicts):
-                if v.passed:
-                    n = int(r.batch.mask[i].sum())
-                    kept.append((r.task_of(i).task_id, r.prompts[int(r.group_ids[i])], r.batch.tokens[i, :n].tolist()))
+            kept.append(head + (r.batch.tokens[i, :int(r.batch.mask[i].sum())].tolist(),))
     kept = dedupe([k for part in dist.gather(kept) for k in part], key=lambda k: (k[0], tuple(k[2])))  # all ranks'
     m = dist.mean_metrics(rollout_metrics(r) | (episode_metrics(r) if r.episodes else {}))
     m.update({"rft/kept": len(kept), "rft/tasks_with_pass": len({k[0] for k in kept}), "rft/round": rnd,
