@@ -190,3 +190,58 @@ def test_rft_on_repo_tasks_keeps_passing_episodes_and_learns_their_model_tokens(
     before = load_policy(ModelConfig(path="tiny", device="cpu")).model.state_dict()
     after = load_file(str(Checkpointer(run).latest() / "model" / "model.safetensors"))
     assert any(not torch.equal(before[k], after[k]) for k in after), "RFT on episodes did not change the weights"
+
+
+def test_dpo_on_repo_tasks_pairs_resolved_with_unresolved_episodes_on_their_model_tokens(
+        tmp_path, short_tasks, first_sample_passes, monkeypatch):
+    """dpo on repository tasks: a pair is a resolved and an unresolved episode of the same task (here sample 0
+    and sample 1 of each group), each scored on exactly its model tokens."""
+    from codechat.train import dpo
+    got, seen = [], []
+    real_collect, real_lp = dpo.collect_episodes, dpo.seq_logp
+    monkeypatch.setattr(dpo, "collect_episodes", lambda *a, **k: got.append(real_collect(*a, **k)) or got[-1])
+    monkeypatch.setattr(dpo, "seq_logp", lambda m, p, a, pad_id: seen.append((p, a)) or real_lp(m, p, a, pad_id))
+    run = tmp_path / "dpo"
+    train(load_config(None, BASE + [f"run_dir={run}", "stages=[dpo]", "dpo.steps=2", "dpo.prompts_per_step=2",
+                                    "dpo.group_size=2", "dpo.pairs_per_step=2", "dpo.lr=1e-3"]))
+    assert len(got) == 2 and len(seen) == 4  # per step: the reference's and the policy's log-probs
+    for step, r in enumerate(got):
+        def side(sample):
+            out = {}
+            for e in r.episodes:
+                if e.sample == sample:
+                    t = e.transcript
+                    last = max(i for i, x in enumerate(t.is_model) if x) + 1
+                    out[tuple(t.tokens[:t.prompt_len])] = (t.tokens[t.prompt_len:last],
+                                                          [float(x) for x in t.is_model[t.prompt_len:last]])
+            return out
+        chosen, rejected = side(0), side(1)
+        for prompts, answers in seen[2 * step:2 * step + 2]:
+            P = len(answers) // 2
+            assert P == 2 and prompts[:P] == prompts[P:]
+            for p, c, rj in zip(prompts[:P], answers[:P], answers[P:]):
+                assert c == chosen[tuple(p)] and rj == rejected[tuple(p)]
+                assert 0 < sum(c[1]) < len(c[1])  # tool results are context, not scored
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["dpo/pairs"] for r in rows] == [2, 2] and rows[0]["episode/turns"] == 2
+    assert rows[0]["pass_rate"] == 0.5 and rows[0]["dpo/dpo_reward_margin"] == pytest.approx(0, abs=1e-6)
+    torch.manual_seed(0)
+    before = load_policy(ModelConfig(path="tiny", device="cpu")).model.state_dict()
+    after = load_file(str(Checkpointer(run).latest() / "model" / "model.safetensors"))
+    assert any(not torch.equal(before[k], after[k]) for k in after), "DPO on episodes did not change the weights"
+
+
+def test_episode_seq_logp_sums_exactly_the_model_tokens():
+    """DPO's log-prob of an episode = the sum, over its model tokens only, of one plain forward pass's log-probs."""
+    from codechat.train.dpo import seq_logp
+    torch.manual_seed(0)
+    model = load_policy(ModelConfig(path="tiny", device="cpu")).model.eval()
+    prompt, rest = [5, 9, 13, 2], [7, 8, 30, 31, 32, 11, 12]
+    mask = [1.0, 1.0, 0.0, 0.0, 0.0, 1.0, 1.0]  # a tool result in the middle
+    with torch.no_grad():
+        got = seq_logp(model, [prompt, prompt], [(rest, mask), rest], 0)
+        ids = torch.tensor([prompt + rest])
+        lp = torch.log_softmax(model(input_ids=ids).logits[0, len(prompt) - 1:-1].float(), -1)
+        per = lp[torch.arange(len(rest)), torch.tensor(rest)]  # (T,)
+    assert got[0].item() == pytest.approx((per * torch.tensor(mask)).sum().item(), abs=1e-4)
+    assert got[1].item() == pytest.approx(per.sum().item(), abs=1e-4)  # a plain answer: every token

@@ -4,6 +4,10 @@ rollouts.jsonl written by an earlier run (`dpo.source: PATH`). The reference is 
 Offline answers are re-encoded from the recorded text, with an EOS only where the sample really ended with one
 (the record's `eos`): a truncated or stop-string sample gets none (records written before `eos` existed: none).
 
+Repository tasks (online only): a group is G episodes of a task, a pair is a resolved and an unresolved episode,
+and each side's log-prob is summed over its model tokens only; tool results are in the context, not scored
+(an answer is then (token ids, model-token mask), as RFT keeps them).
+
     codechat train --config configs/dpo.yaml
 """
 from __future__ import annotations
@@ -19,9 +23,11 @@ from codechat.jsonl import read_jsonl
 from codechat.policy import Sampler, completion_logprobs, reference
 from codechat.policy.fsdp import full_weights, idle_pass
 from codechat.rollout.collect import collect, prompt_text, rollout_metrics
+from codechat.tasks.repo import RepoTask
 from codechat.train import dist
 from codechat.train.common import Context, end_step, grad_norm_clip, make_optimizer, pad, reference_model, restore, \
     save_stage_start, take
+from codechat.train.episodes import collect_episodes, episode_metrics, is_repo_batch
 
 
 def pairs_from_groups(groups: dict[str, tuple[list[int], list[list[int]], list[list[int]]]], seed: int):
@@ -43,6 +49,9 @@ def recorded_answer(policy, completion: str, eos: bool) -> list[int]:
 
 
 def offline_pairs(ctx: Context, path: str):
+    if any(isinstance(t, RepoTask) for t in ctx.train_tasks):  # a recorded episode's text does not give its tokens
+        raise CodechatError(f"dpo.source: {path}: offline pairs need single-answer tasks; repository tasks "
+                            f"({ctx.cfg.data.train}) are paired online (dpo.source=online)")
     by_id = {t.task_id: t for t in ctx.train_tasks}
     groups: dict[str, tuple[list[int], list, list]] = {}
     for where, rec in read_jsonl(path, what="dpo.source rollout file"):
@@ -69,24 +78,33 @@ def online_pairs(ctx: Context, sampler) -> tuple[list, dict]:
     tasks = dist.shard(tasks)
     ctx.policy.model.eval()
     with full_weights(ctx.policy.model):  # FSDP: sample from gathered weights
-        r = collect(ctx.policy, sampler, ctx.verifier, tasks, c.group_size, ctx.cfg.sampling, seed=ctx.step_seed())
+        r = collect_episodes(ctx, sampler, tasks, c.group_size, seed=ctx.step_seed()) if is_repo_batch(tasks) else \
+            collect(ctx.policy, sampler, ctx.verifier, tasks, c.group_size, ctx.cfg.sampling, seed=ctx.step_seed())
     groups: dict[str, tuple[list[int], list, list]] = {}
     for i, v in enumerate(r.verdicts):
         if v.status == "infra_error":  # not a failing answer: the verifier failed
             continue
         gi = int(r.group_ids[i])
-        n = int(r.batch.mask[i].sum())
+        if r.episodes:  # up to the last model token, with the mask that keeps tool results out of the sum
+            n = int(r.batch.n_tokens[i])
+            answer = (r.batch.tokens[i, :n].tolist(), r.batch.mask[i, :n].tolist())
+        else:
+            answer = r.batch.tokens[i, :int(r.batch.mask[i].sum())].tolist()
         g = groups.setdefault(str(gi).zfill(4), (r.prompts[gi], [], []))
-        (g[1] if v.passed else g[2]).append(r.batch.tokens[i, :n].tolist())
-    m = rollout_metrics(r)
+        (g[1] if v.passed else g[2]).append(answer)
+    m = rollout_metrics(r) | (episode_metrics(r) if r.episodes else {})
     m["samples_drawn"] = len(r.verdicts)
     return pairs_from_groups(groups, ctx.step_seed())[:len(dist.shard(range(c.pairs_per_step)))], m
 
 
 def seq_logp(model, prompts, answers, pad_id) -> torch.Tensor:
-    """Summed log-prob of each answer given its prompt -> (P,)."""
+    """Summed log-prob of each answer given its prompt -> (P,). An answer is token ids, or (token ids, mask):
+    an episode, whose log-prob sums its model tokens (mask 1) only."""
     dev = next(model.parameters()).device
-    tokens, mask = pad(answers, pad_id)
+    tokens, mask = pad([a[0] if isinstance(a, tuple) else a for a in answers], pad_id)
+    for i, a in enumerate(answers):
+        if isinstance(a, tuple):
+            mask[i, :len(a[1])] = torch.tensor(a[1], dtype=mask.dtype)
     idx = torch.arange(len(prompts), device=dev)
     logp = completion_logprobs(model, prompts, idx, tokens.to(dev), mask.to(dev))  # (P, T)
     return (logp * mask.to(dev)).sum(-1)
