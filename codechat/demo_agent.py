@@ -38,6 +38,7 @@ import yaml
 from codechat.config import ModelConfig
 from codechat.configio import load_config
 from codechat.evaluation.repo_eval import evaluate_episodes
+from codechat.evaluation.stats import paired_bootstrap
 from codechat.plotting import figure, save
 from codechat.policy import load_policy
 from codechat.rollout.agents import ModelAgent
@@ -72,6 +73,11 @@ AGENT_QUICK: list[str] = ["data.train=builtin:repo-mini", "sft.steps=150", "sft.
                           "sft.expert_wrong=0.5", "rft.prompts=6", "rft.steps=10", "rft.batch_size=4",
                           "rl.steps=4", "rl.prompts_per_step=3", "rl.group_size=4",
                           "rl.lr=1e-4"]
+AGENT_SHORT: list[str] = ["sft.steps=100", "sft.batch_size=2", "rft.prompts=1", "rft.group_size=12",
+                          "rft.steps=10", "rft.batch_size=4", "rl.steps=0"]
+"""Overrides on top of AGENT_QUICK for the ~70 s run on repo-mini's first task only (8 episodes per evaluation):
+the suite's rise test and `bench/agent_short.py`."""
+
 AGENT_QUICK_EVAL_N = 4
 """`--quick`: 6 train tasks, SFT on 4 expert transcripts per task (2 with a wrong fix), evaluated on the same 6
 tasks (4 episodes each: with 2 a single episode moves resolve@1 by 8 points). 150 SFT steps: the tiny model
@@ -170,6 +176,19 @@ def plot_resolve(run_dir: Path, rows: list[AgentRow], what: str) -> Path:
     return save(fig, run_dir / "resolve.png")
 
 
+def resolve_change(run_dir: Path) -> str:
+    """The resolve@1 change from eval-sft/ to eval-grpo/ with its 95% paired bootstrap interval over the tasks
+    (each task's c/n in both): how much of the table's difference the evaluation's sampling could explain."""
+    per = [json.loads((run_dir / f"eval-{s}" / "summary.json").read_text())["per_task"] for s in ("sft", "grpo")]
+    ids = sorted(set(per[0]) & set(per[1]))
+    if not ids:
+        return ""
+    a, b = ([p[i]["c"] / p[i]["n"] for i in ids] for p in per)
+    ci = paired_bootstrap(a, b)
+    return (f"resolve@1 change {ci.diff * 100:+.1f} pts, 95% paired bootstrap interval over the {ci.n} tasks "
+            f"{ci.lo * 100:+.1f} to {ci.hi * 100:+.1f} pts.")
+
+
 def write_agent_report(run_dir: Path, rows: list[AgentRow], command: str, eval_spec: str, train_spec: str) -> Path:
     what = f"{eval_spec} (= train)" if eval_spec == train_spec else "held-out"
     png = plot_resolve(run_dir, rows, what)
@@ -178,7 +197,7 @@ def write_agent_report(run_dir: Path, rows: list[AgentRow], command: str, eval_s
     text = [f"# codechat demo --agent: {run_dir}", "", f"Command: `{command}` (seed {cfg.get('seed')})", "",
             f"Evaluation: `{eval_spec}` ({'the training set' if eval_spec == train_spec else 'held-out'}), "
             f"{rows[0].k} sampled episodes per task (T=1).", "",
-            agent_table(rows), "", f"![resolve rate]({png.name})", "",
+            agent_table(rows), "", resolve_change(run_dir), "", f"![resolve rate]({png.name})", "",
             f"SFT: expert transcripts of `{train_spec}`, `sft.expert_wrong` = {cfg['sft']['expert_wrong']}; "
             f"Then on `{train_spec}`: RFT, {rl['rft']['rounds']} round(s) of {rl['rft']['prompts']} tasks x "
             f"{rl['rft']['group_size']} episodes (passing ones kept, {rl['rft']['steps']} steps); GRPO, "

@@ -52,6 +52,17 @@ def test_table_shows_the_change_and_repeats_without_times():
     assert agent_table(rows, times=False) == agent_table(same, times=False) and "min" not in agent_table(rows, False)
 
 
+def test_resolve_change_pairs_the_two_evaluations_by_task(tmp_path):
+    for stage, cs in (("sft", [0, 1, 2, 4]), ("grpo", [2, 3, 2, 4])):
+        (tmp_path / f"eval-{stage}").mkdir()
+        per = {f"t{i}": {"n": 4, "c": c} for i, c in enumerate(cs)}
+        (tmp_path / f"eval-{stage}" / "summary.json").write_text(json.dumps({"metrics": {}, "per_task": per}))
+    got = demo_agent.resolve_change(tmp_path)
+    assert got.startswith("resolve@1 change +25.0 pts") and "over the 4 tasks" in got
+    lo, hi = (float(x) for x in got.split("tasks ")[1].split(" pts")[0].split(" to "))
+    assert lo <= 0 < 25 < hi <= 50  # per-task changes +50, +50, 0, 0
+
+
 def test_cli_refuses_an_earlier_agent_demo(tmp_path, capsys):
     (tmp_path / "d" / "sft").mkdir(parents=True)
     assert main(["demo", "--agent", "--run-dir", str(tmp_path / "d")]) != 0
@@ -126,7 +137,8 @@ def test_quick_agent_demo_end_to_end(tmp_path, one_thread, three_turns):
     # every step either updated with a finite loss or skipped (zero-variance groups: all episodes failed alike)
     assert all(r.get("skipped_update") == 1.0 or r["loss"] == r["loss"] for r in steps)
     report = (run_dir / "report.md").read_text()
-    assert "resolve@1 (T=1)" in report and (run_dir / "resolve.png").is_file()
+    assert "resolve@1 (T=1)" in report and "paired bootstrap interval over the 6 tasks" in report
+    assert (run_dir / "resolve.png").is_file()
     assert json.loads((run_dir / "rows.json").read_text())[1]["stage"] == "rft+grpo"
 
 
@@ -143,11 +155,10 @@ def one_task(monkeypatch):
 def test_short_agent_run_resolves_more_after_rft(tmp_path, one_thread, one_task):
     """The demo shortened to ~70 s: one task, SFT on its 4 expert transcripts (2 with a wrong fix, 100 steps),
     8 sampled episodes, RFT on the 12 of one grow step that passed, 8 episodes again (on the trained task: the
-    held-out rise is the full demo's). Seeds 0-3 measured 25% -> 87.5 / 62.5 / 87.5 / 75% (seed 3: 50% -> 75%),
-    so the margin is one episode in 8."""
-    short = ["log.progress=false", "sft.steps=100", "sft.batch_size=2", "rft.prompts=1", "rft.group_size=12",
-             "rft.steps=10", "rft.batch_size=4", "rl.steps=0"]
-    run_dir, (sft, end) = run_agent_demo(str(tmp_path / "d"), quick=True, overrides=short, eval_n=8)
+    held-out rise is the full demo's). Seeds 0-3 measured 25% -> 87.5 / 87.5 / 87.5 / 75% (seed 3 from 50%),
+    so the margin is one episode in 8 (`python bench/agent_short.py --seeds 0,1,2,3`)."""
+    run_dir, (sft, end) = run_agent_demo(str(tmp_path / "d"), quick=True, eval_n=8,
+                                         overrides=["log.progress=false"] + demo_agent.AGENT_SHORT)
     grpo = [json.loads(line) for line in (run_dir / "grpo" / "metrics.jsonl").read_text().splitlines()]
     kept = [r["rft/kept"] for r in grpo if r.get("stage") == "rft" and "rft/kept" in r]
     assert kept and kept[0] >= 1, "RFT kept no passing episode: nothing to learn from"

@@ -109,6 +109,25 @@ def test_dpo_matches_formula():
     assert m["dpo_reward_accuracy"] == 1.0 and m["dpo_reward_margin"] == pytest.approx(0.5 * 1.5)
 
 
+def test_dpo_nll_adds_the_chosen_sides_per_token_nll_and_its_gradient():
+    c = torch.tensor([-5.0, -9.0], requires_grad=True)
+    r, rc, rr = torch.tensor([-7.0, -8.0]), torch.tensor([-6.0, -9.5]), torch.tensor([-6.5, -7.0])
+    n = torch.tensor([5.0, 3.0])
+    plain, _ = dpo_loss(c, r, rc, rr, CFG)
+    loss, m = dpo_loss(c, r, rc, rr, replace(CFG, dpo_nll=0.5), chosen_tokens=n)
+    assert m["dpo_nll"] == pytest.approx((5 / 5 + 9 / 3) / 2)
+    assert loss.item() == pytest.approx(plain.item() + 0.5 * 2.0, rel=1e-6)
+    g_plain = torch.autograd.grad(plain, c)[0]
+    g = torch.autograd.grad(dpo_loss(c, r, rc, rr, replace(CFG, dpo_nll=0.5), chosen_tokens=n)[0], c)[0]
+    assert (g - g_plain).tolist() == pytest.approx([-0.5 / 2 / 5, -0.5 / 2 / 3])  # pushes each chosen up
+    with pytest.raises(ValueError, match="chosen_tokens"):
+        dpo_loss(c, r, rc, rr, replace(CFG, dpo_nll=0.5))
+    from codechat import CodechatError
+    from codechat.algos import check_config
+    with pytest.raises(CodechatError, match="dpo_nll must be >= 0, got -1.0"):
+        check_config(replace(CFG, dpo_nll=-1.0))
+
+
 def test_unknown_loss_and_shape_errors():
     x = torch.zeros(2, 3)
     with pytest.raises(UnknownNameError, match="ppo-clip, reinforce"):

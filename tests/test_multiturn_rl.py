@@ -245,3 +245,10 @@ def test_episode_seq_logp_sums_exactly_the_model_tokens():
         per = lp[torch.arange(len(rest)), torch.tensor(rest)]  # (T,)
     assert got[0].item() == pytest.approx((per * torch.tensor(mask)).sum().item(), abs=1e-4)
     assert got[1].item() == pytest.approx(per.sum().item(), abs=1e-4)  # a plain answer: every token
+
+
+def test_offline_dpo_on_repo_tasks_is_refused_naming_the_file(tmp_path, short_tasks):
+    src = tmp_path / "rollouts.jsonl"
+    src.write_text(json.dumps({"task_id": "x", "completion": "c", "passed": True}) + "\n")
+    with pytest.raises(CodechatError, match=r"dpo.source: .*rollouts.jsonl: offline pairs need single-answer tasks"):
+        train(load_config(None, BASE + [f"run_dir={tmp_path / 'run'}", "stages=[dpo]", f"dpo.source={src}"]))

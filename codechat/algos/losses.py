@@ -136,11 +136,14 @@ def policy_loss(name: str, logp: torch.Tensor, old_logp: torch.Tensor, advantage
 
 
 def dpo_loss(chosen_logp: torch.Tensor, rejected_logp: torch.Tensor, ref_chosen_logp: torch.Tensor,
-             ref_rejected_logp: torch.Tensor, cfg) -> tuple[torch.Tensor, dict[str, float]]:
+             ref_rejected_logp: torch.Tensor, cfg, chosen_tokens: torch.Tensor | None = None
+             ) -> tuple[torch.Tensor, dict[str, float]]:
     """DPO on P pairs of sequence-level (summed over tokens) log-probs (P,) each; beta = cfg.dpo_beta.
 
     h = beta ((chosen - ref_chosen) - (rejected - ref_rejected));
-    loss = mean( -(1 - ls) log sigmoid(h) - ls log sigmoid(-h) ), ls = cfg.dpo_label_smoothing (cDPO).
+    loss = mean( -(1 - ls) log sigmoid(h) - ls log sigmoid(-h) ), ls = cfg.dpo_label_smoothing (cDPO);
+    with cfg.dpo_nll = a > 0, plus a * mean(-chosen / chosen_tokens) (RPO; chosen_tokens (P,): the tokens each
+    chosen log-prob sums over).
     """
     beta, ls = cfg.dpo_beta, cfg.dpo_label_smoothing
     chosen_reward = beta * (chosen_logp - ref_chosen_logp)  # (P,)
@@ -148,6 +151,12 @@ def dpo_loss(chosen_logp: torch.Tensor, rejected_logp: torch.Tensor, ref_chosen_
     h = chosen_reward - rejected_reward  # (P,)
     losses = -(1 - ls) * F.logsigmoid(h) - ls * F.logsigmoid(-h)  # (P,)
     loss = losses.mean() if losses.numel() else losses.sum()
+    nll = None
+    if cfg.dpo_nll > 0:
+        if chosen_tokens is None or chosen_tokens.shape != chosen_logp.shape:
+            raise ValueError("dpo_nll > 0 needs chosen_tokens (P,): the tokens each chosen log-prob sums over")
+        nll = -(chosen_logp / chosen_tokens.clamp(min=1)).mean() if losses.numel() else chosen_logp.sum()
+        loss = loss + cfg.dpo_nll * nll
     cr, rr = chosen_reward.detach(), rejected_reward.detach()
     n = max(losses.numel(), 1)
     metrics = {
@@ -157,4 +166,6 @@ def dpo_loss(chosen_logp: torch.Tensor, rejected_logp: torch.Tensor, ref_chosen_
         "dpo_reward_margin": (cr - rr).sum().item() / n,
         "dpo_reward_accuracy": (cr > rr).float().sum().item() / n,
     }
+    if nll is not None:
+        metrics["dpo_nll"] = nll.item()
     return loss, metrics

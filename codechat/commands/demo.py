@@ -13,7 +13,7 @@ from pathlib import Path
 
 from codechat import CodechatError
 from codechat.demo import demo_config, eval_label, run_demo, table
-from codechat.demo_agent import agent_table, run_agent_demo
+from codechat.demo_agent import agent_table, resolve_change, run_agent_demo
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -58,6 +58,7 @@ def run_agent(args: argparse.Namespace) -> int:
     out, rows = run_agent_demo(run_dir, args.quick, args.overrides, command)
     print()
     print(agent_table(rows))
+    print(resolve_change(out))
     print()
     print(f"report: {out / 'report.md'}   plot: {out / 'resolve.png'}")
     return 0

@@ -44,6 +44,10 @@ class AlgoConfig:
     """DPO temperature beta."""
     dpo_label_smoothing: float = 0.0
     """DPO label smoothing (conservative DPO); 0 = plain DPO."""
+    dpo_nll: float = 0.0
+    """Weight of a negative log-likelihood term on the chosen side, per scored token (RPO, Pang et al. 2024):
+    loss = DPO + dpo_nll * mean(-log pi(chosen) / its tokens). Keeps DPO from pushing the chosen answer's
+    likelihood down along with the rejected one's; 0 = plain DPO."""
     correction: str = "tis"
     """Off-policy correction against the sampler's log-probs (algos/corrections.py): tis (token ratio capped at
     tis_cap), seq-is (GSPO geometric-mean sequence ratio capped at tis_cap), icepop (token ratios outside

@@ -141,7 +141,9 @@ def run_dpo(ctx: Context) -> None:
         if batch:
             lp = seq_logp(model, prompts, answers, pad_id)  # (2P,)
             P = len(batch)
-            loss, m = dpo_loss(lp[:P], lp[P:], ref_lp[:P], ref_lp[P:], ctx.cfg.algo)
+            n_tok = torch.tensor([sum(a[1]) if isinstance(a, tuple) else len(a) for a in answers[:P]],
+                                 dtype=lp.dtype, device=lp.device)  # (P,) the scored tokens of each chosen side
+            loss, m = dpo_loss(lp[:P], lp[P:], ref_lp[:P], ref_lp[P:], ctx.cfg.algo, chosen_tokens=n_tok)
             (loss * (P / total)).backward()
             m["loss"] = loss.item()
         if total:
