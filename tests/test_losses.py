@@ -124,8 +124,9 @@ def test_dpo_nll_adds_the_chosen_sides_per_token_nll_and_its_gradient():
         dpo_loss(c, r, rc, rr, replace(CFG, dpo_nll=0.5))
     from codechat import CodechatError
     from codechat.algos import check_config
-    with pytest.raises(CodechatError, match="dpo_nll must be >= 0, got -1.0"):
-        check_config(replace(CFG, dpo_nll=-1.0))
+    for bad in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(CodechatError, match=f"dpo_nll must be finite and >= 0, got {bad}"):
+            check_config(replace(CFG, dpo_nll=bad))
 
 
 def test_unknown_loss_and_shape_errors():

@@ -44,8 +44,8 @@ def check_config(cfg) -> None:
                  if getattr(cfg, name) < 0]
     if not 0 <= cfg.dpo_label_smoothing < 0.5:
         problems.append(f"dpo_label_smoothing must be in [0, 0.5), got {cfg.dpo_label_smoothing}")
-    if not cfg.dpo_nll >= 0:
-        problems.append(f"dpo_nll must be >= 0, got {cfg.dpo_nll}")
+    if not 0 <= cfg.dpo_nll < float("inf"):  # NaN fails too
+        problems.append(f"dpo_nll must be finite and >= 0, got {cfg.dpo_nll}")
     if cfg.kl_beta > 0 and cfg.kl_estimator in KL_NO_GRADIENT:
         problems.append(f"kl_estimator {cfg.kl_estimator!r} as a loss has an expected gradient of zero (it adds noise,"
                         f" not regularisation); use k2 or k3 with kl_beta > 0")
