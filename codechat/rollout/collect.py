@@ -76,6 +76,14 @@ class Rollouts:
     def task_of(self, i: int) -> Task:
         return self.tasks[int(self.batch.prompt_index[i])]
 
+    def trained_tokens(self, i: int) -> tuple[list[int], list[float] | None]:
+        """Sample i as a fine-tuning target: (completion ids, None); for an episode (ids up to its last model
+        token, its model-token mask: tool results stay context)."""
+        if self.episodes:
+            n = int(self.batch.n_tokens[i])
+            return self.batch.tokens[i, :n].tolist(), self.batch.mask[i, :n].tolist()
+        return self.batch.tokens[i, :int(self.batch.mask[i].sum())].tolist(), None
+
 
 def score(tasks_per_sample: list[Task], texts: list[str], verdicts: list[Verdict], n_tokens: list[int],
           truncated: list[bool], max_new_tokens: int, rewards: RewardConfig | None,

@@ -85,26 +85,26 @@ def online_pairs(ctx: Context, sampler) -> tuple[list, dict]:
         if v.status == "infra_error":  # not a failing answer: the verifier failed
             continue
         gi = int(r.group_ids[i])
-        if r.episodes:  # up to the last model token, with the mask that keeps tool results out of the sum
-            n = int(r.batch.n_tokens[i])
-            answer = (r.batch.tokens[i, :n].tolist(), r.batch.mask[i, :n].tolist())
-        else:
-            answer = r.batch.tokens[i, :int(r.batch.mask[i].sum())].tolist()
+        ids, mask = r.trained_tokens(i)
         g = groups.setdefault(str(gi).zfill(4), (r.prompts[gi], [], []))
-        (g[1] if v.passed else g[2]).append(answer)
+        (g[1] if v.passed else g[2]).append((ids, mask) if mask is not None else ids)
     m = rollout_metrics(r) | (episode_metrics(r) if r.episodes else {})
     m["samples_drawn"] = len(r.verdicts)
     return pairs_from_groups(groups, ctx.step_seed())[:len(dist.shard(range(c.pairs_per_step)))], m
 
 
+def answer_parts(answer) -> tuple[list[int], list[float]]:
+    """An answer is token ids (every token scored) or, for an episode, (token ids, model-token mask)."""
+    return answer if isinstance(answer, tuple) else (answer, [1.0] * len(answer))
+
+
 def seq_logp(model, prompts, answers, pad_id) -> torch.Tensor:
-    """Summed log-prob of each answer given its prompt -> (P,). An answer is token ids, or (token ids, mask):
-    an episode, whose log-prob sums its model tokens (mask 1) only."""
+    """Summed log-prob of each answer given its prompt over its scored tokens (`answer_parts`) -> (P,)."""
     dev = next(model.parameters()).device
-    tokens, mask = pad([a[0] if isinstance(a, tuple) else a for a in answers], pad_id)
-    for i, a in enumerate(answers):
-        if isinstance(a, tuple):
-            mask[i, :len(a[1])] = torch.tensor(a[1], dtype=mask.dtype)
+    parts = [answer_parts(a) for a in answers]
+    tokens, mask = pad([ids for ids, _ in parts], pad_id)
+    for i, (_, m) in enumerate(parts):
+        mask[i, :len(m)] = torch.tensor(m, dtype=mask.dtype)
     idx = torch.arange(len(prompts), device=dev)
     logp = completion_logprobs(model, prompts, idx, tokens.to(dev), mask.to(dev))  # (P, T)
     return (logp * mask.to(dev)).sum(-1)
@@ -141,7 +141,7 @@ def run_dpo(ctx: Context) -> None:
         if batch:
             lp = seq_logp(model, prompts, answers, pad_id)  # (2P,)
             P = len(batch)
-            n_tok = torch.tensor([sum(a[1]) if isinstance(a, tuple) else len(a) for a in answers[:P]],
+            n_tok = torch.tensor([sum(answer_parts(a)[1]) for a in answers[:P]],
                                  dtype=lp.dtype, device=lp.device)  # (P,) the scored tokens of each chosen side
             loss, m = dpo_loss(lp[:P], lp[P:], ref_lp[:P], ref_lp[P:], ctx.cfg.algo, chosen_tokens=n_tok)
             (loss * (P / total)).backward()

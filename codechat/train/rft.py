@@ -75,12 +75,8 @@ def grow(ctx: Context, rnd: int) -> tuple[list[tuple], dict]:
     for i, v in enumerate(r.verdicts):
         if not v.passed:
             continue
-        head = (r.task_of(i).task_id, r.prompts[int(r.group_ids[i])])
-        if r.episodes:  # up to the last model token, with the mask that keeps tool results out of the loss
-            n = int(r.batch.n_tokens[i])
-            kept.append(head + (r.batch.tokens[i, :n].tolist(), r.batch.mask[i, :n].tolist()))
-        else:
-            kept.append(head + (r.batch.tokens[i, :int(r.batch.mask[i].sum())].tolist(),))
+        ids, mask = r.trained_tokens(i)
+        kept.append((r.task_of(i).task_id, r.prompts[int(r.group_ids[i])], ids) + ((mask,) if mask is not None else ()))
     kept = dedupe([k for part in dist.gather(kept) for k in part], key=lambda k: (k[0], tuple(k[2])))  # all ranks'
     m = dist.mean_metrics(rollout_metrics(r) | (episode_metrics(r) if r.episodes else {}))
     m.update({"rft/kept": len(kept), "rft/tasks_with_pass": len({k[0] for k in kept}), "rft/round": rnd,
