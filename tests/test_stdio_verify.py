@@ -81,7 +81,9 @@ def test_syntax_error(v):
 def test_float_tolerance():
     pairs = [("", "0.333333\n")]
     with Verifier(VerifierConfig(workers=1, timeout_s=2.0)) as ver:
-        assert not ver.verify(task(pairs), "print(1/3)").passed
+        assert ver.verify(task(pairs), "print(1/3)").passed  # decimals within 1e-6 by default
+        assert not ver.verify(task([("", "0.3333\n")]), "print(1/3)").passed
+        assert ver.verify(task([("", "0.3333\n")], float_tol=1e-3), "print(1/3)").passed
         assert ver.verify(task(pairs, float_tol=1e-5), "print(1/3)").passed
         assert not ver.verify(task(pairs, float_tol=1e-5), "print(0.3334)").passed
 

@@ -1,4 +1,6 @@
 """extract_code: which code a completion holds, one completion shape per test."""
+import time
+
 from codechat.tasks import Task
 from codechat.verifier.verify import extract_code
 
@@ -65,3 +67,17 @@ def test_humaneval_body_continues_the_prompt():
 def test_humaneval_full_function_comes_after_the_prompt_imports():
     code = extract_code("```python\ndef add(a, b):\n    return a + b\n```", HE)
     assert code.startswith("from typing import List") and code.rstrip().endswith("return a + b")
+
+
+def test_a_fence_inside_a_string_does_not_cut_the_block():
+    task = Task("md", "", ["assert f() == 'a```b'"], "f")
+    code = extract_code("Here:\n```python\ndef f():\n    return 'a```b'\n```\n", task)
+    assert code is not None and "return 'a```b'" in code
+
+
+def test_extraction_stays_linear_on_hostile_fences():
+    task = Task("x", "", ["assert f()"], "f")
+    t0 = time.process_time()
+    for text in ("```python\n" + "\n" * 200_000, "`" * 200_000, "```\n" * 50_000):
+        extract_code(text, task)
+    assert time.process_time() - t0 < 5.0  # the quadratic scans took minutes on these

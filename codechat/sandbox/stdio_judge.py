@@ -6,8 +6,9 @@ candidate's parent sent after `wait4` (exit status, CPU and wall time). The expe
 live only here: the program's process never sees them.
 
 Comparison (`outputs_match`): line by line after trimming trailing whitespace, trailing blank lines ignored;
-with `float_tol > 0`, whitespace-separated tokens that both parse as floats may differ by that much (absolute
-or relative). A task's `checker` (Python source defining `check(input, output, expected) -> bool`, trusted:
+lines that differ are compared token by token, the spaces between tokens exactly: words and integers exactly, a decimal token against an integer
+by exact value, two decimal tokens within the task's `float_tol` or, when it sets none, 1e-6 (absolute or
+relative), as the APPS and TACO harnesses do. A task's `checker` (Python source defining `check(input, output, expected) -> bool`, trusted:
 written by the task's author, like a special judge) replaces the comparison.
 
 Grammar of the socket stream (untrusted: the program may write anything, or nothing):
@@ -20,8 +21,10 @@ from __future__ import annotations
 import array
 import math
 import os
+import re
 import signal
 import socket
+from decimal import Decimal, InvalidOperation
 
 from codechat.sandbox.stdio_run import EXIT, RAISED, SIGNAL, TRAILER
 
@@ -35,28 +38,52 @@ def _lines(text: str) -> list[str]:
     return lines
 
 
+_SPACES = re.compile(r"(\s+)")
+_INT = re.compile(r"[+-]?\d+", re.ASCII)
+_DECIMAL = re.compile(r"[+-]?(\d+\.\d*|\.\d+|\d+(?=[eE]))([eE][+-]?\d+)?", re.ASCII)
+DEFAULT_FLOAT_TOL = 1e-6
+"""Decimal tokens agree within this (absolute or relative) when the task sets no `float_tol`: the rule of the
+harnesses APPS and TACO ship, for the many problems whose statements accept answers within 1e-6."""
+_MAX_NUMBER_CHARS = 400  # longer numeric tokens are compared as text: no float or Decimal work on model text
+
+
 def _token_match(a: str, b: str, tol: float) -> bool:
+    """One output token against the expected one. Words and integers stay exact; a decimal token against an
+    integer must have the integer's exact value (`5.0` for `5`, never `1000000000.0` for `1000000007`); two decimal
+    tokens agree within `tol`."""
     if a == b:
         return True
-    try:
-        x, y = float(a), float(b)
-    except ValueError:
+    if len(a) > _MAX_NUMBER_CHARS or len(b) > _MAX_NUMBER_CHARS:
         return False
-    if math.isnan(x) or math.isnan(y):
-        return math.isnan(x) and math.isnan(y)
-    return math.isclose(x, y, rel_tol=tol, abs_tol=tol)
+    a_int, b_int = _INT.fullmatch(a) is not None, _INT.fullmatch(b) is not None
+    a_dec, b_dec = not a_int and _DECIMAL.fullmatch(a) is not None, not b_int and _DECIMAL.fullmatch(b) is not None
+    if not (a_int or a_dec) or not (b_int or b_dec):
+        return False  # a word: exact only
+    if a_int and b_int:
+        return False  # two different integer texts (`7` vs `07` is a different output)
+    try:
+        x, y = Decimal(a), Decimal(b)
+    except InvalidOperation:
+        return False
+    if a_int or b_int:
+        return x == y
+    x, y = float(x), float(y)
+    return math.isfinite(x) and math.isfinite(y) and math.isclose(x, y, rel_tol=tol, abs_tol=tol)
 
 
 def outputs_match(output: str, expected: str, float_tol: float = 0.0) -> bool:
-    """The default rule: equal lines after trimming trailing whitespace; floats within `float_tol`."""
+    """The default rule: equal lines after trimming trailing whitespace; else token by token, decimal tokens
+    within `float_tol` (the default `DEFAULT_FLOAT_TOL` when the task sets none), integers and words exact."""
     got, want = _lines(output), _lines(expected)
     if got == want:
         return True
-    if float_tol <= 0 or len(got) != len(want):
+    if len(got) != len(want):
         return False
+    tol = float_tol if float_tol > 0 else DEFAULT_FLOAT_TOL
     for g, w in zip(got, want):
-        gt, wt = g.split(), w.split()
-        if len(gt) != len(wt) or not all(_token_match(a, b, float_tol) for a, b in zip(gt, wt)):
+        gt, wt = _SPACES.split(g), _SPACES.split(w)  # tokens at even places, the spaces between them at odd
+        if len(gt) != len(wt) or any(a != b if i % 2 else not _token_match(a, b, tol)
+                                     for i, (a, b) in enumerate(zip(gt, wt))):
             return False
     return True
 

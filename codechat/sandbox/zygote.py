@@ -36,7 +36,29 @@ import bisect, collections, copy as _copy, functools, heapq, itertools, math, op
 PR_SET_CHILD_SUBREAPER = 36
 
 
+class _Quitter:
+    """`exit()` / `quit()` as `site` defines them (programs run under `python -S`, which skips `site`): raise
+    SystemExit, the ending of many competitive programs (`print(ans); exit()`). Nothing else of `site` is added."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"Use {self.name}() or Ctrl-D (i.e. EOF) to exit"
+
+    def __call__(self, code=None):
+        raise SystemExit(code)
+
+
+def _add_site_builtins() -> None:
+    import builtins
+    for name in ("exit", "quit"):
+        if not hasattr(builtins, name):
+            setattr(builtins, name, _Quitter(name))
+
+
 def serve(sock: _socket.socket) -> None:
+    _add_site_builtins()
     hello = json.loads(wire.recv(sock.fileno()))
     active = isolation.enter_namespaces(tuple(hello.get("hide_paths", ())))
     ctypes.CDLL(None).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)

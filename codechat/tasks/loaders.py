@@ -3,7 +3,8 @@
 Formats: `codechat` (our JSONL schema, see README), `mbpp` (mbpp.jsonl), `mbpp-sanitized` (sanitized-mbpp.json),
 `mbpp-originfmt` (evalplus MbppPlus-OriginFmt: asserts with baked expected results), `evalplus` (MBPP+ / HumanEval+
 main files: inputs only, reference and atol kept on the task), `humaneval` (prompt/test/entry_point with
-`check(candidate)`); competitive-programming sets `apps` (also APPS folders), `codecontests`, `livecodebench`,
+`check(candidate)`), `leetcode` (LeetCodeDataset: `class Solution` answers, the record's `prompt` is a prelude of
+imports and helpers that the program and the judge both run); competitive-programming sets `apps` (also APPS folders), `codecontests`, `livecodebench`,
 `sandboxfusion`, `deepcoder` (stdio_loaders.py); answer tasks `gsm8k`, `math`, `answer` (tasks/answer.py). Files
 may be JSONL or a JSON array, gzipped or plain; `A+B` loads several sets as one (a mixed code + math training set).
 """
@@ -24,7 +25,7 @@ from codechat.tasks.stdio import spec_from_record, spec_to_record
 from codechat.tasks.stdio_loaders import STDIO_LOADERS, detect_stdio_format, load_apps_dir
 from codechat.tasks.splits import apply_split, split_spec
 
-FORMATS = ["codechat", "mbpp", "mbpp-sanitized", "mbpp-originfmt", "evalplus", "humaneval", *STDIO_LOADERS,
+FORMATS = ["codechat", "mbpp", "mbpp-sanitized", "mbpp-originfmt", "evalplus", "leetcode", "humaneval", *STDIO_LOADERS,
            *answer.LOADERS]
 
 
@@ -96,6 +97,8 @@ def detect_format(rec: dict[str, Any]) -> str | None:
         return "mbpp-sanitized"
     if {"text", "code", "test_list"} <= keys:
         return "mbpp"
+    if {"prompt", "test", "entry_point", "completion", "query"} <= keys:
+        return "leetcode"
     if {"prompt", "test", "entry_point"} <= keys:
         return "humaneval"
     if {"prompt", "tests"} <= keys:
@@ -144,13 +147,18 @@ def _mbpp_prompt(text: str, tests: list[str]) -> str:
     return f"{text.strip()}{example}\n"
 
 
-def _split_asserts(src: str) -> list[str]:
-    """Split test code into top-level statements so each assert counts on its own; imports stay in setup."""
+def _split_asserts(src: str) -> tuple[str, list[str]]:
+    """Split test code into (setup, tests): each top-level statement a test of its own so each assert counts
+    alone, except imports, which go to the setup (an `import math` line is no test that can pass)."""
     try:
         tree = _parse(src)
     except SyntaxError:
-        return [src]
-    return [ast.get_source_segment(src, node) or "" for node in tree.body]
+        return "", [src]
+    setup, tests = [], []
+    for node in tree.body:
+        seg = ast.get_source_segment(src, node) or ""
+        (setup if isinstance(node, (ast.Import, ast.ImportFrom)) else tests).append(seg)
+    return "\n".join(setup), tests
 
 
 def _from_codechat(rec: dict, where: str) -> Task:
@@ -209,15 +217,16 @@ def _from_evalplus(rec: dict, where: str) -> Task:
     is_mbpp = str(rec["task_id"]).startswith("Mbpp/")
     # MBPP+ solutions are whole programs; HumanEval+ solutions continue the prompt.
     solution = rec["canonical_solution"] if is_mbpp else prompt + rec["canonical_solution"]
+    setup = ""
     if rec.get("assertion"):
-        tests = _split_asserts(rec["assertion"])
+        setup, tests = _split_asserts(rec["assertion"])
     elif rec.get("test"):
         tests = [rec["test"] + f"\ncheck({rec['entry_point']})\n"]
     else:
         tests = []
     meta = {"solution": solution, "base_input": rec["base_input"], "plus_input": rec["plus_input"],
             "atol": rec.get("atol", 0) or 0, "contract": rec.get("contract", "")}
-    return Task(str(rec["task_id"]), prompt, tests, rec["entry_point"], "", None, meta)
+    return Task(str(rec["task_id"]), prompt, tests, rec["entry_point"], setup, None, meta)
 
 
 def _from_humaneval(rec: dict, where: str) -> Task:
@@ -229,9 +238,27 @@ def _from_humaneval(rec: dict, where: str) -> Task:
     return Task(str(rec["task_id"]), rec["prompt"], tests, rec["entry_point"], "", None, meta)
 
 
+def _from_leetcode(rec: dict, where: str) -> Task:
+    """LeetCodeDataset: the model sees `query` (statement + starter code); `prompt` is the harness prelude
+    (`from typing import *`, ListNode, tree_node, ...), run before the program and, authoritative, in the judge."""
+    _need(rec, ["task_id", "prompt", "test", "entry_point", "query"], where)
+    for f in ("prompt", "test", "entry_point", "query"):
+        if not isinstance(rec[f], str):
+            raise TaskFormatError(f"{where}: field '{f}' must be a string, got {type(rec[f]).__name__}")
+    meta = {"prelude": rec["prompt"]}
+    if isinstance(rec.get("completion"), str) and rec["completion"].strip():
+        meta["solution"] = rec["completion"]
+    info = rec.get("meta") if isinstance(rec.get("meta"), dict) else {}
+    for k in ("difficulty", "question_id", "lang_code"):
+        if info.get(k) is not None:
+            meta[k] = info[k]
+    tests = [rec["test"] + f"\ncheck({rec['entry_point']})\n"]
+    return Task(str(rec["task_id"]), rec["query"], tests, rec["entry_point"], "", None, meta)
+
+
 _LOADERS: dict[str, Callable[[dict, str], Task]] = {
     "codechat": _from_codechat, "mbpp": _from_mbpp, "mbpp-sanitized": _from_mbpp_sanitized,
-    "mbpp-originfmt": _from_mbpp_originfmt, "evalplus": _from_evalplus, "humaneval": _from_humaneval,
+    "mbpp-originfmt": _from_mbpp_originfmt, "evalplus": _from_evalplus, "leetcode": _from_leetcode, "humaneval": _from_humaneval,
     **STDIO_LOADERS,
     **answer.LOADERS,
 }

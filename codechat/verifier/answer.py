@@ -70,7 +70,12 @@ class AnswerChecker:
                 out.append(Verdict("error", False, 0.0, tests_total=1, error_type="NoReference",
                                    message=f"task {task.task_id} has no reference answer"))
                 continue
-            found = extract_answer(completion or "", self.cfg.extractors, self.cfg.max_answer_chars)
+            try:
+                found = extract_answer(completion or "", self.cfg.extractors, self.cfg.max_answer_chars)
+            except (ValueError, ArithmeticError, RecursionError, MemoryError) as e:  # hostile text: its own verdict
+                out.append(Verdict("error", False, 0.0, tests_total=1, error_type="AnswerCheck",
+                                   message=f"answer not readable: {type(e).__name__}"))
+                continue
             if found is None:
                 out.append(Verdict("no_answer", False, 0.0, tests_total=1, message="no final answer found"))
             elif len(found.text) > self.cfg.max_answer_chars:

@@ -197,7 +197,13 @@ class EquivPool:
         out: list[Outcome | None] = [None] * len(items)
         todo: list[tuple[int, list[list[str]]]] = []
         for i, (refs, answer) in enumerate(items):
-            equal, rest = self.exact(self.pairs(refs, answer))
+            try:
+                equal, rest = self.exact(self.pairs(refs, answer))
+            except (ValueError, ArithmeticError, RecursionError, MemoryError) as e:
+                # model text the exact rule cannot hold (`1e5000\%`: a Fraction past the int-string digit limit)
+                # is this answer's own error, never the batch's
+                out[i] = Outcome("error", f"answer not comparable: {type(e).__name__}")
+                continue
             if equal or not rest:
                 out[i] = Outcome("equal" if equal else "different")
             else:

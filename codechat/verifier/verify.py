@@ -36,7 +36,9 @@ from codechat.verifier.thinking import check_tags, split_thinking
 from codechat.verifier.answer import KIND as ANSWER_KIND, AnswerChecker
 from codechat.verifier.verdict import Verdict
 
-_FENCE = re.compile(r"```[ \t]*([\w+#.-]*)[^\n]*\n(.*?)(?:```|\Z)", re.S)
+# A fence opens at the start of a line and closes at the start of a line (or the text's end), as in Markdown:
+# a ``` inside a string of the code does not cut the block, and the scan stays linear in the text's length.
+_FENCE = re.compile(r"^[ \t]*```[ \t]*([\w+#.-]*)[^\n]*\n(.*?)(?:^[ \t]*```|\Z)", re.S | re.M)
 _PY_LANGS = {"", "python", "py", "python3", "py3"}
 _CODE_START = re.compile(r"^(def |class |import |from |@|async def )")
 _LOOKS_LIKE_CODE = re.compile(r"^(\s|#|def |class |import |from |@|async |if |for |while |return |print\(|"
@@ -44,7 +46,7 @@ _LOOKS_LIKE_CODE = re.compile(r"^(\s|#|def |class |import |from |@|async |if |fo
 
 
 def _defines(code: str, name: str | None) -> bool:
-    return bool(name) and re.search(rf"^\s*(async\s+)?(def|class)\s+{re.escape(name)}\b", code, re.M) is not None
+    return bool(name) and re.search(rf"^[ \t]*(async[ \t]+)?(def|class)\s+{re.escape(name)}\b", code, re.M) is not None
 
 
 def _is_code(prompt: str) -> bool:
@@ -70,9 +72,16 @@ def _head(entry_point: str | None) -> str | None:
 
 
 def task_prelude(task: Task) -> str:
-    """The task-authored code of a HumanEval-style prompt: everything before the entry point's definition
-    (imports, helpers such as `poly` / `encode_cyclic`, classes). The judge runs it itself, so the tests get the
-    task's helpers, not the program's versions of them; empty when the prompt is not code to continue."""
+    """The task-authored code the judge runs before the tests: a loader's harness prelude (`metadata["prelude"]`:
+    LeetCodeDataset's imports and ListNode/TreeNode helpers) and, for a HumanEval-style prompt, everything before
+    the entry point's definition (imports, helpers such as `poly` / `encode_cyclic`, classes). The judge runs it
+    itself, so the tests get the task's helpers, not the program's versions of them. The program gets the same
+    code before its own (`extract_code`), so its annotations and calls see those names too."""
+    harness = task.metadata.get("prelude") or ""
+    return harness + _prompt_prelude(task) if harness else _prompt_prelude(task)
+
+
+def _prompt_prelude(task: Task) -> str:
     head = _head(task.entry_point)
     if not head or not _defines(task.prompt, head) or not _is_code(task.prompt):  # prose shows no prelude
         return ""
@@ -111,7 +120,7 @@ def extract_code(completion: str, task: Task) -> str | None:
         # HumanEval-style: the prompt is code ending in the signature + docstring; the completion continues it.
         # A completion that redefines the function comes after the prompt's prelude (its imports and helpers),
         # not after the unfinished signature (a `class Solution:` prompt ends mid-body).
-        code = task_prelude(task) + "\n" + code if _defines(code, _head(task.entry_point)) else task.prompt + code
+        code = _prompt_prelude(task) + "\n" + code if _defines(code, _head(task.entry_point)) else task.prompt + code
     if task.metadata.get("prelude"):  # the harness imports of call-based competitive tasks (stdio_loaders.py)
         code = task.metadata["prelude"] + code
     return code

@@ -1,0 +1,134 @@
+"""Honest shapes of the public datasets pass and their wrong twins fail: LeetCodeDataset's prelude seen by the
+program, a setup class in the program's annotations, `exit()` after printing, stdin/stdout decimals within
+1e-6 with integers exact, MBPP+ imports kept out of the counted tests; and a sample of the real files' references."""
+import json
+
+import pytest
+
+from codechat.config import VerifierConfig
+from codechat.sandbox.stdio_judge import outputs_match
+from codechat.tasks import Task, load_tasks
+from codechat.tasks.loaders import load_tasks_with_format
+from codechat.tasks.stdio import IOTest, StdioSpec
+from codechat.verifier.verify import Verifier
+
+LC_PRELUDE = ("from typing import *\nfrom heapq import *\nfrom collections import deque\n\n"
+              "class ListNode:\n    def __init__(self, val=0, next=None):\n        self.val = val\n        self.next = next\n\n"
+              "def list_node(values: list):\n    head = None\n    for v in reversed(values):\n        head = ListNode(v, head)\n"
+              "    return head\n\ndef is_same_list(p, q):\n    while p and q:\n        if p.val != q.val:\n"
+              "            return False\n        p, q = p.next, q.next\n    return p is None and q is None\n")
+LC_RECORD = {
+    "task_id": "reverse-list", "prompt": LC_PRELUDE, "entry_point": "Solution().reverseList",
+    "query": "Reverse a linked list.\n```python\nclass Solution:\n    def reverseList(self, head: Optional[ListNode]) -> Optional[ListNode]:\n```",
+    "test": "def check(candidate):\n    assert is_same_list(candidate(head = list_node([1,2,3])), list_node([3,2,1]))\n"
+            "    assert candidate(head = None) is None\n",
+    "completion": "class Solution:\n    def reverseList(self, head: Optional[ListNode]) -> Optional[ListNode]:\n"
+                  "        prev = None\n        while head:\n            head.next, prev, head = prev, head, head.next\n"
+                  "        return prev\n",
+    "meta": {"difficulty": "Easy", "question_id": 206}, "input_output": [], "response": "",
+}
+LC_WRONG = ("class Solution:\n    def reverseList(self, head: Optional[ListNode]) -> Optional[ListNode]:\n"
+            "        return head\n")
+POINT = "from dataclasses import dataclass\n@dataclass\nclass Point:\n    x: int\n    y: int\n"
+
+
+@pytest.fixture(scope="module")
+def verifier():
+    with Verifier(VerifierConfig(workers=2, timeout_s=10.0)) as v:
+        yield v
+
+
+def _leetcode(tmp_path):
+    path = tmp_path / "lc.jsonl"
+    path.write_text(json.dumps(LC_RECORD) + "\n")
+    tasks, fmt = load_tasks_with_format(path)
+    return tasks[0], fmt
+
+
+def test_leetcode_records_load_with_their_reference_and_difficulty(tmp_path):
+    task, fmt = _leetcode(tmp_path)
+    assert fmt == "leetcode"
+    assert task.solution == LC_RECORD["completion"]
+    assert task.metadata["difficulty"] == "Easy" and task.prompt == LC_RECORD["query"]
+
+
+def test_leetcode_prelude_names_reach_the_program(verifier, tmp_path):
+    task, _ = _leetcode(tmp_path)  # `Optional[ListNode]` in the answer's own signature needs the prelude
+    good, bad = verifier.verify_many([(task, task.solution), (task, LC_WRONG)])
+    assert good.passed, good
+    assert not bad.passed, bad
+
+
+def test_setup_class_in_the_programs_annotations(verifier):
+    task = Task("m", "", ["assert manhattan(Point(0, 0), Point(2, 3)) == 5"], "manhattan", POINT)
+    honest = "def manhattan(p: Point, q: Point) -> int:\n    return abs(p.x - q.x) + abs(p.y - q.y)\n"
+    wrong = "def manhattan(p: Point, q: Point) -> int:\n    return abs(p.x - q.x) + (p.y - q.y)\n"
+    good, bad = verifier.verify_many([(task, honest), (task, wrong)])
+    assert good.passed, good
+    assert not bad.passed, bad
+
+
+def _stdio(expected: str) -> Task:
+    return Task("s", "read n", [], None, "", None, {}, stdio=StdioSpec([IOTest("2\n", expected)]))
+
+
+def test_exit_after_printing_ends_a_stdio_program(verifier):
+    task = _stdio("4\n")
+    honest = "```python\nn = int(input())\nprint(n * n)\nexit()\n```"
+    wrong = "```python\nn = int(input())\nprint(n + n + 1)\nquit(0)\n```"
+    good, bad = verifier.verify_many([(task, honest), (task, wrong)])
+    assert good.passed, good
+    assert not bad.passed, bad
+
+
+def test_stdio_decimals_within_1e6_by_default(verifier):
+    task = _stdio("1.414213562\n")
+    honest = "```python\nimport math\nprint(math.sqrt(int(input())))\n```"
+    wrong = "```python\nprint(1.4142)\n```"
+    good, bad = verifier.verify_many([(task, honest), (task, wrong)])
+    assert good.passed, good
+    assert not bad.passed, bad
+
+
+@pytest.mark.parametrize("got,want,tol,ok", [
+    ("1.4142135623730951", "1.414213562", 0, True), ("0.333333333", "0.3333333333", 0, True),
+    ("5.0", "5", 0, True), ("1000000000.0", "1000000007", 0, False), ("1.267651e30", str(2 ** 100), 0, False),
+    ("1000001", "1000000", 1e-3, False), ("0.5001", "0.5", 0, False), ("0.5001", "0.5", 1e-3, True),
+    ("YES", "NO", 1e-3, False), ("1e5000", "1e5001", 0, False), ("nan", "nan", 0, True), ("inf", "1", 0, False),
+])
+def test_token_rule_integers_exact_decimals_within_tolerance(got, want, tol, ok):
+    assert outputs_match(f"3 {got}\n", f"3 {want}\n", tol) is ok
+
+
+def test_mbppplus_import_lines_are_setup_not_tests(tmp_path):
+    rec = {"task_id": "Mbpp/82", "prompt": "volume", "entry_point": "volume_sphere", "canonical_solution":
+           "import math\ndef volume_sphere(r):\n  return (4./3.) * math.pi * (r**3)\n", "base_input": [[10]],
+           "plus_input": [], "atol": 0.0001,
+           "assertion": "import math\n\nassert math.isclose(volume_sphere(10), 4188.790204786391, rel_tol=0.001)\n"}
+    path = tmp_path / "plus.jsonl"
+    path.write_text(json.dumps(rec) + "\n")
+    task = load_tasks(path)[0]
+    assert task.tests == ["assert math.isclose(volume_sphere(10), 4188.790204786391, rel_tol=0.001)"]
+    assert task.setup == "import math"
+
+
+SAMPLE = {"leetcode/LeetCodeDataset-v0.2.0-train.jsonl.gz": 80, "mbpp/MbppPlus-v0.2.0.jsonl.gz": 60,
+          "mbpp/sanitized-mbpp.json": 40, "mbpp/mbpp.jsonl": 40, "math/gsm8k_test.jsonl": 40}
+
+
+def test_a_sample_of_the_real_files_references_pass_and_do_nothing_programs_fail(verifier, shared_data):
+    pairs, none = [], []
+    for rel, n in SAMPLE.items():
+        tasks = [t for t in load_tasks(shared_data / rel) if t.solution][:n]
+        pairs += [(t, t.solution) for t in tasks]
+        for t in tasks:
+            if t.kind == "answer":
+                none.append((t, "I do not know."))
+            elif "(" in (t.entry_point or ""):
+                none.append((t, "class Solution:\n    def __getattr__(self, n):\n        return lambda *a, **k: None\n"))
+            else:
+                none.append((t, f"def {t.entry_point}(*a, **k):\n    return None\n"))
+    refs, nothing = verifier.verify_many(pairs), verifier.verify_many(none)
+    failing = [(t.task_id, r.status, r.message[:80]) for (t, _), r in zip(pairs, refs) if not r.passed]
+    assert not failing
+    assert not [t.task_id for (t, _), r in zip(none, nothing) if r.passed]
