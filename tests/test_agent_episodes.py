@@ -179,12 +179,14 @@ def test_transcript_is_exactly_what_was_sampled_and_appended(judge, tmp_path_fac
 
 def test_tool_workers_bound_the_threads_running_tools(judge, monkeypatch):
     import threading
+    import time
     from codechat.rollout import tools
     seen = set()
     real = tools.ToolBox.call
 
     def spy(self, c):
         seen.add(threading.get_ident())
+        time.sleep(0.1)  # a busy worker, so the pool has to use another thread for the next call
         return real(self, c)
     monkeypatch.setattr(tools.ToolBox, "call", spy)
     jobs = [(TASK, i) for i in range(4)]

@@ -81,3 +81,9 @@ def test_extraction_stays_linear_on_hostile_fences():
     for text in ("```python\n" + "\n" * 200_000, "`" * 200_000, "```\n" * 50_000):
         extract_code(text, task)
     assert time.process_time() - t0 < 5.0  # the quadratic scans took minutes on these
+
+
+def test_a_fence_may_open_after_text_on_its_line_and_close_at_a_line_end():
+    task = Task("add", "", ["assert add(1, 2) == 3"], "add")
+    code = extract_code("Here:```python\ndef add(a, b):\n    return a + b```\nDone.", task)
+    assert code is not None and code.strip() == "def add(a, b):\n    return a + b"

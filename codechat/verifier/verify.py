@@ -38,7 +38,10 @@ from codechat.verifier.verdict import Verdict
 
 # A fence opens at the start of a line and closes at the start of a line (or the text's end), as in Markdown:
 # a ``` inside a string of the code does not cut the block, and the scan stays linear in the text's length.
-_FENCE = re.compile(r"^[ \t]*```[ \t]*([\w+#.-]*)[^\n]*\n(.*?)(?:^[ \t]*```|\Z)", re.S | re.M)
+# An opening fence may follow text on its line ("Here:```python"); a closing one starts or ends a line, so a
+# "```" inside a string literal does not cut the block. Scanned with str.find: linear on hostile text.
+_INFO = re.compile(r"[ \t]*([\w+#.-]*)")
+_CLOSE = re.compile(r"^[ \t]*```|```[ \t]*$", re.M)
 _PY_LANGS = {"", "python", "py", "python3", "py3"}
 _CODE_START = re.compile(r"^(def |class |import |from |@|async def )")
 _LOOKS_LIKE_CODE = re.compile(r"^(\s|#|def |class |import |from |@|async |if |for |while |return |print\(|"
@@ -89,6 +92,22 @@ def _prompt_prelude(task: Task) -> str:
     return task.prompt[:m.start()] if m else ""
 
 
+
+def _fenced_blocks(text: str) -> list[tuple[str, str]]:
+    """(language, body) of each fenced block; an unclosed last block runs to the end."""
+    blocks, i = [], 0
+    while (j := text.find("```", i)) >= 0:
+        nl = text.find("\n", j + 3)
+        if nl < 0:
+            break
+        lang = _INFO.match(text, j + 3, nl).group(1).lower()
+        close = _CLOSE.search(text, nl + 1)
+        blocks.append((lang, text[nl + 1:close.start() if close else len(text)]))
+        if close is None:
+            break
+        i = close.end()
+    return blocks
+
 def extract_code(completion: str, task: Task) -> str | None:
     """The program to run, or None when the completion holds no code.
 
@@ -99,7 +118,7 @@ def extract_code(completion: str, task: Task) -> str | None:
     """
     if not completion or not completion.strip():
         return None
-    blocks = [(lang.lower(), body) for lang, body in _FENCE.findall(completion)]
+    blocks = _fenced_blocks(completion)
     if blocks:
         py = [b for lang, b in blocks if lang in _PY_LANGS] or [b for _, b in blocks]
         defining = [b for b in py if _defines(b, _head(task.entry_point))]
