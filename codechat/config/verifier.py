@@ -91,9 +91,14 @@ class AnswerConfig:
     answer, e.g. `\\frac{1}{2}`), `last-number` (the fallback)."""
     percent: str = "both"
     """`50\\%` is `ratio` (= 0.5), `number` (= 50), or `both` (either is accepted)."""
+    numbers: str = "strict"
+    """`strict`: an exact reference (integer, fraction, `\\sqrt{2}`) takes only its exact value (`0.3333333` is not
+    1/3, `1.41421356` is not √2); a decimal reference is matched at its own precision (half a unit of its last
+    digit: `3.14` takes 3.1416, not 3.1). `lenient`: a decimal on either side is equal within `rel_tol`, and
+    math-verify rounds decimals against exact values (6 places)."""
     rel_tol: float = 1e-6
-    """Plain numbers, one written as a decimal: equal within this relative tolerance (integers and fractions
-    are compared exactly)."""
+    """`numbers: lenient` only: the relative tolerance for plain numbers when one is written as a decimal
+    (integers and fractions are compared exactly)."""
     timeout_s: float = 5.0
     """Wall-clock limit per symbolic comparison; the worker process is killed past it (verdict `timeout`)."""
     workers: int = 1

@@ -8,11 +8,15 @@ killed at their time limit.
 
 Rules, in order:
   1. percent (cfg.percent): `50%` is read as `50/100` (`ratio`), as `50` (`number`), or both ways (`both`);
+     When both sides carry a percent sign, their numbers are compared as written (`0.5\\%` is not `50\\%`);
   2. both sides plain numbers (answer_extract.plain_number; `x = 5` reads as 5): integers and fractions compare
-     exactly (a float compare would call 9007199254740993 and 9007199254740992 equal), a decimal within `rel_tol`
-     relative (0.333 is not 1/3, 0.0000001 is not 0); both sides sets of exact numbers (`1, 2`, `\\{2, 1\\}`):
-     as sets;
+     exactly (a float compare would call 9007199254740993 and 9007199254740992 equal). `numbers = strict` (the
+     default): an exact reference takes only its exact value (`1000000000.0` is not 1000000007, `0.3333333` is not
+     1/3), a decimal reference is matched to half a unit of its last digit; `lenient`: a decimal on either side
+     within `rel_tol` relative. Both sides sets of exact numbers (`1, 2`, `\\{2, 1\\}`): as sets;
   3. otherwise math-verify in a worker (answer_worker.py): a timeout kills the worker and is reported as such.
+     Strict: when the reference holds no decimal, the answer's decimals are read as exact rationals first, so
+     `1.41421356` is not `\\sqrt{2}`.
 Simplified: a worker serves one comparison at a time; `workers` of them run in parallel.
 """
 from __future__ import annotations
@@ -34,6 +38,7 @@ from codechat.config import AnswerConfig
 from codechat.verifier.answer_extract import EXTRACTORS, has_percent, plain_number, strip_percent
 
 PERCENT_MODES = ("both", "ratio", "number")
+NUMBER_MODES = ("strict", "lenient")
 WORKER = Path(__file__).with_name("answer_worker.py")
 STARTUP_S = 120.0
 """How long a new worker may take to import SymPy and math-verify (slow on a busy machine)."""
@@ -54,6 +59,8 @@ def check_config(cfg: AnswerConfig) -> None:
     """One-line errors for values the types allow but the checker does not."""
     if cfg.percent not in PERCENT_MODES:
         raise CodechatError(f"verifier.answer.percent: '{cfg.percent}' is not one of {', '.join(PERCENT_MODES)}")
+    if cfg.numbers not in NUMBER_MODES:
+        raise CodechatError(f"verifier.answer.numbers: '{cfg.numbers}' is not one of {', '.join(NUMBER_MODES)}")
     bad = [e for e in cfg.extractors if e not in EXTRACTORS]
     if bad or not cfg.extractors:
         raise CodechatError(f"verifier.answer.extractors: {bad or 'empty'} (valid: {', '.join(EXTRACTORS)})")
@@ -105,18 +112,36 @@ def exact_value(s: str) -> tuple[Fraction, bool] | frozenset | None:
     return frozenset(v[0] for v in values)
 
 
-def numbers_equal(a: tuple[Fraction, bool], b: tuple[Fraction, bool], rel_tol: float) -> bool:
+_DIGITS = re.compile(r"[^.eE]*?(?:\.(\d*))?(?:[eE]([+-]?\d{1,4}))?")
+
+
+def last_digit_unit(s: str) -> Fraction:
+    """The value of one unit in the last written digit of a plain decimal (`3.14` -> 1/100, `1.5e3` -> 100)."""
+    m = _ASSIGN.fullmatch(s)
+    s = (m.group(1) if m else s).strip().replace(",", "")
+    m = _DIGITS.fullmatch(s.rstrip("$").strip())
+    places = len(m.group(1) or "") if m else 0
+    exp = int(m.group(2)) if m and m.group(2) else 0
+    return Fraction(10) ** (exp - places)
+
+
+def numbers_equal(a: tuple[Fraction, bool], b: tuple[Fraction, bool], rel_tol: float,
+                  ref_unit: Fraction | None = None) -> bool:
+    """`a` is the reference. `ref_unit` given (strict): an exact reference is equal only to its value, a decimal
+    one to within half `ref_unit`; None (lenient): a decimal on either side within `rel_tol` relative."""
     (x, x_dec), (y, y_dec) = a, b
     if x == y:
         return True
+    if ref_unit is not None:
+        return bool(x_dec) and abs(x - y) <= ref_unit / 2
     if not (x_dec or y_dec):
         return False  # integers and fractions: exact
     return abs(x - y) <= Fraction(rel_tol) * max(abs(x), abs(y))
 
 
 class _Worker:
-    def __init__(self, memory_mb: int):
-        self.proc = subprocess.Popen([sys.executable, str(WORKER), str(memory_mb)], stdin=subprocess.PIPE,
+    def __init__(self, memory_mb: int, numbers: str = "strict"):
+        self.proc = subprocess.Popen([sys.executable, str(WORKER), str(memory_mb), numbers], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0)
         self.buf = b""
         self.ready = False
@@ -171,8 +196,13 @@ class EquivPool:
     # --- decisions ---------------------------------------------------------------------------------------------
     def pairs(self, refs: list[str], answer: str) -> list[list[str]]:
         """Every (reference reading, answer reading) under the percent rule."""
-        mode = self.cfg.percent
-        return [[r, a] for ref in refs for r in percent_variants(ref, mode) for a in percent_variants(answer, mode)]
+        mode, out = self.cfg.percent, []
+        for ref in refs:
+            if has_percent(ref) and has_percent(answer):  # one scale on both sides: the numbers as written
+                out.append([strip_percent(ref), strip_percent(answer)])
+            else:
+                out += [[r, a] for r in percent_variants(ref, mode) for a in percent_variants(answer, mode)]
+        return out
 
     def exact(self, pairs: list[list[str]]) -> tuple[bool, list[list[str]]]:
         """(some plain-number pair is equal, the pairs that need the symbolic comparison)."""
@@ -180,7 +210,8 @@ class EquivPool:
         for r, a in pairs:
             x, y = exact_value(r), exact_value(a)
             if isinstance(x, tuple) and isinstance(y, tuple):
-                if numbers_equal(x, y, self.cfg.rel_tol):
+                unit = (last_digit_unit(r) if x[1] else Fraction(0)) if self.cfg.numbers == "strict" else None
+                if numbers_equal(x, y, self.cfg.rel_tol, unit):
                     return True, []
             elif isinstance(x, frozenset) and isinstance(y, frozenset):
                 if x == y:
@@ -215,7 +246,7 @@ class EquivPool:
 
     # --- workers -----------------------------------------------------------------------------------------------
     def _spawn(self) -> _Worker:
-        w = _Worker(self.cfg.memory_mb)
+        w = _Worker(self.cfg.memory_mb, self.cfg.numbers)
         deadline = time.monotonic() + STARTUP_S
         while not w.ready:
             left = deadline - time.monotonic()

@@ -104,9 +104,39 @@ def extract_answer(completion: str, extractors=EXTRACTORS, max_chars: int = 512)
     return None
 
 
+_UNICODE = {"°": "^\\circ", "½": "\\frac{1}{2}", "⅓": "\\frac{1}{3}", "⅔": "\\frac{2}{3}", "¼": "\\frac{1}{4}",
+            "¾": "\\frac{3}{4}", "⅕": "\\frac{1}{5}", "⅙": "\\frac{1}{6}", "⅛": "\\frac{1}{8}", "π": "\\pi ",
+            "√": "\\sqrt ", "∞": "\\infty ", "−": "-", "×": "\\times ", "·": "\\cdot ", "≤": "\\le ", "≥": "\\ge ",
+            "≠": "\\ne "}
+_UNICODE_RE = re.compile("|".join(map(re.escape, _UNICODE)))
+_NUM = r"-?\d+(?:\.\d+)?"
+_LESS = {"<": False, "\\lt": False, "\\le": True, "\\leq": True, "\\leqslant": True}
+_MORE = {">": False, "\\gt": False, "\\ge": True, "\\geq": True, "\\geqslant": True}
+_OP = "|".join(re.escape(o) for o in sorted([*_LESS, *_MORE], key=len, reverse=True))
+_ONE_SIDED = re.compile(rf"([a-zA-Z])\s*({_OP})\s*({_NUM})")
+_TWO_SIDED = re.compile(rf"({_NUM})\s*({_OP})\s*([a-zA-Z])\s*({_OP})\s*({_NUM})")
+
+
+def as_interval(s: str) -> str:
+    """`x < 3` -> `(-\\infty, 3)`, `1 \\le x < 2` -> `[1, 2)`: a one-variable inequality as the interval it means,
+    the form references use. Other text unchanged."""
+    m = _ONE_SIDED.fullmatch(s)
+    if m:
+        _, op, c = m.groups()
+        if op in _LESS:
+            return f"(-\\infty, {c}{']' if _LESS[op] else ')'}"
+        return f"{'[' if _MORE[op] else '('}{c}, \\infty)"
+    m = _TWO_SIDED.fullmatch(s)
+    if m and m.group(2) in _LESS and m.group(4) in _LESS:
+        a, op1, _, op2, b = m.groups()
+        return f"{'[' if _LESS[op1] else '('}{a}, {b}{']' if _LESS[op2] else ')'}"
+    return s
+
+
 def clean(ans: str) -> str:
     """Strip what never changes an answer's value: $...$, \\(...\\), \\boxed{} around it, bold, \\left/\\right,
-    thin spaces, a trailing full stop."""
+    thin spaces, a trailing full stop; read Unicode math (`90°`, `½`, `π`) as LaTeX and a one-variable
+    inequality as its interval."""
     s = ans.strip()
     for _ in range(4):
         before = s
@@ -117,7 +147,8 @@ def clean(ans: str) -> str:
         s = s.rstrip(".").strip()
         if s == before:
             break
-    return _NOISE.sub("", s).strip()
+    s = _NOISE.sub("", s).strip()
+    return as_interval(_UNICODE_RE.sub(lambda m: _UNICODE[m.group()], s).strip())
 
 
 def has_percent(s: str) -> bool:

@@ -64,7 +64,24 @@ def disable_eval() -> None:
         pass
 
 
-def make_compare():
+def exact_decimals(gold: list, pred: list) -> list:
+    """`pred` with its decimals read as exact rationals when `gold` holds no decimal (strict numbers): math-verify
+    would otherwise round both to 6 places, so `1.41421356` would equal `\\sqrt{2}`."""
+    import sympy  # heavy: imported only in the worker
+
+    def has_float(x) -> bool:
+        return isinstance(x, sympy.Basic) and bool(x.atoms(sympy.Float))
+    if any(has_float(g) for g in gold):
+        return pred
+    out = []
+    for p in pred:
+        if has_float(p):
+            p = p.xreplace({f: sympy.Rational(str(f)) for f in p.atoms(sympy.Float)})
+        out.append(p)
+    return out
+
+
+def make_compare(strict: bool = True):
     """-> compare(pairs) -> bool, with math-verify imported and eval disabled."""
     from math_verify import LatexExtractionConfig, parse, verify  # heavy optional dependency (math-verify)
 
@@ -82,7 +99,10 @@ def make_compare():
 
     def compare(pairs: list[list[str]]) -> bool:
         for ref, ans in pairs:
-            if verify(parsed(ref), parsed(ans), timeout_seconds=None):
+            gold, pred = parsed(ref), parsed(ans)
+            if strict:
+                pred = exact_decimals(gold, pred)
+            if verify(gold, pred, timeout_seconds=None):
                 return True
         return False
 
@@ -96,7 +116,7 @@ def main() -> None:
     if memory_mb > 0:
         limit = memory_mb << 20
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    compare = make_compare()
+    compare = make_compare(strict=(sys.argv[2] if len(sys.argv) > 2 else "strict") == "strict")
     for pair in WARM_UP:  # fills the ANTLR parser's caches (a form's first parse costs ~0.5 s) before timing starts
         compare([pair])
     out = sys.stdout
