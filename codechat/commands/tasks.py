@@ -11,6 +11,7 @@ from codechat.config import VerifierConfig
 from codechat.tasks import load_tasks, load_tasks_with_format
 from codechat.tasks.builtin import builtin_names, load_builtin
 from codechat.tasks.quarantine import write_quarantine
+from codechat.tasks.statement import not_unique
 from codechat.verifier.check import check_references
 from codechat.verifier.verify import Verifier
 
@@ -44,6 +45,11 @@ def summarize(tasks, fmt: str, limit: int = 2) -> str:
     lines.append(f"tests per task: min {min(n_tests)}, mean {sum(n_tests) / len(n_tests):.1f}, max {max(n_tests)}")
     with_solution = sum(1 for t in tasks if t.solution)
     lines.append(f"with reference solution: {with_solution}")
+    if any(t.stdio for t in tasks):
+        stdio = [t for t in tasks if t.stdio]
+        lines.append(f"stdin/stdout rules from statements: any case {sum(t.stdio.ignore_case for t in stdio)}, "
+                     f"stated tolerance {sum(t.stdio.float_tol > 0 for t in stdio)}, "
+                     f"several answers without checker {sum(map(not_unique, stdio))} (left out of training)")
     judged_by_tests = [(t, n) for t, n in zip(tasks, n_tests) if t.kind != "answer"]  # answer tasks: a reference answer
     warnings = [f"task {t.task_id}: no tests" for t, n in judged_by_tests if not n
                 and not t.metadata.get("base_input")]

@@ -21,6 +21,9 @@ class DataConfig:
     exclude: str = ""
     """A quarantine file (task ids, one per line; `codechat tasks check --write-quarantine` writes one): those
     tasks are left out of the train, eval and extra_eval sets. Empty = none."""
+    multiple_answers: str = "exclude"
+    """Stdin/stdout tasks whose statement accepts any of several answers and that have no checker (comparing
+    output misjudges them): `exclude` leaves them out of the train and eval sets, `keep` keeps them."""
     max_prompt_tokens: int = 0
     """Tasks whose encoded prompt is longer are dropped (a count is printed); 0 = the model's context minus
     sampling.max_new_tokens. SFT examples must also fit prompt + solution in the context."""

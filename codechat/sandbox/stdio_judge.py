@@ -71,9 +71,12 @@ def _token_match(a: str, b: str, tol: float) -> bool:
     return math.isfinite(x) and math.isfinite(y) and math.isclose(x, y, rel_tol=tol, abs_tol=tol)
 
 
-def outputs_match(output: str, expected: str, float_tol: float = 0.0) -> bool:
+def outputs_match(output: str, expected: str, float_tol: float = 0.0, ignore_case: bool = False) -> bool:
     """The default rule: equal lines after trimming trailing whitespace; else token by token, decimal tokens
-    within `float_tol` (the default `DEFAULT_FLOAT_TOL` when the task sets none), integers and words exact."""
+    within `float_tol` (the default `DEFAULT_FLOAT_TOL` when the task sets none), integers and words exact
+    (`ignore_case`: words compared case-insensitively)."""
+    if ignore_case:
+        output, expected = output.lower(), expected.lower()
     got, want = _lines(output), _lines(expected)
     if got == want:
         return True
@@ -160,7 +163,7 @@ def verdict_of(out: bytes, trailer: bytes, job: dict) -> dict:
         except BaseException as e:  # noqa: BLE001 - the checker is the task's: its failure is not the program's
             return _result("error", "CheckerError", f"checker: {type(e).__name__}: {e}"[:300], cpu, wall)
     else:
-        ok = outputs_match(text, expected, float(spec.get("float_tol") or 0))
+        ok = outputs_match(text, expected, float(spec.get("float_tol") or 0), spec.get("ignore_case") is True)
     if ok:
         return _result("passed", None, "", cpu, wall)
     return _result("failed", "WrongAnswer", "wrong output", cpu, wall)

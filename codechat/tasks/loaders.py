@@ -24,6 +24,7 @@ from codechat.tasks.model import Task, TaskFormatError
 from codechat.tasks.stdio import spec_from_record, spec_to_record
 from codechat.tasks.stdio_loaders import STDIO_LOADERS, detect_stdio_format, load_apps_dir
 from codechat.tasks.splits import apply_split, split_spec
+from codechat.tasks.statement import not_unique
 
 FORMATS = ["codechat", "mbpp", "mbpp-sanitized", "mbpp-originfmt", "evalplus", "leetcode", "humaneval", *STDIO_LOADERS,
            *answer.LOADERS]
@@ -297,6 +298,11 @@ def load_tasks_with_format(path: str | Path, fmt: str | None = None) -> tuple[li
             raise TaskFormatError(f"{where}: duplicate task_id '{task.task_id}' (first at line {seen[task.task_id]})")
         seen[task.task_id] = lineno
         tasks.append(task)
+    n = sum(map(not_unique, tasks))
+    if n:
+        warnings.warn(f"{path}: {n} of {len(tasks)} tasks accept any of several answers and have no checker, so "
+                      f"comparing output misjudges correct programs; training leaves them out "
+                      f"(data.multiple_answers=keep keeps them)", stacklevel=2)
     return tasks, fmt
 
 

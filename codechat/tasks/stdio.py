@@ -38,6 +38,8 @@ class StdioSpec:
     checker: str = ""
     """Python source defining `check(input, output, expected) -> bool`, run in the judge instead of the
     comparison (a special judge, for problems with several right answers). Written by the task's author."""
+    ignore_case: bool = False
+    """Words in the output compare case-insensitively (statements that accept `YES`/`yes`/`yEs`)."""
 
 
 def stdio_prompt(statement: str) -> str:
@@ -84,7 +86,10 @@ def spec_from_record(rec: dict, where: str) -> StdioSpec:
             compile(checker, "<checker>", "exec", dont_inherit=True)
         except SyntaxError as e:
             raise TaskFormatError(f"{where}: field 'checker' does not parse: {e.msg} (line {e.lineno})") from None
-    return StdioSpec(pairs, float(tol), checker)
+    ignore_case = rec.get("ignore_case", False)
+    if not isinstance(ignore_case, bool):
+        raise TaskFormatError(f"{where}: field 'ignore_case' must be true or false, got {ignore_case!r}")
+    return StdioSpec(pairs, float(tol), checker, ignore_case)
 
 
 def spec_to_record(spec: StdioSpec) -> dict:
@@ -94,4 +99,6 @@ def spec_to_record(spec: StdioSpec) -> dict:
         rec["float_tol"] = spec.float_tol
     if spec.checker:
         rec["checker"] = spec.checker
+    if spec.ignore_case:
+        rec["ignore_case"] = True
     return rec

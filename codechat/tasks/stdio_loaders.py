@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from codechat.tasks.model import Task, TaskFormatError
+from codechat.tasks.statement import statement_rules
 from codechat.tasks.stdio import StdioSpec, io_tests, stdio_prompt
 
 PRELUDE = ("from typing import *\nfrom collections import *\nfrom itertools import *\nfrom functools import *\n"
@@ -40,7 +41,7 @@ PRELUDE = ("from typing import *\nfrom collections import *\nfrom itertools impo
 """Prepended to call-based programs, as the APPS and LiveCodeBench harnesses do (annotations like List[int])."""
 
 SAME = '''def _codechat_same(got, want, unwrap=False):
-    """Equality as the APPS / LiveCodeBench harnesses judge it: tuples as lists; `unwrap`: [x] also matches x."""
+    """Equality as the APPS / LiveCodeBench harnesses judge it: tuples as lists; `unwrap`: a one-element [x] also matches x."""
     def plain(x):
         if isinstance(x, (list, tuple)):
             return [plain(i) for i in x]
@@ -48,7 +49,7 @@ SAME = '''def _codechat_same(got, want, unwrap=False):
             return {k: plain(v) for k, v in x.items()}
         return x
     got = plain(got)
-    return got == want or (unwrap and isinstance(want, list) and len(want) > 0 and got == plain(want[0]))
+    return got == want or (unwrap and isinstance(want, list) and len(want) == 1 and got == plain(want[0]))
 '''
 """Setup of call-based tasks: runs in the judge (the tests call it on the program's returned plain values)."""
 
@@ -162,7 +163,11 @@ def stdio_task(task_id: str, statement: str, tests, where: str, solution: str | 
                timeout_s: float | None = None, **meta) -> Task:
     if solution:
         meta["solution"] = solution
-    return Task(task_id, stdio_prompt(statement), [], None, "", timeout_s, meta, stdio=StdioSpec(tests))
+    rules = statement_rules(statement)  # the records carry no checker: the statement says how output is judged
+    if rules.multiple_answers:
+        meta["multiple_answers"] = True
+    spec = StdioSpec(tests, float_tol=rules.float_tol, ignore_case=rules.ignore_case)
+    return Task(task_id, stdio_prompt(statement), [], None, "", timeout_s, meta, stdio=spec)
 
 
 def _starter_in(statement: str) -> str:

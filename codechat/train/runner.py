@@ -24,6 +24,7 @@ from codechat.policy.hf import pick_device
 from codechat.policy.precision import check_autocast
 from codechat.tasks.repo_loaders import is_repo_spec
 from codechat.tasks.quarantine import exclude, read_quarantine
+from codechat.tasks.statement import not_unique
 from codechat.tasks.splits import warn_overlap
 from codechat.train import dist
 from codechat.train.checkpoint import Checkpointer, TrainState
@@ -58,6 +59,14 @@ def load_task_sets(cfg: RunConfig):
         extra = {k: exclude(v, ids) for k, v in extra.items()}
         if not train_tasks:
             raise CodechatError(f"data.exclude: {cfg.data.exclude} leaves no training task in {cfg.data.train}")
+    if cfg.data.multiple_answers not in ("exclude", "keep"):
+        raise CodechatError(f"data.multiple_answers: '{cfg.data.multiple_answers}' is not one of exclude, keep")
+    if cfg.data.multiple_answers == "exclude":
+        judged = lambda ts: [t for t in ts if not not_unique(t)]  # noqa: E731
+        train_tasks, evals, extra = judged(train_tasks), judged(evals), {k: judged(v) for k, v in extra.items()}
+        if not train_tasks:
+            raise CodechatError(f"data.train: every task of {cfg.data.train} accepts several answers and has no "
+                                f"checker (data.multiple_answers=keep trains on them anyway)")
     if cfg.data.max_eval_tasks:
         evals = evals[:cfg.data.max_eval_tasks]
         extra = {k: v[:cfg.data.max_eval_tasks] for k, v in extra.items()}

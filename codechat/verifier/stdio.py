@@ -61,7 +61,7 @@ class StdioRun:
         wall = limit * WALL_FACTOR + WALL_SLACK_S if cfg.cpu_time_limit else limit
         limits = Limits(cpu_s=int(math.ceil(limit)) + 1, memory_mb=cfg.memory_mb, nproc=cfg.nproc, nofile=cfg.nofile,
                         fsize_mb=cfg.fsize_mb)
-        judge = {"float_tol": spec.float_tol, "checker": spec.checker,
+        judge = {"float_tol": spec.float_tol, "checker": spec.checker, "ignore_case": spec.ignore_case,
                  "input": test.input if spec.checker else "", "cpu_limit_s": limit if cfg.cpu_time_limit else 0.0}
         return Job("stdio", self.code or "", expected=[test.output], timeout_s=wall, limits=limits,
                    max_output_bytes=cfg.max_output_bytes, max_result_bytes=cfg.max_result_mb << 20,
