@@ -5,11 +5,13 @@ a do-nothing program never.
 
 For each file under ../shared/data that carries reference solutions (MBPP, MBPP sanitized, MBPP+, LeetCodeDataset,
 APPS, CodeContests, LiveCodeBench, DeepCoder, GSM8K, MATH), loads it as a user would (`load_tasks`), runs
-every task's reference through the verifier, and a do-nothing program per task (`return None` for function
+every task's reference through the verifier, and do-nothing programs per task (`return None` and `return []` for function
 tasks, no output for stdin/stdout tasks, an empty answer for answer tasks). Tasks listed in
 codechat/tasks/data/reference_quarantine.txt (the dataset's own faults, one reason each) are counted apart.
-Prints one JSON line per file `{"file", "tasks", "reference_pass", "none_pass", "quarantined", "failing"}` and a
-final line with the totals.
+Tasks whose statement accepts several answers and that have no checker are counted apart (`several_answers`):
+comparing output cannot judge them, and training leaves them out by default. Prints one JSON line per file
+`{"file", "tasks", "reference_pass", "none_pass", "quarantined", "several_answers", "judged_pass_rate", "failing"}`
+and a final line with the totals.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from pathlib import Path
 
 from codechat.config import VerifierConfig
 from codechat.tasks import Task, load_tasks
+from codechat.tasks.statement import not_unique
 from codechat.verifier.verify import Verifier
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -66,33 +69,47 @@ def check_file(v: Verifier, key: str, path: Path, limit: int | None, held: set) 
     refs = v.verify_many([(t, t.solution if t.kind == "answer" or t.stdio is None else f"```python\n{t.solution}\n```")
                           for t in tasks])
     none = v.verify_many([(t, do_nothing(t)) for t in tasks])
-    failing = [t.task_id for t, r in zip(tasks, refs) if not r.passed and (key, t.task_id) not in held]
+    empty = [t for t in tasks if t.kind != "answer" and t.stdio is None and "(" not in (t.entry_point or "")]
+    for t, r in zip(empty, v.verify_many([(t, do_nothing(t).replace("return None", "return []")) for t in empty])):
+        if r.passed:  # `return []` passes a test that broadcasts (np.allclose) or asserts nothing
+            print(f"  {key} {t.task_id}: `return []` passes", flush=True)
+            none = [r if x is t else n for x, n in zip(tasks, none)]
+    # several right answers and no checker: comparing output cannot judge them (left out of training by default)
+    several = {t.task_id for t in tasks if not_unique(t)}
+    failing = [t.task_id for t, r in zip(tasks, refs)
+               if not r.passed and (key, t.task_id) not in held and t.task_id not in several]
     for t, r in zip(tasks, refs):
         if t.task_id in failing:
             print(f"  {key} {t.task_id}: {r.status} {(r.message or '')[:160]!r}", flush=True)
     q = sum((key, t.task_id) in held for t in tasks)
+    judged = [r for t, r in zip(tasks, refs) if t.task_id not in several and (key, t.task_id) not in held]
     return {"file": key, "tasks": len(tasks), "reference_pass": sum(r.passed for r in refs), "none_pass":
-            sum(r.passed for r in none), "quarantined": q, "failing": failing[:50]}
+            sum(r.passed for r in none), "quarantined": q, "several_answers": len(several),
+            "several_answers_pass": sum(r.passed for t, r in zip(tasks, refs) if t.task_id in several),
+            "judged_pass_rate": round(sum(r.passed for r in judged) / max(len(judged), 1), 4),
+            "failing": failing[:50]}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--files", default=",".join(FILES), help=f"comma-separated keys of {', '.join(FILES)}")
+    ap.add_argument("--data", type=Path, default=DATA, help=f"the shared data folder (default {DATA})")
     ap.add_argument("--limit", type=int, default=None, help="first N tasks with a reference per file")
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--timeout", type=float, default=20.0, help="seconds per program (2 busy cores are slow)")
     a = ap.parse_args()
-    held, total = quarantine(), {"file": "total", "tasks": 0, "reference_pass": 0, "none_pass": 0, "quarantined": 0}
+    held = quarantine()
+    total = {"file": "total", "tasks": 0, "reference_pass": 0, "none_pass": 0, "quarantined": 0, "several_answers": 0}
     t0 = time.time()
     with Verifier(VerifierConfig(workers=a.workers, timeout_s=a.timeout)) as v:
         for key in a.files.split(","):
-            path = DATA / FILES[key]
+            path = a.data / FILES[key]
             if not path.exists():
                 print(json.dumps({"file": key, "skipped": f"{path} not found"}))
                 continue
             row = check_file(v, key, path, a.limit, held)
             print(json.dumps(row), flush=True)
-            for k in ("tasks", "reference_pass", "none_pass", "quarantined"):
+            for k in ("tasks", "reference_pass", "none_pass", "quarantined", "several_answers"):
                 total[k] += row[k]
     total["wall_s"] = round(time.time() - t0, 1)
     print(json.dumps(total))

@@ -81,6 +81,27 @@ def test_exit_after_printing_ends_a_stdio_program(verifier):
     assert not bad.passed, bad
 
 
+def test_stderr_debug_output_past_the_cap_does_not_fail_a_stdio_program(verifier):
+    task = _stdio("4\n")
+    noisy = "import sys\nfor i in range(20000):\n    print('debug', i, file=sys.stderr)\nn = int(input())\n"
+    good, bad = verifier.verify_many([(task, f"```python\n{noisy}print(n * n)\n```"),
+                                      (task, f"```python\n{noisy}print(n + 1)\n```")])
+    assert good.passed, good
+    assert not bad.passed and bad.status == "failed", bad
+
+
+def test_a_module_table_larger_than_the_load_message_is_read_on_demand(verifier):
+    task = Task("p", "count primes", ["assert count(10) == 4", "assert len(PRIMES) == 148933"], "count")
+    sieve = ("N = 2_000_000\ns = bytearray([1]) * N\ns[0] = s[1] = 0\nfor i in range(2, 1415):\n    if s[i]:\n"
+             "        s[i*i::i] = bytearray(len(range(i*i, N, i)))\nPRIMES = [i for i in range(N) if s[i]]\n"
+             "FACT = {i: str(i) * 40 for i in range(300000)}\n")
+    good, bad = verifier.verify_many([
+        (task, sieve + "def count(n):\n    return sum(p <= n for p in PRIMES[:10])\n"),
+        (task, sieve + "def count(n):\n    return sum(p < n - 3 for p in PRIMES[:10])\n")])
+    assert good.passed, good
+    assert not bad.passed and bad.status == "failed", bad
+
+
 def test_stdio_decimals_within_1e6_by_default(verifier):
     task = _stdio("1.414213562\n")
     honest = "```python\nimport math\nprint(math.sqrt(int(input())))\n```"

@@ -75,8 +75,9 @@ def test_every_stdio_field_is_in_the_key():
     variants = [dataclasses.replace(spec, tests=[IOTest("1\n", "1\n")]),
                 dataclasses.replace(spec, tests=[IOTest("1\n", "1\n"), IOTest("2\n", "3\n")]),
                 dataclasses.replace(spec, tests=[IOTest("1\n", "1\n"), IOTest("3\n", "2\n")]),
-                dataclasses.replace(spec, float_tol=1e-6), dataclasses.replace(spec, checker="def check(i, o, e): 1")]
-    assert len(dataclasses.fields(StdioSpec)) == 3  # a new StdioSpec field must be varied here
+                dataclasses.replace(spec, float_tol=1e-6), dataclasses.replace(spec, checker="def check(i, o, e): 1"),
+                dataclasses.replace(spec, ignore_case=True)]
+    assert len(dataclasses.fields(StdioSpec)) == 4  # a new StdioSpec field must be varied here
     keys = {pair_key(base, "c")} | {pair_key(dataclasses.replace(base, stdio=v), "c") for v in variants}
     assert len(keys) == len(variants) + 1
     assert pair_key(base, "c") == pair_key(Task("s", "p", [], stdio=dataclasses.replace(spec)), "c")  # equal input

@@ -87,3 +87,13 @@ def test_a_fence_may_open_after_text_on_its_line_and_close_at_a_line_end():
     task = Task("add", "", ["assert add(1, 2) == 3"], "add")
     code = extract_code("Here:```python\ndef add(a, b):\n    return a + b```\nDone.", task)
     assert code is not None and code.strip() == "def add(a, b):\n    return a + b"
+
+
+def test_a_helper_in_an_earlier_fence_comes_with_the_solution():
+    task = Task("h", "", ["assert area(2) == 12"], "area")
+    text = "First a helper:\n```python\ndef square(x):\n    return x * x\n```\nThen:\n```python\ndef area(r):\n" \
+           "    return 3 * square(r)\n```\nAnd a usage example:\n```python\nprint(area(2))\n```\n"
+    code = extract_code(text, task)
+    assert "def square" in code and code.index("def square") < code.index("def area") and "print(" not in code
+    lone = extract_code("```python\ndef unused():\n    pass\n```\n```python\ndef area(r):\n    return r\n```", task)
+    assert "unused" not in lone  # a block the solution does not use stays out

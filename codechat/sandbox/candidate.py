@@ -328,10 +328,30 @@ def _msg(e: BaseException) -> str:
         return ""
 
 
+_SMALL_ITEMS = 10_000
+"""Module globals larger than this (items, or characters) cross to the judge as proxies, read on demand: a
+program's sieve or factorial table is not copied into the load message."""
+
+
+def _small(value) -> bool:
+    try:
+        if isinstance(value, (str, bytes)):
+            return len(value) <= 100 * _SMALL_ITEMS
+        if isinstance(value, (tuple, list, dict, set, frozenset)):
+            inner = dict.values(value) if isinstance(value, dict) else value
+            return len(value) <= _SMALL_ITEMS and sum(
+                len(v) if isinstance(v, (str, bytes, tuple, list, dict, set, frozenset)) else 1
+                for v in inner) <= 10 * _SMALL_ITEMS
+        return True
+    except BaseException:  # noqa: BLE001 - a hostile container
+        return False
+
+
 def _describe(name: str, value: object) -> list:
     if isinstance(value, types.ModuleType):
         return [name, "module", value.__name__]
-    if isinstance(value, (int, float, str, bytes, tuple, list, dict, set, frozenset, complex, type(None))):
+    if isinstance(value, (int, float, str, bytes, tuple, list, dict, set, frozenset, complex, type(None))) \
+            and _small(value):
         try:
             return [name, "value", wire.to_plain(value)]
         except BaseException:  # noqa: BLE001

@@ -232,7 +232,9 @@ def run_job(job: dict, spare: Spare, cand_r: int, judge_r: int, judge: JudgeProc
             if fd == spare.out_r:
                 out_total += len(chunk)
                 out_head = (out_head + chunk)[:2048] if len(out_head) < 2048 else out_head
-                over = out_total > job["max_output_bytes"]
+                # a stdin/stdout program's pipe is its stderr: debug output beyond the cap is dropped, never a
+                # verdict (its stdout goes to the judge, under its own cap)
+                over = out_total > job["max_output_bytes"] and job.get("mode") != "stdio"
             elif fd == spare.ev_r:
                 events += chunk[:max(0, 4096 - len(events))]  # the program can write anything here
             else:

@@ -203,11 +203,39 @@ def _from_mbpp_sanitized(rec: dict, where: str) -> Task:
                 "\n".join(rec.get("test_imports") or []), None, {"solution": code})
 
 
+_ALLCLOSE = "assert np.allclose(out, exp, rtol=1e-07, atol=atol)"
+_NO_ASSERT = "        exact_match = exp == (out is not None)\n"
+_STRICT_CLOSE = '''def _codechat_allclose(out, exp, atol):
+    """np.allclose without broadcasting: the same shape, then element-wise."""
+    if isinstance(out, (set, frozenset)) and isinstance(exp, (set, frozenset)):
+        out, exp = sorted(out), sorted(exp)
+    try:
+        a, b = np.asarray(out), np.asarray(exp)
+        return a.shape == b.shape and bool(np.allclose(a, b, rtol=1e-07, atol=atol))
+    except (TypeError, ValueError):
+        return False
+
+
+'''
+
+
+def originfmt_test(test: str) -> str:
+    """The OriginFmt test script with its `assertion` made to judge: floats compared by shape then element-wise
+    (`np.allclose` broadcasts, so `[]` would pass any float list), and the not-None oracle's result asserted
+    (the file computes it and never asserts it)."""
+    if _ALLCLOSE in test:
+        test = test.replace(_ALLCLOSE, "assert _codechat_allclose(out, exp, atol)")
+        return test.replace("def assertion(out, exp, atol):", _STRICT_CLOSE + "def assertion(out, exp, atol):", 1)
+    if _NO_ASSERT in test:
+        return test.replace(_NO_ASSERT, _NO_ASSERT + "    assert exact_match\n", 1)
+    return test
+
+
 def _from_mbpp_originfmt(rec: dict, where: str) -> Task:
     _need(rec, ["task_id", "prompt", "code", "test"], where)
     code, shown = _crlf(rec["code"]), list(rec.get("test_list") or [])
     # `test` is a self-contained script with expected results baked in; it runs as one test.
-    return Task(str(rec["task_id"]), _mbpp_prompt(rec["prompt"], shown), [rec["test"]],
+    return Task(str(rec["task_id"]), _mbpp_prompt(rec["prompt"], shown), [originfmt_test(rec["test"])],
                 _entry_point(code, shown), "\n".join(rec.get("test_imports") or []), None,
                 {"solution": code, "shown_tests": shown})
 

@@ -52,6 +52,19 @@ def _defines(code: str, name: str | None) -> bool:
     return bool(name) and re.search(rf"^[ \t]*(async[ \t]+)?(def|class)\s+{re.escape(name)}\b", code, re.M) is not None
 
 
+_TOP_DEF = re.compile(r"^(?:async[ \t]+)?(?:def|class)[ \t]+([A-Za-z_]\w*)|^([A-Za-z_]\w*)[ \t]*=", re.M)
+_WORD = re.compile(r"[A-Za-z_]\w*")
+
+
+def _with_helpers(code: str, blocks: list[str]) -> str:
+    """`code` preceded by the earlier blocks that define a top-level name it uses and does not define itself
+    (a helper in its own fence before the solution), in their order."""
+    used = set(_WORD.findall(code)) - {a or b for a, b in _TOP_DEF.findall(code)}
+    before = blocks[:next(i for i in range(len(blocks) - 1, -1, -1) if blocks[i] is code)]
+    helpers = [b for b in before if used & {a or b2 for a, b2 in _TOP_DEF.findall(b)}]
+    return "\n".join([*helpers, code]) if helpers else code
+
+
 def _is_code(prompt: str) -> bool:
     """A prompt that is itself code to continue (HumanEval, a `class Solution:` header ending mid-body), not
     prose that shows a starter in a fence."""
@@ -122,7 +135,7 @@ def extract_code(completion: str, task: Task) -> str | None:
     if blocks:
         py = [b for lang, b in blocks if lang in _PY_LANGS] or [b for _, b in blocks]
         defining = [b for b in py if _defines(b, _head(task.entry_point))]
-        code = (defining or py)[-1]
+        code = _with_helpers((defining or py)[-1], py)
     else:
         code = completion
         lines = code.splitlines(keepends=True)
