@@ -82,6 +82,16 @@ def test_verify_cli_percent_setting(tmp_path, percent, want):
     assert json.loads(out.read_text())["status"] == want
 
 
+@pytest.mark.parametrize("numbers, want", [("strict", "failed"), ("lenient", "passed")])
+def test_verify_cli_numbers_setting(tmp_path, numbers, want):
+    tasks = write(tmp_path / "m.jsonl", [{"task_id": "a", "prompt": "A third?", "answer": "\\frac{1}{3}"}])
+    comps = write(tmp_path / "c.jsonl", [{"task_id": "a", "completion": "\\boxed{0.3333333}"}])
+    out = tmp_path / "r.jsonl"
+    assert main(["verify", "--tasks", str(tasks), "--completions", str(comps), "--out", str(out), "--quiet",
+                 "--numbers", numbers]) == 0
+    assert json.loads(out.read_text())["status"] == want
+
+
 def test_eval_cli_completions_on_gsm8k(tmp_path, shared_data, capsys):
     tasks = load_tasks(shared_data / "math" / "gsm8k_test.jsonl")[:20]
     comps = write(tmp_path / "c.jsonl", [{"task_id": t.task_id, "completion": t.solution if i % 2 == 0 else

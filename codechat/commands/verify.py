@@ -38,6 +38,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--memory-mb", type=int, default=None, help="address-space limit per program (default 1024)")
     p.add_argument("--percent", choices=["both", "ratio", "number"], default=None,
                    help="answer tasks: 50%% means 0.5 (ratio), 50 (number) or either (both, the default)")
+    p.add_argument("--numbers", choices=["strict", "lenient"], default=None,
+                   help="answer tasks: exact references exact and decimals at the reference's precision (strict, "
+                        "the default), or decimals within verifier.answer.rel_tol (lenient)")
     p.add_argument("--regress", metavar="FILE", help="JSONL of known attacks {task, completion, description}: "
                                                      "exit 1 if any is judged a pass")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -71,6 +74,8 @@ def _config(args):
         cfg.test_timeout_s = args.test_timeout
     if args.percent:
         cfg.answer.percent = args.percent
+    if args.numbers:
+        cfg.answer.numbers = args.numbers
     return cfg
 
 
