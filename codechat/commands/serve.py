@@ -9,7 +9,9 @@ come from CODECHAT_SERVE_TOKEN. Needs the `serve` extra (`pip install codechat[s
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import socket
 import sys
 
@@ -79,6 +81,18 @@ def config_from_args(args) -> ServeConfig:
     return cfg
 
 
+class _Server(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self):
+        # uvicorn re-raises SIGTERM/SIGINT once it has drained; a completed graceful stop is a clean exit (0)
+        old = {s: signal.signal(s, self.handle_exit) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+
+
 def _bind(host: str, port: int) -> socket.socket:
     try:
         family, kind, proto, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
@@ -95,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
     sock = _bind(cfg.host, cfg.port)
     holder: list[uvicorn.Server] = []
     app = build_app(cfg, closing=lambda: bool(holder) and holder[0].should_exit)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=cfg.grace_s,
+    server = _Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=cfg.grace_s,
                                            lifespan="on", access_log=False))
     holder.append(server)
     host, port = sock.getsockname()[:2]
