@@ -10,10 +10,10 @@ run as a program (exit 0 when right, AssertionError when wrong); a batch (/verif
 completions of one task. The server is started as a subprocess (`codechat serve --workers W`); the clients
 are asyncio tasks on one httpx connection pool in this process, each sending its next request as soon as the
 last is answered. Baseline: `Verifier(workers=W).verify_many` on the same batches, one after another, for the same time,
-before the server starts (so the two never share the cores).
+before the server starts and again after it stops (so the two never share the cores); the mean of the two.
 Counted per phase: programs/s (answered programs: a batch counts its completions), p50/p99 request latency,
 `wrong` (an answer that disagrees with the known verdict), `errors` (transport errors, timeouts, other HTTP
-codes), `refused` (429/503 with Retry-After: overload answered, the client waits Retry-After and resends).
+codes), `error_kinds` (by exception or HTTP code), `refused` (429/503 with Retry-After: overload answered, the client waits Retry-After and resends).
 Ends with one JSON line: {"inproc_programs_per_s", "phases": [{mode, clients, programs_per_s, p50_s, p99_s,
 wrong, errors, refused}], "batch_vs_inproc": {clients: ratio}}.
 """
@@ -80,6 +80,7 @@ def inproc(workers: int, group: int, seconds: float) -> float:
 async def phase(url: str, mode: str, clients: int, seconds: float, group: int) -> dict:
     tests = {t["task_id"]: t["tests"] for t in TASKS}
     lat, counts = [], {"programs": 0, "wrong": 0, "errors": 0, "refused": 0}
+    kinds: dict[str, int] = {}
     stop = time.monotonic() + seconds
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
     async with httpx.AsyncClient(base_url=url, limits=limits, timeout=120) as client:
@@ -99,8 +100,9 @@ async def phase(url: str, mode: str, clients: int, seconds: float, group: int) -
                 t0 = time.monotonic()
                 try:
                     r = await client.post("/" + mode, json=body)
-                except httpx.HTTPError:
+                except httpx.HTTPError as e:
                     counts["errors"] += 1
+                    kinds[type(e).__name__] = kinds.get(type(e).__name__, 0) + 1
                     continue
                 if r.status_code in (429, 503):
                     counts["refused"] += 1
@@ -108,6 +110,7 @@ async def phase(url: str, mode: str, clients: int, seconds: float, group: int) -
                     continue
                 if r.status_code != 200:
                     counts["errors"] += 1
+                    kinds[str(r.status_code)] = kinds.get(str(r.status_code), 0) + 1
                     continue
                 lat.append(time.monotonic() - t0)
                 d = r.json()
@@ -120,7 +123,7 @@ async def phase(url: str, mode: str, clients: int, seconds: float, group: int) -
         elapsed = time.monotonic() - t_start
     return {"mode": mode, "clients": clients, "programs_per_s": round(counts["programs"] / elapsed, 2),
             "p50_s": round(percentile(lat, 50), 4), "p99_s": round(percentile(lat, 99), 4), "requests": len(lat),
-            **{k: counts[k] for k in ("wrong", "errors", "refused")}}
+            **{k: counts[k] for k in ("wrong", "errors", "refused")}, "error_kinds": kinds}
 
 
 def main() -> None:
@@ -131,8 +134,8 @@ def main() -> None:
     ap.add_argument("--group", type=int, default=8, help="completions per /verify request")
     ap.add_argument("--max-pending", type=int, default=256, help="the server's --max-pending")
     a = ap.parse_args()
-    base = inproc(a.workers, a.group, a.seconds)
-    print(f"in-process verify_many: {base:.1f} programs/s", file=sys.stderr)
+    before = inproc(a.workers, a.group, a.seconds)
+    print(f"in-process verify_many: {before:.1f} programs/s", file=sys.stderr)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "codechat", "serve", "--port", "0", "--workers", str(a.workers),
                              "--max-pending", str(a.max_pending)], env=env, stdout=subprocess.PIPE, text=True)
@@ -156,9 +159,13 @@ def main() -> None:
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
+    after = inproc(a.workers, a.group, a.seconds)  # again after: the mean evens out load drift over the run
+    base = (before + after) / 2
+    print(f"in-process verify_many after: {after:.1f} programs/s", file=sys.stderr)
     ratio = {p["clients"]: round(p["programs_per_s"] / base, 3) for p in phases if p["mode"] == "verify"}
     print(json.dumps({"workers": a.workers, "seconds": a.seconds, "group": a.group,
-                      "inproc_programs_per_s": round(base, 2), "phases": phases, "batch_vs_inproc": ratio,
+                      "inproc_programs_per_s": round(base, 2),
+                      "inproc_before_after": [round(before, 2), round(after, 2)], "phases": phases, "batch_vs_inproc": ratio,
                       "server_programs": metrics["programs"], "server_responses": metrics["responses"]}))
 
 
