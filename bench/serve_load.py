@@ -13,7 +13,8 @@ last is answered. Baseline: `Verifier(workers=W).verify_many` on the same batche
 before the server starts and again after it stops (so the two never share the cores); the mean of the two.
 Counted per phase: programs/s (answered programs: a batch counts its completions), p50/p99 request latency,
 `wrong` (an answer that disagrees with the known verdict), `errors` (transport errors, timeouts, other HTTP
-codes), `error_kinds` (by exception or HTTP code), `refused` (429/503 with Retry-After: overload answered, the client waits Retry-After and resends).
+codes; `error_kinds` counts them by exception or HTTP code), `refused` (429/503 with Retry-After: overload
+answered; the client waits Retry-After and resends).
 Ends with one JSON line: {"inproc_programs_per_s", "phases": [{mode, clients, programs_per_s, p50_s, p99_s,
 wrong, errors, refused}], "batch_vs_inproc": {clients: ratio}}.
 """
@@ -165,7 +166,8 @@ def main() -> None:
     ratio = {p["clients"]: round(p["programs_per_s"] / base, 3) for p in phases if p["mode"] == "verify"}
     print(json.dumps({"workers": a.workers, "seconds": a.seconds, "group": a.group,
                       "inproc_programs_per_s": round(base, 2),
-                      "inproc_before_after": [round(before, 2), round(after, 2)], "phases": phases, "batch_vs_inproc": ratio,
+                      "inproc_before_after": [round(before, 2), round(after, 2)], "phases": phases,
+                      "batch_vs_inproc": ratio,
                       "server_programs": metrics["programs"], "server_responses": metrics["responses"]}))
 
 

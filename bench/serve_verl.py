@@ -7,7 +7,8 @@
 
 Runs right, wrong, runtime-error, timeout, memory and syntax-error programs through
 `verl.utils.reward_score.sandbox_fusion.utils.check_correctness(url, {"inputs", "outputs"}, code)` and checks each
-per-case result against what SandboxFusion's contract gives (True / False / -2 runtime error / -3 timeout). Ends with one
+per-case result against what SandboxFusion's contract gives
+(True / False / -2 runtime error / -3 timeout). Ends with one
 JSON line: {"cases": {name: [results]}, "as_sandboxfusion": bool, "seconds"}.
 """
 from __future__ import annotations

@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from codechat import CodechatError
 from codechat.integrations.trl import CodechatReward
 from codechat.integrations.verl import compute_score
+from codechat.policy.presets import build_preset
 from serve_helpers import served
 
 ADD = {"task_id": "add", "prompt": "def add(a, b):", "entry_point": "add",
@@ -72,10 +75,6 @@ def test_rewards_against_the_server_equal_in_process(local_reward):
 def test_grpo_trainer_steps_with_codechat_reward(tmp_path):
     trl = pytest.importorskip("trl")
     datasets = pytest.importorskip("datasets")
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from codechat.policy.presets import build_preset
-
     model_dir = build_preset("tiny", tmp_path / "tiny")
     ds = datasets.Dataset.from_list([{"prompt": "def add(a, b):", "task": json.dumps(ADD)}] * 4)
     reward = CodechatReward(column="task", reward="pass-fraction")
