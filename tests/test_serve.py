@@ -2,6 +2,7 @@
 client reads it), /verify against in-process verdicts, auth, size limits, overload, a killed worker, shutdown."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -22,8 +23,11 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
 @pytest.fixture(scope="module")
-def server():
-    with served("--workers", "2", "--token", TOKEN, "--max-body-mb", "0.05") as s:
+def server(tmp_path_factory):
+    tasks = tmp_path_factory.mktemp("served") / "tasks.jsonl"
+    tasks.write_text(json.dumps({"task_id": "neg", "prompt": "", "entry_point": "neg",
+                                 "tests": ["assert neg(2) == -2"]}) + "\n")
+    with served("--workers", "2", "--token", TOKEN, "--max-body-mb", "0.05", "--tasks", str(tasks)) as s:
         yield s
 
 
@@ -141,6 +145,13 @@ def test_verify_batch_matches_in_process_verdicts(server):
     assert [_comparable(g) for g in got] == [_comparable(w.to_dict()) for w in want]
     assert [g["status"] for g in got][:2] == ["passed", "failed"] and got[1]["tests_passed"] == 2
     assert r.json()["stats"]["verify/dedup_frac"] > 0
+
+
+def test_verify_names_tasks_of_the_set_loaded_at_start(server):
+    body = {"completions": [{"task_id": "neg", "completion": "def neg(x):\n    return -x"},
+                            {"task_id": "neg", "completion": "def neg(x):\n    return x"}]}
+    r = httpx.post(server[0] + "/verify", json=body, headers=AUTH, timeout=60)
+    assert [v["status"] for v in r.json()["verdicts"]] == ["passed", "failed"]
 
 
 def test_verify_names_the_bad_input(server):
