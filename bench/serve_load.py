@@ -6,11 +6,12 @@ next to the in-process verifier on the same programs in the same run.
 
 Workload: small function tasks (`add`/`mul`/`rev` with 3 asserts each); completions alternate right and wrong,
 so every answer has a known verdict. A single run (/run_code) is one completion with its asserts appended,
-run as a program (exit 0 when right, AssertionError when wrong); a batch (/verify) is a group of --group
-completions of one task. The server is started as a subprocess (`codechat serve --workers W`); the clients
-are asyncio tasks on one httpx connection pool in this process, each sending its next request as soon as the
-last is answered. Baseline: `Verifier(workers=W).verify_many` on the same batches, one after another, for the same time,
-before the server starts and again after it stops (so the two never share the cores); the mean of the two.
+run as a program (exit 0 when right, AssertionError when wrong); a batch (/verify) is --group completions
+(tasks cycling). The server is started as a subprocess (`codechat serve --workers W`); each client is a thread
+with its own keep-alive connection (httpx.Client) sending its next request as soon as the last is answered
+(a 429/503 makes it wait Retry-After first). Baseline: `Verifier(workers=W).verify_many` on the same batches,
+one after another, for the same time, before the server starts and again after it stops (so the two never
+share the cores); the mean of the two.
 Counted per phase: programs/s (answered programs: a batch counts its completions), p50/p99 request latency,
 `wrong` (an answer that disagrees with the known verdict), `errors` (transport errors, timeouts, other HTTP
 codes; `error_kinds` counts them by exception or HTTP code), `refused` (429/503 with Retry-After: overload
@@ -21,13 +22,13 @@ wrong, errors, refused}], "batch_vs_inproc": {clients: ratio}}.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -53,14 +54,14 @@ RIGHT = {"add": "def f(a, b):\n    return a + b\n", "mul": "def f(a, b):\n    re
 WRONG = "def f(a, b):\n    return a\n"
 
 
+def pair(i: int) -> tuple[str, str, bool]:
+    """(task_id, completion, is right) of completion i: tasks cycle, right and wrong alternate."""
+    t = TASKS[(i // 2) % len(TASKS)]["task_id"]
+    return t, RIGHT[t] if i % 2 == 0 else WRONG, i % 2 == 0
+
+
 def pairs(n: int) -> list[tuple[str, str, bool]]:
-    """(task_id, completion, is right) for n completions, cycling tasks and alternating right/wrong."""
-    out = []
-    for i in range(n):
-        t = TASKS[(i // 2) % len(TASKS)]["task_id"]
-        right = i % 2 == 0
-        out.append((t, RIGHT[t] if right else WRONG, right))
-    return out
+    return [pair(i) for i in range(n)]
 
 
 def inproc(workers: int, group: int, seconds: float) -> float:
@@ -78,19 +79,30 @@ def inproc(workers: int, group: int, seconds: float) -> float:
         return done / (time.monotonic() - t0)
 
 
-async def phase(url: str, mode: str, clients: int, seconds: float, group: int) -> dict:
+def phase(url: str, mode: str, clients: int, seconds: float, group: int) -> dict:
     tests = {t["task_id"]: t["tests"] for t in TASKS}
-    lat, counts = [], {"programs": 0, "wrong": 0, "errors": 0, "refused": 0}
+    lat: list[float] = []
+    counts = {"programs": 0, "wrong": 0, "errors": 0, "refused": 0}
     kinds: dict[str, int] = {}
-    stop = time.monotonic() + seconds
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=120) as client:
-        async def one(k: int):
-            n = k
-            while time.monotonic() < stop:
+    lock = threading.Lock()
+    stop = [0.0]
+    # timing starts once every client is built (each httpx.Client builds an SSL context: ~10 ms of CPU)
+    ready = threading.Barrier(clients + 1, action=lambda: stop.__setitem__(0, time.monotonic() + seconds))
+
+    def count(key: str, n: int = 1, kind: str | None = None) -> None:
+        with lock:
+            counts[key] += n
+            if kind:
+                kinds[kind] = kinds.get(kind, 0) + 1
+
+    def one(k: int) -> None:
+        n = k
+        with httpx.Client(base_url=url, timeout=120) as client:
+            ready.wait()
+            while time.monotonic() < stop[0]:
                 n += clients
                 if mode == "run_code":
-                    t, code, right = pairs(n + 1)[n]
+                    t, code, right = pair(n)
                     body = {"code": code + "\n" + "\n".join(tests[t]) + "\n", "stdin": "", "language": "python",
                             "run_timeout": 10, "memory_limit_MB": 512, "files": {}, "fetch_files": []}
                     expect = [right]
@@ -100,28 +112,32 @@ async def phase(url: str, mode: str, clients: int, seconds: float, group: int) -
                     expect = [ok for _, _, ok in batch]
                 t0 = time.monotonic()
                 try:
-                    r = await client.post("/" + mode, json=body)
+                    r = client.post("/" + mode, json=body)
                 except httpx.HTTPError as e:
-                    counts["errors"] += 1
-                    kinds[type(e).__name__] = kinds.get(type(e).__name__, 0) + 1
+                    count("errors", kind=type(e).__name__)
                     continue
                 if r.status_code in (429, 503):
-                    counts["refused"] += 1
-                    await asyncio.sleep(float(r.headers.get("retry-after", "1")))
+                    count("refused")
+                    time.sleep(float(r.headers.get("retry-after", "1")))
                     continue
                 if r.status_code != 200:
-                    counts["errors"] += 1
-                    kinds[str(r.status_code)] = kinds.get(str(r.status_code), 0) + 1
+                    count("errors", kind=str(r.status_code))
                     continue
-                lat.append(time.monotonic() - t0)
                 d = r.json()
-                got = ([d["status"] == "Success"] if mode == "run_code" else [v["passed"] for v in d["verdicts"]])
-                counts["wrong"] += sum(g != e for g, e in zip(got, expect)) + abs(len(got) - len(expect))
-                counts["programs"] += len(got)
+                got = [d["status"] == "Success"] if mode == "run_code" else [v["passed"] for v in d["verdicts"]]
+                with lock:
+                    lat.append(time.monotonic() - t0)
+                count("wrong", sum(g != e for g, e in zip(got, expect)) + abs(len(got) - len(expect)))
+                count("programs", len(got))
 
-        t_start = time.monotonic()
-        await asyncio.gather(*(one(k) for k in range(clients)))
-        elapsed = time.monotonic() - t_start
+    threads = [threading.Thread(target=one, args=(k,)) for k in range(clients)]
+    for t in threads:
+        t.start()
+    ready.wait()
+    t_start = time.monotonic()
+    for t in threads:
+        t.join()
+    elapsed = time.monotonic() - t_start
     return {"mode": mode, "clients": clients, "programs_per_s": round(counts["programs"] / elapsed, 2),
             "p50_s": round(percentile(lat, 50), 4), "p99_s": round(percentile(lat, 99), 4), "requests": len(lat),
             **{k: counts[k] for k in ("wrong", "errors", "refused")}, "error_kinds": kinds}
@@ -151,7 +167,7 @@ def main() -> None:
         phases = []
         for mode in ("run_code", "verify"):
             for c in [int(x) for x in a.clients.split(",")]:
-                p = asyncio.run(phase(url, mode, c, a.seconds, a.group))
+                p = phase(url, mode, c, a.seconds, a.group)
                 print(f"{mode:>8} {c:>4} clients: {p['programs_per_s']:8.1f} programs/s  p50 {p['p50_s']:.3f}s  "
                       f"p99 {p['p99_s']:.3f}s  wrong {p['wrong']}  errors {p['errors']}  refused {p['refused']}",
                       file=sys.stderr)

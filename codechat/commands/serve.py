@@ -22,6 +22,7 @@ from codechat.serve.app import build_app
 from codechat.serve.config import LOCAL_HOSTS, ServeConfig
 
 TOKEN_ENV = "CODECHAT_SERVE_TOKEN"
+KEEP_ALIVE_S = 75
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -109,8 +110,10 @@ def run(args: argparse.Namespace) -> int:
     sock = _bind(cfg.host, cfg.port)
     holder: list[uvicorn.Server] = []
     app = build_app(cfg, closing=lambda: bool(holder) and holder[0].should_exit)
+    # keep-alive 75 s (nginx's default), not uvicorn's 5: a trainer's client idles between steps and after a
+    # Retry-After, and a server closing the connection as the client reuses it loses that request (ReadError)
     server = _Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=cfg.grace_s,
-                                           lifespan="on", access_log=False))
+                                    lifespan="on", access_log=False, timeout_keep_alive=KEEP_ALIVE_S))
     holder.append(server)
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
