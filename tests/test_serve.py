@@ -27,7 +27,8 @@ def server(tmp_path_factory):
     tasks = tmp_path_factory.mktemp("served") / "tasks.jsonl"
     tasks.write_text(json.dumps({"task_id": "neg", "prompt": "", "entry_point": "neg",
                                  "tests": ["assert neg(2) == -2"]}) + "\n")
-    with served("--workers", "2", "--token", TOKEN, "--max-body-mb", "0.05", "--tasks", str(tasks)) as s:
+    with served("--workers", "2", "--token", TOKEN, "--max-body-mb", "0.05", "--max-batch", "12",
+                "--tasks", str(tasks)) as s:
         yield s
 
 
@@ -174,6 +175,12 @@ def test_oversized_request_is_413(server):
     r = httpx.post(server[0] + "/run_code", json={"code": "#" * 100_000}, headers=AUTH, timeout=30)
     assert r.status_code == 413 and "limit" in r.json()["error"]
     assert run_code(server[0], "print(1)")["status"] == "Success"
+
+
+def test_a_batch_over_max_batch_is_413(server):
+    body = {"completions": [{"task_id": "neg", "completion": "x"}] * 13}
+    r = httpx.post(server[0] + "/verify", json=body, headers=AUTH, timeout=30)
+    assert r.status_code == 413 and "13 completions is over the limit of 12" in r.json()["error"]
 
 
 def test_metrics_count_requests_statuses_and_latency(server):

@@ -32,6 +32,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"requests admitted at once; more get 429 + Retry-After (default {d.max_pending})")
     p.add_argument("--max-body-mb", type=float, default=d.max_body_mb,
                    help=f"largest request body; more gets 413 (default {d.max_body_mb:g})")
+    p.add_argument("--max-batch", type=int, default=d.max_batch,
+                   help=f"/verify: most completions per request; more gets 413 (default {d.max_batch})")
     p.add_argument("--max-run-timeout", type=float, default=d.max_run_timeout_s,
                    help=f"/run_code: largest run_timeout accepted (default {d.max_run_timeout_s:g})")
     p.add_argument("--cache-size", type=int, default=d.cache_size,
@@ -43,7 +45,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def config_from_args(args) -> ServeConfig:
     cfg = ServeConfig(host=args.host, port=args.port, token=args.token or os.environ.get(TOKEN_ENV, ""),
                       allow_no_token=args.no_token, tasks=args.tasks, max_pending=args.max_pending,
-                      max_body_mb=args.max_body_mb, max_run_timeout_s=args.max_run_timeout,
+                      max_body_mb=args.max_body_mb, max_batch=args.max_batch, max_run_timeout_s=args.max_run_timeout,
                       cache_size=args.cache_size, grace_s=args.grace)
     if not 0 <= cfg.port < 65536:
         raise CodechatError(f"--port must be in 0..65535, got {cfg.port}")
@@ -51,6 +53,7 @@ def config_from_args(args) -> ServeConfig:
         raise CodechatError(f"--host {cfg.host} listens beyond localhost: set --token (or ${TOKEN_ENV}), "
                             f"or pass --no-token for a network you trust")
     for name, v in (("--max-pending", cfg.max_pending), ("--max-body-mb", cfg.max_body_mb),
+                    ("--max-batch", cfg.max_batch),
                     ("--max-run-timeout", cfg.max_run_timeout_s), ("--grace", cfg.grace_s)):
         if not v > 0:
             raise CodechatError(f"{name} must be positive, got {v}")

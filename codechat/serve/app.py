@@ -154,12 +154,12 @@ def build_app(cfg: ServeConfig, closing: Callable[[], bool] = lambda: False) -> 
         try:
             svc.check_auth(request)
             req = await svc.body(request)
-            try:
-                pairs, ids = batch.parse(req, svc.loaded, cfg.max_batch)
-            except batch.BadVerifyRequest as e:
-                code = 413 if "over the limit" in str(e) else 400
-                raise _Refused(code, str(e)) from None
             with svc.admitted():
+                try:  # loading task records is CPU work: off the event loop, beside (not behind) batches
+                    pairs, ids = await asyncio.get_running_loop().run_in_executor(
+                        None, batch.parse, req, svc.loaded, cfg.max_batch)
+                except batch.BadVerifyRequest as e:
+                    raise _Refused(413 if "over the limit" in str(e) else 400, str(e)) from None
                 verdicts, stats = await svc.in_thread(svc.batch, svc.verify_batch, pairs)
         except _Refused as e:
             return _refusal(svc, "/verify", e)
