@@ -33,6 +33,8 @@ COMMANDS = {
                      "create a built-in preset model, describe a model directory, or sample from a model"),
     "demo": Command("codechat.commands.demo",
                     "train a tiny code model from scratch on CPU: SFT on buggy code, then RFT + GRPO from the verifier"),
+    "serve": Command("codechat.commands.serve", "serve the verifier over HTTP: SandboxFusion-compatible /run_code, "
+                     "batch /verify, /health, /metrics"),
     "compare": Command("codechat.commands.compare", "compare GRPO, RLOO, RFT, RFT->GRPO and DPO from one SFT "
                        "checkpoint: pass-rate curves over sample budgets"),
 }

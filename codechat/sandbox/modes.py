@@ -12,7 +12,7 @@ import math
 import pickle
 import time
 
-from codechat.sandbox import grammar, judge_objects, stdio_judge, wire
+from codechat.sandbox import grammar, judge_objects, stdio_capture, stdio_judge, wire
 from codechat.sandbox.bindings import bind_entry_point, build_namespace, instrument, names_in
 from codechat.sandbox.judge import Channel, CandidateGone, Remote, TimeLimit, TimeLimitGone, classify
 from codechat.sandbox.timelimits import TimeLimits
@@ -213,6 +213,8 @@ def judge(sock_fd: int, payload_fd: int, max_bytes: int, cand_pid: int = 0) -> b
     `cand_pid`: the program's pid here (0: unknown), for its CPU time under time limits."""
     started = time.monotonic()
     job = pickle.loads(wire.recv(payload_fd, 1 << 30))  # written by the parent: trusted
+    if job["mode"] == "stdio" and (job.get("stdio") or {}).get("capture"):  # return stdout, judge nothing
+        return wire.dumps(stdio_capture.judge(sock_fd, max_bytes))
     if job["mode"] == "stdio":  # no RPC: the program's stdout comes over the socket (stdio_judge.py)
         return wire.dumps(stdio_judge.judge(sock_fd, job, max_bytes))
     chan = Channel(sock_fd, max_bytes)

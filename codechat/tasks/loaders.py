@@ -387,3 +387,24 @@ def save_tasks(tasks: Iterable[Task], path: str | Path) -> None:
             if t.stdio is not None:
                 rec.update(spec_to_record(t.stdio))
             f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+
+
+def tasks_from_records(records: Iterable[dict], where: str = "records", fmt: str | None = None) -> list[Task]:
+    """Tasks from records already in memory (a request body, a dataset row), each in any format `load_tasks`
+    reads, detected per record unless `fmt` forces one; `where` names the source in errors."""
+    if fmt is not None and fmt not in _LOADERS:
+        raise TaskFormatError(f"{where}: unknown format '{fmt}' (valid: {', '.join(FORMATS)})")
+    tasks = []
+    for i, rec in enumerate(records):
+        at = f"{where}[{i}]"
+        if not isinstance(rec, dict):
+            raise TaskFormatError(f"{at}: a task record must be a JSON object, got {type(rec).__name__}")
+        kind = fmt or detect_format(rec)
+        if kind is None:
+            raise TaskFormatError(f"{at}: unknown format: fields {sorted(rec)} match none of {', '.join(FORMATS)}")
+        task = _LOADERS[kind](rec, at)
+        task.metadata.setdefault("source", kind)
+        if kind in FORMATS:
+            _check_tests_parse(task, at)
+        tasks.append(task)
+    return tasks
