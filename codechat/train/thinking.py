@@ -90,7 +90,7 @@ class ThinkingHooks:
         every = (torch.arange(b.mask.shape[1])[None, :] < b.n_tokens[:, None]).to(b.mask.dtype)  # (N, T)
         full = dataclasses.replace(r, batch=dataclasses.replace(b, mask=every))
         logp = prefix_logprobs(full, torch.arange(len(r.verdicts)))  # (N, T)
-        w = is_weights(logp, b.prefix_len, b.path, b.counts).to(adv.device)  # (N,)
+        w = is_weights(logp, b.prefix_len, b.path, b.counts, b.nested_len).to(adv.device)  # (N,)
         m = {}
         on_empty = b.path == 0  # (N,) forced or free: the policy's own probability of the empty block
         if on_empty.any():

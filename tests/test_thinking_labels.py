@@ -1,0 +1,147 @@
+"""Balanced sampling through the sampler's own labelling (rollout/thinking.py): on tokenizers whose tags are one
+token each, several tokens, or merged across the boundary, every sequence the stratified proposal can draw gets
+the weight pi(y) / q(y), so the weighted estimate of each outcome equals the policy's own probability."""
+import hashlib
+import math
+
+import pytest
+import torch
+
+from codechat.config import ThinkingConfig
+from codechat.policy import SampleBatch
+from codechat.rollout.thinking import BalancedSampler, is_weights
+
+EOS, PROMPT = 0, 1
+
+
+class PieceTok:
+    """Greedy longest-match over a piece list; piece i is id i + 2 (0 EOS, 1 the prompt)."""
+
+    def __init__(self, pieces):
+        self.pieces = sorted(pieces, key=len, reverse=True)
+        self.id = {p: i + 2 for i, p in enumerate(pieces)}
+
+    def __call__(self, text, add_special_tokens=False):
+        ids, i = [], 0
+        while i < len(text):
+            piece = next(p for p in self.pieces if text.startswith(p, i))
+            ids.append(self.id[piece])
+            i += len(piece)
+        return {"input_ids": ids}
+
+
+class ToyPolicy:
+    """pi(next | prefix): the next token of either tag where the prefix is on its way, or `x` / `y` (an answer,
+    then EOS); logits fixed by a hash of the prefix."""
+
+    def __init__(self, tags, x, y):
+        self.tags, self.x, self.y = tags, x, y
+
+    def next_probs(self, prefix):
+        if prefix and prefix[-1] in (self.x, self.y, EOS):
+            return {EOS: 1.0}
+        cands = sorted({t[len(prefix)] for t in self.tags if len(t) > len(prefix) and t[:len(prefix)] == prefix}
+                       | {self.x, self.y})
+        h = hashlib.sha256(repr(prefix).encode()).digest()
+        logits = torch.tensor([h[i] / 64.0 for i in range(len(cands))])
+        return dict(zip(cands, torch.softmax(logits, 0).tolist()))
+
+    def logp(self, seq):
+        return [math.log(self.next_probs(seq[:i])[t]) for i, t in enumerate(seq)]
+
+    def completions(self, prefix):
+        """Every (continuation ending with EOS, pi(continuation | prefix))."""
+        out = []
+        for t, p in self.next_probs(prefix).items():
+            if t == EOS:
+                out.append(([EOS], p))
+            else:
+                out += [([t] + c, p * q) for c, q in self.completions(prefix + [t])]
+        return out
+
+
+class PlannedEngine:
+    """Answers a prompt `[PROMPT] + forced prefix` with the continuation planned for that prefix."""
+    samples_training_weights = True
+
+    def __init__(self):
+        self.plan = {}
+
+    def sample(self, prompts, n, cfg):
+        conts = [self.plan[tuple(p[1:])] for p in prompts for _ in range(n)]
+        T = max(len(c) for c in conts)
+        tokens = torch.zeros(len(conts), T, dtype=torch.long)
+        for i, c in enumerate(conts):
+            tokens[i, :len(c)] = torch.tensor(c)
+        n_tok = torch.tensor([len(c) for c in conts])
+        return SampleBatch(torch.arange(len(prompts)).repeat_interleave(n), tokens,
+                           (torch.arange(T)[None] < n_tok[:, None]).float(), torch.zeros(len(conts), T),
+                           ["stop"] * len(conts), [""] * len(conts), n_tok)
+
+
+TOKENIZERS = {  # name -> pieces
+    "single-token tags": ["<think>", "</think>", "x", "y"],
+    "multi-token tags": ["<", "think", ">", "</", "x", "y"],
+    "merged across the boundary": ["<", "think", ">", "></", "</", "x", "y"],
+}
+
+
+def enumerate_outcomes(pieces, free_frac, group=8):
+    """-> {outcome: (estimated, exact)} over the three openings, and the per-sequence check of w = pi / q."""
+    tok = PieceTok(pieces)
+    cfg = ThinkingConfig(enabled=True, open="<think>", close="</think>", forced_nothink_frac=0.5, free_frac=free_frac)
+    eng = PlannedEngine()
+    s = BalancedSampler(eng, tok, cfg)
+    x, y = tok.id["x"], tok.id["y"]
+    pol = ToyPolicy([s.nothink_ids, s.think_ids], x, y)
+    k, m, u = s.split(group)
+    strata = [(k, s.nothink_ids), (m, s.think_ids), (u, [])]
+    row0 = {0: 0, 1: k, 2: k + m}  # the first row of each stratum in a group
+    est, mass = {}, {}  # sequence -> weighted proposal mass, policy mass
+
+    def outcome(seq):
+        text = "".join(next(p for p, i in tok.id.items() if i == t) for t in seq if t != EOS)
+        return "empty" if text.startswith("<think></think>") else "think" if text.startswith("<think>") else "off"
+
+    for si, (count, forced) in enumerate(strata):
+        if not count:
+            continue
+        for cont, p in pol.completions(list(forced)):
+            for f in (s.nothink_ids, s.think_ids, []):  # the other strata answer anything on their support
+                eng.plan[tuple(f)] = cont if list(f) == list(forced) else pol.completions(list(f))[0][0]
+            b = s.sample([[PROMPT]], group, None)
+            r = row0[si]
+            seq = b.tokens[r, :int(b.n_tokens[r])].tolist()
+            assert seq == list(forced) + cont
+            logp = torch.zeros(1, len(seq))
+            logp[0] = torch.tensor(pol.logp(seq))
+            w = is_weights(logp, b.prefix_len[r:r + 1], b.path[r:r + 1], b.counts, b.nested_len).item()
+            est[tuple(seq)] = est.get(tuple(seq), 0.0) + count / group * p * w
+            mass[tuple(seq)] = math.exp(sum(pol.logp(seq)))
+    per_outcome = {}
+    for seq, e in est.items():
+        o = outcome(list(seq))
+        a, b_ = per_outcome.get(o, (0.0, 0.0))
+        per_outcome[o] = (a + e, b_ + mass[seq])
+    return per_outcome, est, mass
+
+
+@pytest.mark.parametrize("name", list(TOKENIZERS))
+@pytest.mark.parametrize("free_frac", [0.0, 0.25])
+def test_every_sequence_the_balanced_sampler_draws_is_weighted_to_the_policys_probability(name, free_frac):
+    per_outcome, est, mass = enumerate_outcomes(TOKENIZERS[name], free_frac)
+    for seq in est:
+        assert est[seq] == pytest.approx(mass[seq], rel=1e-6), (name, seq)
+    e, p = per_outcome["empty"]
+    assert e == pytest.approx(p, rel=1e-6)  # the no-think outcome at the policy's own probability
+    if free_frac > 0:  # the free share reaches every opening: the whole distribution
+        assert sum(e for e, _ in per_outcome.values()) == pytest.approx(1.0, rel=1e-6)
+
+
+def test_single_token_tags_nest_the_open_tag_in_the_empty_block():
+    s = BalancedSampler(PlannedEngine(), PieceTok(TOKENIZERS["single-token tags"]),
+                        ThinkingConfig(enabled=True, forced_nothink_frac=0.5))
+    assert s.think_ids == s.nothink_ids[:1] and s.nested_len == 1
+    merged = BalancedSampler(PlannedEngine(), PieceTok(TOKENIZERS["merged across the boundary"]),
+                             ThinkingConfig(enabled=True, forced_nothink_frac=0.5))
+    assert merged.nested_len == 0  # `></` splits the paths: disjoint
