@@ -145,3 +145,28 @@ def test_single_token_tags_nest_the_open_tag_in_the_empty_block():
     merged = BalancedSampler(PlannedEngine(), PieceTok(TOKENIZERS["merged across the boundary"]),
                              ThinkingConfig(enabled=True, forced_nothink_frac=0.5))
     assert merged.nested_len == 0  # `></` splits the paths: disjoint
+
+
+def test_forced_tokens_stay_out_of_the_off_policy_correction():
+    """A balanced batch's forced tokens were drawn by no sampler; pi_old gives the forced empty block ~1e-3."""
+    from codechat.algos.corrections import CORRECTIONS
+    from codechat.config import AlgoConfig
+    from codechat.rollout.thinking import behaviour_logprobs
+
+    tok = PieceTok(TOKENIZERS["single-token tags"])
+    eng = PlannedEngine()
+    s = BalancedSampler(eng, tok, ThinkingConfig(enabled=True, forced_nothink_frac=0.5))
+    x = tok.id["x"]
+    eng.plan = {tuple(s.nothink_ids): [x, EOS], tuple(s.think_ids): [tok.id["y"], EOS]}
+    b = s.sample([[PROMPT]], 4, None)  # 2 forced empty, 2 forced open
+    assert b.forced.tolist() == [[True, True, False, False]] * 2 + [[True, False, False, False]] * 2
+    old = torch.full(b.mask.shape, -0.5)  # (N, T) pi_old's log-probs; the forced `</think>` ~1e-3
+    old[:2, 1] = math.log(1e-3)
+    rows = torch.arange(4)
+    beh = behaviour_logprobs(b, rows, b.logprobs, old)
+    assert torch.equal(beh[b.forced], old[b.forced]) and torch.equal(beh[~b.forced], b.logprobs[~b.forced])
+    for name in ("icepop", "tis"):
+        w, met = CORRECTIONS[name](old, beh, b.mask, AlgoConfig(tis_cap=2.0))
+        assert met["logp_gap_max"] == pytest.approx(0.5)  # only the sampled tokens' gap (engine 0 vs -0.5)
+        assert (w[b.forced & (b.mask > 0)] == 1).all()  # the learned forced `</think>` keeps its full weight
+    assert torch.equal(behaviour_logprobs(SampleBatch(*[None] * 7), rows, b.logprobs, old), b.logprobs)

@@ -153,6 +153,9 @@ class ForcedBatch(SampleBatch):
     """(N,) bool: sampled freely (no forced prefix)."""
     counts: tuple[int, int, int] = (0, 0, 0)
     """Samples of every group: (forced no-think, forced think, free): the stratified proposal of `is_weights`."""
+    forced: torch.Tensor | None = None
+    """(N, T) bool: the token was forced (no sampling drew it); `behaviour_logprobs` keeps it out of the
+    off-policy correction, whose job the importance weights `is_weights` already do for the forced prefix."""
     nested_len: int = 0
     """> 0: the open tag's ids (this many) are a prefix of the empty block's (single-token tags: `<think>` then
     `</think>`), so a forced-think sample that closes at once is an empty block too (`is_weights`)."""
@@ -225,7 +228,7 @@ class BalancedSampler:
                 b = self.engine.sample([p + ids for p in prompts], count, cfg)
                 parts.append((b, ids, text, path, count))
         q = {0: k / n, 1: m / n}  # the stratified share of each forced path
-        tok, lp, pidx, fin, texts, ntok, paths, plen, free, masks, strata = [], [], [], [], [], [], [], [], [], [], []
+        tok, lp, pidx, fin, texts, ntok, paths, plen, free, masks, strata, n_forced = [], [], [], [], [], [], [], [], [], [], [], []
         for pi in range(len(prompts)):
             for b, ids, text, path, count in parts:
                 for j in range(pi * count, (pi + 1) * count):
@@ -248,19 +251,34 @@ class BalancedSampler:
                     plen.append(pl)
                     free.append(path is None)
                     strata.append(path == 0)
+                    n_forced.append(len(ids))
         pad_id = int(parts[0][0].tokens[parts[0][0].mask == 0][0]) if (parts[0][0].mask == 0).any() else 0
         T = max(len(t) for t in tok)
         tokens = torch.full((len(tok), T), pad_id, dtype=torch.long)  # (N, T)
         mask = torch.zeros(len(tok), T)  # (N, T)
         logprobs = torch.zeros(len(tok), T)  # (N, T)
+        forced = torch.zeros(len(tok), T, dtype=torch.bool)  # (N, T)
         for i, (t, l) in enumerate(zip(tok, lp)):
             tokens[i, :len(t)] = torch.tensor(t)
             mask[i, masks[i]:len(t)] = 1.0  # a forced sample's shared forced tokens: context, not learned
             logprobs[i, :len(l)] = torch.tensor(l)
+            forced[i, :n_forced[i]] = True
         path_t, free_t = torch.tensor(paths), torch.tensor(free)
         return ForcedBatch(torch.tensor(pidx), tokens, mask, logprobs, fin, texts, torch.tensor(ntok),
                            forced_nothink=torch.tensor(strata), prefix_len=torch.tensor(plen), path=path_t,
-                           free=free_t, counts=(k, m, u), nested_len=self.nested_len)
+                           free=free_t, counts=(k, m, u), forced=forced, nested_len=self.nested_len)
+
+
+def behaviour_logprobs(batch, rows: torch.Tensor, sampler_logp: torch.Tensor, old_logp: torch.Tensor) -> torch.Tensor:
+    """(n, T) the behaviour log-probs an off-policy correction compares pi_old with, for batch rows `rows`:
+    the sampler's, except on a ForcedBatch's forced tokens, which take pi_old's own (ratio 1). No sampler drew a
+    forced token, so its recorded 0 (or log q) is no behaviour probability: against it `icepop` would mask the
+    forced empty block and a capped `tis` weigh it by pi_old; the proposal is `is_weights`' to correct."""
+    forced = getattr(batch, "forced", None)
+    if forced is None:
+        return sampler_logp
+    f = forced[rows.to(forced.device)].to(sampler_logp.device)  # (n, T)
+    return torch.where(f, old_logp.detach().to(sampler_logp.dtype), sampler_logp)
 
 
 def prefix_logprob(logp: torch.Tensor, prefix_len: torch.Tensor) -> torch.Tensor:
