@@ -170,3 +170,43 @@ def test_forced_tokens_stay_out_of_the_off_policy_correction():
         assert met["logp_gap_max"] == pytest.approx(0.5)  # only the sampled tokens' gap (engine 0 vs -0.5)
         assert (w[b.forced & (b.mask > 0)] == 1).all()  # the learned forced `</think>` keeps its full weight
     assert torch.equal(behaviour_logprobs(SampleBatch(*[None] * 7), rows, b.logprobs, old), b.logprobs)
+
+
+def test_lagrange_multiplier_rises_when_the_policys_pass_rate_falls_under_balanced_sampling():
+    """The policy almost always thinks (pi(empty) = 0.01); a balanced group is half forced no-think. Its think
+    answers fall from 9/10 to 3/10 passing while the forced no-think ones rise from 3/10 to 9/10: the batch's
+    plain pass rate stays 0.6, the policy's falls from ~0.89 to ~0.31."""
+    from types import SimpleNamespace
+
+    from codechat.configio import load_config
+    from codechat.rollout.collect import Rollouts
+    from codechat.rollout.thinking import ForcedBatch
+    from codechat.train.thinking import ThinkingHooks
+
+    cfg = load_config(None, ["verifier.thinking.enabled=true", "verifier.thinking.forced_nothink_frac=0.5",
+                             "rewards.components={pass-all: 1.0, nothink-bonus: 0.3}", "rewards.nothink_lr=1.0",
+                             "rewards.nothink_margin=0.05"])
+    ctx = SimpleNamespace(cfg=cfg, policy=SimpleNamespace(tokenizer=lambda t, **k: {"input_ids": t.split()}),
+                          state=SimpleNamespace(extra={}), eval_tasks=[])
+    hooks = ThinkingHooks(ctx)
+    N = 20  # one group: 10 forced empty block (single-token tags: `<think>` `</think>`), 10 forced open tag
+    logp = torch.log(torch.tensor([[1.0, 0.01]] * 10 + [[1.0, 0.99]] * 10))  # (N, 2)
+    texts = ["<think></think>a"] * 10 + ["<think>plan</think>b"] * 10
+    lams, policy_pass = [], []
+    for think_pass, empty_pass in ((9, 3), (3, 9)):
+        passed = [i < empty_pass for i in range(10)] + [i < think_pass for i in range(10)]
+        batch = ForcedBatch(torch.zeros(N, dtype=torch.long), torch.zeros(N, 2, dtype=torch.long), torch.ones(N, 2),
+                            torch.zeros(N, 2), ["stop"] * N, texts, torch.tensor([2] * N),
+                            forced_nothink=torch.arange(N) < 10, prefix_len=torch.tensor([2] * 10 + [1] * 10),
+                            path=torch.tensor([0] * 10 + [1] * 10), free=torch.zeros(N, dtype=torch.bool),
+                            counts=(10, 10, 0), nested_len=1)
+        verdicts = [SimpleNamespace(thought=i >= 10, passed=p) for i, p in enumerate(passed)]
+        bonus = torch.tensor([0.3] * 10 + [0.0] * 10)
+        r = Rollouts([], [[1]], batch, verdicts, torch.tensor(passed, dtype=torch.float) + bonus,
+                     {"pass-all": torch.tensor(passed, dtype=torch.float), "nothink-bonus": bonus})
+        assert r.passed.float().mean().item() == pytest.approx(0.6)  # the balanced batch's rate: unchanged
+        m = hooks.after_sample(r, lambda rr, rows: logp)
+        lams.append(m["thinking/lambda"])
+        policy_pass.append(m["thinking/policy_pass"])
+    assert policy_pass == pytest.approx([0.894, 0.306], abs=2e-3)
+    assert lams[0] == 0.0 and lams[1] == pytest.approx(0.894 - 0.05 - 0.306, abs=3e-3)  # the constraint acts

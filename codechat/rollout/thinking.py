@@ -14,7 +14,7 @@ it; the verdict carries `thought`). Three pieces, each usable alone:
       reward   = pass + delta * s_t * 1[nothink],      s_t = 1 / (1 + lambda_t)
       lambda_{t+1} = max(0, lambda_t + nothink_lr * (pass_ref - margin - pass_t))
   pass_ref is the mean pass rate of the first `nothink_ref_steps` steps (lambda held at 0 meanwhile: one batch
-  is a noisy bound), pass_t the step's pass rate. While accuracy holds, lambda stays 0 and the full bonus
+  is a noisy bound), pass_t the step's pass rate (of a balanced batch: the policy's, importance-weighted). While accuracy holds, lambda stays 0 and the full bonus
   applies; when it drops below pass_ref - margin, lambda grows and the bonus shrinks toward 0, so accuracy wins.
   nothink_lr 0 = fixed bonus.
 - `BalancedSampler`: wraps a rollout engine; of each group of G, u = round(free_frac * G) samples are sampled

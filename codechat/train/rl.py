@@ -223,13 +223,14 @@ def run_rl(ctx: Context) -> None:
             with sampling_weights(engine, ctx.policy.model):
                 r, extra = sample_groups(ctx, engine)
                 probe_batch = probe.sample(engine, st.step)  # rl.probe_every: fixed prompts, None when not due
-        think_met = think.after_sample(r)  # before the metrics: the nothink-bonus constraint rescales rewards
+        temp = ctx.cfg.sampling.temperature
+        prefix_lp = lambda rr, rws: frozen_logprobs(ctx.policy.model, rr, rws, temp)  # noqa: E731
+        think_met = think.after_sample(r, prefix_lp)  # before the metrics: the nothink-bonus constraint rescales
         metrics = rollout_metrics(r) | extra | think_met
         metrics |= probe.gap(probe_batch, ctx.policy.model)  # the sampler-trainer log-prob gap, before the update
         # 4. advantages (zero-variance groups: keep with zero advantage, or skip from the loss)
         adv = advantages(ctx, r, a, tracker)  # (N,)
-        temp = ctx.cfg.sampling.temperature
-        adv, w_met = think.weigh(r, adv, lambda rr, rws: frozen_logprobs(ctx.policy.model, rr, rws, temp))
+        adv, w_met = think.weigh(r, adv, prefix_lp)
         metrics |= w_met  # balanced sampling: adv * pi(forced prefix) / q(prefix)
         rows = train_rows(r, c)
         metrics["adv_abs_mean"] = adv.abs().mean().item()
