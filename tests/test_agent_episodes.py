@@ -132,8 +132,8 @@ class SpySampler:
     def release_kv(self):
         self.inner.release_kv()
 
-    def sample(self, prompts, n, cfg, keys=None):
-        b = self.inner.sample(prompts, n, cfg, keys=keys)
+    def sample(self, prompts, n, cfg, keys=None, max_new=None):
+        b = self.inner.sample(prompts, n, cfg, keys=keys, max_new=max_new)
         self.batches.append(([list(p) for p in prompts], b))
         return b
 
@@ -232,3 +232,16 @@ def test_task_data_dir_is_hidden_from_run(shared_data):
             assert "FileNotFoundError" in r.text and "def " not in r.text
         finally:
             ws.remove()
+
+
+def test_a_turn_near_the_context_does_not_cut_the_other_episodes_turns(tmp_path_factory):
+    from codechat.rollout.agents import TurnState
+    policy = tiny_policy(tmp_path_factory)
+    policy.eos_token_ids = ()  # only budgets end turns
+    agent = ModelAgent(policy, SamplingConfig(temperature=1.0, max_new_tokens=16))
+    short = agent.prompt(TASK, [PATH])
+    long = (short * 100)[:agent.context - 2]  # its turn may add 2 tokens, then the context is full
+    states = [TurnState(TASK, 0, short, 12, ""), TurnState(TASK, 3, long, 2, ""), TurnState(TASK, 0, short, 5, "")]
+    actions = agent.act(states, seed=1)
+    assert [len(a.tokens) for a in actions] == [12, 2, 5]
+    assert [a.finish_reason for a in actions] == ["length"] * 3

@@ -245,3 +245,22 @@ def test_rollout_max_rows_reaches_the_hf_engine(pol):
     from codechat.config import RolloutConfig
     from codechat.policy.engine import make_engine
     assert make_engine(pol, RolloutConfig(max_rows=6), SamplingConfig()).max_rows == 6
+
+
+def test_each_row_stops_at_its_own_budget_and_its_own_context(pol, prompts, monkeypatch):
+    monkeypatch.setattr(pol, "eos_token_ids", ())  # only budgets end samples
+    cfg = SamplingConfig(max_new_tokens=20, seed=3)
+    long = (prompts[1] * 200)[:1024 - 3]  # 3 tokens of room left in the tiny model's 1024-token context
+    b = Sampler(pol).sample([prompts[0], long], 1, cfg)
+    assert b.n_tokens.tolist() == [20, 3]  # the long prompt does not cut the short one's sample
+    assert b.finish_reason == ["length", "length"]
+    roomy = Sampler(pol).sample([prompts[0], prompts[1]], 1, cfg)  # the same draws (they depend on the row count)
+    assert b.tokens[0].tolist() == roomy.tokens[0].tolist()
+    per_row = Sampler(pol).sample(prompts, 1, SamplingConfig(max_new_tokens=50, seed=4), max_new=[2, 7, 4])
+    assert per_row.n_tokens.tolist() == [2, 7, 4] and per_row.tokens.shape[1] == 7
+    full = Sampler(pol).sample(prompts, 1, SamplingConfig(max_new_tokens=7, seed=4))
+    for i, k in enumerate([2, 7, 4]):  # the same draws, each row cut at its own budget
+        assert per_row.tokens[i, :k].tolist() == full.tokens[i, :k].tolist()
+    for bad in ([2, 7], [2, 0, 4]):
+        with pytest.raises(CodechatError, match="max_new"):
+            Sampler(pol).sample(prompts, 1, cfg, max_new=bad)

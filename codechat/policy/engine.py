@@ -30,11 +30,13 @@ class RolloutEngine(Protocol):
     `update_weights` has nothing to do); False: holds its own copy of the weights, refreshed by `update_weights`."""
 
     def sample(self, prompts: list[list[int]], n: int, cfg: SamplingConfig,
-               on_finish: Callable[[int, str], None] | None = None, keys: list | None = None) -> SampleBatch:
+               on_finish: Callable[[int, str], None] | None = None, keys: list | None = None,
+               max_new: list[int] | None = None) -> SampleBatch:
         """P prompts (token ids) x n samples each -> SampleBatch, the samples of a prompt contiguous, with the
         log-prob of every token under the distribution it was sampled from. on_finish(row, text), when given,
         is called once per sample with its final text, as early as the engine knows it. keys (n = 1): one id
-        per prompt whose context grows from call to call (an episode); the engine may reuse its KV."""
+        per prompt whose context grows from call to call (an episode); the engine may reuse its KV. max_new: one
+        token budget per prompt (each row stops at its own), else cfg.max_new_tokens for all."""
 
     def update_weights(self, model: torch.nn.Module) -> None:
         """Take `model`'s current (whole) parameters; called after every optimizer update."""

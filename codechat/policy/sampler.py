@@ -11,8 +11,9 @@ untempered, untruncated log-prob of the argmax token.
 
 Stops: a sample ends at an EOS token (the policy's eos ids; the token is kept, mask 1, not in the text) or when
 its text contains a stop string (the token that completed it is the last one; the text is cut just after the
-stop string, which is kept), else at max_new_tokens or at the model's context, whichever comes first
-('length'). Decoding stops when every sample has finished, and finished rows are dropped from the batch as they
+stop string, which is kept), else at its own budget: max_new_tokens (or its row's entry of `max_new`) or the
+model's context after its own prompt, whichever comes first ('length'); a long prompt never shortens another
+row's budget. Decoding stops when every sample has finished, and finished rows are dropped from the batch as they
 accumulate. `sample(..., on_finish=fn)` calls fn(row, text) once per sample the moment it finishes (a 'length'
 sample after the last step), from the decoding thread, with the text the batch will hold: a verifier can start
 on it while the other rows keep decoding.
@@ -150,11 +151,14 @@ class Sampler:
         self.prefix.replace({})
 
     def sample(self, prompts: list[list[int]], n: int, cfg: SamplingConfig,
-               on_finish: Callable[[int, str], None] | None = None, keys: list | None = None) -> SampleBatch:
-        """keys: None, or one hashable per prompt (n must be 1): reuse and keep KV per key across calls."""
+               on_finish: Callable[[int, str], None] | None = None, keys: list | None = None,
+               max_new: list[int] | None = None) -> SampleBatch:
+        """keys: None, or one hashable per prompt (n must be 1): reuse and keep KV per key across calls.
+        max_new: None (cfg.max_new_tokens for all), or one token budget per prompt (e.g. per episode turn)."""
         validate(cfg)
         if not prompts or any(len(p) == 0 for p in prompts) or n < 1:
             raise CodechatError("sampler: need at least one non-empty prompt and n >= 1")
+        check_max_new(max_new, len(prompts))
         if keys is not None and (n != 1 or len(keys) != len(prompts) or len(set(keys)) != len(keys)):
             raise CodechatError("sampler: keys need n = 1 and one distinct key per prompt")
         model = self.policy.model
@@ -162,7 +166,8 @@ class Sampler:
         model.eval()
         try:
             with full_weights(model):  # FSDP: the trainer gathers once around a whole rollout; this is a fallback
-                index, out_tok, out_logp, n_tok, reason, texts = self._generate(prompts, n, cfg, on_finish, keys)
+                index, out_tok, out_logp, n_tok, reason, texts = self._generate(prompts, n, cfg, on_finish, keys,
+                                                                                 max_new)
         finally:
             model.train(was_training)
         # leave inference mode: the trainer indexes and multiplies with these under autograd
@@ -174,12 +179,15 @@ class Sampler:
         return cut_at_stop(text, cfg.stop) if reason == "stop" else text
 
     @torch.inference_mode()
-    def _generate(self, prompts, n, cfg, on_finish=None, keys=None):
+    def _generate(self, prompts, n, cfg, on_finish=None, keys=None, max_new=None):
         pol, dev = self.policy, self.policy.device
         pad = pol.tokenizer.pad_token_id
         P, N = len(prompts), len(prompts) * n
-        Tn = new_token_budget(max(len(p) for p in prompts), cfg.max_new_tokens,
-                              context_length(pol.model))  # never past the context
+        ctx = context_length(pol.model)
+        room = [new_token_budget(len(p), m, ctx)  # each prompt's own budget, never past the context
+                for p, m in zip(prompts, max_new if max_new is not None else [cfg.max_new_tokens] * P)]
+        Tn = max(room)  # generated columns: the largest budget
+        row_budget = torch.tensor([room[r // n] for r in range(N)] + [Tn], device=dev)  # (N + 1,) scratch last
         dec = make_decoder(pol.model, self.fast)
         keys = keys if keys is not None and dec.reuses_kv else None
         reuse = self.prefix.reusable(keys, prompts, weights_version(pol.model)) if keys else [0] * P
@@ -240,7 +248,7 @@ class Sampler:
             stop = torch.isin(tok, eos)  # (B,) EOS, or a stop string completed
             if stop_state is not None:
                 stop |= torch.tensor(self.stops.update(stop_state, rows_list, tok.tolist()), device=dev)
-            budget = tidx == Tn - 1  # (B,) the last token the budget allows
+            budget = tidx == row_budget[rows] - 1  # (B,) the last token the row's budget allows
             for b, (r, st, bu, j) in enumerate(zip(rows_list, stop.tolist(), budget.tolist(), tidx.tolist())):
                 if r < N:
                     n_tok[r] = j + 1
@@ -283,6 +291,12 @@ class Sampler:
         logprobs = out_logp[:, :T] * mask
         return SampleBatch(prompt_index=index, tokens=tokens, mask=mask, logprobs=logprobs,
                            finish_reason=reason, texts=texts, n_tokens=n_dev)
+
+
+def check_max_new(max_new: list[int] | None, n_prompts: int) -> None:
+    if max_new is not None and (len(max_new) != n_prompts or any(int(m) < 1 for m in max_new)):
+        raise CodechatError(f"sampler: max_new needs one budget >= 1 per prompt (got {list(max_new)} for "
+                            f"{n_prompts} prompts)")
 
 
 def cut_at_stop(text: str, stops: list[str]) -> str:

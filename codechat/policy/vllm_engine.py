@@ -51,7 +51,7 @@ import torch
 from codechat import CodechatError
 from codechat.config import RolloutConfig, SamplingConfig
 from codechat.policy.fsdp import is_sharded
-from codechat.policy.sampler import SampleBatch, cut_at_stop, validate  # the built-in sampler's type and checks
+from codechat.policy.sampler import SampleBatch, check_max_new, cut_at_stop, validate  # the built-in sampler's type and checks
 
 
 @torch.no_grad()
@@ -161,28 +161,30 @@ class VLLMSampler:
         self.llm.reset_prefix_cache()
         self.last_push_s = time.perf_counter() - t0
 
-    def params(self, cfg: SamplingConfig, n: int, seed: int | None):
+    def params(self, cfg: SamplingConfig, n: int, seed: int | None, max_tokens: int | None = None):
         from vllm import SamplingParams  # vllm: heavy optional dependency, imported on use
 
         greedy = cfg.temperature <= 0
         return SamplingParams(n=1 if greedy else n, temperature=max(cfg.temperature, 0.0), top_p=cfg.top_p,
-                              top_k=cfg.top_k, max_tokens=cfg.max_new_tokens, stop=list(cfg.stop) or None,
+                              top_k=cfg.top_k, max_tokens=max_tokens or cfg.max_new_tokens, stop=list(cfg.stop) or None,
                               include_stop_str_in_output=True, seed=None if greedy else seed, logprobs=0)
 
     def release_kv(self) -> None:
         """Nothing kept per key here (vLLM's prefix cache manages its own blocks)."""
 
     def sample(self, prompts: list[list[int]], n: int, cfg: SamplingConfig | None = None,
-               on_finish=None, keys: list | None = None) -> SampleBatch:
+               on_finish=None, keys: list | None = None, max_new: list[int] | None = None) -> SampleBatch:
         """P prompts (token ids) x n samples each -> SampleBatch (samples of a prompt contiguous). on_finish(row,
         text) is called for every sample once `generate` returns (LLM.generate reports no earlier finishes).
         keys (growing contexts) need nothing here: vLLM's prefix cache (`rollout.vllm_prefix_caching`) reuses the
-        KV of any prompt prefix it has seen."""
+        KV of any prompt prefix it has seen. max_new: one token budget per prompt (else cfg.max_new_tokens)."""
         cfg = cfg or self.sampling
         validate(cfg)
         if not prompts or any(len(p) == 0 for p in prompts) or n < 1:
             raise CodechatError("sampler: need at least one non-empty prompt and n >= 1")
-        too_long = max(len(p) for p in prompts) + cfg.max_new_tokens
+        check_max_new(max_new, len(prompts))
+        limits = list(max_new) if max_new is not None else [cfg.max_new_tokens] * len(prompts)
+        too_long = max(len(p) + m for p, m in zip(prompts, limits))  # each prompt with its own budget
         if too_long > self.max_model_len:
             raise CodechatError(f"vllm: prompt + max_new_tokens = {too_long} > max_model_len {self.max_model_len}"
                                 f" (raise rollout.vllm_max_model_len or shorten)")
@@ -190,9 +192,9 @@ class VLLMSampler:
         reqs = [{"prompt_token_ids": list(map(int, p))} for p in prompts]
         if greedy:  # vLLM allows n > 1 only when sampling: repeat each prompt n times instead
             reqs = [r for r in reqs for _ in range(n)]
-            params = self.params(cfg, n, None)
+            params = [self.params(cfg, n, None, limits[i]) for i in range(len(prompts)) for _ in range(n)]
         else:
-            params = [self.params(cfg, n, cfg.seed + i * n) for i in range(len(prompts))]
+            params = [self.params(cfg, n, cfg.seed + i * n, limits[i]) for i in range(len(prompts))]
         outs = self.llm.generate(reqs, params, use_tqdm=False)
         comps = [c for o in outs for c in sorted(o.outputs, key=lambda c: c.index)]  # (N,) in prompt order
         batch = self._batch(comps, len(prompts), n, cfg)

@@ -120,9 +120,10 @@ class ModelAgent:
                       stop=list(dict.fromkeys([*self.sampling.stop, CALL_CLOSE])))
         keys = [s.key for s in states]
         keys = keys if None not in keys else None
-        batch = self.sampler.sample([s.tokens for s in states], 1, cfg, keys=keys)  # one batched decode
+        budgets = [s.budget for s in states]  # each episode's turn stops at its own budget
+        batch = self.sampler.sample([s.tokens for s in states], 1, cfg, keys=keys, max_new=budgets)  # one decode
         out = []
-        for i, budget in enumerate(s.budget for s in states):
+        for i, budget in enumerate(budgets):
             n = min(int(batch.n_tokens[i]), budget)
             toks = batch.tokens[i, :n].tolist()
             cut = n < int(batch.n_tokens[i])

@@ -14,7 +14,7 @@ it; the verdict carries `thought`). Three pieces, each usable alone:
       reward   = pass + delta * s_t * 1[nothink],      s_t = 1 / (1 + lambda_t)
       lambda_{t+1} = max(0, lambda_t + nothink_lr * (pass_ref - margin - pass_t))
   pass_ref is the mean pass rate of the first `nothink_ref_steps` steps (lambda held at 0 meanwhile: one batch
-  is a noisy bound), pass_t the step's pass rate. While accuracy holds, lambda stays 0 and the full bonus
+  is a noisy bound), pass_t the step's pass rate (of a balanced batch: the policy's, importance-weighted). While accuracy holds, lambda stays 0 and the full bonus
   applies; when it drops below pass_ref - margin, lambda grows and the bonus shrinks toward 0, so accuracy wins.
   nothink_lr 0 = fixed bonus.
 - `BalancedSampler`: wraps a rollout engine; of each group of G, u = round(free_frac * G) samples are sampled
@@ -29,7 +29,9 @@ it; the verdict carries `thought`). Three pieces, each usable alone:
   cold start; `recenter` then subtracts each group's w-weighted mean advantage, so the weighted advantages of a
   group sum to 0 and tokens no sample chose at the shared choice position get no push (with the floored weights
   they did, and the free samples drifted to openings such as `<thinkerthink>`: docs/thinking.md).
-Simplified: each forced prefix is encoded whole, as SFT text encodes it (the model could also write the same
+Samples are labelled by the tokens they hold: when the open tag's ids begin the empty block's (single-token
+tags, as Qwen3 and R1-style tokenizers have), a forced-think sample that closes at once is an empty block, and
+its weight counts every stratum that can produce it. Simplified: each forced prefix is encoded whole, as SFT text encodes it (the model could also write the same
 text as other tokens; a free sample that does counts as off both paths); balanced sampling is not combined with
 `rl.zero_variance: resample` nor with `rl.async_steps > 0` (refused by the config check).
 """
@@ -151,6 +153,12 @@ class ForcedBatch(SampleBatch):
     """(N,) bool: sampled freely (no forced prefix)."""
     counts: tuple[int, int, int] = (0, 0, 0)
     """Samples of every group: (forced no-think, forced think, free): the stratified proposal of `is_weights`."""
+    forced: torch.Tensor | None = None
+    """(N, T) bool: the token was forced (no sampling drew it); `behaviour_logprobs` keeps it out of the
+    off-policy correction, whose job the importance weights `is_weights` already do for the forced prefix."""
+    nested_len: int = 0
+    """> 0: the open tag's ids (this many) are a prefix of the empty block's (single-token tags: `<think>` then
+    `</think>`), so a forced-think sample that closes at once is an empty block too (`is_weights`)."""
 
 
 def tag_ids(tokenizer, text: str) -> list[int]:
@@ -180,6 +188,11 @@ class BalancedSampler:
                            min(len(self.nothink_ids), len(self.think_ids)))
         """Leading forced tokens common to both prefixes (the open tag's start): forced in every forced sample, no
         choice of the policy there, so masked out of their loss; the mode choice is the first token after them."""
+        if self.think_ids[:len(self.nothink_ids)] == self.nothink_ids:
+            raise CodechatError(f"verifier.thinking: the empty block {self.nothink_text!r} encodes to a prefix of the "
+                                f"open tag {self.think_text!r}'s tokens; no think sample could be told from it")
+        self.nested_len = len(self.think_ids) if self.shared == len(self.think_ids) else 0
+        """The open tag's length when its ids begin the empty block's (else 0): ForcedBatch.nested_len."""
 
     @property
     def samples_training_weights(self) -> bool:
@@ -215,7 +228,7 @@ class BalancedSampler:
                 b = self.engine.sample([p + ids for p in prompts], count, cfg)
                 parts.append((b, ids, text, path, count))
         q = {0: k / n, 1: m / n}  # the stratified share of each forced path
-        tok, lp, pidx, fin, texts, ntok, paths, plen, free, masks = [], [], [], [], [], [], [], [], [], []
+        tok, lp, pidx, fin, texts, ntok, paths, plen, free, masks, strata, n_forced = [], [], [], [], [], [], [], [], [], [], [], []
         for pi in range(len(prompts)):
             for b, ids, text, path, count in parts:
                 for j in range(pi * count, (pi + 1) * count):
@@ -228,7 +241,7 @@ class BalancedSampler:
                         masks.append(0)
                     else:  # the behaviour log-prob of the prefix: log q on its first token (the rest certain)
                         lp.append([math.log(q[path])] + [0.0] * (len(ids) - 1) + b.logprobs[j, :nt].tolist())
-                        p, pl = path, len(ids)
+                        p, pl = self.path_of(ids + gen)  # by its tokens: a forced open tag closed at once is empty
                         masks.append(len(ids) if self.cfg.mask_forced else self.shared)
                     pidx.append(pi)
                     fin.append(b.finish_reason[j])
@@ -237,19 +250,35 @@ class BalancedSampler:
                     paths.append(p)
                     plen.append(pl)
                     free.append(path is None)
+                    strata.append(path == 0)
+                    n_forced.append(len(ids))
         pad_id = int(parts[0][0].tokens[parts[0][0].mask == 0][0]) if (parts[0][0].mask == 0).any() else 0
         T = max(len(t) for t in tok)
         tokens = torch.full((len(tok), T), pad_id, dtype=torch.long)  # (N, T)
         mask = torch.zeros(len(tok), T)  # (N, T)
         logprobs = torch.zeros(len(tok), T)  # (N, T)
+        forced = torch.zeros(len(tok), T, dtype=torch.bool)  # (N, T)
         for i, (t, l) in enumerate(zip(tok, lp)):
             tokens[i, :len(t)] = torch.tensor(t)
             mask[i, masks[i]:len(t)] = 1.0  # a forced sample's shared forced tokens: context, not learned
             logprobs[i, :len(l)] = torch.tensor(l)
+            forced[i, :n_forced[i]] = True
         path_t, free_t = torch.tensor(paths), torch.tensor(free)
         return ForcedBatch(torch.tensor(pidx), tokens, mask, logprobs, fin, texts, torch.tensor(ntok),
-                           forced_nothink=(path_t == 0) & ~free_t, prefix_len=torch.tensor(plen), path=path_t,
-                           free=free_t, counts=(k, m, u))
+                           forced_nothink=torch.tensor(strata), prefix_len=torch.tensor(plen), path=path_t,
+                           free=free_t, counts=(k, m, u), forced=forced, nested_len=self.nested_len)
+
+
+def behaviour_logprobs(batch, rows: torch.Tensor, sampler_logp: torch.Tensor, old_logp: torch.Tensor) -> torch.Tensor:
+    """(n, T) the behaviour log-probs an off-policy correction compares pi_old with, for batch rows `rows`:
+    the sampler's, except on a ForcedBatch's forced tokens, which take pi_old's own (ratio 1). No sampler drew a
+    forced token, so its recorded 0 (or log q) is no behaviour probability: against it `icepop` would mask the
+    forced empty block and a capped `tis` weigh it by pi_old; the proposal is `is_weights`' to correct."""
+    forced = getattr(batch, "forced", None)
+    if forced is None:
+        return sampler_logp
+    f = forced[rows.to(forced.device)].to(sampler_logp.device)  # (n, T)
+    return torch.where(f, old_logp.detach().to(sampler_logp.dtype), sampler_logp)
 
 
 def prefix_logprob(logp: torch.Tensor, prefix_len: torch.Tensor) -> torch.Tensor:
@@ -259,7 +288,7 @@ def prefix_logprob(logp: torch.Tensor, prefix_len: torch.Tensor) -> torch.Tensor
 
 
 def is_weights(logp: torch.Tensor, prefix_len: torch.Tensor, path: torch.Tensor,
-               counts: tuple[int, int, int]) -> torch.Tensor:
+               counts: tuple[int, int, int], nested_len: int = 0) -> torch.Tensor:
     """(N,) detached importance weights pi_theta(path) / q(path) of a stratified group: counts = (k forced to the
     empty block, m forced to the open tag, u free) of n = k + m + u, path (N,) as ForcedBatch.path. The proposal
     of a path is the mixture its samples are drawn from (the balance heuristic of multiple importance sampling):
@@ -267,12 +296,18 @@ def is_weights(logp: torch.Tensor, prefix_len: torch.Tensor, path: torch.Tensor,
         q(empty) = (k + u pi(empty)) / n      q(open) = (m + u pi(open)) / n      q(neither) = u pi(neither) / n
 
     so every sample on a path has the same weight, forced or free, and a free sample off both paths weighs n / u
-    (exact for any pi: E_q[w f] = E_pi[f] over all openings when u > 0; over the two paths when u = 0)."""
+    (exact for any pi: E_q[w f] = E_pi[f] over all openings when u > 0; over the two paths when u = 0).
+    nested_len > 0 (the open tag's first nested_len ids begin the empty block): the forced-open stratum reaches
+    the empty block too, with probability pi(empty) / pi(open), so q(empty) = (k + m pi(empty) / pi(open)
+    + u pi(empty)) / n. In general w(y) = n / sum_s c_s 1[y starts with s's prefix] / pi(s's prefix)."""
     k, m, u = counts
     n = k + m + u
     pi = prefix_logprob(logp, prefix_len).exp()  # (N,) pi(path prefix); 1 for path 2 (an empty prefix)
     forced = torch.where(path == 0, torch.tensor(float(k)), torch.where(path == 1, torch.tensor(float(m)),
                                                                         torch.tensor(0.0)))  # (N,)
+    if nested_len > 0:  # an empty block is also a forced open tag's sample that closed at once
+        pi_open = prefix_logprob(logp, torch.full_like(prefix_len, nested_len)).exp()  # (N,)
+        forced = forced + torch.where(path == 0, m * pi / pi_open.clamp(min=1e-30), torch.tensor(0.0))
     q = (forced + u * pi) / n  # (N,) > 0: a path has forced samples or free ones that took it
     return pi / q
 

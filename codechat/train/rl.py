@@ -35,6 +35,7 @@ from codechat.policy.fsdp import full_weights, idle_pass
 from codechat.policy.precision import update_autocast
 from codechat.rollout.audit import append_audit, audit_rollouts
 from codechat.rollout.collect import Rollouts, rollout_metrics, rollout_records
+from codechat.rollout.thinking import behaviour_logprobs
 from codechat.train import dist
 from codechat.train.common import Context, end_step, grad_norm_clip, make_optimizer, reference_model, restore, \
     save_stage_start
@@ -136,8 +137,8 @@ def rl_update(ctx: Context, r: Rollouts, adv: torch.Tensor, rows: torch.Tensor, 
                     old[m_idx] = old_lp
             else:
                 old_lp = old[m_idx]
-            loss, met = policy_loss(a.loss, logp, old_lp, adv[m_idx].to(dev), m, a,
-                                    sampler_logp=sampler_lp[rows[m_idx]].to(dev))
+            beh = behaviour_logprobs(r.batch, rows[m_idx], sampler_lp[rows[m_idx]].to(dev), old_lp)  # (n, T)
+            loss, met = policy_loss(a.loss, logp, old_lp, adv[m_idx].to(dev), m, a, sampler_logp=beh)
             if ref_lp is not None:
                 kl_term, kl_met = kl_loss(logp, ref_lp[m_idx], m, a)  # kl_beta * agg(KL); metric: token-mean KL
                 loss = loss + kl_term
@@ -222,13 +223,14 @@ def run_rl(ctx: Context) -> None:
             with sampling_weights(engine, ctx.policy.model):
                 r, extra = sample_groups(ctx, engine)
                 probe_batch = probe.sample(engine, st.step)  # rl.probe_every: fixed prompts, None when not due
-        think_met = think.after_sample(r)  # before the metrics: the nothink-bonus constraint rescales rewards
+        temp = ctx.cfg.sampling.temperature
+        prefix_lp = lambda rr, rws: frozen_logprobs(ctx.policy.model, rr, rws, temp)  # noqa: E731
+        think_met = think.after_sample(r, prefix_lp)  # before the metrics: the nothink-bonus constraint rescales
         metrics = rollout_metrics(r) | extra | think_met
         metrics |= probe.gap(probe_batch, ctx.policy.model)  # the sampler-trainer log-prob gap, before the update
         # 4. advantages (zero-variance groups: keep with zero advantage, or skip from the loss)
         adv = advantages(ctx, r, a, tracker)  # (N,)
-        temp = ctx.cfg.sampling.temperature
-        adv, w_met = think.weigh(r, adv, lambda rr, rws: frozen_logprobs(ctx.policy.model, rr, rws, temp))
+        adv, w_met = think.weigh(r, adv, prefix_lp)
         metrics |= w_met  # balanced sampling: adv * pi(forced prefix) / q(prefix)
         rows = train_rows(r, c)
         metrics["adv_abs_mean"] = adv.abs().mean().item()

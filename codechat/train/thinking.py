@@ -3,7 +3,7 @@ per-mode metrics, apply the nothink-bonus constraint, importance-weight the adva
 
     hooks = ThinkingHooks(ctx)                        # evaluates the starting policy: the difficulty reference
     engine = hooks.wrap(engine)                       # forced_nothink_frac > 0: BalancedSampler
-    metrics |= hooks.after_sample(r)                  # thinking/ metrics; lambda update (state in the checkpoint)
+    metrics |= hooks.after_sample(r, logprobs_fn)     # thinking/ metrics; lambda from the policy's pass rate
     adv, m = hooks.weigh(r, adv, logprobs_fn)         # w (adv - weighted group mean); logprobs_fn(r, rows)
     m = hooks.opening_grad(model, r, rows, temp)      # opening_loss > 0: its gradient added, once per optimizer step
 Everything is a no-op with verifier.thinking off.
@@ -41,6 +41,7 @@ class ThinkingHooks:
                                                             self.cfg.close)] if self.opening_coef > 0 else []
         """The well-formed openings, each encoded whole (as BalancedSampler forces them): train/opening.py."""
         self.pending = self.reference_eval(ctx)  # logged with the first step
+        self._weights = None  # (batch, (logp, w)): the last ForcedBatch's weights, shared by the two hooks
 
     def reference_eval(self, ctx) -> dict[str, float]:
         """Once per run (a resume finds the rates in the checkpoint): evaluate the policy at the RL stage start
@@ -65,19 +66,43 @@ class ThinkingHooks:
     def count_tokens(self, text: str) -> int:
         return len(self.tokenizer(text, add_special_tokens=False)["input_ids"]) if text else 0
 
-    def after_sample(self, r) -> dict[str, float]:
+    def after_sample(self, r, prefix_logprobs=None) -> dict[str, float]:
+        """prefix_logprobs (as `weigh`'s): on a balanced batch the constraint reads the policy's pass rate, the
+        importance-weighted mean sum w passed / sum w, not the forced strata's (which hold it still while the
+        policy's own answers fail); without it a balanced batch's constraint is refused."""
         if not self.cfg.enabled:
             return {}
         m = thinking_metrics(r, self.cfg, self.count_tokens) | self.pending
         self.pending = {}
         if self.constraint is not None:
             m["thinking/bonus_dropped_malformed"] = drop_malformed_bonus(r, self.cfg)  # before the scale: no bonus
-            passed = dist.all_items(r.passed.tolist())  # every rank's samples: the same lambda everywhere
-            m.update(self.constraint.apply(r, sum(passed) / max(len(passed), 1)))
+            passed = r.passed.float().cpu()  # (N,)
+            w = torch.ones_like(passed)  # (N,) free sampling: every sample is the policy's
+            if isinstance(r.batch, ForcedBatch):
+                if prefix_logprobs is None:
+                    raise ValueError("ThinkingHooks.after_sample: a balanced batch needs prefix_logprobs")
+                w = self.weights(r, prefix_logprobs)[1].cpu()
+            num, den = dist.all_items((w * passed).tolist()), dist.all_items(w.tolist())  # every rank's samples
+            pass_t = sum(num) / max(sum(den), 1e-12)
+            m["thinking/policy_pass"] = pass_t
+            m.update(self.constraint.apply(r, pass_t))
             self.state.extra["nothink"] = self.constraint.state_dict()  # saved with the next checkpoint
         if self.penalty:  # after the constraint's rescaling: the penalty is not the bonus, lambda leaves it alone
             m["thinking/malformed_penalised"] = penalise_malformed(r, self.cfg, self.penalty)
         return m
+
+    def weights(self, r, prefix_logprobs) -> tuple[torch.Tensor, torch.Tensor]:
+        """A ForcedBatch's (N, T) policy log-probs and (N,) exact importance weights (computed once per batch)."""
+        if self._weights is not None and self._weights[0] is r.batch:
+            return self._weights[1]
+        b = r.batch
+        # every real token, the masked forced ones too: the weight needs pi of the whole prefix
+        every = (torch.arange(b.mask.shape[1])[None, :] < b.n_tokens[:, None]).to(b.mask.dtype)  # (N, T)
+        full = dataclasses.replace(r, batch=dataclasses.replace(b, mask=every))
+        logp = prefix_logprobs(full, torch.arange(len(r.verdicts)))  # (N, T)
+        out = logp, is_weights(logp, b.prefix_len, b.path, b.counts, b.nested_len)
+        self._weights = (b, out)
+        return out
 
     def weigh(self, r, adv: torch.Tensor, prefix_logprobs) -> tuple[torch.Tensor, dict[str, float]]:
         """adv (N,) -> recenter(adv, w) (N,) for a ForcedBatch: w = max(pi(path) / q(path), is_weight_floor), the
@@ -86,11 +111,8 @@ class ThinkingHooks:
         b = r.batch
         if not isinstance(b, ForcedBatch):
             return adv, {}
-        # every real token, the masked forced ones too: the weight needs pi of the whole prefix
-        every = (torch.arange(b.mask.shape[1])[None, :] < b.n_tokens[:, None]).to(b.mask.dtype)  # (N, T)
-        full = dataclasses.replace(r, batch=dataclasses.replace(b, mask=every))
-        logp = prefix_logprobs(full, torch.arange(len(r.verdicts)))  # (N, T)
-        w = is_weights(logp, b.prefix_len, b.path, b.counts).to(adv.device)  # (N,)
+        logp, w = self.weights(r, prefix_logprobs)
+        w = w.to(adv.device)  # (N,)
         m = {}
         on_empty = b.path == 0  # (N,) forced or free: the policy's own probability of the empty block
         if on_empty.any():
