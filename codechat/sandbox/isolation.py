@@ -223,8 +223,9 @@ def reap_uid(uid: int | None, pgid: int) -> None:
     os.waitpid(pid, 0)
 
 
-def clean_scratch(uid: int | None, keep: str = "") -> bool:
-    """Remove what the uid left in the shared scratch dirs (except `keep`); True if it had written there."""
+def clean_scratch(uid: int | None, keep: str = "", remove: bool = True) -> bool:
+    """Remove what the uid left in the shared scratch dirs (except `keep`); True if it had written there.
+    `remove=False`: only report (with a fresh root the whole /tmp is dropped before the next program)."""
     found = False
     if uid is None:
         return False
@@ -237,6 +238,8 @@ def clean_scratch(uid: int | None, keep: str = "") -> bool:
             try:
                 if e.path != keep and e.stat(follow_symlinks=False).st_uid == uid:
                     found = True
+                    if not remove:
+                        return True
                     rmtree(e.path) if e.is_dir(follow_symlinks=False) else os.unlink(e.path)
             except OSError:
                 pass

@@ -64,13 +64,14 @@ class Spare:
     """A candidate process forked ahead of time (by the zygote, on the supervisor's request), waiting for its job.
     Its pid is read from the zygote's reply when first needed."""
 
-    def __init__(self, uid: int | None, forker: Forker, tmp: str, tmpfs: bool = False, pid_ns: bool = False):
+    def __init__(self, uid: int | None, forker: Forker, tmp: str, tmpfs: list[str] | None = None,
+                 pid_ns: bool = False):
         self.uid = uid
         self.forker = forker
         self.tmp = tmp  # the same path for every program of this zygote, removed after each (see spare_dir)
-        self.tmpfs = tmpfs  # the temp dir is a tmpfs of its own, dropped whole after each program (fresh root)
-        if tmpfs:
-            rootfs.fresh_dir(tmp, uid)
+        self.tmpfs = tmpfs is not None  # /tmp is a new tmpfs for each program (fresh root): `tmpfs` carried over
+        if tmpfs is not None:
+            rootfs.fresh_tmp(tmp, uid, tmpfs)
         else:
             try:
                 os.mkdir(tmp, 0o700)
@@ -124,7 +125,7 @@ class Spare:
             os.close(fd)
         self.sj.close()
         self.ctl.close()
-        if not self.tmpfs:  # (a tmpfs temp dir is dropped by the next Spare: one umount, no walk)
+        if not self.tmpfs:  # (with a fresh root the next Spare drops the whole /tmp: one umount, no walk)
             isolation.rmtree(self.tmp)
 
 
@@ -253,7 +254,7 @@ def run_job(job: dict, spare: Spare, cand_r: int, judge_r: int, judge: JudgeProc
     except OSError:
         pass
     blocked = set(events.decode(errors="replace").split()) & candidate.EVENT_KINDS
-    if isolation.clean_scratch(spare.uid, keep=spare.tmp):
+    if isolation.clean_scratch(spare.uid, keep=spare.tmp, remove=not spare.tmpfs):
         blocked.add("write_outside")
     c_signal = os.WTERMSIG(c_status) if os.WIFSIGNALED(c_status) else None
     rec = {"timed_out": timed_out, "output_over": over, "output_head": out_head.decode(errors="replace"),
@@ -270,7 +271,7 @@ def supervise(sock: socket.socket, zsock: socket.socket, uid: int | None, judge_
     zygote_pid = os.getppid()
     forker = Forker(zsock)
     judge = JudgeProc(judge_mb)
-    layers = {"tmpfs": "fresh_root" in active, "pid_ns": "pid_namespace" in active}
+    layers = {"tmpfs": rootfs.tmp_mounts() if "fresh_root" in active else None, "pid_ns": "pid_namespace" in active}
     spare = Spare(uid, forker, tmp, **layers)
     wire.send(sock.fileno(), pickle.dumps({"pid": zygote_pid, "active": active, "uid": uid}))
     while True:
