@@ -71,3 +71,53 @@ def test_a_program_sees_an_empty_tmp_and_the_next_one_too(verifier):
     listing = reported(run(verifier, "raise ValueError(sorted(os.listdir('/tmp')), os.getcwd())"))
     names = eval(listing)[0]
     assert len(names) == 1 and names[0].startswith("codechat-"), listing  # only its own temp dir
+
+
+# --- one memory limit for the whole process tree ----------------------------------------------------------------
+def _cgroups() -> bool:
+    from codechat.sandbox import cgroup
+    return cgroup.parent_dir() is not None
+
+
+cgroup_only = pytest.mark.skipif(not _cgroups(), reason="no writable memory cgroup here")
+
+
+@cgroup_only
+def test_children_together_cannot_hold_more_than_the_memory_limit(verifier):
+    # each child stays under the 512 MiB address-space limit; together they hold 6 x 120 MiB
+    hog = run(verifier, "kids = []\n"
+                        "for i in range(6):\n"
+                        "    pid = os.fork()\n"
+                        "    if pid == 0:\n"
+                        "        b = bytearray(120 << 20)\n"
+                        "        for j in range(0, len(b), 4096):\n"
+                        "            b[j] = 1\n"
+                        "        time.sleep(2)\n"
+                        "        os._exit(0)\n"
+                        "    kids.append(pid)\n"
+                        "codes = [os.waitpid(k, 0)[1] for k in kids]\n"
+                        "return 'ok' if codes == [0] * 6 else repr(codes)")
+    assert not hog.passed and hog.status == "memory", (hog.status, hog.message)
+    after = run(verifier, "b = bytearray(200 << 20)\nreturn 'ok'")  # the worker and the limit are intact
+    assert after.passed, after.message
+
+
+@cgroup_only
+def test_memfds_and_tmp_files_count_against_the_memory_limit(verifier):
+    # written, never mapped: outside every address space; 40 memfds x 15 MiB (under the file-size limit)
+    hog = run(verifier, "fds = []\n"
+                        "for i in range(40):\n"
+                        "    fd = os.memfd_create(f'm{i}')\n"
+                        "    for j in range(15):\n"
+                        "        os.write(fd, b'x' * (1 << 20))\n"
+                        "    fds.append(fd)\n"
+                        "return 'ok'")
+    assert not hog.passed and hog.status == "memory", (hog.status, hog.message)
+    after = run(verifier, "b = bytearray(200 << 20)\nreturn 'ok'")
+    assert after.passed, after.message
+
+
+def test_verify_check_says_what_the_memory_limit_covers(capsys):
+    from codechat.sandbox.pool import protection_report
+    line = next(ln for ln in protection_report([]) if "memory_cgroup" in ln)
+    assert line.startswith("MISSING") and "address space" in line and "memfd" in line

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from codechat.sandbox import wire
+from codechat.sandbox import cgroup, wire
 from codechat.sandbox.isolation import Limits
 
 PROTECTIONS = {  # what each layer a zygote reports as active does (`codechat verify --check` prints these)
@@ -36,6 +36,9 @@ PROTECTIONS = {  # what each layer a zygote reports as active does (`codechat ve
     "own_uid": "own unprivileged uid per worker: process cap, no signals or ptrace to ours, no root-only files",
     "seccomp": "seccomp filter: no ptrace, mount, namespaces, bpf, perf, keyrings, kexec, modules; "
                "sockets AF_UNIX only",
+    "memory_cgroup": "memory cgroup per worker: memory_mb holds for all of a program's processes together, "
+                     "its /tmp files and memfds; without it memory_mb is each process's address space only "
+                     "(x nproc processes), /tmp is capped at 256 MiB, unmapped memfds are not counted",
 }
 ALL_PROTECTIONS = tuple(PROTECTIONS)
 ALWAYS = "rlimits, own session, scrubbed env, temp cwd, separate judge process"
@@ -103,7 +106,8 @@ class Zygote:
         child.close()
         self.sock = parent
         self.sock.settimeout(60)
-        msg = json.dumps({"hide_paths": list(hide_paths)}).encode()  # (the zygote does not import pickle)
+        self.cgroup = cgroup.create(self.proc.pid)  # (the zygote joins it before it leaves the host's /sys)
+        msg = json.dumps({"hide_paths": list(hide_paths), "cgroup": self.cgroup}).encode()  # (no pickle there)
         self.sock.sendall(struct.pack(">I", len(msg)) + msg)
         hello = pickle.loads(self._recv())
         self.active: list[str] = hello["active"]
@@ -166,6 +170,11 @@ class Zygote:
             self.proc.wait()
         except OSError:
             pass
+        for _ in range(50):  # the zygote's last programs die with it (parent-death signal): then it is empty
+            cgroup.remove(self.cgroup)
+            if self.cgroup is None or not os.path.isdir(self.cgroup["path"]):
+                break
+            time.sleep(0.02)
 
 
 def _write_quietly(fd: int, data: bytes) -> None:
@@ -208,8 +217,9 @@ def _merge(raw: dict | None) -> RunResult:
         return RunResult("output_limit", None, "output exceeded the cap", **base)
     if raw["timed_out"] or raw["c_signal"] == signal.SIGXCPU:
         return RunResult("timeout", None, "time limit reached", **base)
+    oom = RunResult("memory", "MemoryError", "the program's processes went over the memory limit", **base)
     if raw["judge"] is None:
-        return RunResult("error", "JudgeError", "the judge produced no result", **base)
+        return oom if raw.get("oom") else RunResult("error", "JudgeError", "the judge produced no result", **base)
     try:
         (n,) = struct.unpack(">I", raw["judge"][:4])
         rec = wire.loads(raw["judge"][4:4 + n])
@@ -217,6 +227,8 @@ def _merge(raw: dict | None) -> RunResult:
         return RunResult("error", "JudgeError", "unreadable judge result", **base)
     if not isinstance(rec, dict) or rec.get("status") not in _STATUSES:
         return RunResult("error", "JudgeError", "malformed judge result", **base)
+    if raw.get("oom") and rec["status"] not in ("passed", "ok"):  # killed for memory: that is why it failed
+        return oom
     msg = wire.cut(rec.get("message") or "", MAX_MESSAGE)
     etype = rec.get("error_type")
     etype = None if etype is None else wire.cut(etype, MAX_ERROR_TYPE)

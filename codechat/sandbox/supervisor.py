@@ -18,7 +18,7 @@ import _socket
 import struct
 import time
 
-from codechat.sandbox import candidate, isolation, modes, procs, rootfs, wire
+from codechat.sandbox import candidate, cgroup, isolation, modes, procs, rootfs, wire
 from codechat.sandbox.procs import _LIMITS, _REPLY, _REQ, _child_fds, _fork, _kill, die_with_parent
 
 
@@ -201,19 +201,26 @@ def stop_program(cpid: int, zygote_pid: int, supervisor_pid: int, pid_ns: bool =
     return mine is not None and theirs == [] and set(mine) <= {cpid, supervisor_pid}
 
 
-def run_job(job: dict, spare: Spare, cand_r: int, judge_r: int, judge: JudgeProc, zygote_pid: int
-            ) -> tuple[dict, bool]:
+def run_job(job: dict, spare: Spare, cand_r: int, judge_r: int, judge: JudgeProc, zygote_pid: int,
+            mem: cgroup.Memory | None = None) -> tuple[dict, bool]:
     """Run one job on `spare`; returns (record for the parent, whether the judge must be replaced).
-    The program is collected by the zygote before this returns; the caller closes the spare after replying."""
+    The program is collected by the zygote before this returns; the caller closes the spare after replying.
+    `mem`: the zygote's memory cgroup, which the spare is already in: its limit is set here."""
     t0 = time.monotonic()
-    try:
-        spare.start(job["limits"], cand_r)
-    except OSError:
-        pass  # the spare died early: the judge sees the channel close and reports it
     try:
         cand_pid = spare.pid
     except (OSError, EOFError):  # the zygote is gone: the judge sees the channel close and reports it
         cand_pid = 0
+    if mem is not None and cand_pid:  # before the program runs (it waits for `start`)
+        mem.set_limit(job["limits"].memory_mb << 20)
+        try:
+            cgroup.set_oom_score(cand_pid, 1000)
+        except OSError:
+            pass  # the spare is already gone
+    try:
+        spare.start(job["limits"], cand_r)
+    except OSError:
+        pass  # the spare died early: the judge sees the channel close and reports it
     judge.submit(spare.sj.fileno(), judge_r, job["max_result_bytes"], cand_pid)
     for fd in (cand_r, judge_r):
         os.close(fd)
@@ -258,13 +265,14 @@ def run_job(job: dict, spare: Spare, cand_r: int, judge_r: int, judge: JudgeProc
         blocked.add("write_outside")
     c_signal = os.WTERMSIG(c_status) if os.WIFSIGNALED(c_status) else None
     rec = {"timed_out": timed_out, "output_over": over, "output_head": out_head.decode(errors="replace"),
+           "oom": mem is not None and mem.new_oom_kill(),
            "c_signal": c_signal, "judge": res if res_done else None, "duration_s": duration,
            "blocked": sorted(blocked)}
     return rec, not res_done or over or judge.jobs >= judge.max_jobs
 
 
 def supervise(sock: socket.socket, zsock: socket.socket, uid: int | None, judge_mb: int, active: list[str],
-              tmp: str) -> None:
+              tmp: str, mem: cgroup.Memory | None = None) -> None:
     """The supervisor (a child of the zygote): serves the parent's jobs, one at a time."""
     die_with_parent()
     sock = socket.socket(fileno=sock.detach())  # the zygote uses bare _socket objects
@@ -284,7 +292,7 @@ def supervise(sock: socket.socket, zsock: socket.socket, uid: int | None, judge_
         except (EOFError, OSError):
             break
         try:
-            result, replace_judge = run_job(job, spare, fds[0], fds[1], judge, zygote_pid)
+            result, replace_judge = run_job(job, spare, fds[0], fds[1], judge, zygote_pid, mem)
         except Exception as e:  # noqa: BLE001 - keep serving; the parent sees an error for this job
             result, replace_judge = {"fatal": f"{type(e).__name__}: {e}"}, True
             try:
