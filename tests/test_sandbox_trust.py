@@ -121,3 +121,44 @@ def test_verify_check_says_what_the_memory_limit_covers(capsys):
     from codechat.sandbox.pool import protection_report
     line = next(ln for ln in protection_report([]) if "memory_cgroup" in ln)
     assert line.startswith("MISSING") and "address space" in line and "memfd" in line
+
+
+# --- the judge gives up root before it runs task code on program values -----------------------------------------
+EVAL = Task("probe", "", ["assert eval(probe()) == 'ok'"], "probe")  # a test that executes the program's text
+JUDGE_PROBE = '''(lambda os: (_ for _ in ()).throw(ValueError(repr({
+    "uid": os.getuid(), "euid": os.geteuid(), "pid": os.getpid(),
+    "status": {l.split(":")[0]: l.split(":")[1].strip() for l in open("/proc/self/status")
+               if l.split(":")[0] in ("CapEff", "CapPrm", "NoNewPrivs", "Seccomp")},
+    "procs": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
+    "tmp": os.listdir("/tmp"), "self": int(os.readlink("/proc/self")),
+}))))(__import__("os"))'''
+
+
+def judge_view(v) -> dict:
+    verdict = v.verify(EVAL, f"def probe():\n    return {JUDGE_PROBE!r}\n")
+    return eval(reported(verdict))
+
+
+@root_only
+def test_program_text_the_tests_evaluate_runs_without_root_or_privileges(verifier):
+    seen = judge_view(verifier)
+    assert seen["uid"] != 0 and seen["euid"] != 0, seen
+    assert int(seen["status"]["CapEff"], 16) == 0 and int(seen["status"]["CapPrm"], 16) == 0, seen
+    assert seen["status"]["NoNewPrivs"] == "1" and seen["status"]["Seccomp"] == "2", seen
+
+
+@root_only
+def test_the_judge_sees_no_other_process_and_not_the_programs_tmp(verifier):
+    seen = judge_view(verifier)
+    assert seen["pid"] == 1 and seen["procs"] == [seen["self"]], seen  # own PID namespace; /proc shows itself
+    assert seen["tmp"] == [], seen  # its own /tmp: the program's temp dir is not there
+
+
+@root_only
+def test_program_text_in_the_judge_cannot_signal_our_processes_or_open_network_sockets(verifier):
+    # signal 0 only checks permission: harmless whatever the outcome (a judge with root would reach this pid)
+    probe = f"__import__('os').kill({os.getpid()}, 0) or 'ok'"
+    verdict = verifier.verify(EVAL, f"def probe():\n    return {probe!r}\n")
+    assert not verdict.passed and verdict.error_type in ("ProcessLookupError", "PermissionError"), verdict.message
+    sock = verifier.verify(EVAL, "def probe():\n    return \"__import__('socket').socket(2, 1) and 'ok'\"\n")
+    assert not sock.passed and "Address family" in sock.message, sock.message

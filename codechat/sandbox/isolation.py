@@ -163,6 +163,11 @@ def sandbox_uid() -> int | None:
     return 1_000_000 + os.getpid() if os.geteuid() == 0 else None
 
 
+def judge_uid(zygote_pid: int) -> int:
+    """The judge's uid: above every `sandbox_uid` (pids stay below 2**22), so no program shares it."""
+    return 1_000_000 + (1 << 22) + zygote_pid
+
+
 def rlimits(lim: Limits) -> list[int]:
     """The program's rlimits as a flat list (resource, soft, hard, resource, ...), computed by the supervisor so
     that the forked child only has to apply them (`apply_rlimits`)."""

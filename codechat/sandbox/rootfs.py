@@ -179,19 +179,21 @@ def tmp_mounts() -> list[str]:
     return [p for p in found if not any(q != p and _under(p, q) for q in found)]
 
 
-def fresh_tmp(temp_dir: str, uid: int | None, carried: list[str]) -> None:
+def fresh_tmp(temp_dir: str | None, uid: int | None, carried: list[str], opts: str = TMP_OPTS) -> None:
     """Replace /tmp by a new, empty tmpfs holding only `temp_dir` (owned by `uid`) and the `carried` mounts
     (`tmp_mounts`, bound recursively: read-only stays read-only), and drop the old one whole. A new tmpfs is a
     new superblock: its inode numbers, free space and directory contents start over for every program, and
     nothing a program built in /tmp (deep trees, links, millions of names) is ever walked.
     Runs after every process of the previous program is gone; made aside (`STAGE`) and moved in."""
-    mount("tmpfs", STAGE, "tmpfs", MS_NOSUID | MS_NODEV, TMP_OPTS)
+    mount("tmpfs", STAGE, "tmpfs", MS_NOSUID | MS_NODEV, opts)
     for p in carried:
         target = STAGE + p[len("/tmp"):]
         os.makedirs(target, mode=0o755, exist_ok=True)
         mount(p, target, None, MS_BIND | MS_REC)
     umount("/tmp")
     mount(STAGE, "/tmp", None, MS_MOVE)
+    if temp_dir is None:  # (the judge's own /tmp, in its own mount namespace)
+        return
     os.mkdir(temp_dir, 0o700)
     if uid is not None:
         os.chown(temp_dir, uid, uid)
