@@ -162,3 +162,23 @@ def test_program_text_in_the_judge_cannot_signal_our_processes_or_open_network_s
     assert not verdict.passed and verdict.error_type in ("ProcessLookupError", "PermissionError"), verdict.message
     sock = verifier.verify(EVAL, "def probe():\n    return \"__import__('socket').socket(2, 1) and 'ok'\"\n")
     assert not sock.passed and "Address family" in sock.message, sock.message
+
+
+@root_only
+def test_program_text_that_patches_the_judge_does_not_judge_the_next_program(verifier):
+    # the evaluated text replaces the judge's test runner by one that always passes; the judge is replaced after
+    # any job whose tests can execute program values, so the wrong program after it still fails
+    patch = ("setattr(__import__('sys').modules['codechat.sandbox.modes'], 'run_tests', "
+             "lambda *a, **k: {'status': 'passed', 'tests_passed': 1}) or 'ok'")
+    first = verifier.verify(EVAL, f"def probe():\n    return {patch!r}\n")
+    assert first.passed  # (that job's own verdict is the program's to decide once its tests execute its text)
+    wrong = run(verifier, "return 'no'")
+    assert not wrong.passed and wrong.status == "failed", wrong
+
+
+def test_the_parent_decides_which_jobs_get_a_fresh_judge():
+    from codechat.sandbox.pool import Job, runs_program_text
+    assert runs_program_text(Job("tests", "", tests=["assert eval(f()) == 1"]))
+    assert runs_program_text(Job("tests", "", tests=["assert pickle.loads(f()) == 1"]))
+    assert runs_program_text(Job("stdio", "", stdio={"checker": "def check(i, o, e):\n    return eval(o) == 1"}))
+    assert not runs_program_text(Job("tests", "", tests=["assert f(1) == 2", "assert evaluate(3) == 1"]))

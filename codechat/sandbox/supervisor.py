@@ -316,7 +316,9 @@ def run_job(job: dict, spare: Spare, cand_r: int, judge_r: int, judge: JudgeProc
            "oom": mem is not None and mem.new_oom_kill(),
            "c_signal": c_signal, "judge": res if res_done else None, "duration_s": duration,
            "blocked": sorted(blocked)}
-    return rec, not res_done or over or judge.jobs >= judge.max_jobs
+    # a job whose tests may execute what the program sent (eval, pickle, ...) may have changed the judge itself:
+    # the next job gets a fresh one (the parent decides, from the tests' text: nothing the judge says counts)
+    return rec, not res_done or over or judge.jobs >= judge.max_jobs or bool(job.get("fresh_judge"))
 
 
 def supervise(sock: socket.socket, zsock: socket.socket, uid: int | None, judge_mb: int, active: list[str],
