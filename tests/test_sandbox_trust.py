@@ -10,6 +10,8 @@ import os
 import pytest
 
 from codechat.config import VerifierConfig
+from codechat.sandbox import cgroup
+from codechat.sandbox.pool import Job, protection_report, runs_program_text
 from codechat.tasks import Task
 from codechat.verifier.verify import Verifier
 
@@ -74,12 +76,7 @@ def test_a_program_sees_an_empty_tmp_and_the_next_one_too(verifier):
 
 
 # --- one memory limit for the whole process tree ----------------------------------------------------------------
-def _cgroups() -> bool:
-    from codechat.sandbox import cgroup
-    return cgroup.parent_dir() is not None
-
-
-cgroup_only = pytest.mark.skipif(not _cgroups(), reason="no writable memory cgroup here")
+cgroup_only = pytest.mark.skipif(cgroup.parent_dir() is None, reason="no writable memory cgroup here")
 
 
 @cgroup_only
@@ -118,7 +115,6 @@ def test_memfds_and_tmp_files_count_against_the_memory_limit(verifier):
 
 
 def test_verify_check_says_what_the_memory_limit_covers(capsys):
-    from codechat.sandbox.pool import protection_report
     line = next(ln for ln in protection_report([]) if "memory_cgroup" in ln)
     assert line.startswith("MISSING") and "address space" in line and "memfd" in line
 
@@ -177,7 +173,6 @@ def test_program_text_that_patches_the_judge_does_not_judge_the_next_program(ver
 
 
 def test_the_parent_decides_which_jobs_get_a_fresh_judge():
-    from codechat.sandbox.pool import Job, runs_program_text
     assert runs_program_text(Job("tests", "", tests=["assert eval(f()) == 1"]))
     assert runs_program_text(Job("tests", "", tests=["assert pickle.loads(f()) == 1"]))
     assert runs_program_text(Job("stdio", "", stdio={"checker": "def check(i, o, e):\n    return eval(o) == 1"}))

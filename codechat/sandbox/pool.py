@@ -26,23 +26,10 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from codechat.sandbox import cgroup, wire
+from codechat.sandbox.protections import (ALL_PROTECTIONS, ALWAYS, PROTECTIONS,  # noqa: F401 (re-exported)
+                                           missing_protections_message, protection_report)
 from codechat.sandbox.isolation import Limits
 
-PROTECTIONS = {  # what each layer a zygote reports as active does (`codechat verify --check` prints these)
-    "network": "network namespace: no interfaces, not even loopback",
-    "fresh_root": "fresh root: Python and site-packages read-only, own /proc, /dev, /tmp; no host files, "
-                  "no codechat tasks or checkout",
-    "pid_namespace": "PID namespace per program: everything it started dies with it",
-    "ipc_namespace": "IPC namespace per program: no SysV or POSIX IPC objects shared or kept",
-    "own_uid": "own unprivileged uid per worker: process cap, no signals or ptrace to ours, no root-only files",
-    "seccomp": "seccomp filter: no ptrace, mount, namespaces, bpf, perf, keyrings, kexec, modules; "
-               "sockets AF_UNIX only",
-    "memory_cgroup": "memory cgroup per worker: memory_mb holds for all of a program's processes together, "
-                     "its /tmp files and memfds; without it memory_mb is each process's address space only "
-                     "(x nproc processes), /tmp is capped at 256 MiB, unmapped memfds are not counted",
-}
-ALL_PROTECTIONS = tuple(PROTECTIONS)
-ALWAYS = "rlimits, own session, scrubbed env, temp cwd, separate judge process"
 _END = object()
 _warned = False
 
@@ -257,21 +244,6 @@ def _merge(raw: dict | None) -> RunResult:
                      cpu_s=float(cpu) if type(cpu) in (int, float) else 0.0,
                      outputs=outputs if isinstance(outputs, list) else [],
                      errors=errors if isinstance(errors, list) else [], **base)
-
-
-def missing_protections_message(active: list[str]) -> str | None:
-    """The one warning printed when some protection is unavailable here, or None when all are active."""
-    missing = [p for p in ALL_PROTECTIONS if p not in active]
-    if not missing:
-        return None
-    return (f"codechat sandbox: reduced isolation on this machine; active: {', '.join(active) or 'none'} "
-            f"(+ always: {ALWAYS}); missing: {', '.join(missing)}")
-
-
-def protection_report(active: list[str]) -> list[str]:
-    """One line per protection: active or missing, and what it does (`codechat verify --check`)."""
-    lines = [f"{'active ' if p in active else 'MISSING'} {p:<14} {d}" for p, d in PROTECTIONS.items()]
-    return lines + [f"always  {'basics':<14} {ALWAYS}"]
 
 
 class SandboxPool:

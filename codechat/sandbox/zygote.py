@@ -78,7 +78,7 @@ def serve(sock: _socket.socket) -> None:
     ctypes.CDLL(None).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     uid = isolation.sandbox_uid()
     if uid is not None:
-        active.append("own_uid")
+        active += ["own_uid", "judge_unprivileged"]  # (the supervisor's judge drops to its own uid: JudgeProc)
     if seccomp.prepare():
         procs._SECCOMP = True
         active.append("seccomp")
