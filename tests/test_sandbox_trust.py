@@ -177,3 +177,22 @@ def test_the_parent_decides_which_jobs_get_a_fresh_judge():
     assert runs_program_text(Job("tests", "", tests=["assert pickle.loads(f()) == 1"]))
     assert runs_program_text(Job("stdio", "", stdio={"checker": "def check(i, o, e):\n    return eval(o) == 1"}))
     assert not runs_program_text(Job("tests", "", tests=["assert f(1) == 2", "assert evaluate(3) == 1"]))
+
+
+@cgroup_only
+def test_cgroups_left_by_a_killed_parent_are_removed_by_the_next_pool():
+    parent, _ = cgroup.parent_dir()
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)  # a pid no process has now
+    stale = [os.path.join(parent, f"codechat-{pid}"), os.path.join(parent, f"codechat-{pid}-sup")]
+    for d in stale:
+        os.mkdir(d)
+    mine = cgroup.create(os.getpid())
+    try:
+        assert mine is not None and not any(os.path.isdir(d) for d in stale)
+        assert os.path.isdir(mine["path"]) and os.path.isdir(mine["sup"])
+    finally:
+        cgroup.remove(mine)
+    assert not os.path.isdir(mine["path"])

@@ -5,8 +5,10 @@ memory no process maps (a memfd, a file in /tmp) is in nobody's address space. A
 charged to its processes - anonymous memory of every child, tmpfs and memfd pages, page tables - against one limit.
 
 Layout (cgroup v2 where its memory controller is enabled, else the v1 memory hierarchy):
-  <the parent's memory cgroup>/codechat-<zygote pid>   made by the parent (`create`), removed when the zygote
-                                                        is gone (`remove`); its limit is the job's `memory_mb`
+  <the parent's memory cgroup>/codechat-<zygote pid>      made by the parent (`create`), removed when the zygote
+                                                           is gone (`remove`); its limit is the job's `memory_mb`
+  <the parent's memory cgroup>/codechat-<zygote pid>-sup  the supervisor and its judge (no limit set: a leaf,
+                                                           so cgroup v2's no-processes-in-inner-nodes rule holds)
 The zygote joins it once at start (before its namespaces), so every program it forks starts inside it: no
 migration per program (moving a process between cgroups takes ~10 ms here, three times a whole program). The
 supervisor leaves it right after it is forked (its judge, forked by it, is never inside). The zygote's own
@@ -18,6 +20,8 @@ replaces), and the supervisor reads the cgroup's oom_kill count after each progr
 program whose process was killed for memory and did not pass is `memory`.
 
 Not covered: kernel memory the kernel does not charge to cgroups; memory of the judge (its own RLIMIT_AS).
+cgroup v2 needs the memory controller enabled for the children of the parent's cgroup (`cgroup.subtree_control`;
+true of the root cgroup or a delegated subtree whose processes sit in leaves), else `--check` reports it missing.
 """
 from __future__ import annotations
 
@@ -56,28 +60,51 @@ def create(zygote_pid: int) -> dict | None:
     if found is None:
         return None
     parent, version = found
+    _sweep(parent)
     path = f"{parent}/codechat-{zygote_pid}"
+    cg = {"path": path, "sup": path + "-sup", "version": version}
     try:
-        os.mkdir(path)
         if version == 2:  # the memory controller must be enabled for the parent's children
             with open(f"{parent}/cgroup.subtree_control") as f:
                 if "memory" not in f.read().split():
-                    return _give_up(path)
+                    return None
+        os.mkdir(path)
+        os.mkdir(cg["sup"])
     except OSError:
-        return _give_up(path)
-    return {"path": path, "parent": parent, "version": version}
+        remove(cg)
+        return None
+    return cg
 
 
-def _give_up(path: str) -> None:
-    remove({"path": path})
-    return None
+def _sweep(parent: str) -> None:
+    """Remove the cgroups of zygotes that are gone without their parent removing them (a killed trainer):
+    only those whose zygote pid is not alive (rmdir fails anyway while a process is inside)."""
+    try:
+        names = [n for n in os.listdir(parent) if n.startswith("codechat-")]
+    except OSError:
+        return
+    for name in names:
+        pid = name[len("codechat-"):].removesuffix("-sup")
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue  # alive (or a pid we may not signal): not ours to judge
+        except ProcessLookupError:
+            pass
+        except OSError:
+            continue
+        try:
+            os.rmdir(os.path.join(parent, name))
+        except OSError:
+            pass
 
 
 def remove(cg: dict | None) -> None:
-    """Remove the zygote's cgroup once no process is left in it (the parent, after the zygote exited)."""
-    if cg:
+    """Remove the zygote's cgroups once no process is left in them (the parent, after the zygote exited)."""
+    for key in ("path", "sup") if cg else ():
         try:
-            os.rmdir(cg["path"])
+            os.rmdir(cg[key])
         except OSError:
             pass
 
@@ -90,7 +117,7 @@ class Memory:
         p, v = cg["path"], cg["version"]
         self.version = v
         self.procs = os.open(f"{p}/cgroup.procs", os.O_WRONLY | flags)
-        self.parent_procs = os.open(f"{cg['parent']}/cgroup.procs", os.O_WRONLY | flags)
+        self.sup_procs = os.open(f"{cg['sup']}/cgroup.procs", os.O_WRONLY | flags)
         if v == 2:
             self.limit = os.open(f"{p}/memory.max", os.O_WRONLY | flags)
             self.swap = _open_maybe(f"{p}/memory.swap.max", os.O_WRONLY | flags)
@@ -107,8 +134,8 @@ class Memory:
         os.write(self.procs, b"0")
 
     def leave(self) -> None:
-        """Move the calling process (the supervisor, just forked) back to the parent's cgroup."""
-        os.write(self.parent_procs, b"0")
+        """Move the calling process (the supervisor, just forked) to the supervisor's cgroup."""
+        os.write(self.sup_procs, b"0")
 
     def set_limit(self, nbytes: int) -> None:
         """The limit for the next program (written only when it changes); no swap beyond it."""

@@ -161,7 +161,7 @@ class Zygote:
             pass
         for _ in range(50):  # the zygote's last programs die with it (parent-death signal): then it is empty
             cgroup.remove(self.cgroup)
-            if self.cgroup is None or not os.path.isdir(self.cgroup["path"]):
+            if self.cgroup is None or not any(os.path.isdir(self.cgroup[k]) for k in ("path", "sup")):
                 break
             time.sleep(0.02)
 

@@ -103,7 +103,7 @@ def serve(sock: _socket.socket) -> None:
 def _supervisor_main(zsock, sock, ssock, uid, judge_mb, active, tmp, mem) -> None:
     zsock.close()
     if mem is not None:  # out of the programs' cgroup, and back to a normal OOM score (the judge inherits both)
-        mem.leave()
+        mem.leave()  # (raises if it cannot: the pool then reports the zygote broken, nothing runs unlimited)
         try:
             cgroup.set_oom_score("self", 0)
         except OSError:
