@@ -35,7 +35,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", help="where to write one verdict per completion line (JSONL)")
     p.add_argument("--workers", type=int, default=None, help="sandbox workers (default: one per CPU core)")
     p.add_argument("--timeout", type=float, default=None, help="wall-clock seconds per program (default 5)")
-    p.add_argument("--memory-mb", type=int, default=None, help="address-space limit per program (default 1024)")
+    p.add_argument("--memory-mb", type=int, default=None, help="memory limit per program, all its processes "
+                   "together where a memory cgroup is available, else per process (default 1024; see --check)")
     p.add_argument("--percent", choices=["both", "ratio", "number"], default=None,
                    help="answer tasks: 50%% means 0.5 (ratio), 50 (number) or either (both, the default)")
     p.add_argument("--numbers", choices=["strict", "lenient"], default=None,
@@ -48,6 +49,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "function tasks: --timeout and --test-timeout)")
     p.add_argument("--test-timeout", type=float, default=None, metavar="S",
                    help="function tasks: limit per test; a test past it fails as timeout, the others still run")
+    p.add_argument("--total-timeout-s", type=float, default=None, metavar="S",
+                   help="stdin/stdout tasks: limit on a completion's summed test time (default 60, 0 = none)")
+    p.add_argument("--stop-at-first-failure", action="store_true",
+                   help="stdin/stdout tasks: run no test after a completion's first failing one")
     p.add_argument("--repos", help="repository tasks: directory holding the SWE-bench checkouts (owner__name)")
     p.add_argument("--check", action="store_true", help="start one sandbox worker and print the protections "
                                                         "active on this machine, one per line")
@@ -72,6 +77,12 @@ def _config(args):
         if not args.test_timeout > 0:
             raise CodechatError(f"--test-timeout must be positive, got {args.test_timeout}")
         cfg.test_timeout_s = args.test_timeout
+    total = getattr(args, "total_timeout_s", None)
+    if total is not None:
+        if not total >= 0:
+            raise CodechatError(f"--total-timeout-s must be >= 0 (0 = none), got {total}")
+        cfg.total_timeout_s = total
+    cfg.stop_at_first_failure = bool(getattr(args, "stop_at_first_failure", False))
     if args.percent:
         cfg.answer.percent = args.percent
     if args.numbers:

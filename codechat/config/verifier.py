@@ -36,9 +36,10 @@ class VerifierConfig:
     allows 3x the limit + 1 s (function tasks: 5x + 2 s)."""
     stop_at_first_failure: bool = False
     """stdin/stdout tasks: run no test after the first failing one (tests after it count as not passed)."""
-    total_timeout_s: float = 0.0
+    total_timeout_s: float = 60.0
     """stdin/stdout tasks: limit on the summed time of all tests of one completion (0 = none); tests past it
-    count as not passed and the verdict is `timeout`."""
+    count as not passed (and are not started) and the verdict is `timeout`. Bounded by default: a looping
+    program on a task with 201 tests would otherwise cost 201 x the per-test limit."""
     answer: AnswerConfig = field(default_factory=lambda: AnswerConfig())
     """How answer (math) tasks are judged: extraction order, percent rule, tolerance, time limit."""
     dedup: bool = True

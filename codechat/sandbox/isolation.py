@@ -163,6 +163,11 @@ def sandbox_uid() -> int | None:
     return 1_000_000 + os.getpid() if os.geteuid() == 0 else None
 
 
+def judge_uid(zygote_pid: int) -> int:
+    """The judge's uid: above every `sandbox_uid` (pids stay below 2**22), so no program shares it."""
+    return 1_000_000 + (1 << 22) + zygote_pid
+
+
 def rlimits(lim: Limits) -> list[int]:
     """The program's rlimits as a flat list (resource, soft, hard, resource, ...), computed by the supervisor so
     that the forked child only has to apply them (`apply_rlimits`)."""
@@ -223,8 +228,9 @@ def reap_uid(uid: int | None, pgid: int) -> None:
     os.waitpid(pid, 0)
 
 
-def clean_scratch(uid: int | None, keep: str = "") -> bool:
-    """Remove what the uid left in the shared scratch dirs (except `keep`); True if it had written there."""
+def clean_scratch(uid: int | None, keep: str = "", remove: bool = True) -> bool:
+    """Remove what the uid left in the shared scratch dirs (except `keep`); True if it had written there.
+    `remove=False`: only report (with a fresh root the whole /tmp is dropped before the next program)."""
     found = False
     if uid is None:
         return False
@@ -237,6 +243,8 @@ def clean_scratch(uid: int | None, keep: str = "") -> bool:
             try:
                 if e.path != keep and e.stat(follow_symlinks=False).st_uid == uid:
                     found = True
+                    if not remove:
+                        return True
                     rmtree(e.path) if e.is_dir(follow_symlinks=False) else os.unlink(e.path)
             except OSError:
                 pass

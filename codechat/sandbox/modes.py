@@ -46,7 +46,7 @@ def _task_code(ns: dict, chan: Channel, job: dict) -> dict | None:
     return None
 
 
-def run_tests(chan: Channel, entries: list, job: dict, cand_pid: int = 0, started: float = 0.0) -> dict:
+def run_tests(chan: Channel, entries: list, job: dict, cand_stat: int = -1, started: float = 0.0) -> dict:
     hits = [0]
 
     def hit() -> None:
@@ -64,7 +64,7 @@ def run_tests(chan: Channel, entries: list, job: dict, cand_pid: int = 0, starte
     chan.shared = frozenset(v for v in ns.values() if judge_objects.task_class(ns, getattr(v, "__name__", "")) is v)
     program = {n for n, v in bound.items() if ns.get(n) is v}  # still the program's after the task's code ran
     ns["__codechat_assert_hit__"] = hit
-    clock = TimeLimits(job["time_limits"], cand_pid, started) if job.get("time_limits") else None
+    clock = TimeLimits(job["time_limits"], cand_stat, started) if job.get("time_limits") else None
     results = []
     for i, src in enumerate(job["tests"]):
         if clock is not None:
@@ -208,9 +208,9 @@ def run_calls(chan: Channel, entries: list, job: dict) -> dict:
 MODES = {"tests": run_tests, "io": run_io, "call": run_calls}
 
 
-def judge(sock_fd: int, payload_fd: int, max_bytes: int, cand_pid: int = 0) -> bytes:
+def judge(sock_fd: int, payload_fd: int, max_bytes: int, cand_stat: int = -1) -> bytes:
     """One job in the judge: read the tests, wait for the program to load, run the mode; returns the record.
-    `cand_pid`: the program's pid here (0: unknown), for its CPU time under time limits."""
+    `cand_stat`: an fd of the program's /proc/PID/stat (-1: none), for its CPU time under time limits."""
     started = time.monotonic()
     job = pickle.loads(wire.recv(payload_fd, 1 << 30))  # written by the parent: trusted
     if job["mode"] == "stdio" and (job.get("stdio") or {}).get("capture"):  # return stdout, judge nothing
@@ -234,7 +234,7 @@ def judge(sock_fd: int, payload_fd: int, max_bytes: int, cand_pid: int = 0) -> b
                       "_TimeLimit": "timeout"}.get(etype, "error")  # (the soft CPU limit hit while loading)
             result = {"status": status, "error_type": etype, "message": msg[:300]}
         elif kind == "loaded":
-            result = run_tests(chan, body, job, cand_pid, started) if job["mode"] == "tests" else MODES[job["mode"]](chan, body, job)
+            result = run_tests(chan, body, job, cand_stat, started) if job["mode"] == "tests" else MODES[job["mode"]](chan, body, job)
         else:
             result = {"status": "error", "error_type": "ProtocolError", "message": body}
     result.setdefault("tests_passed", 0)

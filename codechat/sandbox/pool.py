@@ -11,6 +11,7 @@ import marshal
 import os
 import pickle
 import queue
+import re
 import select
 import signal
 import socket
@@ -24,21 +25,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from codechat.sandbox import wire
+from codechat.sandbox import cgroup, wire
+from codechat.sandbox.protections import (ALL_PROTECTIONS, ALWAYS, PROTECTIONS,  # noqa: F401 (re-exported)
+                                           missing_protections_message, protection_report)
 from codechat.sandbox.isolation import Limits
 
-PROTECTIONS = {  # what each layer a zygote reports as active does (`codechat verify --check` prints these)
-    "network": "network namespace: no interfaces, not even loopback",
-    "fresh_root": "fresh root: Python and site-packages read-only, own /proc, /dev, /tmp; no host files, "
-                  "no codechat tasks or checkout",
-    "pid_namespace": "PID namespace per program: everything it started dies with it",
-    "ipc_namespace": "IPC namespace per program: no SysV or POSIX IPC objects shared or kept",
-    "own_uid": "own unprivileged uid per worker: process cap, no signals or ptrace to ours, no root-only files",
-    "seccomp": "seccomp filter: no ptrace, mount, namespaces, bpf, perf, keyrings, kexec, modules; "
-               "sockets AF_UNIX only",
-}
-ALL_PROTECTIONS = tuple(PROTECTIONS)
-ALWAYS = "rlimits, own session, scrubbed env, temp cwd, separate judge process"
 _END = object()
 _warned = False
 
@@ -103,7 +94,8 @@ class Zygote:
         child.close()
         self.sock = parent
         self.sock.settimeout(60)
-        msg = json.dumps({"hide_paths": list(hide_paths)}).encode()  # (the zygote does not import pickle)
+        self.cgroup = cgroup.create(self.proc.pid)  # (the zygote joins it before it leaves the host's /sys)
+        msg = json.dumps({"hide_paths": list(hide_paths), "cgroup": self.cgroup}).encode()  # (no pickle there)
         self.sock.sendall(struct.pack(">I", len(msg)) + msg)
         hello = pickle.loads(self._recv())
         self.active: list[str] = hello["active"]
@@ -119,8 +111,9 @@ class Zygote:
         cand_r, cand_w = os.pipe()
         judge_r, judge_w = os.pipe()
         try:
-            ctl = pickle.dumps({k: getattr(job, k) for k in ("mode", "timeout_s", "limits", "max_output_bytes",
-                                                               "max_result_bytes")})
+            ctl = {k: getattr(job, k) for k in ("mode", "timeout_s", "limits", "max_output_bytes", "max_result_bytes")}
+            ctl["fresh_judge"] = runs_program_text(job)
+            ctl = pickle.dumps(ctl)
             self.sock.settimeout(job.timeout_s + 30)
             socket.send_fds(self.sock, [struct.pack(">I", len(ctl)) + ctl], [cand_r, judge_r])
             os.close(cand_r)
@@ -166,6 +159,26 @@ class Zygote:
             self.proc.wait()
         except OSError:
             pass
+        for _ in range(50):  # the zygote's last programs die with it (parent-death signal): then it is empty
+            cgroup.remove(self.cgroup)
+            if self.cgroup is None or not any(os.path.isdir(self.cgroup[k]) for k in ("path", "sup")):
+                break
+            time.sleep(0.02)
+
+
+_CODE_FROM_DATA = re.compile(r"\b(?:eval|exec|compile|loads?|__import__|import_module|FunctionType|CodeType|"
+                             r"literal_eval|unpickle|Unpickler|load_module|getattr)\b")
+"""Names through which a test can execute, or import, what the program returned (text, bytes, names)."""
+
+
+def runs_program_text(job: Job) -> bool:
+    """Whether the job's task code (tests, setup, prelude, checker) may execute values the program chose: then
+    that code can change the judge itself, so the judge is replaced after this job. Decided here from the
+    task's text (trusted), never by the judge; over-matching only costs a judge restart (a few ms)."""
+    if job.mode not in ("tests", "io", "call", "stdio"):
+        return True
+    text = "\n".join([job.setup, job.prelude, *map(str, job.tests), str(job.stdio.get("checker") or "")])
+    return _CODE_FROM_DATA.search(text) is not None
 
 
 def _write_quietly(fd: int, data: bytes) -> None:
@@ -208,8 +221,9 @@ def _merge(raw: dict | None) -> RunResult:
         return RunResult("output_limit", None, "output exceeded the cap", **base)
     if raw["timed_out"] or raw["c_signal"] == signal.SIGXCPU:
         return RunResult("timeout", None, "time limit reached", **base)
+    oom = RunResult("memory", "MemoryError", "the program's processes went over the memory limit", **base)
     if raw["judge"] is None:
-        return RunResult("error", "JudgeError", "the judge produced no result", **base)
+        return oom if raw.get("oom") else RunResult("error", "JudgeError", "the judge produced no result", **base)
     try:
         (n,) = struct.unpack(">I", raw["judge"][:4])
         rec = wire.loads(raw["judge"][4:4 + n])
@@ -217,6 +231,8 @@ def _merge(raw: dict | None) -> RunResult:
         return RunResult("error", "JudgeError", "unreadable judge result", **base)
     if not isinstance(rec, dict) or rec.get("status") not in _STATUSES:
         return RunResult("error", "JudgeError", "malformed judge result", **base)
+    if raw.get("oom") and rec["status"] not in ("passed", "ok"):  # killed for memory: that is why it failed
+        return oom
     msg = wire.cut(rec.get("message") or "", MAX_MESSAGE)
     etype = rec.get("error_type")
     etype = None if etype is None else wire.cut(etype, MAX_ERROR_TYPE)
@@ -228,21 +244,6 @@ def _merge(raw: dict | None) -> RunResult:
                      cpu_s=float(cpu) if type(cpu) in (int, float) else 0.0,
                      outputs=outputs if isinstance(outputs, list) else [],
                      errors=errors if isinstance(errors, list) else [], **base)
-
-
-def missing_protections_message(active: list[str]) -> str | None:
-    """The one warning printed when some protection is unavailable here, or None when all are active."""
-    missing = [p for p in ALL_PROTECTIONS if p not in active]
-    if not missing:
-        return None
-    return (f"codechat sandbox: reduced isolation on this machine; active: {', '.join(active) or 'none'} "
-            f"(+ always: {ALWAYS}); missing: {', '.join(missing)}")
-
-
-def protection_report(active: list[str]) -> list[str]:
-    """One line per protection: active or missing, and what it does (`codechat verify --check`)."""
-    lines = [f"{'active ' if p in active else 'MISSING'} {p:<14} {d}" for p, d in PROTECTIONS.items()]
-    return lines + [f"always  {'basics':<14} {ALWAYS}"]
 
 
 class SandboxPool:

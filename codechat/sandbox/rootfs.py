@@ -10,8 +10,9 @@ before any program is forked; the zygote, its supervisor, its judge and every pr
   /dev/null, zero, full, random, urandom   the host's nodes; /dev/fd and stdio links; /dev/shm -> /tmp
   /proc                          a new proc instance, hidepid=invisible + subset=pid: a program sees only the
                                  processes of its own uid, and no system-wide files (/proc/sys, kallsyms, ...)
-  /tmp                           a tmpfs per zygote (mode 1777; /var/tmp -> /tmp), cleaned after each program;
-                                 the program's temp dir under it is a tmpfs of its own, made afresh per program
+  /tmp                           a fresh tmpfs per program (mode 1777; /var/tmp and /dev/shm -> /tmp), holding
+                                 the program's temp dir (`fresh_tmp`): no file, inode number or free-space count
+                                 of one program's /tmp reaches the next
 Everything else of the host (/etc, /home, /root, /run, /var, /work, caches with tokens) does not exist there.
 The root itself is a read-only tmpfs. Built with pivot_root; the old root is detached.
 
@@ -26,13 +27,14 @@ import os
 import sys
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
-MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 0x20, 0x1000, 0x4000, 0x40000
+MS_REMOUNT, MS_BIND, MS_MOVE, MS_REC, MS_PRIVATE = 0x20, 0x1000, 0x2000, 0x4000, 0x40000
 MNT_DETACH = 2
 SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
 SYSTEM_DIRS = ("/usr", "/lib", "/lib64", "/lib32", "/libx32", "/bin", "/sbin")
 DEVICES = ("null", "zero", "full", "random", "urandom")
 VISIBLE_PACKAGES = ("sandbox",)  # subpackages of codechat visible inside (the candidate and judge import them)
 TMP_OPTS = "mode=1777,size=256m,nr_inodes=16384"
+STAGE = "/.tmp-next"  # where the next program's /tmp is made before it is moved onto /tmp (`fresh_tmp`)
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -131,7 +133,7 @@ def build_root(package_dir: str, hide_paths: tuple[str, ...] = (), binds: tuple[
     root = "/tmp"  # any existing dir serves as the mount point: every host path is reached through `handles`
     mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=4m,nr_inodes=4096")
     try:
-        for d in ("proc", "tmp", "dev", "var"):
+        for d in ("proc", "tmp", "dev", "var", STAGE[1:]):
             os.mkdir(f"{root}/{d}", 0o755)
         # /tmp first: a Python or codechat under the host's /tmp (a clone, a venv) is bound inside it
         mount("tmpfs", f"{root}/tmp", "tmpfs", MS_NOSUID | MS_NODEV, TMP_OPTS)
@@ -165,13 +167,33 @@ def build_root(package_dir: str, hide_paths: tuple[str, ...] = (), binds: tuple[
     return exposed
 
 
-def fresh_dir(path: str, uid: int | None) -> None:
-    """Make `path` (under the sandbox's /tmp) an empty tmpfs owned by `uid`, dropping the previous one whole:
-    nothing a program built there (deep trees, links, millions of names) is ever walked."""
-    try:
-        umount(path)
-    except OSError:
-        pass
-    os.makedirs(path, mode=0o700, exist_ok=True)
-    owner = f",uid={uid},gid={uid}" if uid is not None else ""
-    mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, f"mode=0700,size=256m,nr_inodes=16384{owner}")
+def tmp_mounts() -> list[str]:
+    """Mount points directly under /tmp in this root (a Python or codechat under the host's /tmp is bound there:
+    `build_root`); `fresh_tmp` carries them over to each new /tmp."""
+    found = []
+    with open("/proc/self/mountinfo", "rb") as f:
+        for line in f:
+            point = line.split()[4].decode()
+            if point.startswith("/tmp/"):
+                found.append(point)
+    return [p for p in found if not any(q != p and _under(p, q) for q in found)]
+
+
+def fresh_tmp(temp_dir: str | None, uid: int | None, carried: list[str], opts: str = TMP_OPTS) -> None:
+    """Replace /tmp by a new, empty tmpfs holding only `temp_dir` (owned by `uid`) and the `carried` mounts
+    (`tmp_mounts`, bound recursively: read-only stays read-only), and drop the old one whole. A new tmpfs is a
+    new superblock: its inode numbers, free space and directory contents start over for every program, and
+    nothing a program built in /tmp (deep trees, links, millions of names) is ever walked.
+    Runs after every process of the previous program is gone; made aside (`STAGE`) and moved in."""
+    mount("tmpfs", STAGE, "tmpfs", MS_NOSUID | MS_NODEV, opts)
+    for p in carried:
+        target = STAGE + p[len("/tmp"):]
+        os.makedirs(target, mode=0o755, exist_ok=True)
+        mount(p, target, None, MS_BIND | MS_REC)
+    umount("/tmp")
+    mount(STAGE, "/tmp", None, MS_MOVE)
+    if temp_dir is None:  # (the judge's own /tmp, in its own mount namespace)
+        return
+    os.mkdir(temp_dir, 0o700)
+    if uid is not None:
+        os.chown(temp_dir, uid, uid)

@@ -18,7 +18,7 @@ import _socket
 import struct
 import time
 
-from codechat.sandbox import candidate, isolation, modes, procs, rootfs, wire
+from codechat.sandbox import candidate, cgroup, isolation, modes, procs, rootfs, seccomp, wire
 from codechat.sandbox.procs import _LIMITS, _REPLY, _REQ, _child_fds, _fork, _kill, die_with_parent
 
 
@@ -64,13 +64,14 @@ class Spare:
     """A candidate process forked ahead of time (by the zygote, on the supervisor's request), waiting for its job.
     Its pid is read from the zygote's reply when first needed."""
 
-    def __init__(self, uid: int | None, forker: Forker, tmp: str, tmpfs: bool = False, pid_ns: bool = False):
+    def __init__(self, uid: int | None, forker: Forker, tmp: str, tmpfs: list[str] | None = None,
+                 pid_ns: bool = False):
         self.uid = uid
         self.forker = forker
         self.tmp = tmp  # the same path for every program of this zygote, removed after each (see spare_dir)
-        self.tmpfs = tmpfs  # the temp dir is a tmpfs of its own, dropped whole after each program (fresh root)
-        if tmpfs:
-            rootfs.fresh_dir(tmp, uid)
+        self.tmpfs = tmpfs is not None  # /tmp is a new tmpfs for each program (fresh root): `tmpfs` carried over
+        if tmpfs is not None:
+            rootfs.fresh_tmp(tmp, uid, tmpfs)
         else:
             try:
                 os.mkdir(tmp, 0o700)
@@ -124,25 +125,42 @@ class Spare:
             os.close(fd)
         self.sj.close()
         self.ctl.close()
-        if not self.tmpfs:  # (a tmpfs temp dir is dropped by the next Spare: one umount, no walk)
+        if not self.tmpfs:  # (with a fresh root the next Spare drops the whole /tmp: one umount, no walk)
             isolation.rmtree(self.tmp)
 
 
 class JudgeProc:
     """The judge: a long-lived child that runs tests for one job at a time. It never runs program code, so it
-    is reused across jobs; it is replaced after a timeout, an output overflow, or `max_jobs` jobs."""
+    is reused across jobs; it is replaced after a timeout, an output overflow, or `max_jobs` jobs.
+
+    Task code runs here on the program's values (a test may `eval` what the program returned), so once its
+    setup is done the judge gives up root (`_drop_root`): process 1 of its own PID namespace (everything it
+    starts dies with it; it sees no other process), its own IPC and mount namespaces with a /tmp of its own,
+    a uid no program shares (`isolation.judge_uid`), rlimits, no_new_privs and the programs' seccomp filter."""
     max_jobs = 500
 
-    def __init__(self, memory_mb: int):
+    def __init__(self, memory_mb: int, uid: int | None = None, carried: list[str] | None = None):
         self.sock, child = socket.socketpair()
         parent_sock = self.sock
-        self.pid = _fork(lambda: (parent_sock.close(), _judge_server(child, memory_mb)))
+        own_pidns = uid is not None and bool(isolation.PROGRAM_NS)
+        if own_pidns and procs._unshare(isolation.CLONE_NEWPID) != 0:
+            raise OSError("cannot make a PID namespace for the judge")
+        try:
+            self.pid = _fork(lambda: (parent_sock.close(), _judge_server(child, memory_mb, uid, carried)))
+        finally:  # back home: the next judge or reaper is forked here again
+            if own_pidns and procs._setns(isolation.OWN_PIDNS_FD, isolation.CLONE_NEWPID) != 0:
+                raise OSError("cannot return to the supervisor's PID namespace")
         child.close()
         self.jobs = 0
+        # wait until it is in its own mount namespace: until then its /tmp setup and ours (Spare) would share one
+        if self.sock.recv(1) != b"R":
+            self.kill()
+            raise OSError("the judge failed to give up root")
 
-    def submit(self, sj: int, judge_r: int, max_bytes: int, cand_pid: int) -> None:
+    def submit(self, sj: int, judge_r: int, max_bytes: int, cand_stat: int) -> None:
         self.jobs += 1
-        socket.send_fds(self.sock, [_JOB_HEAD.pack(max_bytes, cand_pid)], [sj, judge_r])
+        fds = [sj, judge_r] + ([cand_stat] if cand_stat >= 0 else [])
+        socket.send_fds(self.sock, [_JOB_HEAD.pack(max_bytes, cand_stat >= 0)], fds)
 
     def kill(self) -> None:
         _kill(self.pid)
@@ -151,10 +169,32 @@ class JudgeProc:
 
 
 _JOB_HEAD = struct.Struct(">II")
-"""supervisor -> judge per job: the result cap, the program's pid (its CPU time, under time limits)."""
+"""supervisor -> judge per job: the result cap, whether the program's /proc/PID/stat comes as a third fd (its
+CPU time, under time limits: /proc hides the program from the judge's uid)."""
+JUDGE_TMP_OPTS = "mode=1777,size=64m,nr_inodes=4096"
+JUDGE_RLIMITS = ((resource.RLIMIT_NPROC, 256), (resource.RLIMIT_NOFILE, 256), (resource.RLIMIT_CORE, 0),
+                 (resource.RLIMIT_FSIZE, 64 << 20))
 
 
-def _judge_server(sock: socket.socket, memory_mb: int) -> None:
+def _drop_root(uid: int, carried: list[str] | None) -> None:
+    """The judge's setup is done: give up root for good (see JudgeProc). Raises if any step fails: a judge
+    that kept root must not run tests."""
+    if procs._unshare(isolation.CLONE_NEWNS | isolation.CLONE_NEWIPC) != 0:
+        raise OSError("cannot make mount and IPC namespaces for the judge")
+    if carried is not None:  # a /tmp of its own, unseen by programs (and theirs unseen here)
+        rootfs.fresh_tmp(None, uid, carried, JUDGE_TMP_OPTS)
+    for res, n in JUDGE_RLIMITS:
+        resource.setrlimit(res, (n, n))
+    isolation.drop_privileges(uid)
+    if os.getuid() != uid or os.geteuid() != uid:
+        raise OSError("the judge still runs as root")
+    die_with_parent()  # (setuid cleared it)
+    if procs._SECCOMP and not seccomp.install(procs._prctl):
+        raise OSError("cannot install the seccomp filter in the judge")
+
+
+def _judge_server(sock: socket.socket, memory_mb: int, uid: int | None = None, carried: list[str] | None = None
+                  ) -> None:
     os.setpgid(0, 0)
     die_with_parent()
     devnull = os.open(os.devnull, os.O_RDWR)
@@ -165,14 +205,17 @@ def _judge_server(sock: socket.socket, memory_mb: int) -> None:
     # Address space only: the judge runs trusted tests, but decodes values the program chose.
     resource.setrlimit(resource.RLIMIT_AS, (memory_mb << 20, memory_mb << 20))
     os.environ.clear()
+    if uid is not None:
+        _drop_root(uid, carried)
+    sock.sendall(b"R")  # ready (JudgeProc waits for it)
     while True:
-        head, fds, _, _ = socket.recv_fds(sock, _JOB_HEAD.size, 2)
+        head, fds, _, _ = socket.recv_fds(sock, _JOB_HEAD.size, 3)
         if not head:
             return
         head += recv_exact(sock, _JOB_HEAD.size - len(head))
-        max_bytes, cand_pid = _JOB_HEAD.unpack(head)
+        max_bytes, has_stat = _JOB_HEAD.unpack(head)
         try:
-            rec = modes.judge(fds[0], fds[1], max_bytes, cand_pid)
+            rec = modes.judge(fds[0], fds[1], max_bytes, fds[2] if has_stat and len(fds) > 2 else -1)
         except BaseException as e:  # noqa: BLE001 - report, and stay up for the next job
             rec = wire.dumps({"status": "error", "error_type": "JudgeError",
                               "message": f"{type(e).__name__}: {e}"[:300]})
@@ -200,21 +243,34 @@ def stop_program(cpid: int, zygote_pid: int, supervisor_pid: int, pid_ns: bool =
     return mine is not None and theirs == [] and set(mine) <= {cpid, supervisor_pid}
 
 
-def run_job(job: dict, spare: Spare, cand_r: int, judge_r: int, judge: JudgeProc, zygote_pid: int
-            ) -> tuple[dict, bool]:
+def run_job(job: dict, spare: Spare, cand_r: int, judge_r: int, judge: JudgeProc, zygote_pid: int,
+            mem: cgroup.Memory | None = None) -> tuple[dict, bool]:
     """Run one job on `spare`; returns (record for the parent, whether the judge must be replaced).
-    The program is collected by the zygote before this returns; the caller closes the spare after replying."""
+    The program is collected by the zygote before this returns; the caller closes the spare after replying.
+    `mem`: the zygote's memory cgroup, which the spare is already in: its limit is set here."""
     t0 = time.monotonic()
-    try:
-        spare.start(job["limits"], cand_r)
-    except OSError:
-        pass  # the spare died early: the judge sees the channel close and reports it
     try:
         cand_pid = spare.pid
     except (OSError, EOFError):  # the zygote is gone: the judge sees the channel close and reports it
         cand_pid = 0
-    judge.submit(spare.sj.fileno(), judge_r, job["max_result_bytes"], cand_pid)
-    for fd in (cand_r, judge_r):
+    if mem is not None and cand_pid:  # before the program runs (it waits for `start`)
+        mem.set_limit(job["limits"].memory_mb << 20)
+        try:
+            cgroup.set_oom_score(cand_pid, 1000)
+        except OSError:
+            pass  # the spare is already gone
+    try:
+        spare.start(job["limits"], cand_r)
+    except OSError:
+        pass  # the spare died early: the judge sees the channel close and reports it
+    cand_stat = -1
+    if cand_pid:
+        try:
+            cand_stat = os.open(f"/proc/{cand_pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            pass
+    judge.submit(spare.sj.fileno(), judge_r, job["max_result_bytes"], cand_stat)
+    for fd in (cand_r, judge_r) + ((cand_stat,) if cand_stat >= 0 else ()):
         os.close(fd)
     deadline = t0 + job["timeout_s"]
     out_head, out_total, events, res = b"", 0, b"", b""
@@ -255,24 +311,28 @@ def run_job(job: dict, spare: Spare, cand_r: int, judge_r: int, judge: JudgeProc
     except OSError:
         pass
     blocked = set(events.decode(errors="replace").split()) & candidate.EVENT_KINDS
-    if isolation.clean_scratch(spare.uid, keep=spare.tmp):
+    if isolation.clean_scratch(spare.uid, keep=spare.tmp, remove=not spare.tmpfs):
         blocked.add("write_outside")
     c_signal = os.WTERMSIG(c_status) if os.WIFSIGNALED(c_status) else None
     rec = {"timed_out": timed_out, "output_over": over, "output_head": out_head.decode(errors="replace"),
+           "oom": mem is not None and mem.new_oom_kill(),
            "c_signal": c_signal, "judge": res if res_done else None, "duration_s": duration,
            "blocked": sorted(blocked)}
-    return rec, not res_done or over or judge.jobs >= judge.max_jobs
+    # a job whose tests may execute what the program sent (eval, pickle, ...) may have changed the judge itself:
+    # the next job gets a fresh one (the parent decides, from the tests' text: nothing the judge says counts)
+    return rec, not res_done or over or judge.jobs >= judge.max_jobs or bool(job.get("fresh_judge"))
 
 
 def supervise(sock: socket.socket, zsock: socket.socket, uid: int | None, judge_mb: int, active: list[str],
-              tmp: str) -> None:
+              tmp: str, mem: cgroup.Memory | None = None) -> None:
     """The supervisor (a child of the zygote): serves the parent's jobs, one at a time."""
     die_with_parent()
     sock = socket.socket(fileno=sock.detach())  # the zygote uses bare _socket objects
     zygote_pid = os.getppid()
     forker = Forker(zsock)
-    judge = JudgeProc(judge_mb)
-    layers = {"tmpfs": "fresh_root" in active, "pid_ns": "pid_namespace" in active}
+    layers = {"tmpfs": rootfs.tmp_mounts() if "fresh_root" in active else None, "pid_ns": "pid_namespace" in active}
+    judge_args = (judge_mb, isolation.judge_uid(zygote_pid) if uid is not None else None, layers["tmpfs"])
+    judge = JudgeProc(*judge_args)
     spare = Spare(uid, forker, tmp, **layers)
     wire.send(sock.fileno(), pickle.dumps({"pid": zygote_pid, "active": active, "uid": uid}))
     while True:
@@ -285,7 +345,7 @@ def supervise(sock: socket.socket, zsock: socket.socket, uid: int | None, judge_
         except (EOFError, OSError):
             break
         try:
-            result, replace_judge = run_job(job, spare, fds[0], fds[1], judge, zygote_pid)
+            result, replace_judge = run_job(job, spare, fds[0], fds[1], judge, zygote_pid, mem)
         except Exception as e:  # noqa: BLE001 - keep serving; the parent sees an error for this job
             result, replace_judge = {"fatal": f"{type(e).__name__}: {e}"}, True
             try:
@@ -298,7 +358,7 @@ def supervise(sock: socket.socket, zsock: socket.socket, uid: int | None, judge_
         spare.close()
         if replace_judge:
             judge.kill()
-            judge = JudgeProc(judge_mb)
+            judge = JudgeProc(*judge_args)
         spare = Spare(uid, forker, tmp, **layers)
     try:
         if not spare.collected:

@@ -5,7 +5,7 @@ program's total) and sends it to the candidate (`limit` op): the candidate arms 
 time, ITIMER_REAL on wall clock) that interrupts the program's call when the budget is spent, and answers
 `time`, so the test fails as `timeout` while the program stays usable for the next tests. The judge does not
 trust that timer: it measures each test itself (CPU: the candidate's utime+stime from /proc/PID/stat, read by
-the judge; wall: its own clock) and fails a test over its budget whatever the program answered, and it stops
+the judge through an fd the supervisor opened; wall: its own clock) and fails a test over its budget whatever the program answered, and it stops
 waiting at a backstop deadline (5x the budget + 2 s on CPU time, the budget + 1 s on wall clock): a program
 that disabled the timer, caught the interruption or sits in one long C call then fails that test and is ended
 (the tests after it count as not passed). The program's total runs out: the tests left count as not passed.
@@ -26,13 +26,13 @@ WALL_GRACE_S = 1.0
 """On wall clock, the judge waits this long past a test's budget before it gives up on the program."""
 
 
-def cpu_seconds(pid: int) -> float | None:
-    """utime + stime of process `pid` (all its threads), or None when it cannot be read."""
-    if pid <= 0:
+def cpu_seconds(stat_fd: int) -> float | None:
+    """utime + stime of a process (all its threads) from its /proc/PID/stat, opened by the supervisor (the
+    judge runs under another uid, for which /proc hides the program), or None when it cannot be read."""
+    if stat_fd < 0:
         return None
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
+        stat = os.pread(stat_fd, 4096, 0)
         fields = stat[stat.rindex(b")") + 2:].split()
         return (int(fields[11]) + int(fields[12])) / CLOCK_TICK
     except (OSError, ValueError, IndexError):
@@ -42,11 +42,11 @@ def cpu_seconds(pid: int) -> float | None:
 class TimeLimits:
     """The time limits of one job's tests, as the judge keeps them."""
 
-    def __init__(self, limits: dict, pid: int, started: float):
+    def __init__(self, limits: dict, stat_fd: int, started: float):
         self.test_s = float(limits.get("test_s") or 0.0)
         self.total_s = float(limits.get("total_s") or 0.0)
         self.cpu = bool(limits.get("cpu"))
-        self.pid = pid
+        self.stat_fd = stat_fd
         now = self._now()
         self.trusted = now is not None  # CPU: the judge can read the program's count
         # the program's time so far, loading included: its CPU seconds, or the wall clock since the job began
@@ -54,7 +54,7 @@ class TimeLimits:
         self._t0 = self.budget = 0.0
 
     def _now(self) -> float | None:
-        return cpu_seconds(self.pid) if self.cpu else time.monotonic()
+        return cpu_seconds(self.stat_fd) if self.cpu else time.monotonic()
 
     def start(self) -> float:
         """Start a test; its budget in seconds (<= 0: the program's total is used up, do not run it)."""
@@ -85,4 +85,4 @@ class TimeLimits:
 
     def cpu_total(self) -> float:
         """The program's CPU seconds so far (0 when unreadable)."""
-        return cpu_seconds(self.pid) or 0.0
+        return cpu_seconds(self.stat_fd) or 0.0

@@ -26,7 +26,7 @@ import os
 import _socket
 import sys
 
-from codechat.sandbox import isolation, procs, seccomp, wire
+from codechat.sandbox import cgroup, isolation, procs, seccomp, wire
 
 # Imported once here so that forked programs do not pay for them (copy-on-write after fork).
 # Only small, common ones: each extension module adds mappings, and fork time grows with them (random and
@@ -60,18 +60,32 @@ def _add_site_builtins() -> None:
 def serve(sock: _socket.socket) -> None:
     _add_site_builtins()
     hello = json.loads(wire.recv(sock.fileno()))
+    mem = None
+    if hello.get("cgroup"):  # (before the fresh root: /sys is not there)
+        try:
+            mem = cgroup.Memory(hello["cgroup"])
+            mem.join()
+        except OSError as e:
+            print(f"codechat sandbox: no memory cgroup: {e}", file=sys.stderr)
+            mem = None
     active = isolation.enter_namespaces(tuple(hello.get("hide_paths", ())))
+    if mem is not None:
+        active.append("memory_cgroup")
+        try:  # never the OOM killer's choice, where lowering the score is allowed (programs are at 1000)
+            cgroup.set_oom_score("self", -1000)
+        except OSError:
+            pass
     ctypes.CDLL(None).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     uid = isolation.sandbox_uid()
     if uid is not None:
-        active.append("own_uid")
+        active += ["own_uid", "judge_unprivileged"]  # (the supervisor's judge drops to its own uid: JudgeProc)
     if seccomp.prepare():
         procs._SECCOMP = True
         active.append("seccomp")
     judge_mb = int(hello.get("judge_memory_mb", 4096))  # address space of the judge, which decodes values
     tmp = procs.spare_dir()
     zsock, ssock = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
-    sup = procs._fork(_supervisor_main, zsock, sock, ssock, uid, judge_mb, active, tmp)
+    sup = procs._fork(_supervisor_main, zsock, sock, ssock, uid, judge_mb, active, tmp, mem)
     sock.close()
     ssock.close()
     del hello
@@ -86,10 +100,16 @@ def serve(sock: _socket.socket) -> None:
     procs.reap_program(sup, uid, 0)
 
 
-def _supervisor_main(zsock, sock, ssock, uid, judge_mb, active, tmp) -> None:
+def _supervisor_main(zsock, sock, ssock, uid, judge_mb, active, tmp, mem) -> None:
     zsock.close()
+    if mem is not None:  # out of the programs' cgroup, and back to a normal OOM score (the judge inherits both)
+        mem.leave()  # (raises if it cannot: the pool then reports the zygote broken, nothing runs unlimited)
+        try:
+            cgroup.set_oom_score("self", 0)
+        except OSError:
+            pass
     from codechat.sandbox import supervisor  # imported after the fork: the zygote never loads it
-    supervisor.supervise(sock, ssock, uid, judge_mb, active, tmp)
+    supervisor.supervise(sock, ssock, uid, judge_mb, active, tmp, mem)
 
 
 if __name__ == "__main__":
