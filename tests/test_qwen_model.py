@@ -13,7 +13,7 @@ from codechat.config import ModelConfig
 from codechat.policy import load_policy
 from codechat.policy import qwen as qwen_mod
 from codechat.policy.qwen import VOCAB_SIZE, qwen_tokenizer
-from tests.qwen_helpers import qwen_dir, qwen_policy
+from qwen_helpers import qwen_dir, qwen_policy
 
 TEXT = [
     "Hello, world! It's 2026; we're testing 1234567 digits, 3.14159 and -42.",
@@ -32,6 +32,10 @@ def corpus() -> list[str]:
 
     code = [inspect.getsource(m) for m in (hf, sampler, qwen_mod)]
     code += [t.prompt + (t.metadata.get("solution") or "") for t in load_builtin("builtin:basic")[:20]]
+    # The package's encoder knows only the three ChatML markers as added tokens: drop the other tags.
+    others = list(qwen_mod.SPECIAL[3:]) + [t for t, _ in qwen_mod.QWEN25_ADDED + qwen_mod.QWEN3_ADDED]
+    for t in others:
+        code = [c.replace(t, "") for c in code]
     return code + TEXT
 
 
@@ -94,9 +98,9 @@ def test_chat_template_tools_calls_and_responses(tok3):
                 {"type": "function", "function": {"name": "read_file", "arguments": '{"path": "a.py"}'}}]},
             {"role": "tool", "content": "1 failed"}, {"role": "tool", "content": "x = 1"}]
     text = tok3.apply_chat_template(msgs, tools=tools, add_generation_prompt=True, tokenize=False)
-    head, rest = text.split("</tools>", 1)
+    head, rest = text.split("\n</tools>", 1)
     assert head.startswith("<|im_start|>system\nFix bugs.\n\n# Tools\n\n")
-    assert json.loads(head.split("<tools>\n", 1)[1]) == tools[0]
+    assert json.loads(head.split(":\n<tools>\n", 1)[1]) == tools[0]
     assert rest.endswith(
         "<|im_start|>user\nGo.<|im_end|>\n<|im_start|>assistant\nRunning.\n<tool_call>\n"
         '{"name": "run_tests", "arguments": {"k": "x"}}\n</tool_call>\n<tool_call>\n'
