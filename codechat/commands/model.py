@@ -1,6 +1,7 @@
 """`codechat model create|info|sample|export`: build a preset, describe or sample a model, export a run.
 
     codechat model create tiny --out runs/tiny          # Llama-architecture model + BPE tokenizer, HF format
+    codechat model create qwen3 --out runs/q3 --layers 2 --hidden 64   # Qwen vocabulary + ChatML, random weights
     codechat model info runs/tiny                       # architecture, parameters, vocabulary, special tokens
     codechat model sample tiny --prompt "def add(a, b):" -n 2 --max-new-tokens 40
     codechat model export runs/x --out exported/x       # clean HF dir: weights, tokenizer, template, card
@@ -13,7 +14,7 @@ from codechat import CodechatError
 from codechat.config import ModelConfig, SamplingConfig
 from codechat.export import export
 from codechat.policy import Sampler, build_preset, load_policy
-from codechat.policy.presets import PRESETS
+from codechat.policy.presets import PRESET_NAMES, PRESETS
 from codechat.rollout.collect import prompt_text
 from codechat.rundir import resolve_model, run_prompt_format
 from codechat.tasks import Task
@@ -21,10 +22,13 @@ from codechat.tasks import Task
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
-    c = sub.add_parser("create", help="build a preset (tiny, small) into a directory in Hugging Face format")
-    c.add_argument("preset", help="preset name: tiny or small")
+    c = sub.add_parser("create", help="build a preset into a directory in Hugging Face format")
+    c.add_argument("preset", help=f"preset name: {', '.join(PRESET_NAMES)} (qwen2.5/qwen3: Qwen's vocabulary and "
+                   "chat format, random weights; needs 'codechat[qwen]')")
     c.add_argument("--out", required=True, help="output directory")
     c.add_argument("--seed", type=int, default=0, help="weight-initialisation seed (default 0)")
+    c.add_argument("--layers", type=int, help="decoder layers (default: the preset's; qwen 2)")
+    c.add_argument("--hidden", type=int, help="hidden size (default: the preset's; qwen 64)")
     i = sub.add_parser("info", help="describe a model directory or preset")
     i.add_argument("path", help="model directory or preset name")
     e = sub.add_parser("export", help="write a run's checkpoint as a clean Hugging Face model directory")
@@ -65,11 +69,27 @@ def describe(policy) -> str:
     return "\n".join(lines)
 
 
+def size_overrides(args: argparse.Namespace) -> dict:
+    """--layers/--hidden as build_preset's overrides (a Llama preset's hidden size must divide by its heads)."""
+    qwen = args.preset not in PRESETS
+    out = {}
+    if args.layers is not None:
+        if args.layers < 1:
+            raise CodechatError(f"--layers {args.layers}: expected at least 1")
+        out["layers" if qwen else "num_layers"] = args.layers
+    if args.hidden is not None:
+        heads = None if qwen else PRESETS[args.preset].num_heads
+        if heads and (args.hidden < heads or args.hidden % heads):
+            raise CodechatError(f"--hidden {args.hidden}: {args.preset} has {heads} heads; expected a multiple")
+        out["hidden" if qwen else "hidden_size"] = args.hidden
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     if args.action == "create":
-        if args.preset not in PRESETS:
-            raise CodechatError(f"unknown preset '{args.preset}' (valid: {', '.join(PRESETS)})")
-        out = build_preset(args.preset, args.out, seed=args.seed)
+        if args.preset not in PRESET_NAMES:
+            raise CodechatError(f"unknown preset '{args.preset}' (valid: {', '.join(PRESET_NAMES)})")
+        out = build_preset(args.preset, args.out, seed=args.seed, **size_overrides(args))
         print(f"wrote {args.preset} to {out}")
         print(describe(load_policy(ModelConfig(path=str(out), device="cpu"))))
         return 0

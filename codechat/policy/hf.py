@@ -1,6 +1,6 @@
 """Policies: a Hugging Face causal LM + its tokenizer, loaded from a local directory or a built-in preset.
 
-`load_policy(ModelConfig(path=...))` accepts a preset name (`tiny`, `small`; built once into the cache, see
+`load_policy(ModelConfig(path=...))` accepts a preset name (`tiny`, `small`, `qwen2.5`, `qwen3`; built once into the cache, see
 presets.py) or a local model directory. No hub access: `local_files_only=True` everywhere, and a path that
 does not exist is an error, never a hub id.
 
@@ -23,7 +23,7 @@ from codechat import CodechatError
 from codechat.config import ModelConfig
 from codechat.policy import fsdp
 from codechat.policy.lora import add_lora
-from codechat.policy.presets import PRESETS, preset_dir, save_tokenizer
+from codechat.policy.presets import PRESET_NAMES, preset_dir, save_tokenizer
 from codechat.rundir import resolve_model
 
 log = logging.getLogger(__name__)
@@ -119,11 +119,11 @@ def resolve_path(path: str) -> Path:
     local directory that must exist."""
     path = resolve_model(path)
 
-    if path in PRESETS and not Path(path).exists():
+    if path in PRESET_NAMES and not Path(path).exists():
         return preset_dir(path)
     p = Path(path).expanduser()
     if not p.exists():
-        raise CodechatError(f"{path}: no such model directory (and not a preset: {', '.join(PRESETS)})")
+        raise CodechatError(f"{path}: no such model directory (and not a preset: {', '.join(PRESET_NAMES)})")
     if not p.is_dir():
         raise CodechatError(f"{path}: not a directory; expected a Hugging Face model directory")
     cfg = p / "config.json"

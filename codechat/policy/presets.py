@@ -9,6 +9,9 @@ chat_template.jinja. transformers, vLLM and codechat load it like any other chec
 presets/...`); the hash covers the preset's settings, the seed and the corpus, so changing any of them builds
 anew. Building `tiny` takes ~2 s; `small` ~5 s.
 
+The Qwen families (`qwen2.5`, `qwen3`: Qwen's vocabulary and chat format, random weights; policy/qwen.py) are
+built the same way and cached under the same scheme (the hash covers the sizes, the seed and the vocabulary file).
+
     python -m codechat model create tiny --out /tmp/tiny
 """
 from __future__ import annotations
@@ -22,6 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from codechat import CodechatError
+from codechat.policy.qwen import FAMILIES, qwen_model, qwen_tokenizer, ranks_hash
 from codechat.policy.tokenizer import IM_END, corpus_hash, corpus_texts, train_tokenizer
 
 
@@ -58,9 +62,16 @@ PRESETS: dict[str, Preset] = {
 }
 
 
+QWEN_SIZES = {"layers": 2, "hidden": 64, "max_positions": 2048}
+"""Default size of the Qwen-shaped models (policy/qwen.py): trains on a CPU; the embedding is most of it."""
+
+PRESET_NAMES = (*PRESETS, *FAMILIES)
+"""Every name `model.path` and `codechat model create` accept: the Llama presets, then the Qwen families."""
+
+
 def _get(name: str) -> Preset:
     if name not in PRESETS:
-        raise CodechatError(f"unknown preset '{name}' (valid: {', '.join(PRESETS)})")
+        raise CodechatError(f"unknown preset '{name}' (valid: {', '.join(PRESET_NAMES)})")
     return PRESETS[name]
 
 
@@ -71,8 +82,12 @@ def cache_root() -> Path:
 
 def build_preset(name: str, out_dir, seed: int = 0, corpus: list[str] | None = None,
                  **overrides) -> Path:
-    """Build preset `name` (with optional field overrides, e.g. num_layers=2) into `out_dir`; returns it."""
+    """Build preset `name` (with optional field overrides, e.g. num_layers=2; for a Qwen family: layers,
+    hidden, max_positions) into `out_dir`; returns it."""
     import torch
+
+    if name in FAMILIES:
+        return build_qwen(name, out_dir, seed, **overrides)
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
     p = Preset(**{**asdict(_get(name)), **overrides})
@@ -99,6 +114,25 @@ def build_preset(name: str, out_dir, seed: int = 0, corpus: list[str] | None = N
     return out
 
 
+def build_qwen(name: str, out_dir, seed: int = 0, **sizes) -> Path:
+    """A Qwen-shaped model (policy/qwen.py) of QWEN_SIZES overridden by `sizes`, saved in HF format."""
+    unknown = set(sizes) - set(QWEN_SIZES)
+    if unknown:
+        raise CodechatError(f"{name}: unknown size {', '.join(sorted(unknown))} (valid: {', '.join(QWEN_SIZES)})")
+    from transformers.utils import logging as hf_logging  # transformers loads only when a model is built
+
+    s = {**QWEN_SIZES, **sizes}
+    hf_logging.disable_progress_bar()  # no "Writing model shards" bar in codechat's output
+    tok = qwen_tokenizer(name)
+    model = qwen_model(name, tok, s["layers"], s["hidden"], s["max_positions"], seed)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    save_tokenizer(tok, out)
+    (out / "codechat_preset.json").write_text(json.dumps({"preset": name, "seed": seed, **s}, indent=1))
+    return out
+
+
 def save_tokenizer(tok, out: Path) -> None:
     """save_pretrained, then name the class `PreTrainedTokenizerFast` so transformers 4.x (vLLM) loads it too."""
     tok.save_pretrained(out)
@@ -112,6 +146,10 @@ def save_tokenizer(tok, out: Path) -> None:
 
 
 def preset_key(name: str, seed: int = 0) -> str:
+    if name in FAMILIES:
+        blob = json.dumps({"family": name, "sizes": QWEN_SIZES, "seed": seed, "ranks": ranks_hash(),
+                           "version": 1}, sort_keys=True)
+        return f"{name}-{hashlib.sha256(blob.encode()).hexdigest()[:10]}"
     p = _get(name)
     blob = json.dumps({"preset": asdict(p), "seed": seed, "corpus": corpus_hash(corpus_texts(p.corpus_bytes)),
                        "version": 1}, sort_keys=True)
