@@ -33,6 +33,8 @@ COMMANDS = {
                      "create a built-in preset model, describe a model directory, or sample from a model"),
     "demo": Command("codechat.commands.demo",
                     "train a tiny code model from scratch on CPU: SFT on buggy code, then RFT + GRPO from the verifier"),
+    "repo": Command("codechat.commands.repo_env", "build or check test environments for repository tasks "
+                    "(repo env build SPEC --out DIR, repo env check DIR)"),
     "compare": Command("codechat.commands.compare", "compare GRPO, RLOO, RFT, RFT->GRPO and DPO from one SFT "
                        "checkpoint: pass-rate curves over sample budgets"),
 }
