@@ -178,9 +178,11 @@ class RepoJudge:
     def filter_changes(self, task: RepoTask, changes: dict[str, str | None]) -> tuple[dict, list[str]]:
         """(kept changes, dropped `path: reason`)."""
         kept, dropped = {}, []
+        base = self.base(task)
         hidden = set(task.hidden_tests) | self._patch_paths(task)
         for path, text in sorted(changes.items()):
-            why = "hidden test file" if path in hidden else drop_reason(path, task.is_protected)
+            why = "hidden test file" if path in hidden else drop_reason(path, task.is_protected,
+                                                                         lambda top: (base / top).exists())
             if why:
                 dropped.append(f"{path}: {why}")
             else:

@@ -4,8 +4,9 @@ which test-patch files are run, and how a task's test ids are matched to the tes
 Edits dropped (never applied): the task's protected globs; conftest files anywhere; every file pytest reads
 configuration from (`pytest.ini`, `.pytest.ini`, `pytest.toml`, `.pytest.toml`, `tox.ini`, `setup.cfg`,
 `pyproject.toml`); `.pth` files and `sitecustomize`/`usercustomize`; and a *top-level* module or package named
-like one the standard library or the runner imports (`json.py`, `pytest/`): only top-level names shadow an
-import (the workspace root or `src/` is first on the path). A nested `pkg/numbers.py` shadows nothing.
+like one the standard library or the runner imports (`json.py`, `pytest/`), unless the base tree already holds
+it: only top-level names shadow an import (the workspace root or `src/` is first on the path), and only a new
+one changes what is imported. A nested `pkg/numbers.py` shadows nothing.
 
 Added lines refused (the change is `rejected`): frame walking (`f_back`, `f_globals`, `f_locals`), tracing and
 profiling hooks, `os._exit`, `gc` object walks, `ctypes`, `PYTEST_*` variables, and, outside the runner's own
@@ -35,15 +36,18 @@ RUNNER_NAMES = re.compile(r"\b_pytest\b|\bpluggy\b|"
 DATA_SUFFIXES = (".py",)
 
 
-def drop_reason(path: str, is_protected) -> str | None:
-    """Why an edit of `path` is dropped, or None to keep it (`is_protected`: the task's glob check)."""
+def drop_reason(path: str, is_protected, base_has=lambda top: False) -> str | None:
+    """Why an edit of `path` is dropped, or None to keep it (`is_protected`: the task's glob check;
+    `base_has(top)`: whether the base tree already holds that top-level module or package, in which case
+    editing it shadows nothing new: pytest-dev/pytest's own `src/_pytest/`)."""
     parts = path.split("/")
     name = parts[-1]
     if is_protected(path) or name in CONFIG_FILES or name.endswith(".pth"):
         return "protected"
     top = parts[1] if parts[0] == "src" and len(parts) > 1 else parts[0]
     stem = top[:-3] if top.endswith(".py") else top
-    if (len(parts) > 1 or top.endswith(".py")) and stem in SHADOW_NAMES and top != "src":
+    top_path = "/".join(parts[:2] if parts[0] == "src" else parts[:1])
+    if (len(parts) > 1 or top.endswith(".py")) and stem in SHADOW_NAMES and top != "src" and not base_has(top_path):
         return f"shadows module {stem}"
     return None
 
