@@ -120,6 +120,7 @@ class RepoJudge:
         self._lock = threading.Lock()
         self._task_locks: dict[str, threading.RLock] = {}
         self._n = 0
+        self._logs: dict[str, int] = {}
 
     def __enter__(self) -> "RepoJudge":
         return self
@@ -232,10 +233,13 @@ class RepoJudge:
         return self._log(task, change, verdict, output)
 
     def _log(self, task: RepoTask, change, verdict: RepoVerdict, output: str = "") -> RepoVerdict:
-        """LOG_DIR/<task_id>/: patch.diff (or files.json), test_output.txt, report.json (last judgement wins)."""
+        """LOG_DIR/<task_id>/<n>/ (n-th judgement of the task): patch.diff (or files.json), test_output.txt,
+        report.json."""
         if self.log_dir is None:
             return verdict
-        d = self.log_dir / task.task_id.replace("/", "__")
+        with self._lock:
+            self._logs[task.task_id] = n = self._logs.get(task.task_id, 0) + 1
+        d = self.log_dir / task.task_id.replace("/", "__") / str(n)
         d.mkdir(parents=True, exist_ok=True)
         if isinstance(change, str):
             (d / "patch.diff").write_text(change, encoding="utf-8")
