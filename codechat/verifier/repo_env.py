@@ -35,6 +35,7 @@ class EnvError(CodechatError):
 @dataclass
 class TestEnv:
     """One repository/version environment."""
+    __test__ = False  # not a pytest test class
     repo: str
     """owner/name, as in SWE-bench records."""
     version: str
