@@ -1,6 +1,8 @@
 """The repository judge at the test-runner boundary: each attack is a patch of our own against a small repository
 (configuration that loads a plugin, runner internals replaced from the code under test), plus the honest cases
 the runner must count (unittest TestCase, django / sympy / truncated ids, data files in a test patch)."""
+import time
+
 import pytest
 
 from codechat.tasks.repo import RepoTask
@@ -129,3 +131,17 @@ def test_log_dir_holds_each_judgement(tmp_path):
     first, second = tmp_path / "clamp" / "1", tmp_path / "clamp" / "2"
     assert '"passed": true' in (first / "report.json").read_text() and (first / "files.json").is_file()
     assert (second / "patch.diff").read_text() == "" and "failed" in (second / "test_output.txt").read_text()
+
+
+def test_backtracking_search_pattern_is_cut_off(judge):
+    from codechat.config import AgentConfig
+    from codechat.rollout.tools import SEARCH_TIMEOUT_S, ToolBox, format_call, parse_tool_call
+    task = RepoTask("slow", "", {"lib/a.py": "a" * 30 + "!\n"})
+    ws = judge.clone(task)
+    try:
+        t0 = time.monotonic()
+        res = ToolBox(task, ws, AgentConfig()).call(parse_tool_call(format_call("search", pattern="(a|aa)+$")))
+        assert not res.ok and "search took over" in res.text
+        assert time.monotonic() - t0 < SEARCH_TIMEOUT_S + 5
+    finally:
+        ws.remove()
