@@ -174,6 +174,9 @@ def run(args: argparse.Namespace) -> int:
         raise CodechatError("eval: --tasks is required (a task file or builtin[:NAME])")
     if is_repo_spec(args.tasks):  # agent episodes on repository tasks
         return repo.run_eval(args)
+    repo_only = [f for f, v in (("--envs", args.envs), ("--log-dir", args.log_dir), ("--memory-mb", args.memory_mb)) if v]
+    if repo_only:
+        raise CodechatError(f"eval: {', '.join(repo_only)} apply to repository tasks only ({args.tasks} is not one)")
     if bool(args.model) == bool(args.completions):
         raise CodechatError("eval: give exactly one of --model or --completions")
 

@@ -186,6 +186,8 @@ def run(args: argparse.Namespace) -> int:
         return run_check(args)
     if args.tasks and not args.regress and is_repo_spec(args.tasks):  # patches against repository tasks
         return repo.run_verify(args)
+    if args.envs or args.log_dir:
+        raise CodechatError("verify: --envs and --log-dir apply to repository tasks only")
     if args.regress:
         return run_regress(args)
     return run_verify(args)

@@ -298,6 +298,9 @@ class RepoJudge:
         offline = self.env_for(task).offline_skip if self.env_for(task) else {}
         warnings = [f"{t!r}: not run ({why})" for t, why in offline.items()
                     if t in task.fail_to_pass or t in task.pass_to_pass]
+        if task.fail_to_pass and all(t in offline for t in task.fail_to_pass):
+            return RepoVerdict("env_error", False, 0.0, message=f"every FAIL_TO_PASS test is marked offline_skip "
+                               f"({offline[task.fail_to_pass[0]]})", **common)
         if task.fail_to_pass:
             f2p = resolve_ids([t for t in task.fail_to_pass if t not in offline], run.tests, run.docs)
         else:
