@@ -68,3 +68,19 @@ def test_swebench_tree_without_git_gets_the_gold_as_reference(shared_data, tmp_p
     task = from_swebench(recs["pallets__flask-4992"], "x", str(tmp_path))
     assert task.commit is None and task.repo_dir.endswith("flask") and task.metadata["version"] == "2.3"
     assert set(task.solution) == {"src/flask/config.py"} and "mode" in task.solution["src/flask/config.py"]
+
+
+def test_offline_tests_are_left_out_with_a_warning():
+    task = RepoTask("net", "", {"src/pkg/__init__.py": "def one():\n    return 2\n"},
+                    hidden_tests={"tests/test_one.py": "from pkg import one\n\ndef test_one():\n    assert one() == 1\n"
+                                  "\n\ndef test_net():\n    raise OSError('no network')\n"},
+                    fail_to_pass=["tests/test_one.py::test_one", "tests/test_one.py::test_net"],
+                    metadata={"repo": "me/pkg", "version": "1.0"})
+    env = TestEnv("me/pkg", "1.0", pythonpath=["src"], dir=sys.prefix,
+                  offline_skip={"tests/test_one.py::test_net": "calls example.org"})
+    with RepoJudge(envs={env.key: env}) as judge:
+        v = judge.judge(task, FIX)
+        assert v.passed and any("calls example.org" in w for w in v.warnings), v.message
+        task.fail_to_pass = ["tests/test_one.py::test_net"]
+        v = judge.judge(task, FIX)
+    assert v.status == "env_error" and "offline_skip" in v.message

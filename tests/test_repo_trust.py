@@ -136,7 +136,7 @@ def test_log_dir_holds_each_judgement(tmp_path):
 def test_backtracking_search_pattern_is_cut_off(judge):
     from codechat.config import AgentConfig
     from codechat.rollout.tools import SEARCH_TIMEOUT_S, ToolBox, format_call, parse_tool_call
-    task = RepoTask("slow", "", {"lib/a.py": "a" * 30 + "!\n"})
+    task = RepoTask("slow", "", {"lib/a.py": "a" * 60 + "!\n"})  # about 2**40 steps without a limit
     ws = judge.clone(task)
     try:
         t0 = time.monotonic()
