@@ -142,6 +142,17 @@ def test_backtracking_search_pattern_is_cut_off(judge):
         t0 = time.monotonic()
         res = ToolBox(task, ws, AgentConfig()).call(parse_tool_call(format_call("search", pattern="(a|aa)+$")))
         assert not res.ok and "search took over" in res.text
-        assert time.monotonic() - t0 < SEARCH_TIMEOUT_S + 5
+        assert time.monotonic() - t0 < SEARCH_TIMEOUT_S + 30  # unlimited, it would not end
     finally:
         ws.remove()
+
+
+def test_plugin_registered_by_the_code_under_test_is_rejected(judge):
+    # reaches pytest's Config through an obfuscated gc walk (the text scan misses it) and registers a no-op
+    hack = ("_g = __import__('g' + 'c')\n\nclass _P:\n    pass\n\n\n"
+            "setattr(_P, 'pytest_' + 'pyfunc_call', lambda self, pyfuncitem: True)\n"
+            "for _o in getattr(_g, 'get_' + 'objects')():\n"
+            "    if type(_o).__name__ == 'Config' and hasattr(_o, 'pluginmanager'):\n"
+            "        _o.pluginmanager.register(_P())\n        break\n")
+    v = judge.judge(TASK, {"lib/__init__.py": hack})
+    assert v.status == "rejected" and "implements pytest_pyfunc_call" in v.message, v.message + v.output_tail

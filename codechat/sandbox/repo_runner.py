@@ -40,6 +40,29 @@ def _watch(pytest, modules) -> dict:
             "unittest.TestCaseFunction.addSuccess": unittest.TestCaseFunction.__dict__.get("addSuccess")}
 
 
+def _foreign_impls(config, judge, root: str) -> list:
+    """(hook, plugin) for implementations of the outcome-deciding hooks whose code lives in the tree under test
+    and is not one of its conftest files (whose edits the judge drops): a plugin the code under test registered
+    at run time. pytest's own plugins and the environment's (site-packages) are not the tree's."""
+    out = []
+    if config is None:
+        return out
+    prefix = os.path.join(os.path.realpath(root), "")
+    for hook in ("pytest_pyfunc_call", "pytest_runtest_call", "pytest_runtest_makereport", "pytest_runtest_protocol",
+                 "pytest_report_teststatus", "pytest_runtest_logreport", "pytest_collection_modifyitems"):
+        caller = getattr(config.hook, hook, None)
+        for impl in (caller.get_hookimpls() if caller is not None else []):
+            plugin = impl.plugin
+            if plugin is judge:
+                continue
+            mod = plugin if isinstance(plugin, type(os)) else sys.modules.get(type(plugin).__module__)
+            file = os.path.realpath(str(getattr(mod, "__file__", "") or ""))
+            runner_code = {"_pytest", "pytest", "pluggy"} & set(file[len(prefix):].split(os.sep)[:-1])
+            if file.startswith(prefix) and os.path.basename(file) != "conftest.py" and not runner_code:
+                out.append((hook, getattr(mod, "__name__", "?")))
+    return out
+
+
 def main() -> None:
     result_fd = int(sys.argv[1])
     write, exit_now, dumps = os.write, os._exit, json.dumps
@@ -50,7 +73,11 @@ def main() -> None:
     for k in [k for k in os.environ if k.startswith("PYTEST_") or k == "PYTHONPATH"]:
         del os.environ[k]
     os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"  # no entry-point plugins, whatever the config says
-    sys.path[:0] = paths  # before pytest: a repository that is pytest itself is tested with its own code
+    # pytest is imported before the tree is on the path, so a module of the tree cannot stand in for one pytest
+    # imports; a repository that is pytest itself (its own _pytest/) is put first so that its own code is tested
+    own_runner = any(os.path.isdir(os.path.join(p, "_pytest")) for p in paths)
+    if own_runner:
+        sys.path[:0] = paths
     import pytest
     import _pytest.assertion.rewrite as rewrite
     import _pytest.python as python
@@ -63,6 +90,8 @@ def main() -> None:
         import pluggy.callers as callers
         import pluggy.hooks as hooks
     import _pytest.unittest as unittest
+    if not own_runner:
+        sys.path[:0] = paths
 
     class Judge:
         def __init__(self):
@@ -92,6 +121,9 @@ def main() -> None:
                 lines = str(report.longreprtext).strip().splitlines()
                 self.collect_errors.append(f"{report.nodeid or '<session>'}: {lines[-1][:300] if lines else ''}")
 
+        def pytest_configure(self, config):
+            self.config = config
+
         def pytest_collection_finish(self, session):
             self.collected = len(session.items)
             for item in session.items:
@@ -117,6 +149,8 @@ def main() -> None:
                       if watched[k] is not v)
     tampered += [k for k in ("judge.pytest_pyfunc_call", "judge.pytest_runtest_logreport", "judge.pytest_runtest_call")
                  if getattr(Judge, k.split(".", 1)[1]) is not watched[k]]
+    tampered += [f"plugin {name} implements {hook}"
+                 for hook, name in _foreign_impls(getattr(judge, "config", None), judge, root)]
     tests = {}
     for nodeid, ph in judge.phases.items():
         ok = ph.get("setup") == "passed" and ph.get("call") == "passed" and ph.get("teardown") == "passed"
