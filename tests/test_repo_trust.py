@@ -156,3 +156,8 @@ def test_plugin_registered_by_the_code_under_test_is_rejected(judge):
             "        _o.pluginmanager.register(_P())\n        break\n")
     v = judge.judge(TASK, {"lib/__init__.py": hack})
     assert v.status == "rejected" and "implements pytest_pyfunc_call" in v.message, v.message + v.output_tail
+
+
+def test_patch_importing_a_missing_module_is_its_own_failure(judge):
+    v = judge.judge(TASK, {"lib/bounds.py": "__import__('not_' + 'there')\n" + FIXED})
+    assert v.status in ("failed", "no_tests") and "not_there" in v.message  # not env_error: the base collects

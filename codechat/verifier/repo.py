@@ -121,6 +121,7 @@ class RepoJudge:
         self._task_locks: dict[str, threading.RLock] = {}
         self._n = 0
         self._logs: dict[str, int] = {}
+        self._missing: dict[str, set[str]] = {}
 
     def __enter__(self) -> "RepoJudge":
         return self
@@ -262,23 +263,48 @@ class RepoJudge:
                 else:
                     ws.write(path, text)
                     applied.append(path)
-            for path, text in task.hidden_tests.items():
-                ws.write(path, text)
-            if task.test_patch:
-                for path, text in apply_diff(task.test_patch, lambda p: ws.read(p) if ws.exists(p) else None).items():
-                    if text is None:
-                        (ws.root / path).unlink()
-                    else:
-                        ws.write(path, text)
+            self._write_tests(task, ws)
         except (PatchError, WorkspaceError, OSError) as e:
             return RepoVerdict("error", False, 0.0, dropped=dropped, message=f"cannot apply: {e}"), ""
         env = self.env_for(task)
         hidden_files = test_targets(sorted(set(task.hidden_tests) | self._patch_paths(task)))
-        targets = sorted(set(hidden_files) | {t.split("::", 1)[0] for t in task.visible_tests})
-        run = run_tests(ws.root, targets, task.limits.test_timeout_s, self.max_output_bytes, self.hide_paths,
+        run = run_tests(ws.root, self._targets(task), task.limits.test_timeout_s, self.max_output_bytes, self.hide_paths,
                         env=env, memory_mb=self.memory_mb)
         return self._decide(task, run, hidden_files, keep, dropped, applied, env.key if env else "codechat",
                             ws.root), run.output
+
+    def base_missing(self, task: RepoTask) -> set[str]:
+        """Modules the environment lacks that the tests need on the untouched base (run once per task, only
+        when a judgement meets one): an env_error must be the environment's, never the patch's doing."""
+        with self._task_lock(task.task_id):
+            if task.task_id not in self._missing:
+                ws = self.clone(task)
+                try:
+                    self._write_tests(task, ws)
+                    run = run_tests(ws.root, self._targets(task), task.limits.test_timeout_s, self.max_output_bytes,
+                                    self.hide_paths, env=self.env_for(task), memory_mb=self.memory_mb)
+                    gone = missing_module(run.collect_errors, ws.root)
+                    self._missing[task.task_id] = {gone} if gone else set()
+                except (PatchError, WorkspaceError, OSError):
+                    self._missing[task.task_id] = set()
+                finally:
+                    ws.remove()
+            return self._missing[task.task_id]
+
+    def _targets(self, task: RepoTask) -> list[str]:
+        hidden_files = test_targets(sorted(set(task.hidden_tests) | self._patch_paths(task)))
+        return sorted(set(hidden_files) | {t.split("::", 1)[0] for t in task.visible_tests})
+
+    @staticmethod
+    def _write_tests(task: RepoTask, ws: Workspace) -> None:
+        for path, text in task.hidden_tests.items():
+            ws.write(path, text)
+        if task.test_patch:
+            for path, text in apply_diff(task.test_patch, lambda p: ws.read(p) if ws.exists(p) else None).items():
+                if text is None:
+                    (ws.root / path).unlink()
+                else:
+                    ws.write(path, text)
 
     def _decide(self, task: RepoTask, run: TestRun, hidden_files: list[str], keep: set[str], dropped: list[str],
                 applied: list[str], env_name: str, root: Path) -> RepoVerdict:
@@ -292,7 +318,7 @@ class RepoJudge:
             return RepoVerdict("rejected", False, 0.0, message=f"test runner patched during the run: "
                                f"{', '.join(run.tampered[:3])}", **common)
         gone = missing_module(run.collect_errors, root)
-        if gone:
+        if gone and gone in self.base_missing(task):  # a patch that imports a missing module is its own fault
             return RepoVerdict("env_error", False, 0.0, message=f"the environment lacks module {gone!r} "
                                f"(collection: {run.collect_errors[0][:200]})", **common)
         offline = self.env_for(task).offline_skip if self.env_for(task) else {}
