@@ -48,7 +48,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repos", help="repository tasks: directory holding the SWE-bench checkouts (owner__name)")
     p.add_argument("--envs", help="repository tasks: directory of test environments (codechat repo env build); "
                                   "default: codechat's own interpreter and pytest")
-    p.add_argument("--log-dir", help="repository tasks: per-judgement logs LOG_DIR/TASK_ID/N/ (patch, test output, report)")
+    p.add_argument("--log-dir", help="repository tasks: per-judgement logs LOG_DIR/TASK_ID/N/ "
+                                     "(patch, test output, report)")
     p.add_argument("--check", action="store_true", help="start one sandbox worker and print the protections "
                                                         "active on this machine, one per line")
 
