@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import tarfile
 import tempfile
@@ -49,17 +50,28 @@ def static_reasons(rec: dict) -> set[str]:
     tp = [fp.path for fp in parse_diff(rec["test_patch"])]
     if any(not p.endswith(".py") for p in test_targets(tp)):
         why.add("data_file_run")
+    targets = test_targets(tp)
     for t in json.loads(rec["FAIL_TO_PASS"]) + json.loads(rec["PASS_TO_PASS"]):
-        if well_formed(t) and not _adaptable(t):
+        if well_formed(t) and not _adaptable(t, targets):
             why.add("id_style")
     return why
 
 
-def _adaptable(t: str) -> bool:
-    """Some collected test could match id `t`: a node id of its own file, a unittest, bare or docstring id."""
+def _adaptable(t: str, targets: list[str]) -> bool:
+    """Some test the runner collects could match id `t`: a node id (whole or cut at a space) of a file the runner
+    is given, a unittest id whose module is one of those files; bare names and docstring lines are matched
+    against every collected test, so only the run can tell."""
     if "::" in t:
-        return matches(t, t) or matches(t, t + "x]")
-    return True  # unittest `name (mod.Class)`, bare names and docstring lines: matched against each collected test
+        path = t.split("::", 1)[0]
+        return path in targets and (matches(t, t) or matches(t, t + "x]"))
+    m = re.fullmatch(r"(\w+) \(([\w.]+)\)", t)
+    if m:
+        dotted = m[2][:-len(m[1]) - 1] if m[2].endswith("." + m[1]) and m[2].count(".") >= 2 else m[2]
+        mod, _, cls = dotted.rpartition(".")
+        # collected from a target file, or defined in `mod` and imported into one (the runner reports the module)
+        return any(matches(t, f"{p}::{cls}::{m[1]}") or matches(t, f"{p}::{cls}::{m[1]}", module=mod)
+                   for p in targets)
+    return True
 
 
 def run_static(records: list[dict]) -> dict:

@@ -161,3 +161,14 @@ def test_plugin_registered_by_the_code_under_test_is_rejected(judge):
 def test_patch_importing_a_missing_module_is_its_own_failure(judge):
     v = judge.judge(TASK, {"lib/bounds.py": "__import__('not_' + 'there')\n" + FIXED})
     assert v.status in ("failed", "no_tests") and "not_there" in v.message  # not env_error: the base collects
+
+
+def test_imported_testcase_and_python311_unittest_ids(judge):
+    task = RepoTask("imported", "", {"lib/__init__.py": "", "lib/bounds.py": BUGGY, "tests/__init__.py": "",
+                                     "tests/base_cases.py": UNIT},
+                    hidden_tests={"tests/test_sub.py": "from tests.base_cases import ClampTest  # noqa: F401\n"},
+                    fail_to_pass=["test_low (tests.base_cases.ClampTest)",
+                                  "test_high (tests.base_cases.ClampTest.test_high)"])
+    good, bad = judge.judge(task, {"lib/bounds.py": FIXED}), judge.judge(task, {})
+    assert good.passed and len(good.fail_to_pass["passed"]) == 2, good.message + good.output_tail
+    assert not bad.passed and bad.fail_to_pass["unknown"] == []

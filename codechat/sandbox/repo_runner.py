@@ -101,6 +101,7 @@ def main() -> None:
             self.collect_errors: list = []
             self.collected = 0
             self.docs: dict = {}
+            self.modules: dict = {}
             self.unit: set = set()
 
         @pytest.hookimpl(hookwrapper=True, tryfirst=True)
@@ -130,6 +131,10 @@ def main() -> None:
             for item in session.items:
                 if isinstance(item, unittest.TestCaseFunction):
                     self.unit.add(item.nodeid)
+                owner = getattr(item, "cls", None) or getattr(item, "obj", None)
+                mod = getattr(owner, "__module__", None)
+                if isinstance(mod, str):
+                    self.modules[item.nodeid] = mod
                 doc = getattr(getattr(item, "obj", None), "__doc__", None)
                 if isinstance(doc, str) and doc.strip():
                     self.docs[item.nodeid] = doc.strip().splitlines()[0].strip()
@@ -156,7 +161,8 @@ def main() -> None:
     for nodeid, ph in judge.phases.items():
         ok = ph.get("setup") == "passed" and ph.get("call") == "passed" and ph.get("teardown") == "passed"
         tests[nodeid] = {"passed": bool(ok and judge.returned.get(nodeid)),
-                         "outcome": ph.get("call") or ph.get("setup") or "unknown", "doc": judge.docs.get(nodeid, "")}
+                         "outcome": ph.get("call") or ph.get("setup") or "unknown", "doc": judge.docs.get(nodeid, ""),
+                         "module": judge.modules.get(nodeid, "")}
     record = {"nonce": nonce, "exit": code, "collected": judge.collected, "tests": tests,
               "collect_errors": judge.collect_errors, "tampered": tampered}
     data = (dumps(record) + "\n").encode()

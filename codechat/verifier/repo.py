@@ -328,12 +328,12 @@ class RepoJudge:
             return RepoVerdict("env_error", False, 0.0, message=f"every FAIL_TO_PASS test is marked offline_skip "
                                f"({offline[task.fail_to_pass[0]]})", **common)
         if task.fail_to_pass:
-            f2p = resolve_ids([t for t in task.fail_to_pass if t not in offline], run.tests, run.docs)
+            f2p = resolve_ids([t for t in task.fail_to_pass if t not in offline], run.tests, run.docs, run.modules)
         else:
             own = {n: ok for n, ok in run.tests.items() if n.split("::", 1)[0] in hidden_files}
             f2p = {"passed": sorted(n for n, ok in own.items() if ok),
                    "failed": sorted(n for n, ok in own.items() if not ok), "unknown": [], "warnings": []}
-        p2p = resolve_ids([t for t in (task.pass_to_pass or sorted(keep)) if t not in offline], run.tests, run.docs)
+        p2p = resolve_ids([t for t in (task.pass_to_pass or sorted(keep)) if t not in offline], run.tests, run.docs, run.modules)
         warnings += f2p.pop("warnings") + p2p.pop("warnings")
         common.update(fail_to_pass=f2p, pass_to_pass=p2p, warnings=warnings[:50])
         if not (f2p["passed"] or f2p["failed"] or f2p["unknown"]):

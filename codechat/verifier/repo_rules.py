@@ -14,7 +14,8 @@ packages (`_pytest`, `pytest`, `pluggy`, which a pytest-dev task edits honestly)
 pytest hook names. `sys.modules` is allowed: the runner checks its functions' identity after the run, which
 catches a replacement made through it.
 
-Test ids (`resolve_ids`): pytest node ids; unittest style `name (module.Class)` (django); a docstring first
+Test ids (`resolve_ids`): pytest node ids; unittest style `name (module.Class)` or `name (module.Class.name)`
+(django; `module` is the file's or, for a TestCase imported into another test module, its class's); a docstring first
 line (django's verbose runner prints it instead of the name); a bare function name (sympy); an id SWE-bench cut
 at a space (`test_x[a-`) matched by prefix, with a warning. An id that matches nothing collected is
 `unknown test id`, listed apart from the failures.
@@ -81,8 +82,10 @@ def _base(nodeid: str) -> str:
     return nodeid.split("[", 1)[0]
 
 
-def matches(wanted: str, nodeid: str, doc: str = "") -> bool:
-    """Does a task's test id name this collected test (pytest node id `nodeid`, docstring first line `doc`)?"""
+def matches(wanted: str, nodeid: str, doc: str = "", module: str = "") -> bool:
+    """Does a task's test id name this collected test (pytest node id `nodeid`, docstring first line `doc`,
+    `module`: where its class or function is defined, which for a TestCase imported into another test module is
+    not the file it was collected from)?"""
     if wanted == nodeid:
         return True
     if "::" in wanted:
@@ -90,10 +93,12 @@ def matches(wanted: str, nodeid: str, doc: str = "") -> bool:
     m = _UNITTEST.fullmatch(wanted)
     if m:
         name, dotted = m.groups()
+        if dotted.endswith("." + name) and dotted.count(".") >= 2:  # Python 3.11+: `name (module.Class.name)`
+            dotted = dotted[:-len(name) - 1]
         mod, _, cls = dotted.rpartition(".")
         path, _, rest = nodeid.partition("::")
         dotted_path = path[:-3].replace("/", ".")
-        return rest == f"{cls}::{name}" and (dotted_path == mod or dotted_path.endswith("." + mod))
+        return rest == f"{cls}::{name}" and any(d == mod or d.endswith("." + mod) for d in (dotted_path, module) if d)
     if re.fullmatch(r"\w+", wanted):
         return _base(nodeid).rsplit("::", 1)[-1] == wanted
     return bool(doc) and wanted.strip() == doc.strip()
@@ -105,16 +110,17 @@ def well_formed(wanted: str) -> bool:
     return bool(w) and not re.fullmatch(r"\[[\d%\s-]*\]?-*", w)
 
 
-def resolve_ids(wanted: list[str], tests: dict[str, bool], docs: dict[str, str] | None = None) -> dict:
+def resolve_ids(wanted: list[str], tests: dict[str, bool], docs: dict[str, str] | None = None,
+                modules: dict[str, str] | None = None) -> dict:
     """{"passed": [...], "failed": [...], "unknown": [...], "warnings": [...]} for the ids in `wanted` against
     the run's `tests` (node id -> passed). An id naming several tests (a bare name, a prefix) passes when all do."""
-    docs = docs or {}
+    docs, modules = docs or {}, modules or {}
     out = {"passed": [], "failed": [], "unknown": [], "warnings": []}
     for w in wanted:
         if not well_formed(w):
             out["warnings"].append(f"{w!r}: not a test id, ignored")
             continue
-        hits = [n for n in tests if matches(w, n, docs.get(n, ""))]
+        hits = [n for n in tests if matches(w, n, docs.get(n, ""), modules.get(n, ""))]
         if not hits:
             out["unknown"].append(w)
             continue

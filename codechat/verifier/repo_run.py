@@ -37,6 +37,8 @@ class TestRun:
     duration_s: float = 0.0
     docs: dict[str, str] = field(default_factory=dict)
     """node id -> first docstring line."""
+    modules: dict[str, str] = field(default_factory=dict)
+    """node id -> module defining its class (or function)."""
     exit_code: int | None = None
     message: str = ""
 
@@ -88,7 +90,8 @@ def run_tests(root: Path, targets: list[str], timeout_s: float, max_output_bytes
     raw = {str(k): v for k, v in rec.get("tests", {}).items() if isinstance(v, dict)}
     run = TestRun("ok", {k: bool(v.get("passed")) for k, v in raw.items()}, list(rec.get("collect_errors", [])),
                   list(rec.get("tampered", [])), output, res.duration_s,
-                  {k: str(v.get("doc") or "") for k, v in raw.items()}, rec.get("exit"))
+                  {k: str(v.get("doc") or "") for k, v in raw.items()}, {k: str(v.get("module") or "")
+                                                                          for k, v in raw.items()}, rec.get("exit"))
     if run.exit_code in (3, 4, -1) and not run.tests:  # INTERNALERROR, usage error, pytest raised
         tail = [l for l in output.strip().splitlines() if l.strip()][-1:] or [f"pytest exit {run.exit_code}"]
         run.status, run.message = "env_error", f"pytest could not run: {tail[0][:300]}"
