@@ -44,7 +44,7 @@ class RepoChat:
     def __init__(self, task: RepoTask, judge: RepoJudge, cfg: AgentConfig | None = None):
         self.task, self.judge = task, judge
         self.ws = judge.clone(task)
-        self.box = ToolBox(task, self.ws, cfg or AgentConfig(), judge.hide_paths)
+        self.box = ToolBox(task, self.ws, cfg or AgentConfig(), judge.hide_paths, judge.env_for(task))
 
     def handle(self, line: str) -> str | None:
         """The reply to one input line; None means the session is over."""

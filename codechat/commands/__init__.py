@@ -35,6 +35,8 @@ COMMANDS = {
                     "train a tiny code model from scratch on CPU: SFT on buggy code, then RFT + GRPO from the verifier"),
     "serve": Command("codechat.commands.serve", "serve the verifier over HTTP: SandboxFusion-compatible /run_code, "
                      "batch /verify, /health, /metrics"),
+    "repo": Command("codechat.commands.repo_env", "build or check test environments for repository tasks "
+                    "(repo env build SPEC --out DIR, repo env check DIR)"),
     "compare": Command("codechat.commands.compare", "compare GRPO, RLOO, RFT, RFT->GRPO and DPO from one SFT "
                        "checkpoint: pass-rate curves over sample budgets"),
 }

@@ -54,6 +54,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=None, help="sampling seed (default: the run's seed + 99)")
     p.add_argument("--compare", nargs=2, metavar=("A", "B"), help="compare two eval output directories")
     p.add_argument("--repos", help="repository tasks: directory holding the SWE-bench checkouts (owner__name)")
+    p.add_argument("--envs", help="repository tasks: directory of test environments (codechat repo env build); "
+                                  "default: codechat's own interpreter and pytest")
+    p.add_argument("--log-dir", help="repository tasks: per-judgement logs LOG_DIR/TASK_ID/N/ "
+                                     "(patch, test output, report)")
+    p.add_argument("--memory-mb", type=int, default=None,
+                   help="repository tasks: memory limit of a test run (default 2048)")
     p.add_argument("--thinking", action=argparse.BooleanOptionalAction, default=None,
                    help="strip <think> blocks before verifying and report pass@1 and length by mode "
                         "(default: the run's verifier.thinking, else off)")
@@ -170,6 +176,10 @@ def run(args: argparse.Namespace) -> int:
         raise CodechatError("eval: --tasks is required (a task file or builtin[:NAME])")
     if is_repo_spec(args.tasks):  # agent episodes on repository tasks
         return repo.run_eval(args)
+    repo_only = [f for f, v in (("--envs", args.envs), ("--log-dir", args.log_dir), ("--memory-mb", args.memory_mb))
+                 if v]
+    if repo_only:
+        raise CodechatError(f"eval: {', '.join(repo_only)} apply to repository tasks only ({args.tasks} is not one)")
     if bool(args.model) == bool(args.completions):
         raise CodechatError("eval: give exactly one of --model or --completions")
 

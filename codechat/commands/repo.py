@@ -4,7 +4,8 @@
     codechat eval --model runs/x --tasks builtin:repo-heldout --n 4 --k 1,4
     codechat eval --model scripted:reference --tasks ../shared/data/repo/quixbugs     # no model: the reference fixes
 A patch line is {"task_id", "patch": unified diff} or {"task_id", "files": {path: text or null}} (or either
-as "completion"), with an optional "sample_id"; SWE-bench records also need `--repos DIR` (local checkouts).
+as "completion"), with an optional "sample_id"; SWE-bench records also need `--repos DIR` (trees or checkouts),
+and `--envs DIR` to run each repository's tests in its own environment (codechat repo env build).
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from codechat.rollout.episode import EpisodeRunner
 from codechat.rundir import resolve_model
 from codechat.tasks.repo_loaders import load_repo_tasks
 from codechat.verifier.repo import RepoJudge, RepoVerdict
+from codechat.verifier.repo_env import load_envs
 
 
 def _tasks(args) -> dict:
@@ -34,6 +36,15 @@ def _tasks(args) -> dict:
         for t in tasks:
             t.limits.test_timeout_s = float(args.timeout)
     return {t.task_id: t for t in tasks}
+
+
+def judge_for(args, hide: tuple[str, ...]) -> RepoJudge:
+    """The RepoJudge the flags ask for: --envs, --log-dir, --memory-mb."""
+    envs = load_envs(args.envs) if getattr(args, "envs", None) else None
+    memory = getattr(args, "memory_mb", None)
+    if memory is not None and memory < 64:
+        raise CodechatError(f"--memory-mb must be at least 64, got {memory}")
+    return RepoJudge(hide_paths=hide, envs=envs, log_dir=getattr(args, "log_dir", None), memory_mb=memory or 2048)
 
 
 def read_patches(path: str, known: set[str]) -> list[dict]:
@@ -64,7 +75,7 @@ def run_verify(args) -> int:
     hide = tuple({str(Path(args.completions).resolve().parent)} |
                  ({str(Path(args.tasks).expanduser().resolve().parent)} if not args.tasks.startswith("builtin") else set()))
     counts: Counter = Counter()
-    with RepoJudge(hide_paths=hide) as judge, ThreadPoolExecutor(max(1, args.workers or 4)) as pool:
+    with judge_for(args, hide) as judge, ThreadPoolExecutor(max(1, args.workers or 4)) as pool:
         futs = [None if "error" in r else pool.submit(judge.judge, tasks[r["task_id"]], r["change"]) for r in rows]
         with open(args.out, "w", encoding="utf-8") as out:
             for r, f in zip(rows, futs):
@@ -122,7 +133,7 @@ def run_eval(args) -> int:
     agent, name = make_agent(args.model, args)
     cfg = AgentConfig(turn_tokens=args.max_new_tokens)
     hide = () if args.tasks.startswith("builtin") else (str(Path(args.tasks).expanduser().resolve().parent),)
-    with RepoJudge(hide_paths=hide) as judge:
+    with judge_for(args, hide) as judge:
         report = evaluate_episodes(EpisodeRunner(agent, judge, cfg), tasks, args.n, ks, seed=args.seed)
     out = Path(args.out) if args.out else Path(f"eval-{name}")
     out.mkdir(parents=True, exist_ok=True)

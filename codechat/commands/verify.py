@@ -54,6 +54,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stop-at-first-failure", action="store_true",
                    help="stdin/stdout tasks: run no test after a completion's first failing one")
     p.add_argument("--repos", help="repository tasks: directory holding the SWE-bench checkouts (owner__name)")
+    p.add_argument("--envs", help="repository tasks: directory of test environments (codechat repo env build); "
+                                  "default: codechat's own interpreter and pytest")
+    p.add_argument("--log-dir", help="repository tasks: per-judgement logs LOG_DIR/TASK_ID/N/ "
+                                     "(patch, test output, report)")
     p.add_argument("--check", action="store_true", help="start one sandbox worker and print the protections "
                                                         "active on this machine, one per line")
 
@@ -199,6 +203,8 @@ def run(args: argparse.Namespace) -> int:
         return run_check(args)
     if args.tasks and not args.regress and is_repo_spec(args.tasks):  # patches against repository tasks
         return repo.run_verify(args)
+    if args.envs or args.log_dir:
+        raise CodechatError("verify: --envs and --log-dir apply to repository tasks only")
     if args.regress:
         return run_regress(args)
     return run_verify(args)

@@ -230,7 +230,7 @@ class EpisodeRunner:
 
     def _start(self, task: RepoTask, sample: int) -> _Live:
         ws = self.judge.clone(task)
-        box = ToolBox(task, ws, self.cfg, self.judge.hide_paths)
+        box = ToolBox(task, ws, self.cfg, self.judge.hide_paths, getattr(self.judge, "env_for", lambda t: None)(task))
         return _Live(task, sample, ws, box, self.agent.prompt(task, ws.listing(), self.cfg.call_format))
 
     def _turn(self, e: _Live, a: Action, version: int = 0) -> None:

@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import regex
+
 from codechat.config import AgentConfig
 from codechat.sandbox.workspace import Workspace, WorkspaceError, run_isolated
 from codechat.tasks.repo import RepoTask
@@ -42,6 +44,7 @@ from codechat.verifier.repo import ALWAYS_PROTECTED, run_tests
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
 RESULT_OPEN, RESULT_CLOSE = "<tool_response>", "</tool_response>"
 MAX_WRITE_CHARS, MAX_PATTERN_CHARS = 200_000, 200
+SEARCH_TIMEOUT_S = 2.0  # one search call, all files: `re` cannot be interrupted, `regex` takes a timeout
 
 TOOLS: dict[str, dict[str, tuple[str, bool, str]]] = {
     # name: {parameter: (json type, required, description)}
@@ -165,8 +168,10 @@ def cap(text: str, limit: int) -> str:
 class ToolBox:
     """The tools of one episode, bound to its workspace and task."""
 
-    def __init__(self, task: RepoTask, workspace: Workspace, cfg: AgentConfig, hide_paths: tuple[str, ...] = ()):
-        self.task, self.ws, self.cfg, self.hide_paths = task, workspace, cfg, hide_paths
+    def __init__(self, task: RepoTask, workspace: Workspace, cfg: AgentConfig, hide_paths: tuple[str, ...] = (),
+                 env=None):
+        """env: the task's test environment (RepoJudge.env_for), whose interpreter run_tests uses."""
+        self.task, self.ws, self.cfg, self.hide_paths, self.env = task, workspace, cfg, hide_paths, env
 
     def call(self, call: ToolCall) -> ToolResult:
         t0 = time.monotonic()
@@ -199,15 +204,20 @@ class ToolBox:
         if not pattern or len(pattern) > MAX_PATTERN_CHARS:
             return ToolResult(f"error: pattern must have 1-{MAX_PATTERN_CHARS} characters", False)
         try:
-            rx = re.compile(pattern)
-        except re.error:
-            rx = re.compile(re.escape(pattern))
+            rx = regex.compile(pattern)
+        except (regex.error, ValueError, OverflowError):
+            rx = regex.compile(regex.escape(pattern))
         files = [path] if self.ws.exists(path) else self.ws.listing(path)
         hits = []
-        for f in files:
-            for i, line in enumerate(self.ws.read(f).splitlines(), 1):
-                if rx.search(line[:1000]):
-                    hits.append(f"{f}:{i}: {line.strip()[:200]}")
+        deadline = time.monotonic() + SEARCH_TIMEOUT_S
+        try:
+            for f in files:
+                for i, line in enumerate(self.ws.read(f).splitlines(), 1):
+                    if rx.search(line[:1000], timeout=max(1e-3, deadline - time.monotonic())):
+                        hits.append(f"{f}:{i}: {line.strip()[:200]}")
+        except TimeoutError:
+            return ToolResult(f"error: search took over {SEARCH_TIMEOUT_S:g}s (a pattern that backtracks); "
+                              f"use a simpler pattern", False)
         return ToolResult(f"ok {len(hits)} matches\n" + "\n".join(hits[:100]), True)
 
     def _write_file(self, path: str, content: str) -> ToolResult:
@@ -257,7 +267,7 @@ class ToolBox:
             return ToolResult(f"error: not a visible test: {', '.join(map(str, bad))[:200]} (visible: "
                               f"{', '.join(visible)[:300]})", False)
         run = run_tests(self.ws.root, targets, min(self.task.limits.test_timeout_s, self.cfg.run_timeout_s * 6),
-                        self.cfg.tool_output_chars * 4, self.hide_paths)
+                        self.cfg.tool_output_chars * 4, self.hide_paths, env=self.env)
         passed = sum(run.tests.values())
         head = "ok" if run.status == "ok" else f"error: tests {run.status}"
         summary = f"{head} {passed} passed, {len(run.tests) - passed} failed"

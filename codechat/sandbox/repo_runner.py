@@ -1,14 +1,18 @@
 """The judge's pytest runner, executed inside the sandbox as `python -I repo_runner.py RESULT_FD` in a workspace.
 
-Standalone (imports nothing of codechat): it reads one JSON line on stdin, {"nonce", "root", "targets"}, imports
+Standalone (imports nothing of codechat): it reads one JSON line on stdin, {"nonce", "root", "targets",
+"pythonpath"}, puts `pythonpath` (tree directories) and the root first on sys.path, clears PYTEST_* and
+PYTHONPATH from the environment and sets PYTEST_DISABLE_PLUGIN_AUTOLOAD, imports
 pytest and records the identity of the functions that decide a test's outcome *before* any repository code
-can run, puts the workspace root first on sys.path, and runs pytest with a plugin object of its own
+can run, and runs pytest with a plugin object of its own
 (`-p no:cacheprovider`, third-party plugin autoload off through the environment). At the end it writes one
 JSON record with the nonce on RESULT_FD (not on stdout, which the repository's code shares) and leaves with
 os._exit, so atexit hooks of the repository never run after it.
 
 A test counts as passed only if its setup, call and teardown reports passed *and* this plugin's own wrapper
-around the test function saw the function return normally. The record lists `tampered` when any watched
+around the test function saw the function return normally (for a `unittest.TestCase` method, whose failures
+pytest reports through the result object rather than by raising: saw the call run). Each test's record holds
+its docstring's first line (django's runner names a test by it). The record lists `tampered` when any watched
 function (pytest's runner, call, report and assertion-rewrite entry points, pluggy's dispatch, this plugin's
 hooks, os.write) was replaced during the run. What this cannot stop, because the tests run in the same
 process as the code under test, is documented in docs/agent.md.
@@ -19,7 +23,7 @@ import sys
 
 
 def _watch(pytest, modules) -> dict:
-    runner, python, reports, rewrite, callers, hooks = modules
+    runner, python, reports, rewrite, callers, hooks, unittest = modules
     return {"runner.call_and_report": runner.call_and_report, "runner.runtestprotocol": runner.runtestprotocol,
             "runner.CallInfo.from_call": runner.CallInfo.__dict__["from_call"],
             "runner.pytest_runtest_call": runner.pytest_runtest_call,
@@ -27,8 +31,37 @@ def _watch(pytest, modules) -> dict:
             "reports.TestReport.from_item_and_call": reports.TestReport.__dict__["from_item_and_call"],
             "rewrite.exec_module": rewrite.AssertionRewritingHook.exec_module,
             "rewrite.rewrite_asserts": rewrite.rewrite_asserts, "pluggy._multicall": callers._multicall,
-            "pluggy.HookCaller.__call__": hooks.HookCaller.__call__, "os.write": os.write, "os._exit": os._exit,
-            "pytest.main": pytest.main}
+            "pluggy.HookCaller.__call__": (getattr(hooks, "HookCaller", None) or hooks._HookCaller).__call__,
+            "os.write": os.write, "os._exit": os._exit,
+            "pytest.main": pytest.main, "pytest.raises": pytest.raises,
+            "python.Function.obj": python.Function.__dict__.get("obj"),
+            "python.PyobjMixin.obj": getattr(python, "PyobjMixin").__dict__.get("obj"),
+            "python.Function._getobj": python.Function.__dict__.get("_getobj"),
+            "unittest.TestCaseFunction.runtest": unittest.TestCaseFunction.runtest,
+            "unittest.TestCaseFunction.addSuccess": unittest.TestCaseFunction.__dict__.get("addSuccess")}
+
+
+def _foreign_impls(config, judge, root: str) -> list:
+    """(hook, plugin) for implementations of the outcome-deciding hooks whose code lives in the tree under test
+    and is not one of its conftest files (whose edits the judge drops): a plugin the code under test registered
+    at run time. pytest's own plugins and the environment's (site-packages) are not the tree's."""
+    out = []
+    if config is None:
+        return out
+    prefix = os.path.join(os.path.realpath(root), "")
+    for hook in ("pytest_pyfunc_call", "pytest_runtest_call", "pytest_runtest_makereport", "pytest_runtest_protocol",
+                 "pytest_report_teststatus", "pytest_runtest_logreport", "pytest_collection_modifyitems"):
+        caller = getattr(config.hook, hook, None)
+        for impl in (caller.get_hookimpls() if caller is not None else []):
+            plugin = impl.plugin
+            if plugin is judge:
+                continue
+            mod = plugin if isinstance(plugin, type(os)) else sys.modules.get(type(plugin).__module__)
+            file = os.path.realpath(str(getattr(mod, "__file__", "") or ""))
+            runner_code = {"_pytest", "pytest", "pluggy"} & set(file[len(prefix):].split(os.sep)[:-1])
+            if file.startswith(prefix) and os.path.basename(file) != "conftest.py" and not runner_code:
+                out.append((hook, getattr(mod, "__name__", "?")))
+    return out
 
 
 def main() -> None:
@@ -36,14 +69,30 @@ def main() -> None:
     write, exit_now, dumps = os.write, os._exit, json.dumps
     spec = json.loads(sys.stdin.readline())
     nonce, root, targets = spec["nonce"], spec["root"], list(spec["targets"])
+    paths = [os.path.join(root, p) for p in spec.get("pythonpath", [])] + [root]
     spec.clear()
+    for k in [k for k in os.environ if k.startswith("PYTEST_") or k == "PYTHONPATH"]:
+        del os.environ[k]
+    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"  # no entry-point plugins, whatever the config says
+    # pytest is imported before the tree is on the path, so a module of the tree cannot stand in for one pytest
+    # imports; a repository that is pytest itself (its own _pytest/) is put first so that its own code is tested
+    own_runner = any(os.path.isdir(os.path.join(p, "_pytest")) for p in paths)
+    if own_runner:
+        sys.path[:0] = paths
     import pytest
     import _pytest.assertion.rewrite as rewrite
     import _pytest.python as python
     import _pytest.reports as reports
     import _pytest.runner as runner
-    import pluggy._callers as callers
-    import pluggy._hooks as hooks
+    try:
+        import pluggy._callers as callers
+        import pluggy._hooks as hooks
+    except ImportError:  # pluggy < 1.0 (environments with an older pytest)
+        import pluggy.callers as callers
+        import pluggy.hooks as hooks
+    import _pytest.unittest as unittest
+    if not own_runner:
+        sys.path[:0] = paths
 
     class Judge:
         def __init__(self):
@@ -51,42 +100,69 @@ def main() -> None:
             self.returned: dict = {}
             self.collect_errors: list = []
             self.collected = 0
+            self.docs: dict = {}
+            self.modules: dict = {}
+            self.unit: set = set()
 
         @pytest.hookimpl(hookwrapper=True, tryfirst=True)
         def pytest_pyfunc_call(self, pyfuncitem):
             outcome = yield
             self.returned[pyfuncitem.nodeid] = outcome.excinfo is None
 
+        @pytest.hookimpl(hookwrapper=True, tryfirst=True)
+        def pytest_runtest_call(self, item):
+            yield
+            if item.nodeid in self.unit:  # the TestCase ran; its outcome is in the call report
+                self.returned[item.nodeid] = True
+
         def pytest_runtest_logreport(self, report):
             self.phases.setdefault(report.nodeid, {})[report.when] = report.outcome
 
         def pytest_collectreport(self, report):
             if report.failed:
-                self.collect_errors.append(report.nodeid or "<session>")
+                lines = str(report.longreprtext).strip().splitlines()
+                self.collect_errors.append(f"{report.nodeid or '<session>'}: {lines[-1][:300] if lines else ''}")
+
+        def pytest_configure(self, config):
+            self.config = config
 
         def pytest_collection_finish(self, session):
             self.collected = len(session.items)
+            for item in session.items:
+                if isinstance(item, unittest.TestCaseFunction):
+                    self.unit.add(item.nodeid)
+                owner = getattr(item, "cls", None) or getattr(item, "obj", None)
+                mod = getattr(owner, "__module__", None)
+                if isinstance(mod, str):
+                    self.modules[item.nodeid] = mod
+                doc = getattr(getattr(item, "obj", None), "__doc__", None)
+                if isinstance(doc, str) and doc.strip():
+                    self.docs[item.nodeid] = doc.strip().splitlines()[0].strip()
 
     judge = Judge()
-    watched = _watch(pytest, (runner, python, reports, rewrite, callers, hooks))
+    watched = _watch(pytest, (runner, python, reports, rewrite, callers, hooks, unittest))
     watched["judge.pytest_pyfunc_call"] = Judge.pytest_pyfunc_call
     watched["judge.pytest_runtest_logreport"] = Judge.pytest_runtest_logreport
-    sys.path.insert(0, root)
+    watched["judge.pytest_runtest_call"] = Judge.pytest_runtest_call
     try:
-        code = int(pytest.main(["-p", "no:cacheprovider", "-q", "-rN", "--rootdir", root, *targets],
+        code = int(pytest.main(["-p", "no:cacheprovider", "-q", "-rN", "--continue-on-collection-errors",
+                                "--rootdir", root, *targets],
                                plugins=[judge]))
     except BaseException as e:  # noqa: BLE001 - an exit raised out of pytest is a failed run, not a pass
         code = -1
         print(f"runner: pytest raised {type(e).__name__}", file=sys.stderr)
-    tampered = sorted(k for k, v in _watch(pytest, (runner, python, reports, rewrite, callers, hooks)).items()
+    tampered = sorted(k for k, v in _watch(pytest, (runner, python, reports, rewrite, callers, hooks, unittest)).items()
                       if watched[k] is not v)
-    tampered += [k for k in ("judge.pytest_pyfunc_call", "judge.pytest_runtest_logreport")
+    tampered += [k for k in ("judge.pytest_pyfunc_call", "judge.pytest_runtest_logreport", "judge.pytest_runtest_call")
                  if getattr(Judge, k.split(".", 1)[1]) is not watched[k]]
+    tampered += [f"plugin {name} implements {hook}"
+                 for hook, name in _foreign_impls(getattr(judge, "config", None), judge, root)]
     tests = {}
     for nodeid, ph in judge.phases.items():
         ok = ph.get("setup") == "passed" and ph.get("call") == "passed" and ph.get("teardown") == "passed"
         tests[nodeid] = {"passed": bool(ok and judge.returned.get(nodeid)),
-                         "outcome": ph.get("call") or ph.get("setup") or "unknown"}
+                         "outcome": ph.get("call") or ph.get("setup") or "unknown", "doc": judge.docs.get(nodeid, ""),
+                         "module": judge.modules.get(nodeid, "")}
     record = {"nonce": nonce, "exit": code, "collected": judge.collected, "tests": tests,
               "collect_errors": judge.collect_errors, "tampered": tampered}
     data = (dumps(record) + "\n").encode()

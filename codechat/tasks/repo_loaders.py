@@ -2,16 +2,20 @@
 QuixBugs from its directory, and the built-in generated family (`builtin:repo-train`, `builtin:repo-heldout`).
 
     load_repo_tasks("tasks.jsonl")                                # our schema, see codechat/tasks/repo.py
-    load_repo_tasks("swe-bench-lite-test.json", repos="~/repos")  # REPOS/owner__name or REPOS/name, git checkouts
+    load_repo_tasks("swe-bench-lite-test.json", repos="~/repos")  # REPOS/INSTANCE_ID (a tree), REPOS/owner__name ...
     load_repo_tasks("../shared/data/repo/quixbugs")               # 40 one-line bugs, pytest tests
     load_repo_tasks("builtin:repo-heldout")
 Nothing is downloaded: a SWE-bench record whose repository is not on disk stops with one line naming it.
-SWE-bench test ids are kept as given; the judge matches unittest-style ids (`test_x (pkg.mod.Class)`) to
-pytest node ids by module path, class and name.
+A record's repository is REPOS/INSTANCE_ID (a tree at the base commit, e.g. unpacked from the harness image's
+/testbed or a `git archive`; used as it is, the base commit unchecked), else a git checkout REPOS/owner__name,
+REPOS/owner/name or REPOS/name (exported at the base commit). The gold patch becomes the task's reference fix
+(`solution`: the patched files; `solution_patch`: the diff). SWE-bench test ids are kept as given; the judge
+matches every id style the records use (verifier/repo_rules.py).
 """
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 from codechat import CodechatError
@@ -19,6 +23,7 @@ from codechat.tasks.loaders import read_records
 from codechat.tasks.model import TaskFormatError
 from codechat.tasks.repo import RepoLimits, RepoTask, _str_list, parse_repo_task
 from codechat.tasks.repo_family import REPO_SETS
+from codechat.verifier.patches import PatchError, apply_diff
 
 SWEBENCH_FIELDS = ("instance_id", "problem_statement", "base_commit", "test_patch")
 
@@ -69,29 +74,53 @@ def load_repo_tasks(spec: str, repos: str | None = None) -> list[RepoTask]:
     return tasks
 
 
-def find_repo(repo: str, repos: str | None, where: str) -> Path:
-    """The checkout of `owner/name` under `repos`: repos/owner__name, repos/owner/name or repos/name."""
+def find_repo(repo: str, repos: str | None, where: str, instance: str = "") -> tuple[Path, bool]:
+    """(directory, is a git checkout) for `owner/name` under `repos`: REPOS/INSTANCE_ID (a tree, or a one-folder
+    archive layout REPOS/INSTANCE_ID/NAME), else a git checkout at REPOS/owner__name, REPOS/owner/name, REPOS/name."""
     if not repos:
         raise CodechatError(f"{where}: SWE-bench record for {repo}: give --repos DIR holding the checkouts "
                             f"(nothing is downloaded)")
     root = Path(repos).expanduser()
+    if instance and (root / instance).is_dir():
+        tree = root / instance
+        inner = [d for d in tree.iterdir() if d.is_dir()]
+        if len(inner) == 1 and not any(f.is_file() for f in tree.iterdir()):
+            tree = inner[0]  # git archive --prefix=NAME/
+        return tree, (tree / ".git").exists()
     owner_name = repo.replace("/", "__")
     candidates = [root / owner_name, root / repo, root / repo.rsplit("/", 1)[-1]]
     for c in candidates:
         if (c / ".git").exists():
-            return c
-    raise CodechatError(f"{where}: repository {repo} not found under {root} (looked for "
+            return c, True
+    raise CodechatError(f"{where}: repository {repo} not found under {root} (looked for {instance or 'INSTANCE_ID'}, "
                         f"{', '.join(str(c.relative_to(root)) for c in candidates)}; nothing is downloaded)")
+
+
+def _read_base(checkout: Path, commit: str | None):
+    def read(path: str) -> str | None:
+        if commit is None:
+            f = checkout / path
+            return f.read_text(encoding="utf-8", errors="replace") if f.is_file() else None
+        res = subprocess.run(["git", "-C", str(checkout), "show", f"{commit}:{path}"], capture_output=True)
+        return res.stdout.decode("utf-8", errors="replace") if res.returncode == 0 else None
+    return read
 
 
 def from_swebench(rec: dict, where: str, repos: str | None) -> RepoTask:
     repo = rec.get("repo") or rec["instance_id"].rsplit("-", 1)[0].replace("__", "/")
-    checkout = find_repo(str(repo), repos, where)
-    meta = {"source": "swe-bench", "repo": repo}
+    checkout, is_git = find_repo(str(repo), repos, where, str(rec["instance_id"]))
+    commit = str(rec["base_commit"]) if is_git else None
+    meta = {"source": "swe-bench", "repo": repo, "version": str(rec.get("version", "")),
+            "base_commit": str(rec["base_commit"])}
     if rec.get("patch"):
         meta["solution_patch"] = rec["patch"]
+        try:
+            fixed = apply_diff(rec["patch"], _read_base(checkout, commit))
+            meta["solution"] = {p: t for p, t in fixed.items() if t is not None}
+        except PatchError as e:
+            raise TaskFormatError(f"{where}: the gold patch does not apply to {checkout}: {e}") from None
     return RepoTask(str(rec["instance_id"]), str(rec["problem_statement"]), repo_dir=str(checkout),
-                    commit=str(rec["base_commit"]), test_patch=str(rec["test_patch"]),
+                    commit=commit, test_patch=str(rec["test_patch"]),
                     fail_to_pass=_ids(rec.get("FAIL_TO_PASS"), "FAIL_TO_PASS", where),
                     pass_to_pass=_ids(rec.get("PASS_TO_PASS"), "PASS_TO_PASS", where),
                     limits=RepoLimits(max_turns=40, max_tool_calls=60, wall_s=1800, max_tokens=32768,

@@ -21,44 +21,30 @@ from __future__ import annotations
 
 import difflib
 import json
-import re
-import secrets
-import sys
 import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from codechat.sandbox import isolation
-from codechat.sandbox.workspace import Workspace, WorkspaceError, run_isolated, safe_path, scratch_dir
+from codechat.sandbox.workspace import Workspace, WorkspaceError, safe_path, scratch_dir
 from codechat.tasks.repo import RepoTask, materialize
 from codechat.verifier.patches import PatchError, apply_diff, parse_diff
+from codechat.verifier.repo_env import TestEnv
+from codechat.verifier.repo_rules import CONFIG_FILES, drop_reason, hazard, matches, resolve_ids, test_targets
+from codechat.verifier.repo_run import RUNNER, TestRun, missing_module, run_tests
 from codechat.verifier.verdict import Verdict
 
-RUNNER = str(Path(__file__).resolve().parents[1] / "sandbox" / "repo_runner.py")  # visible in the fresh root
-ALWAYS_PROTECTED = ("conftest.py", "pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml", "sitecustomize.py",
-                    "usercustomize.py")
-SHADOW_NAMES = frozenset(sys.stdlib_module_names) | {"pytest", "_pytest", "pluggy", "iniconfig", "packaging",
-                                                     "py", "exceptiongroup", "tomli", "pygments"}
-TAMPER = re.compile(r"\b_pytest\b|\bpluggy\b|sys\.modules|settrace|setprofile|\bos\._exit\b|"
-                    r"gc\.get_(?:objects|referrers|referents)|\bctypes\b|\bPYTEST_|\bf_back\b|\bf_globals\b|"
-                    r"\bpytest_(?:runtest|pyfunc|collect|configure|sessionfinish|report)")
-STATUSES = ("passed", "failed", "no_tests", "timeout", "error", "rejected")
+__all__ = ["RUNNER", "TestRun", "run_tests", "RepoJudge", "RepoVerdict", "id_matches", "ALWAYS_PROTECTED"]
+ALWAYS_PROTECTED = tuple(sorted(CONFIG_FILES))
+MAX_INLINE_FILES, MAX_INLINE_CHARS = 2000, 8 << 20
+TAIL_LINES = 25
+STATUSES = ("passed", "failed", "no_tests", "timeout", "error", "rejected", "env_error")
 """passed: required tests pass and nothing broke; failed: a required or previously passing test failed;
 no_tests: the hidden files yielded no test; timeout: the test run hit its wall clock; error: the change could
-not be applied or the runner did not report (early exit, crash); rejected: the change tampers with the runner."""
-
-
-@dataclass
-class TestRun:
-    """One runner invocation, as read back from its result pipe."""
-    status: str
-    """`ok`, `timeout` or `error` (no valid record: exited early, crashed, or more than one record)."""
-    tests: dict[str, bool] = field(default_factory=dict)
-    """pytest node id -> passed."""
-    collect_errors: list[str] = field(default_factory=list)
-    tampered: list[str] = field(default_factory=list)
-    output: str = ""
-    duration_s: float = 0.0
+not be applied or the runner did not report (early exit, crash); rejected: the change tampers with the runner
+(found in its text, or a runner function replaced during the run); env_error: the environment could not run
+the tests (no environment for the repository, no pytest in it, a module the tree does not hold missing at
+collection, an INTERNALERROR): says nothing about the patch, left out of the loss like `infra_error`."""
 
 
 @dataclass
@@ -84,8 +70,16 @@ class RepoVerdict:
     message: str = ""
     """One line of detail."""
     output_tail: str = ""
-    """The last lines of pytest's output."""
+    """The last lines of the test run's output (its end: pytest's summary)."""
     duration_s: float = 0.0
+    fail_to_pass: dict = field(default_factory=dict)
+    """{"passed", "failed", "unknown"}: the task's FAIL_TO_PASS ids by result (`unknown`: matched no test)."""
+    pass_to_pass: dict = field(default_factory=dict)
+    """The same for PASS_TO_PASS (or the visible tests passing on the base)."""
+    warnings: list[str] = field(default_factory=list)
+    """Ids matched by prefix, ignored or skipped offline, with why."""
+    env: str = ""
+    """The environment that ran the tests (`repo@version`), or `codechat` for codechat's own interpreter."""
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -93,51 +87,14 @@ class RepoVerdict:
     def verdict(self) -> Verdict:
         """The function-task `Verdict` (for rewards): no_tests counts as failed, rejected as error."""
         status = {"no_tests": "failed", "rejected": "error", "passed": "passed", "failed": "failed",
-                  "timeout": "timeout"}.get(self.status, "error")
+                  "timeout": "timeout", "env_error": "infra_error"}.get(self.status, "error")
         return Verdict(status, self.passed, self.reward, self.tests_passed, self.tests_total,
                        None if self.passed else self.status, self.message, self.duration_s)
 
 
-def id_matches(wanted: str, nodeid: str) -> bool:
-    """A test id from a task (pytest node id, or unittest style `test_x (pkg.mod.Class)`) vs a pytest node id."""
-    if wanted == nodeid:
-        return True
-    m = re.fullmatch(r"(\w+) \(([\w.]+)\)", wanted)
-    if not m:
-        return False
-    name, dotted = m.groups()
-    mod, _, cls = dotted.rpartition(".")
-    path, _, rest = nodeid.partition("::")
-    return rest == f"{cls}::{name}" and path[:-3].replace("/", ".").endswith(mod)
-
-
-def run_tests(root: Path, targets: list[str], timeout_s: float, max_output_bytes: int = 16384,
-              hide_paths: tuple[str, ...] = ()) -> TestRun:
-    """Run pytest on `targets` in the workspace at root, in the sandbox, through the judge's runner."""
-    nonce = secrets.token_hex(16)
-    spec = json.dumps({"nonce": nonce, "root": str(root), "targets": targets}) + "\n"
-    limits = isolation.Limits(cpu_s=int(timeout_s) + 1, memory_mb=2048, nproc=64, nofile=256, fsize_mb=16)
-    res = run_isolated([sys.executable, "-I", RUNNER, "{fd}"], root, timeout_s=timeout_s, limits=limits,
-                       max_output_bytes=max_output_bytes, hide_paths=hide_paths, channel=True,
-                       stdin=spec.encode())
-    if res.status == "timeout":
-        return TestRun("timeout", output=res.output, duration_s=res.duration_s)
-    records = []
-    for line in res.channel.decode("utf-8", errors="replace").splitlines():
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(rec, dict) and rec.get("nonce") == nonce:
-            records.append(rec)
-    if len(records) != 1:
-        why = "the test run ended before reporting (early exit or crash)" if not records else \
-            "more than one result record (forged)"
-        return TestRun("error", output=res.output + f"\n[judge] {why}", duration_s=res.duration_s)
-    rec = records[0]
-    tests = {str(k): bool(v.get("passed")) for k, v in rec.get("tests", {}).items() if isinstance(v, dict)}
-    return TestRun("ok", tests, list(rec.get("collect_errors", [])), list(rec.get("tampered", [])),
-                   res.output, res.duration_s)
+def id_matches(wanted: str, nodeid: str, doc: str = "") -> bool:
+    """A test id from a task (any style `repo_rules.matches` knows) vs a collected pytest node id."""
+    return matches(wanted, nodeid, doc)
 
 
 def added_lines(before: str | None, after: str) -> list[str]:
@@ -149,14 +106,22 @@ def added_lines(before: str | None, after: str) -> list[str]:
 class RepoJudge:
     """Judges changes against repository tasks; keeps one pristine base per task (and its baseline run)."""
 
-    def __init__(self, hide_paths: tuple[str, ...] = (), max_output_bytes: int = 16384):
+    def __init__(self, hide_paths: tuple[str, ...] = (), max_output_bytes: int = 16384,
+                 envs: dict[str, TestEnv] | None = None, log_dir: str | Path | None = None, memory_mb: int = 2048):
+        """envs: environments by `repo@version` (repo_env.load_envs); when given, a task whose repository and
+        version have none is `env_error`; when None, tests run with codechat's interpreter and its pytest.
+        log_dir: LOG_DIR/<task_id>/ gets patch.diff, test_output.txt and report.json per judgement."""
         self.hide_paths, self.max_output_bytes = tuple(hide_paths), max_output_bytes
+        self.envs, self.memory_mb = envs, memory_mb
+        self.log_dir = Path(log_dir) if log_dir else None
         self.dir = scratch_dir("codechat-judge-")
         self._bases: dict[str, Path] = {}
         self._baselines: dict[str, set[str]] = {}
         self._lock = threading.Lock()
         self._task_locks: dict[str, threading.RLock] = {}
         self._n = 0
+        self._logs: dict[str, int] = {}
+        self._missing: dict[str, set[str]] = {}
 
     def __enter__(self) -> "RepoJudge":
         return self
@@ -197,7 +162,8 @@ class RepoJudge:
                 if task.visible_tests:
                     ws = self.clone(task)
                     try:
-                        run = run_tests(ws.root, task.visible_tests, task.limits.test_timeout_s, hide_paths=self.hide_paths)
+                        run = run_tests(ws.root, task.visible_tests, task.limits.test_timeout_s,
+                                        hide_paths=self.hide_paths, env=self.env_for(task), memory_mb=self.memory_mb)
                     finally:
                         ws.remove()
                     passing = {k for k, ok in run.tests.items() if ok} if run.status == "ok" else set()
@@ -205,20 +171,22 @@ class RepoJudge:
             del base
             return self._baselines[task.task_id]
 
+    def env_for(self, task: RepoTask) -> TestEnv | None:
+        """The task's environment (None: codechat's interpreter, when no environments were given)."""
+        if self.envs is None:
+            return None
+        return self.envs.get(f"{task.metadata.get('repo', '')}@{task.metadata.get('version', '')}")
+
     def filter_changes(self, task: RepoTask, changes: dict[str, str | None]) -> tuple[dict, list[str]]:
         """(kept changes, dropped `path: reason`)."""
         kept, dropped = {}, []
+        base = self.base(task)
         hidden = set(task.hidden_tests) | self._patch_paths(task)
         for path, text in sorted(changes.items()):
-            name = path.rsplit("/", 1)[-1]
-            parts = path.split("/")
-            stems = {p[:-3] if p.endswith(".py") else p for p in (parts[0], parts[-1])}
-            if path in hidden:
-                dropped.append(f"{path}: hidden test file")
-            elif task.is_protected(path) or name in ALWAYS_PROTECTED or name.endswith(".pth"):
-                dropped.append(f"{path}: protected")
-            elif stems & SHADOW_NAMES:
-                dropped.append(f"{path}: shadows module {sorted(stems & SHADOW_NAMES)[0]}")
+            why = "hidden test file" if path in hidden else drop_reason(path, task.is_protected,
+                                                                         lambda top: (base / top).exists())
+            if why:
+                dropped.append(f"{path}: {why}")
             else:
                 kept[path] = text
         return kept, dropped
@@ -237,26 +205,54 @@ class RepoJudge:
             if isinstance(change, str):
                 changes = apply_diff(change, read_base) if change.strip() else {}
             elif isinstance(change, dict):
+                if len(change) > MAX_INLINE_FILES or sum(len(v) for v in change.values() if isinstance(v, str)) \
+                        > MAX_INLINE_CHARS:
+                    raise PatchError(f"a file map over {MAX_INLINE_FILES} files or {MAX_INLINE_CHARS} characters")
                 changes = {safe_path(k): v for k, v in change.items()}
                 if not all(v is None or isinstance(v, str) for v in changes.values()):
                     raise PatchError("a {path: content} map needs text (or null to delete) for every path")
             else:
                 raise PatchError(f"expected a unified diff or a {{path: content}} map, got {type(change).__name__}")
         except (PatchError, WorkspaceError) as e:
-            return RepoVerdict("error", False, 0.0, message=f"bad patch: {e}")
+            return self._log(task, change, RepoVerdict("error", False, 0.0, message=f"bad patch: {e}"))
         kept, dropped = self.filter_changes(task, changes)
         for path, text in kept.items():
-            if text is not None and any(TAMPER.search(l) for l in added_lines(read_base(path), text)):
+            hit = next((h for l in added_lines(read_base(path), text) if (h := hazard(path, l))), None) \
+                if text is not None else None
+            if hit:
                 return RepoVerdict("rejected", False, 0.0, dropped=dropped,
-                                   message=f"{path}: the change reaches into the test runner or the interpreter")
+                                   message=f"{path}: the change reaches into the test runner or the interpreter ({hit})")
+        if self.envs is not None and self.env_for(task) is None:
+            return self._log(task, change, RepoVerdict("env_error", False, 0.0, dropped=dropped, message=
+                             f"no environment for {task.metadata.get('repo')}@{task.metadata.get('version')}"))
         keep = self.baseline(task)
         ws = self.clone(task)
         try:
-            return self._run(task, ws, kept, dropped, keep)
+            verdict, output = self._run(task, ws, kept, dropped, keep)
         finally:
             ws.remove()
+        return self._log(task, change, verdict, output)
 
-    def _run(self, task: RepoTask, ws: Workspace, kept: dict, dropped: list[str], keep: set[str]) -> RepoVerdict:
+    def _log(self, task: RepoTask, change, verdict: RepoVerdict, output: str = "") -> RepoVerdict:
+        """LOG_DIR/<task_id>/<n>/ (n-th judgement of the task): patch.diff (or files.json), test_output.txt,
+        report.json."""
+        if self.log_dir is None:
+            return verdict
+        with self._lock:
+            self._logs[task.task_id] = n = self._logs.get(task.task_id, 0) + 1
+        d = self.log_dir / task.task_id.replace("/", "__") / str(n)
+        d.mkdir(parents=True, exist_ok=True)
+        if isinstance(change, str):
+            (d / "patch.diff").write_text(change, encoding="utf-8")
+        else:
+            (d / "files.json").write_text(json.dumps(change, indent=1, default=str), encoding="utf-8")
+        (d / "test_output.txt").write_text(output, encoding="utf-8")
+        (d / "report.json").write_text(json.dumps({"task_id": task.task_id, **verdict.to_dict()}, indent=1),
+                                       encoding="utf-8")
+        return verdict
+
+    def _run(self, task: RepoTask, ws: Workspace, kept: dict, dropped: list[str],
+             keep: set[str]) -> tuple[RepoVerdict, str]:
         applied = []
         try:
             for path, text in kept.items():
@@ -267,42 +263,89 @@ class RepoJudge:
                 else:
                     ws.write(path, text)
                     applied.append(path)
-            for path, text in task.hidden_tests.items():
-                ws.write(path, text)
-            if task.test_patch:
-                for path, text in apply_diff(task.test_patch, lambda p: ws.read(p) if ws.exists(p) else None).items():
-                    if text is None:
-                        (ws.root / path).unlink()
-                    else:
-                        ws.write(path, text)
+            self._write_tests(task, ws)
         except (PatchError, WorkspaceError, OSError) as e:
-            return RepoVerdict("error", False, 0.0, dropped=dropped, message=f"cannot apply: {e}")
-        hidden_files = sorted(set(task.hidden_tests) | self._patch_paths(task))
-        targets = sorted(set(hidden_files) | {t.split("::", 1)[0] for t in task.visible_tests})
-        run = run_tests(ws.root, targets, task.limits.test_timeout_s, self.max_output_bytes, self.hide_paths)
-        tail = "\n".join(run.output.strip().splitlines()[-15:])
+            return RepoVerdict("error", False, 0.0, dropped=dropped, message=f"cannot apply: {e}"), ""
+        env = self.env_for(task)
+        hidden_files = test_targets(sorted(set(task.hidden_tests) | self._patch_paths(task)))
+        run = run_tests(ws.root, self._targets(task), task.limits.test_timeout_s, self.max_output_bytes, self.hide_paths,
+                        env=env, memory_mb=self.memory_mb)
+        return self._decide(task, run, hidden_files, keep, dropped, applied, env.key if env else "codechat",
+                            ws.root), run.output
+
+    def base_missing(self, task: RepoTask) -> set[str]:
+        """Modules the environment lacks that the tests need on the untouched base (run once per task, only
+        when a judgement meets one): an env_error must be the environment's, never the patch's doing."""
+        with self._task_lock(task.task_id):
+            if task.task_id not in self._missing:
+                ws = self.clone(task)
+                try:
+                    self._write_tests(task, ws)
+                    run = run_tests(ws.root, self._targets(task), task.limits.test_timeout_s, self.max_output_bytes,
+                                    self.hide_paths, env=self.env_for(task), memory_mb=self.memory_mb)
+                    gone = missing_module(run.collect_errors, ws.root)
+                    self._missing[task.task_id] = {gone} if gone else set()
+                except (PatchError, WorkspaceError, OSError):
+                    self._missing[task.task_id] = set()
+                finally:
+                    ws.remove()
+            return self._missing[task.task_id]
+
+    def _targets(self, task: RepoTask) -> list[str]:
+        hidden_files = test_targets(sorted(set(task.hidden_tests) | self._patch_paths(task)))
+        return sorted(set(hidden_files) | {t.split("::", 1)[0] for t in task.visible_tests})
+
+    @staticmethod
+    def _write_tests(task: RepoTask, ws: Workspace) -> None:
+        for path, text in task.hidden_tests.items():
+            ws.write(path, text)
+        if task.test_patch:
+            for path, text in apply_diff(task.test_patch, lambda p: ws.read(p) if ws.exists(p) else None).items():
+                if text is None:
+                    (ws.root / path).unlink()
+                else:
+                    ws.write(path, text)
+
+    def _decide(self, task: RepoTask, run: TestRun, hidden_files: list[str], keep: set[str], dropped: list[str],
+                applied: list[str], env_name: str, root: Path) -> RepoVerdict:
+        tail = "\n".join(run.output.strip().splitlines()[-TAIL_LINES:])
         common = dict(dropped=dropped, applied=applied, output_tail=tail, duration_s=run.duration_s,
-                      tests_passed=sum(run.tests.values()), tests_total=len(run.tests))
+                      tests_passed=sum(run.tests.values()), tests_total=len(run.tests), env=env_name)
         if run.status != "ok":
-            return RepoVerdict(run.status, False, 0.0, message=run.output.strip().splitlines()[-1:][0]
-                               if run.output.strip() else run.status, **common)
+            last = run.message or (run.output.strip().splitlines()[-1:] or [run.status])[0]
+            return RepoVerdict(run.status, False, 0.0, message=last, **common)
         if run.tampered:
             return RepoVerdict("rejected", False, 0.0, message=f"test runner patched during the run: "
                                f"{', '.join(run.tampered[:3])}", **common)
+        gone = missing_module(run.collect_errors, root)
+        if gone and gone in self.base_missing(task):  # a patch that imports a missing module is its own fault
+            return RepoVerdict("env_error", False, 0.0, message=f"the environment lacks module {gone!r} "
+                               f"(collection: {run.collect_errors[0][:200]})", **common)
+        offline = self.env_for(task).offline_skip if self.env_for(task) else {}
+        warnings = [f"{t!r}: not run ({why})" for t, why in offline.items()
+                    if t in task.fail_to_pass or t in task.pass_to_pass]
+        if task.fail_to_pass and all(t in offline for t in task.fail_to_pass):
+            return RepoVerdict("env_error", False, 0.0, message=f"every FAIL_TO_PASS test is marked offline_skip "
+                               f"({offline[task.fail_to_pass[0]]})", **common)
         if task.fail_to_pass:
-            required = {w: any(id_matches(w, n) and ok for n, ok in run.tests.items()) for w in task.fail_to_pass}
+            f2p = resolve_ids([t for t in task.fail_to_pass if t not in offline], run.tests, run.docs, run.modules)
         else:
-            required = {n: ok for n, ok in run.tests.items() if n.split("::", 1)[0] in hidden_files}
-        if not required:
+            own = {n: ok for n, ok in run.tests.items() if n.split("::", 1)[0] in hidden_files}
+            f2p = {"passed": sorted(n for n, ok in own.items() if ok),
+                   "failed": sorted(n for n, ok in own.items() if not ok), "unknown": [], "warnings": []}
+        p2p = resolve_ids([t for t in (task.pass_to_pass or sorted(keep)) if t not in offline], run.tests, run.docs, run.modules)
+        warnings += f2p.pop("warnings") + p2p.pop("warnings")
+        common.update(fail_to_pass=f2p, pass_to_pass=p2p, warnings=warnings[:50])
+        if not (f2p["passed"] or f2p["failed"] or f2p["unknown"]):
             return RepoVerdict("no_tests", False, 0.0, message="the hidden tests collected no test"
                                + (f" (collection errors: {', '.join(run.collect_errors[:3])})"
                                   if run.collect_errors else ""), **common)
-        before = set(task.pass_to_pass) or keep
-        broken = sorted(w for w in before if not any(id_matches(w, n) and ok for n, ok in run.tests.items()))
-        failed = sorted(w for w, ok in required.items() if not ok)
+        failed, broken = f2p["failed"] + f2p["unknown"], p2p["failed"] + p2p["unknown"]
         passed = not failed and not broken
-        msg = "" if passed else (f"{len(failed)} required test(s) fail" if failed else "") + \
-            ("; " if failed and broken else "") + (f"{len(broken)} previously passing test(s) broken" if broken else "")
+        parts = [f"{len(f2p['failed'])} required test(s) fail" if f2p["failed"] else "",
+                 f"{len(broken)} previously passing test(s) broken" if broken else "",
+                 f"unknown test id(s): {', '.join(f2p['unknown'][:3] + p2p['unknown'][:3])}"
+                 if f2p["unknown"] or p2p["unknown"] else "",
+                 f"collection errors: {'; '.join(run.collect_errors[:2])}" if run.collect_errors and not passed else ""]
         return RepoVerdict("passed" if passed else "failed", passed, float(passed), failed_tests=failed[:20],
-                           broken_tests=broken[:20], message=msg, **common)
-
+                           broken_tests=broken[:20], message="; ".join(x for x in parts if x), **common)

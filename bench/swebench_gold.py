@@ -1,0 +1,151 @@
+"""SWE-bench Lite through the repository judge: gold patches must resolve, empty and wrong ones must not.
+
+    python bench/swebench_gold.py --static
+        the judge's rules over all 300 Lite records (no environment needed): how many records could never
+        resolve, and why (an id style no adapter matches, a gold edit dropped as shadowing or protected, a gold
+        line refused by the hazard scan, a data file run as a test).
+    python bench/swebench_gold.py --envs DIR [--trees ../shared/data/repo/swebench] [--log-dir LOGS]
+        judges, for each instance with a tree, the gold patch, an empty patch and a wrong one (the gold without
+        its largest hunk; a one-hunk gold loses its added lines), with the environments built by
+        `codechat repo env build bench/swebench_envs.json --out DIR`.
+Ends with one JSON line of figures.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import tarfile
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from codechat.tasks.repo import RepoTask  # noqa: E402
+from codechat.tasks.repo_loaders import from_swebench  # noqa: E402
+from codechat.verifier.patches import Hunk, parse_diff  # noqa: E402
+from codechat.verifier.repo import RepoJudge  # noqa: E402
+from codechat.verifier.repo_env import load_envs  # noqa: E402
+from codechat.verifier.repo_rules import drop_reason, hazard, matches, test_targets, well_formed  # noqa: E402
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "repo"
+
+
+def static_reasons(rec: dict) -> set[str]:
+    """Why a record could never resolve under the judge's rules, whatever the environment (empty: it can)."""
+    task = RepoTask(rec["instance_id"], "", files={"_": ""})
+    why = set()
+    gold = parse_diff(rec["patch"])
+    existing = {fp.path for fp in gold if not fp.is_new}  # the tree is not at hand: what the gold edits exists
+    tops = {"/".join(p.split("/")[:2] if p.startswith("src/") else p.split("/")[:1]) for p in existing}
+    for fp in gold:
+        r = drop_reason(fp.path, task.is_protected, lambda top: top in tops)
+        if r:
+            why.add("shadow" if r.startswith("shadows") else "protected")
+        if any(h_ for h in fp.hunks for l in h.lines if l[0] == "+" and (h_ := hazard(fp.path, l[1:]))):
+            why.add("hazard_scan")
+    tp = [fp.path for fp in parse_diff(rec["test_patch"])]
+    if any(not p.endswith(".py") for p in test_targets(tp)):
+        why.add("data_file_run")
+    targets = test_targets(tp)
+    for t in json.loads(rec["FAIL_TO_PASS"]) + json.loads(rec["PASS_TO_PASS"]):
+        if well_formed(t) and not _adaptable(t, targets):
+            why.add("id_style")
+    return why
+
+
+def _adaptable(t: str, targets: list[str]) -> bool:
+    """Some test the runner collects could match id `t`: a node id (whole or cut at a space) of a file the runner
+    is given, a unittest id whose module is one of those files; bare names and docstring lines are matched
+    against every collected test, so only the run can tell."""
+    if "::" in t:
+        path = t.split("::", 1)[0]
+        return path in targets and (matches(t, t) or matches(t, t + "x]"))
+    m = re.fullmatch(r"(\w+) \(([\w.]+)\)", t)
+    if m:
+        dotted = m[2][:-len(m[1]) - 1] if m[2].endswith("." + m[1]) and m[2].count(".") >= 2 else m[2]
+        mod, _, cls = dotted.rpartition(".")
+        # collected from a target file, or defined in `mod` and imported into one (the runner reports the module)
+        return any(matches(t, f"{p}::{cls}::{m[1]}") or matches(t, f"{p}::{cls}::{m[1]}", module=mod)
+                   for p in targets)
+    return True
+
+
+def run_static(records: list[dict]) -> dict:
+    reasons, bad = Counter(), 0
+    for rec in records:
+        why = static_reasons(rec)
+        bad += bool(why)
+        reasons.update(why)
+    return {"records": len(records), "never_resolve": bad, **{f"never_{k}": v for k, v in sorted(reasons.items())}}
+
+
+def _diff(patch: str, drop_largest: bool) -> str:
+    """The gold patch without its largest hunk (one hunk: without its added lines), as a unified diff."""
+    fps = parse_diff(patch)
+    hunks = [(fp, h) for fp in fps for h in fp.hunks]
+    key = max(hunks, key=lambda x: sum(l[0] != " " for l in x[1].lines))
+    out = []
+    for fp in fps:
+        kept = []
+        for h in fp.hunks:
+            if h is key[1]:
+                if len(hunks) > 1:
+                    continue
+                lines = [l for l in h.lines if l[0] != "+"]
+                h = Hunk(h.old_start, h.old_len, h.new_start, sum(l[0] == " " for l in lines), lines)
+            kept.append(h)
+        if not kept:
+            continue
+        out.append(f"--- a/{fp.path}\n+++ b/{fp.path}\n")
+        for h in kept:
+            out.append(f"@@ -{h.old_start},{h.old_len} +{h.new_start},{sum(l[0] != '-' for l in h.lines)} @@\n")
+            out.extend(line + "\n" for line in h.lines)
+    return "".join(out)
+
+
+def run_live(records: list[dict], trees: Path, envs_dir: str, log_dir: str | None) -> dict:
+    envs = load_envs(envs_dir)
+    have = [r for r in records if (trees / f"{r['instance_id']}.tar.gz").is_file()]
+    fig = Counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in have:
+            with tarfile.open(trees / f"{r['instance_id']}.tar.gz") as tf:
+                tf.extractall(Path(tmp) / r["instance_id"], filter="data")
+        with RepoJudge(envs=envs, log_dir=log_dir) as judge:
+            for r in have:
+                task = from_swebench(r, r["instance_id"], tmp)
+                for kind, patch in (("gold", r["patch"]), ("empty", ""), ("wrong", _diff(r["patch"], True))):
+                    t0 = time.monotonic()
+                    v = judge.judge(task, patch)
+                    fig[f"{kind}_resolved"] += v.passed
+                    fig["env_errors"] += v.status == "env_error"
+                    print(f"{r['instance_id']:<24} {kind:<5} {v.status:<9} {time.monotonic() - t0:5.1f}s "
+                          f"{v.message[:150]}", file=sys.stderr)
+    return {"instances": len(have), "gold_resolved": fig["gold_resolved"], "empty_resolved": fig["empty_resolved"],
+            "wrong_resolved": fig["wrong_resolved"], "env_errors": fig["env_errors"]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--records", default=str(DATA / "swe-bench-lite-test.json"))
+    ap.add_argument("--static", action="store_true", help="the rules pass over every record (no environment)")
+    ap.add_argument("--trees", default=str(DATA / "swebench"), help="INSTANCE_ID.tar.gz trees")
+    ap.add_argument("--envs", help="directory of built environments (codechat repo env build)")
+    ap.add_argument("--log-dir", help="per-instance logs (patch, test output, report)")
+    args = ap.parse_args()
+    records = json.loads(Path(args.records).read_text())
+    if args.static:
+        print(json.dumps(run_static(records)))
+        return
+    if not args.envs:
+        sys.exit("swebench_gold.py: give --envs DIR (built by `codechat repo env build bench/swebench_envs.json "
+                 "--out DIR`) or --static")
+    print(json.dumps(run_live(records, Path(args.trees), args.envs, args.log_dir)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,86 @@
+"""Test environments of repository tasks (spec, build, check, the judge using one) and SWE-bench trees."""
+import json
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from codechat.cli import main
+from codechat.tasks.repo import RepoTask
+from codechat.tasks.repo_loaders import from_swebench
+from codechat.verifier.repo import RepoJudge
+from codechat.verifier.repo_env import EnvError, TestEnv, build_env, check_env, load_envs, load_specs
+
+SRC_TASK = RepoTask("srcpkg", "", {"src/pkg/__init__.py": "def one():\n    return 2\n"},
+                    hidden_tests={"tests/test_one.py": "from pkg import one\n\ndef test_one():\n    assert one() == 1\n"},
+                    metadata={"repo": "me/pkg", "version": "1.0"})
+FIX = {"src/pkg/__init__.py": "def one():\n    return 1\n"}
+
+
+def test_spec_errors_name_the_entry(tmp_path):
+    spec = tmp_path / "envs.json"
+    spec.write_text(json.dumps([{"repo": "a/b", "version": "1", "pythn": "python3"}]))
+    with pytest.raises(EnvError, match=r"envs.json\[0\]: unknown field\(s\) pythn"):
+        load_specs(spec)
+    spec.write_text(json.dumps({"repo": "a/b"}))
+    with pytest.raises(EnvError, match="a JSON list"):
+        load_specs(spec)
+
+
+def test_build_with_a_missing_interpreter_is_one_line(tmp_path, capsys):
+    spec = tmp_path / "envs.json"
+    spec.write_text(json.dumps([{"repo": "a/b", "version": "1", "python": "python2.1"}]))
+    assert main(["repo", "env", "build", str(spec), "--out", str(tmp_path / "out")]) == 1
+    assert "a/b@1: interpreter 'python2.1' not found" in capsys.readouterr().err
+
+
+def test_built_env_without_pytest_fails_its_check(tmp_path):
+    env = build_env(TestEnv("a/b", "1", python=sys.executable), tmp_path, log=lambda *_: None)
+    assert Path(env.interpreter).exists() and "a/b@1" in load_envs(tmp_path)
+    with pytest.raises(EnvError, match="import pytest failed"):
+        check_env(env)
+
+
+def test_src_layout_runs_with_the_environment_pythonpath():
+    env = TestEnv("me/pkg", "1.0", pythonpath=["src"], dir=sys.prefix)  # this venv holds pytest
+    assert "pytest" in check_env(env)
+    with RepoJudge(envs={env.key: env}) as judge:
+        good, empty = judge.judge(SRC_TASK, FIX), judge.judge(SRC_TASK, {})
+    assert good.passed and good.env == "me/pkg@1.0", good.message + good.output_tail
+    assert empty.status == "failed"
+    with RepoJudge() as judge:  # no environment: src/ is not on the path, the import fails in collection
+        v = judge.judge(SRC_TASK, FIX)
+    assert not v.passed and v.env == "codechat"
+
+
+def test_task_without_an_environment_is_env_error():
+    with RepoJudge(envs={}) as judge:
+        v = judge.judge(SRC_TASK, FIX)
+    assert v.status == "env_error" and "no environment for me/pkg@1.0" in v.message
+    assert v.verdict().status == "infra_error"
+
+
+def test_swebench_tree_without_git_gets_the_gold_as_reference(shared_data, tmp_path):
+    recs = {r["instance_id"]: r for r in json.loads((shared_data / "repo" / "swe-bench-lite-test.json").read_text())}
+    with tarfile.open(shared_data / "repo" / "swebench" / "pallets__flask-4992.tar.gz") as tf:
+        tf.extractall(tmp_path / "pallets__flask-4992", filter="data")
+    task = from_swebench(recs["pallets__flask-4992"], "x", str(tmp_path))
+    assert task.commit is None and task.repo_dir.endswith("flask") and task.metadata["version"] == "2.3"
+    assert set(task.solution) == {"src/flask/config.py"} and "mode" in task.solution["src/flask/config.py"]
+
+
+def test_offline_tests_are_left_out_with_a_warning():
+    task = RepoTask("net", "", {"src/pkg/__init__.py": "def one():\n    return 2\n"},
+                    hidden_tests={"tests/test_one.py": "from pkg import one\n\ndef test_one():\n    assert one() == 1\n"
+                                  "\n\ndef test_net():\n    raise OSError('no network')\n"},
+                    fail_to_pass=["tests/test_one.py::test_one", "tests/test_one.py::test_net"],
+                    metadata={"repo": "me/pkg", "version": "1.0"})
+    env = TestEnv("me/pkg", "1.0", pythonpath=["src"], dir=sys.prefix,
+                  offline_skip={"tests/test_one.py::test_net": "calls example.org"})
+    with RepoJudge(envs={env.key: env}) as judge:
+        v = judge.judge(task, FIX)
+        assert v.passed and any("calls example.org" in w for w in v.warnings), v.message
+        task.fail_to_pass = ["tests/test_one.py::test_net"]
+        v = judge.judge(task, FIX)
+    assert v.status == "env_error" and "offline_skip" in v.message
