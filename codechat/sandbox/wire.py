@@ -17,7 +17,10 @@ Judge -> candidate (socket, pickle, trusted direction): (op, ref, args, kwargs) 
          cbexc: the answer to a CALLBACK, ref None, args (value,) or (etype, message); limit: args (budget_s,
          cpu), a test's time budget, no reply)
     ref  ("n", NAME) a name of the program's module, or ("h", ID) a handle the candidate gave earlier;
-    `callout` is `call` with the program's prints captured and returned (the test redirected stdout).
+    `callout` is `call` with the program's prints captured and returned (the test redirected stdout);
+    `callio` is `call` whose first argument is [STDIN TEXT | None, INPUT | None, PRINT | None, CAPTURE]: the test
+    replaced sys.stdin or patched input/print, and the call runs with them (input/print as the test's callables,
+    by callback); its reply carries a fifth element, the characters of STDIN the program read.
 Candidate -> judge (socket, tagged JSON of plain data, at most `max_result_mb` per frame), one of:
     HELLO  = ["loaded", [ENTRY, ...]]          ENTRY = [NAME, "value", PLAIN] | [NAME, "object", TYPE]
                                                       | [NAME, "module", MODNAME]      (at most MAX_NAMES)
@@ -67,7 +70,7 @@ MAX_ARGS = 64
 """Written-back arguments one reply may carry."""
 MAX_FIELDS = 1000
 """Fields an encoded object may carry (more: not plain data)."""
-OPS = frozenset({"call", "callout", "getattr", "setattr", "getitem", "len", "bool", "iter", "next", "limit"})
+OPS = frozenset({"call", "callout", "callio", "getattr", "setattr", "getitem", "len", "bool", "iter", "next", "limit"})
 """Requests the judge sends (trusted direction; the candidate refuses any other)."""
 _BIG_INT_BITS = 12000
 """Ints wider than this travel as hex (decimal str<->int conversion is capped at 4300 digits)."""
