@@ -169,3 +169,19 @@ def test_tests_that_set_stdin_or_patch_input_reach_the_program(verifier):
     good, bad = verifier.verify_many([(task, honest), (task, wrong)])
     assert good.passed and good.tests_passed == 3, good
     assert bad.status == "failed" and bad.tests_passed == 0, bad
+
+
+def test_dates_and_dict_views_cross_as_data(verifier):
+    task = Task("dv", "dates and views", [
+        "import datetime\nassert next_day(datetime.date(2024, 2, 28)) == datetime.date(2024, 2, 29)",
+        "import datetime\nassert gap(1) == datetime.timedelta(days=1)",
+        "assert names({'b': 1, 'a': 2}) == {'a', 'b'} and list(names({'b': 1, 'a': 2})) == ['b', 'a']",
+        "assert sorted(pairs({'x': 1})) == [('x', 1)] and pairs({'x': 1}) == {('x', 1)}"], "next_day")
+    honest = ("import datetime\ndef next_day(d):\n    return d + datetime.timedelta(days=1)\n"
+              "def gap(n):\n    return datetime.timedelta(days=n)\ndef names(d):\n    return d.keys()\n"
+              "def pairs(d):\n    return d.items()\n")
+    wrong = honest.replace("days=1)", "days=2)").replace("days=n", "days=n + 1").replace("d.keys()",
+                                                                                         "{'a': 0}.keys()")
+    good, bad = verifier.verify_many([(task, honest), (task, wrong)])
+    assert good.passed and good.tests_passed == 4, good
+    assert bad.tests_passed == 1, bad  # only the items test, which the twin does not change
