@@ -153,3 +153,35 @@ def test_a_sample_of_the_real_files_references_pass_and_do_nothing_programs_fail
     failing = [(t.task_id, r.status, r.message[:80]) for (t, _), r in zip(pairs, refs) if not r.passed]
     assert not failing
     assert not [t.task_id for (t, _), r in zip(none, nothing) if r.passed]
+
+
+IO_TESTS = ["import io, sys\nsys.stdin = io.StringIO('3 4\\n5\\n')\nassert add() == 7\nassert sys.stdin.readline() == '5\\n'",
+            "from unittest import mock\nwith mock.patch('builtins.input', side_effect=['10 20']):\n    assert add() == 30",
+            "import contextlib, io, sys\nbuf = io.StringIO()\nsys.stdin = io.StringIO('1 1\\n')\n"
+            "with contextlib.redirect_stdout(buf):\n    add(True)\nassert buf.getvalue() == '2\\n'"]
+
+
+def test_tests_that_set_stdin_or_patch_input_reach_the_program(verifier):
+    task = Task("io", "add what input() reads", IO_TESTS, "add")
+    honest = "def add(show=False):\n    a, b = map(int, input().split())\n    if show:\n        print(a + b)\n" \
+             "    return a + b\n"
+    wrong = honest.replace("print(a + b)", "print(a - b)").replace("return a + b", "return a * b")
+    good, bad = verifier.verify_many([(task, honest), (task, wrong)])
+    assert good.passed and good.tests_passed == 3, good
+    assert bad.status == "failed" and bad.tests_passed == 0, bad
+
+
+def test_dates_and_dict_views_cross_as_data(verifier):
+    task = Task("dv", "dates and views", [
+        "import datetime\nassert next_day(datetime.date(2024, 2, 28)) == datetime.date(2024, 2, 29)",
+        "import datetime\nassert gap(1) == datetime.timedelta(days=1)",
+        "assert names({'b': 1, 'a': 2}) == {'a', 'b'} and list(names({'b': 1, 'a': 2})) == ['b', 'a']",
+        "assert sorted(pairs({'x': 1})) == [('x', 1)] and pairs({'x': 1}) == {('x', 1)}"], "next_day")
+    honest = ("import datetime\ndef next_day(d):\n    return d + datetime.timedelta(days=1)\n"
+              "def gap(n):\n    return datetime.timedelta(days=n)\ndef names(d):\n    return d.keys()\n"
+              "def pairs(d):\n    return d.items()\n")
+    wrong = honest.replace("days=1)", "days=2)").replace("days=n", "days=n + 1").replace("d.keys()",
+                                                                                         "{'a': 0}.keys()")
+    good, bad = verifier.verify_many([(task, honest), (task, wrong)])
+    assert good.passed and good.tests_passed == 4, good
+    assert bad.tests_passed == 1, bad  # only the items test, which the twin does not change

@@ -235,6 +235,8 @@ class _Server:
             finally:
                 out, sys.stdout = sys.stdout, out
             return _call_reply(value, args, kwargs, out.text())
+        if op == "callio":  # the test set sys.stdin or patched input/print: the call runs with them
+            return self._call_io(target, args[0], args[1:], kwargs)
         if op == "getattr":
             value = getattr(target, args[0])
         elif op == "setattr":
@@ -255,6 +257,29 @@ class _Server:
         else:
             raise ValueError(f"unknown op {op}")
         return ["ok", value]
+
+    def _call_io(self, target, spec: list, args: tuple, kwargs: dict) -> list:
+        text, inp, out, capture = spec
+        saved = sys.stdin, sys.stdout, builtins.input, builtins.print
+        stdin = io.StringIO(text) if isinstance(text, str) else None
+        cap = prints.Capped() if capture else None
+        try:
+            if stdin is not None:
+                sys.stdin = stdin
+            if inp is not None:
+                builtins.input = inp
+            if out is not None:
+                builtins.print = out
+            if cap is not None:
+                sys.stdout = cap
+            value = target(*args, **kwargs)
+            printed = cap.text() if cap is not None else ""
+        finally:
+            sys.stdin, sys.stdout, builtins.input, builtins.print = saved
+        reply = _call_reply(value, args, kwargs, printed)
+        if len(reply) == 2:
+            reply += [[], ""]
+        return reply + [stdin.tell() if stdin is not None else 0]
 
     def arm(self, budget_s: float, cpu: bool) -> None:
         """Interrupt the program's calls once this test's budget is spent (CPU or wall clock): the timer's

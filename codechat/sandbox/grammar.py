@@ -66,16 +66,24 @@ def parse_callback(msg: Any, objects: dict) -> tuple:
     raise WireError("malformed callback")
 
 
+MAX_CONSUMED = 8 << 20
+"""Characters of the test's stdin a `callio` reply may say the program read."""
+
+
 def parse_reply(msg: Any, nargs: int) -> tuple:
-    """One reply to a request with `nargs` positional arguments, checked: ("ok", value, wb, out),
-    ("same", argi, wb, out), ("stop",) or ("exc", etype, message). Raises WireError outside the grammar."""
+    """One reply to a request with `nargs` positional arguments, checked: ("ok", value, wb, out, consumed),
+    ("same", argi, wb, out, consumed), ("stop",) or ("exc", etype, message). Raises WireError outside the
+    grammar."""
     if type(msg) is not list or not msg:
         raise WireError("malformed reply")
     kind, n = msg[0], len(msg)
     if kind == "ok" and n == 2:
-        return "ok", msg[1], (), ""
-    if kind in ("ok", "same") and n == 4 and type(msg[2]) is list and len(msg[2]) <= MAX_ARGS \
+        return "ok", msg[1], (), "", 0
+    if kind in ("ok", "same") and n in (4, 5) and type(msg[2]) is list and len(msg[2]) <= MAX_ARGS \
             and type(msg[3]) is str:
+        consumed = msg[4] if n == 5 else 0
+        if type(consumed) is not int or not 0 <= consumed <= MAX_CONSUMED:
+            raise WireError("malformed reply")
         wb = []
         for item in msg[2]:
             if type(item) is not list or len(item) != 2 or not _argi(item[0], nargs):
@@ -83,7 +91,7 @@ def parse_reply(msg: Any, nargs: int) -> tuple:
             wb.append((item[0], item[1]))
         if kind == "same" and not (type(msg[1]) is int and 0 <= msg[1] < nargs):
             raise WireError("malformed reply")
-        return kind, msg[1], tuple(wb), cut(msg[3], MAX_OUT)
+        return kind, msg[1], tuple(wb), cut(msg[3], MAX_OUT), consumed
     if kind in ("stop", "time") and n == 1:
         return (kind,)
     if kind == "exc" and n == 3 and type(msg[1]) is str and type(msg[2]) is str:

@@ -210,8 +210,13 @@ class Channel(wire.Decoder):
 
     def request(self, op: str, ref: tuple, *args, **kwargs):
         self.calls += 1
-        if op == "call" and sys.stdout is not _STDOUT:  # the test captures prints: have the program's returned
-            op = "callout"
+        io_spec, stdin = None, None
+        if op == "call":
+            io_spec, stdin = _test_io()
+            if io_spec is not None:  # the test set sys.stdin or patched input/print: the call sees them
+                op, args = "callio", (io_spec, *args)
+            elif sys.stdout is not _STDOUT:  # the test captures prints: have the program's returned
+                op = "callout"
         self.nesting += 1
         try:
             if self.nesting > MAX_NESTING:
@@ -224,6 +229,8 @@ class Channel(wire.Decoder):
                 self._callback(msg)
         finally:
             self.nesting -= 1
+        if io_spec is not None:
+            args = args[1:]
         try:
             reply = grammar.parse_reply(msg, len(args))
         except wire.WireError as e:
@@ -235,7 +242,9 @@ class Channel(wire.Decoder):
             raise TimeLimit
         if kind == "exc":
             raise candidate_exception(reply[1], reply[2])
-        _, value, wb, out = reply
+        _, value, wb, out, consumed = reply
+        if stdin is not None:  # advance the test's stdin past what the program read
+            _consume(stdin, consumed)
         for key, new in wb:  # the program changed a mutable argument: so does the test's object
             write_back(args[key] if type(key) is int else kwargs.get(key), new)
         if out:
@@ -244,6 +253,39 @@ class Channel(wire.Decoder):
 
 
 _STDOUT = sys.stdout
+_STDIN = sys.stdin
+_INPUT, _PRINT = builtins.input, builtins.print
+MAX_STDIN = 8 << 20
+"""Characters of a test's replaced sys.stdin sent with one call."""
+
+
+def _test_io() -> tuple[list | None, tuple | None]:
+    """What a call must carry when the test replaced sys.stdin or patched input/print: ([stdin text or None,
+    input or None, print or None, capture prints], (the test's stdin, its position)) or (None, None)."""
+    stdin = sys.stdin if sys.stdin is not _STDIN else None
+    inp = builtins.input if builtins.input is not _INPUT else None
+    out = builtins.print if builtins.print is not _PRINT else None
+    if stdin is None and inp is None and out is None:
+        return None, None
+    text, where = None, None
+    if stdin is not None:
+        try:
+            pos = stdin.tell()
+            text = stdin.read(MAX_STDIN)
+            where = (stdin, pos)
+        except (OSError, ValueError, AttributeError):
+            text = ""
+    wrap = lambda fn: (lambda *a, **k: fn(*a, **k)) if fn is not None else None  # noqa: E731 - a callback
+    return [text, wrap(inp), wrap(out), sys.stdout is not _STDOUT], where
+
+
+def _consume(stdin: tuple, consumed: int) -> None:
+    f, pos = stdin
+    try:
+        f.seek(pos)
+        f.read(consumed)
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 class _IsRemote(Exception):

@@ -17,7 +17,10 @@ Judge -> candidate (socket, pickle, trusted direction): (op, ref, args, kwargs) 
          cbexc: the answer to a CALLBACK, ref None, args (value,) or (etype, message); limit: args (budget_s,
          cpu), a test's time budget, no reply)
     ref  ("n", NAME) a name of the program's module, or ("h", ID) a handle the candidate gave earlier;
-    `callout` is `call` with the program's prints captured and returned (the test redirected stdout).
+    `callout` is `call` with the program's prints captured and returned (the test redirected stdout);
+    `callio` is `call` whose first argument is [STDIN TEXT | None, INPUT | None, PRINT | None, CAPTURE]: the test
+    replaced sys.stdin or patched input/print, and the call runs with them (input/print as the test's callables,
+    by callback); its reply carries a fifth element, the characters of STDIN the program read.
 Candidate -> judge (socket, tagged JSON of plain data, at most `max_result_mb` per frame), one of:
     HELLO  = ["loaded", [ENTRY, ...]]          ENTRY = [NAME, "value", PLAIN] | [NAME, "object", TYPE]
                                                       | [NAME, "module", MODNAME]      (at most MAX_NAMES)
@@ -67,7 +70,7 @@ MAX_ARGS = 64
 """Written-back arguments one reply may carry."""
 MAX_FIELDS = 1000
 """Fields an encoded object may carry (more: not plain data)."""
-OPS = frozenset({"call", "callout", "getattr", "setattr", "getitem", "len", "bool", "iter", "next", "limit"})
+OPS = frozenset({"call", "callout", "callio", "getattr", "setattr", "getitem", "len", "bool", "iter", "next", "limit"})
 """Requests the judge sends (trusted direction; the candidate refuses any other)."""
 _BIG_INT_BITS = 12000
 """Ints wider than this travel as hex (decimal str<->int conversion is capped at 4300 digits)."""
@@ -188,12 +191,32 @@ def to_plain(x: Any, handle: Callable[[Any, int], Any] | None = None, depth: int
         return {"$dec": str(x)}
     if mod == "fractions" and type(x).__name__ == "Fraction":
         return {"$fr": [int(x.numerator), int(x.denominator)]}
+    if mod == "datetime" and type(x).__name__ in _DATETIME:  # exact types only: a subclass is the program's
+        if type(x).__name__ == "timedelta":
+            return {"$dt": "timedelta", "v": [x.days, x.seconds, x.microseconds]}
+        if getattr(x, "tzinfo", None) is not None and type(x.tzinfo).__name__ != "timezone":
+            return handle(x, d) if handle is not None else _raise_not_plain(x)  # a zone rule: not data
+        return {"$dt": type(x).__name__, "v": x.isoformat()}
+    view = _VIEWS.get(type(x))
+    if view is not None:  # dict views keep their order and set semantics: rebuilt over a fresh dict
+        items = list(x)
+        if view == "items":
+            return {"$dv": view, "v": [[to_plain(k, handle, d), to_plain(v, handle, d)] for k, v in items]}
+        return {"$dv": view, "v": [to_plain(v, handle, d) for v in items]}
     np_value = _numpy_to_plain(x, handle, d)
     if np_value is not None:
         return np_value
     if handle is None:
         raise WireError(f"not plain data: {type(x).__name__}")
     return handle(x, d)
+
+
+_DATETIME = ("date", "datetime", "time", "timedelta")
+_VIEWS = {type({}.keys()): "keys", type({}.values()): "values", type({}.items()): "items"}
+
+
+def _raise_not_plain(x: Any):
+    raise WireError(f"not plain data: {type(x).__name__}")
 
 
 def handle_tag(hid: int, x: Any) -> dict:
@@ -294,6 +317,26 @@ def _from_plain(x: Any, handle: "Decoder") -> Any:
         if tag == "$fr":
             import fractions
             return fractions.Fraction(int(v[0]), int(v[1]))
+        if tag == "$dt" and type(v) is str and x.get("v") is not None:
+            import datetime  # only loaded when a value of it arrives
+            cls = {"date": datetime.date, "datetime": datetime.datetime, "time": datetime.time,
+                   "timedelta": datetime.timedelta}[v]
+            if v == "timedelta":
+                days, secs, us = (int(i) for i in x["v"])
+                return datetime.timedelta(days, secs, us)
+            text = x["v"]
+            if type(text) is not str or len(text) > 64:
+                raise WireError("malformed date")
+            return cls.fromisoformat(text)
+        if tag == "$dv" and type(x.get("v")) is list:
+            items = x["v"]
+            if v == "keys":
+                return dict.fromkeys(dec(items)).keys()
+            if v == "values":
+                return dict(enumerate(dec(items))).values()
+            if v == "items":
+                return dict((_from_plain(k, handle), _from_plain(val, handle)) for k, val in items).items()
+            raise WireError("malformed dict view")
         if tag == "$nd":
             return _ndarray(dec(v) if isinstance(v, list) else _from_plain(v, handle), str(x.get("dtype")))
         if tag == "$h":
