@@ -3,7 +3,7 @@ it better, in one run of the trainer and about a quarter of an hour on two CPU c
 
     tokenizer + `tiny` preset -> SFT on buggy references -> eval -> RFT warm-up -> GRPO -> eval
 
-Why buggy references: if SFT imitates perfect solutions, RL has nothing left to teach (issue 8's prototype). Here
+Why buggy references: if SFT imitates perfect solutions, RL has nothing left to teach. Here
 the SFT data (`builtin:synthetic-sft`) is like scraped code: 80 % of the references of tasks with a comparison get
 the boundary wrong (`>` for "at least", `x >= 0` for "positive"), a systematic misconception that greedy decoding
 reproduces. The RL prompts come with the true asserts, so only the verifier can correct it. The held-out split

@@ -51,7 +51,7 @@ def test_planted_hack_is_flagged_in_a_short_run(tmp_path, monkeypatch):
 
 
 def test_flags_programs_that_touch_the_sandbox_protocol():
-    """Each of issue 16's protocol attacks (tests/attacks/attacks.jsonl) is flagged; honest code is not."""
+    """Each protocol attack (tests/attacks/attacks.jsonl) is flagged; honest code is not."""
     from pathlib import Path
     recs = {r["id"]: r for r in map(json.loads, (Path(__file__).parent / "attacks" / "attacks.jsonl")
                                     .read_text().splitlines())}

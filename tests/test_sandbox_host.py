@@ -1,4 +1,4 @@
-"""What a program can reach of the host (issue 16, OS half): the fresh root, a PID and an IPC namespace per
+"""What a program can reach of the host (the OS layer): the fresh root, a PID and an IPC namespace per
 program, cleanup that never walks what a program built, `verify --check`. One attack per test; the seccomp
 filter has its own file (test_sandbox_seccomp.py).
 

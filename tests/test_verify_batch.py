@@ -1,4 +1,4 @@
-"""A batch of 500 mixed samples through `codechat verify` (issue 16): honest ones all pass, wrong ones all fail,
+"""A batch of 500 mixed samples through `codechat verify`: honest ones all pass, wrong ones all fail,
 hostile ones (every attack of tests/attacks/attacks.jsonl, the batch-killers among them) never pass, and the
 command exits 0 with one verdict per line."""
 import json

@@ -1,4 +1,4 @@
-"""Fuzz the candidate -> judge boundary (issue 16): thousands of random and mutated messages where the program's
+"""Fuzz the candidate -> judge boundary: thousands of random and mutated messages where the program's
 hello and replies go. The task's tests cannot be passed by any program, so the verdict must never be `passed`
 (nor any test counted as passed), and the judge, supervisor and pool must stay up for an honest program."""
 import json

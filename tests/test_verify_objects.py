@@ -1,4 +1,4 @@
-"""Issue 17: objects of the task's classes cross the boundary (each honest shape failed before; each has a wrong
+"""Objects of the task's classes cross the boundary (each honest shape has a wrong
 twin that fails). The program's instances of a setup- or test-defined class are rebuilt in the judge as the
 task's class from plain data; the tests' functions, classes and instances given to the program stay in the
 judge and are used by callback, nested in containers too. Forged objects and callback floods are judged safely."""

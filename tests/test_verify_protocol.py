@@ -1,4 +1,4 @@
-"""The protocol trusts nothing (issue 16): one attack per test, each also a record of tests/attacks/attacks.jsonl
+"""The protocol trusts nothing: one attack per test, each also a record of tests/attacks/attacks.jsonl
 (replayed by `codechat verify --regress`), plus the checks each class needs beyond "not passed": the host
 untouched, the batch alive, the verdict bounded. Attacks that need the judge alone run it in this process."""
 import json

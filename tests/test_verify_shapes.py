@@ -1,4 +1,4 @@
-"""Honest programs of issue 17's shapes pass (each failed before), and their wrong twins do not."""
+"""Honest programs of awkward shapes pass, and their wrong twins do not."""
 import pytest
 
 from codechat.config import VerifierConfig

@@ -1,6 +1,6 @@
-"""Issue 17: time limits per test and in total for function tasks (verifier.test_timeout_s, cpu_time_limit).
+"""Time limits per test and in total for function tasks (verifier.test_timeout_s, cpu_time_limit).
 An infinite loop in one test fails that test with a clear reason; the tests around it still count; the batch
-goes on. Before, the whole program timed out with tests_passed 0."""
+goes on."""
 import json
 
 import pytest

@@ -50,7 +50,7 @@ class Preset:
 
 
 PRESETS: dict[str, Preset] = {
-    # ~2.8M parameters: trains from scratch on 2 CPU cores in minutes (issue 8's demo).
+    # ~2.8M parameters: trains from scratch on 2 CPU cores in minutes (the CPU demo).
     "tiny": Preset(vocab_size=4096, hidden_size=192, num_layers=4, num_heads=3, num_kv_heads=3,
                    intermediate_size=512, max_positions=1024),
     # ~28M parameters.

@@ -27,8 +27,8 @@ SPECIAL_TOKENS = [EOS, PAD, IM_START, IM_END]
 
 CORPUS_SETS = ("basic", "synthetic-heldout", "synthetic-sft", "synthetic-sft-clean", "synthetic-train", "toy", "toy-sft")
 """The built-in sets in the tokenizer's corpus, fixed: a set added to codechat later (thinking traces, ...) must not
-change the tokenizer, hence every preset model and the demo's numbers (this list is all function-task sets of
-session 2, whose demo table the README shows)."""
+change the tokenizer, hence every preset model and the demo's numbers (this list is the function-task sets the demo's
+measured table was trained with)."""
 
 CHAT_TEMPLATE = (
     "{%- for message in messages %}"
