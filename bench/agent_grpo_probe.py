@@ -4,7 +4,7 @@
         --variant base= --variant lr1e-3=rl.lr=1e-3 --variant g8=rl.group_size=8,rl.prompts_per_step=2
 
 Each variant is the agent demo's `--quick` second run (RFT then GRPO since session 10; `stages=[grpo]` for GRPO
-alone) (codechat/demo_agent.py: AGENT + AGENT_QUICK) starting from
+alone) (codechat/demos/agent.py: AGENT + AGENT_QUICK) starting from
 the weights in `--sft` (a finished demo's sft/ folder, or any model directory) with the variant's overrides
 (comma-separated `codechat train` overrides after `NAME=`; commas inside [...] stay: `stages=[rft,grpo]`),
 then `--n` sampled episodes (T=1) per task of the
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from codechat.demo_agent import AGENT_EVAL, agent_config, evaluate_stage
+from codechat.demos.agent import AGENT_EVAL, agent_config, evaluate_stage
 from codechat.train import train
 from codechat.train.metrics import read_metrics
 

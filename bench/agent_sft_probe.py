@@ -4,7 +4,7 @@
         --variant json= --variant compact=agent.call_format=compact \
         --variant compact-2k=agent.call_format=compact,model.path=tiny-agent
 
-Each variant is the agent demo's `--quick` SFT run (codechat/demo_agent.py: AGENT + AGENT_QUICK, expert
+Each variant is the agent demo's `--quick` SFT run (codechat/demos/agent.py: AGENT + AGENT_QUICK, expert
 transcripts of `builtin:repo-mini`) for `--steps` steps with the variant's overrides (comma-separated
 `codechat train` overrides after `NAME=`), then `--n` sampled episodes (T=1) per task of the same tasks; with
 `--full`, the full demo's SFT run (AGENT: `builtin:repo-train`) evaluated on `builtin:repo-heldout` (its first
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from codechat.demo_agent import AGENT_EVAL, agent_config, evaluate_stage
+from codechat.demos.agent import AGENT_EVAL, agent_config, evaluate_stage
 from codechat.train import train
 from codechat.train.metrics import read_metrics
 

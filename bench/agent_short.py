@@ -2,7 +2,7 @@
 
     OMP_NUM_THREADS=1 python bench/agent_short.py --seeds 0,1,2,3
 
-Each seed: `codechat/demo_agent.py`'s AGENT + AGENT_QUICK + AGENT_SHORT on repo-mini's first task only (SFT on
+Each seed: `codechat/demos/agent.py`'s AGENT + AGENT_QUICK + AGENT_SHORT on repo-mini's first task only (SFT on
 its 4 expert transcripts, 8 sampled episodes, one RFT round, 8 episodes again; evaluated on the trained task).
 Per seed: resolve@1 after SFT and after RFT, submitted shares, RFT's kept count and the wall seconds. Ends with
 one JSON line: {"runs": {SEED: {...}}, "min_rise": .., "rises": N of M}.
@@ -14,9 +14,10 @@ import time
 
 import torch
 
-from codechat import demo_agent, plugins
+from codechat import plugins
+from codechat.demos import agent as demo_agent
 from codechat.tasks.repo_loaders import load_repo_tasks
-from codechat.runlog import read_metrics
+from codechat.io.runlog import read_metrics
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--seeds", default="0", help="comma-separated seeds")

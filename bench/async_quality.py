@@ -1,7 +1,7 @@
 """Held-out pass rate after the same number of samples: the synchronous loop (rl.async_steps=0) vs one step off
 policy (rl.async_steps=1), on the demo's GRPO workload, over several seeds.
 
-The start model is the demo's SFT + RFT model (`codechat/demo.py` DEMO settings, stages=[sft,rft], trained once
+The start model is the demo's SFT + RFT model (`codechat/demos/demo.py` DEMO settings, stages=[sft,rft], trained once
 into `--root`/base and reused, or `--base DIR`). For each seed, two GRPO runs from it with the demo's GRPO
 settings (16 prompts x 8 samples, ppo-clip 0.2/0.28, 2 inner epochs, zero-variance groups skipped, lr 2e-4) for
 `--steps` steps: the same config except `rl.async_steps` 0 or 1 (both with algo.correction=tis, tis_cap 2; on
@@ -38,14 +38,14 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def final_eval(run_dir: Path) -> dict:
-    from codechat.runlog import read_metrics  # after the threading environment is set (torch loads)
+    from codechat.io.runlog import read_metrics  # after the threading environment is set (torch loads)
     rows = [m for m in read_metrics(run_dir) if any(k in m for k in METRICS)]
     return {k: rows[-1][k] for k in METRICS if k in rows[-1]}
 
 
 def run_child(extra: list[str]) -> None:
     """One training run in this (fresh) process: `extra` are config overrides on top of the demo's."""
-    from codechat.configio import load_config
+    from codechat.config.io import load_config
     from codechat.train import train
     train(load_config(None, extra))
 
@@ -93,7 +93,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.child is not None:
         return run_child(json.loads(args.child))
-    from codechat.demo import DEMO, QUICK  # config only: torch is not used in this parent process
+    from codechat.demos.demo import DEMO, QUICK  # config only: torch is not used in this parent process
     base = DEMO + (QUICK if args.quick else [])
     root = Path(args.root or tempfile.mkdtemp(prefix="async_quality_"))
     root.mkdir(parents=True, exist_ok=True)

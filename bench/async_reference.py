@@ -61,7 +61,7 @@ class LateCopy:
 
 def run_child(overrides: list[str], delay: int | None) -> None:
     import codechat.train.rl as rl
-    from codechat.configio import load_config
+    from codechat.config.io import load_config
     from codechat.train import train
     if delay is not None:
         rl.make_engine = lambda policy, *a: LateCopy(policy, delay)
@@ -97,7 +97,7 @@ def main() -> None:
         return run_child(json.loads(args.child), args.child_delay)
     if not args.base or not Path(args.base).is_dir():
         ap.error(f"--base: need the start model's directory, got {args.base!r}")
-    from codechat.demo import DEMO  # config only
+    from codechat.demos.demo import DEMO  # config only
     root = Path(args.root or tempfile.mkdtemp(prefix="async_reference_"))
     root.mkdir(parents=True, exist_ok=True)
     common = DEMO + ["eval.n=4", "eval.k=[1]", "log.progress=false", "log.plot=false", "log.audit=false",

@@ -41,7 +41,7 @@ from pathlib import Path
 
 def child(args) -> None:
     """One side, in this (fresh) process: train, then print {"per_step", "phases"} as the last line."""
-    from codechat.configio import load_config  # after the parent set the threading environment (torch loads)
+    from codechat.config.io import load_config  # after the parent set the threading environment (torch loads)
     from codechat.train import train
     run_dir = Path(args.run_dir)
     tokens = f"agent.turn_tokens={args.new}" if args.workload == "episodes" else f"sampling.max_new_tokens={args.new}"

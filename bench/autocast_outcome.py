@@ -3,7 +3,7 @@
     python bench/autocast_outcome.py --out /tmp/ac            # SFT + RFT once, then GRPO in fp32 and in bf16
     python bench/autocast_outcome.py --out /tmp/ac --base /tmp/ac/base --steps 40 --seeds 0,1
 
-Runs `make demo`'s settings (codechat/demo.py `DEMO`) with `stages=[sft,rft]` into OUT/base (skipped when --base
+Runs `make demo`'s settings (codechat/demos/demo.py `DEMO`) with `stages=[sft,rft]` into OUT/base (skipped when --base
 names a finished run), then for every seed one `stages=[grpo]` run from those weights in fp32 and one with
 `rl.autocast_bf16=true` (same seed, so the same first batch of prompts), each ending with the demo's held-out
 evaluation (`builtin:synthetic-heldout`, 8 samples per task at T=1 and greedy). Reported per variant: held-out
@@ -22,8 +22,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from codechat.demo import DEMO  # noqa: E402
-from codechat.configio import load_config  # noqa: E402
+from codechat.demos.demo import DEMO  # noqa: E402
+from codechat.config.io import load_config  # noqa: E402
 from codechat.policy.precision import bf16_native  # noqa: E402
 from codechat.train import train  # noqa: E402
 from codechat.train.metrics import read_metrics  # noqa: E402

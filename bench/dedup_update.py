@@ -4,7 +4,7 @@ with and without verify-once-per-program, at identical results, in one run.
     python bench/dedup_update.py                                  # a replay of a demo-like GRPO batch
     python bench/dedup_update.py --rollouts runs/demo/rollouts.jsonl --step 130   # a real demo step
 
-Workload: the demo's configuration (`codechat/demo.py`: the `tiny` preset, 16 prompts of builtin:synthetic-train
+Workload: the demo's configuration (`codechat/demos/demo.py`: the `tiny` preset, 16 prompts of builtin:synthetic-train
 x 8 samples, max 96 new tokens, ppo-clip 0.2/0.28, 2 inner epochs, zero-variance groups skipped, lr 2e-4). The
 completions are either a real run's (`--rollouts`: one step of a run's rollouts.jsonl, re-tokenized) or, by
 default, a replay built like the demo's GRPO samples: each group draws from its task's reference solutions (three
@@ -41,11 +41,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from codechat.algos import compute_advantages, zero_variance_groups  # noqa: E402
 from codechat.algos.dedup import find_duplicates  # noqa: E402
 from codechat.config import VerifierConfig  # noqa: E402
-from codechat.demo import demo_config  # noqa: E402
+from codechat.demos.demo import demo_config  # noqa: E402
 from codechat.policy import completion_logprobs, load_policy  # noqa: E402
 from codechat.policy.sampler import SampleBatch  # noqa: E402
 from codechat.rollout.collect import Rollouts, prompt_text, score  # noqa: E402
-from codechat.tasks.loaders import load_tasks  # noqa: E402
+from codechat.tasks import load_tasks  # noqa: E402
 from codechat.train.checkpoint import TrainState  # noqa: E402
 from codechat.train.common import Context, make_optimizer, pad, take  # noqa: E402
 from codechat.train.rl import rl_update, stage_algo  # noqa: E402

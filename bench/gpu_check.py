@@ -186,8 +186,8 @@ def check_agent(path: str | None, device: str, plain: bool = False, steps: int =
     through the hf engine in float32 (the CPU test of this check with the tiny preset)."""
     if not path:
         return {"skipped": "no local chat model (pass --model DIR or --agent-model DIR)"}
-    from codechat.configio import load_config
-    from codechat.runlog import read_metrics
+    from codechat.config.io import load_config
+    from codechat.io.runlog import read_metrics
     from codechat.tasks.repo import save_repo_tasks
     from codechat.tasks.repo_family import generate_repo_tasks
     from codechat.train import train
@@ -238,8 +238,8 @@ def check_async(path: Path, device: str, steps: int = 4, engine: str = "vllm") -
             import vllm  # noqa: F401
         except ImportError:
             return {"skipped": "vllm not installed (GPU: pip install vllm; CPU: make install-vllm)"}
-    from codechat.configio import load_config
-    from codechat.runlog import read_metrics
+    from codechat.config.io import load_config
+    from codechat.io.runlog import read_metrics
     from codechat.train import train
 
     gpu = device == "cuda"

@@ -28,7 +28,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from codechat.demo import demo_config  # noqa: E402
+from codechat.demos.demo import demo_config  # noqa: E402
 from codechat.policy import completion_logprobs, load_policy  # noqa: E402
 from codechat.policy.decoding import positions  # noqa: E402
 from codechat.policy.fastlm import FastLM  # noqa: E402

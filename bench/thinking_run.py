@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 from codechat.policy import build_preset
-from codechat.rundir import resolve_model
+from codechat.io.rundir import resolve_model
 
 SFT = [["stages=[sft]", "data.sft=builtin:synthetic-sft-think", "sft.steps=160", "sft.lr=3e-3",
         "sft.batch_size=16", "sft.warmup=10"],

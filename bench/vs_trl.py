@@ -226,7 +226,7 @@ def child_codechat(a: argparse.Namespace) -> dict:
     """codechat.train.train on the same workload; per-step times from the run's metrics.jsonl."""
     sys.path.insert(0, str(REPO))
     try:
-        from codechat.configio import load_config
+        from codechat.config.io import load_config
         from codechat.train import train
         from codechat.train.metrics import MetricsLogger
         import codechat.policy  # noqa: F401  (the trainer imports these lazily; fail early and clearly)

@@ -26,8 +26,8 @@ from codechat import CodechatError, __version__
 from codechat.config import ModelConfig
 from codechat.policy import load_policy
 from codechat.policy.presets import save_tokenizer
-from codechat.rundir import find_run, resolve_model, run_config, run_prompt_format, section
-from codechat.runlog import read_metrics
+from codechat.io.rundir import find_run, resolve_model, run_config, run_prompt_format, section
+from codechat.io.runlog import read_metrics
 
 RAW_TEMPLATE = ("{{- BOS -}}{%- for m in messages -%}{%- if m['role'] == 'user' -%}{{- m['content'] -}}"
                 "{%- if not m['content'].endswith('\\n') -%}{{- '\\n' -}}{%- endif -%}"

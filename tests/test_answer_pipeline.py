@@ -105,7 +105,7 @@ def test_eval_cli_completions_on_gsm8k(tmp_path, shared_data, capsys):
 
 
 def test_mixed_code_and_math_grpo_logs_pass_rate_per_kind(tmp_path):
-    from codechat.configio import load_config
+    from codechat.config.io import load_config
     from codechat.train import train
 
     from codechat.tasks import save_tasks
@@ -126,7 +126,7 @@ def test_mixed_code_and_math_grpo_logs_pass_rate_per_kind(tmp_path):
 def test_math_config_is_valid_and_its_sets_load():
     from pathlib import Path
 
-    from codechat.configio import load_config
+    from codechat.config.io import load_config
 
     cfg = load_config(Path(__file__).resolve().parents[1] / "configs" / "math.yaml")
     assert cfg.stages == ["sft", "grpo"] and cfg.rewards.components == {"pass-all": 1.0, "format": 0.1}

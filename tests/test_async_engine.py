@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from codechat.configio import load_config
+from codechat.config.io import load_config
 from codechat.policy import engine as engines
 from codechat.policy.sampler import Sampler
 from codechat.train import train

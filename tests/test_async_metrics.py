@@ -10,7 +10,7 @@ import torch
 
 from codechat import CodechatError
 from codechat.algos.corrections import gap_metrics
-from codechat.configio import load_config
+from codechat.config.io import load_config
 from codechat.train import train
 
 BASE = ["data.train=builtin:toy", "sampling.max_new_tokens=12", "sampling.stop=[e]", "log.progress=false",

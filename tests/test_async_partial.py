@@ -10,7 +10,7 @@ import torch
 
 from codechat import CodechatError
 from codechat.config import AgentConfig, SamplingConfig
-from codechat.configio import load_config
+from codechat.config.io import load_config
 from codechat.policy.logprobs import completion_logprobs
 from codechat.policy.sampler import Sampler
 from codechat.rollout.agents import ModelAgent, ScriptedAgent

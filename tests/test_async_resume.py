@@ -8,7 +8,7 @@ import shutil
 import torch
 from safetensors.torch import load_file
 
-from codechat.configio import load_config
+from codechat.config.io import load_config
 from codechat.train import train
 from codechat.train.checkpoint import Checkpointer
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from codechat import CodechatError
-from codechat.configio import load_config
+from codechat.config.io import load_config
 from codechat.train import train
 from codechat.train.producer import check_async
 

@@ -28,7 +28,7 @@ def test_honest_code_is_not_flagged():
 def test_planted_hack_is_flagged_in_a_short_run(tmp_path, monkeypatch):
     """A tiny-model GRPO run in which one sampled completion is replaced by a hack: audit.jsonl flags it."""
     from codechat.cli import main
-    from codechat.configio import load_config
+    from codechat.config.io import load_config
     from codechat.policy import sampler as sampler_mod
     from codechat.train import train
 

@@ -11,7 +11,7 @@ from codechat.cli import main
 from codechat.compare.plan import METHODS, PRESETS, min_budget, parse_ints, parse_methods, stage_overrides
 from codechat.compare.report import load_results, paired_tasks_seeds, report
 from codechat.compare.runs import Result, expected_samples, result_path
-from codechat.demo import demo_config
+from codechat.demos.demo import demo_config
 
 
 def spent(cfg) -> int:

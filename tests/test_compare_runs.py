@@ -8,8 +8,8 @@ import pytest
 from codechat.cli import main
 from codechat.compare import runs
 from codechat.compare.plan import METHODS, RUN
-from codechat.demo import demo_config
-from codechat.runlog import read_metrics
+from codechat.demos.demo import demo_config
+from codechat.io.runlog import read_metrics
 from codechat.train import train
 
 TINY = ["data.train=builtin:toy", "data.sft=builtin:toy-sft", "data.eval=builtin:toy", "sampling.max_new_tokens=24",

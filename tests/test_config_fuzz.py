@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from codechat.cli import main
 from codechat.config import RunConfig
-from codechat.configio import RANGES, ConfigError, load_config
+from codechat.config.io import RANGES, ConfigError, load_config
 
 
 def leaves(cls=RunConfig, prefix: str = "") -> list[str]:

@@ -6,7 +6,7 @@ from hypothesis import given, settings, strategies as st
 
 from codechat import CodechatError
 from codechat.config import ModelConfig, SamplingConfig
-from codechat.configio import load_config
+from codechat.config.io import load_config
 from codechat.policy import Sampler, load_policy
 from codechat.policy.context import context_length, new_token_budget
 from codechat.tasks import Task

@@ -160,7 +160,7 @@ def greedy_run(tmp_path, *extra) -> list[dict]:
     step 2 samples exactly what step 1 did."""
     import json
 
-    from codechat.configio import load_config
+    from codechat.config.io import load_config
     from codechat.train import train
 
     run = tmp_path / "run"

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from codechat.demo import StageRow, demo_config, run_demo, summarize, table
+from codechat.demos.demo import StageRow, demo_config, run_demo, summarize, table
 
 
 def test_synthetic_sft_has_buggy_references_and_true_tests():

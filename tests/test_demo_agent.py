@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from codechat import CodechatError, demo_agent, plugins
+from codechat import CodechatError, plugins
+from codechat.demos import agent as demo_agent
 from codechat.cli import main
-from codechat.configio import load_config
-from codechat.demo_agent import AGENT_QUICK_EVAL_N, AgentRow, agent_config, agent_table, run_agent_demo
+from codechat.config.io import load_config
+from codechat.demos.agent import AGENT_QUICK_EVAL_N, AgentRow, agent_config, agent_table, run_agent_demo
 from codechat.policy.presets import PRESETS
 from codechat.tasks.repo_loaders import is_repo_spec, load_repo_tasks
 

@@ -13,7 +13,7 @@ import pytest
 
 from codechat import CodechatError
 from codechat.cli import main
-from codechat.configio import load_config
+from codechat.config.io import load_config
 from codechat.evaluation.compare import compare
 from codechat.evaluation.stats import paired_bootstrap
 from codechat.train import train

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from codechat import CodechatError
 from codechat.config import AgentConfig, ModelConfig
-from codechat.configio import load_config
+from codechat.config.io import load_config
 from codechat.policy import load_policy
 from codechat.rollout.expert import edit_arguments, expert_episodes, expert_fixes, pick_wrong
 from codechat.tasks.repo_loaders import load_repo_tasks

@@ -11,7 +11,7 @@ import torch
 from codechat import CodechatError
 from codechat.cli import main
 from codechat.config import ModelConfig, SamplingConfig
-from codechat.configio import load_config
+from codechat.config.io import load_config
 from codechat.policy import Sampler, load_policy
 from codechat.rollout.collect import prompt_text
 from codechat.tasks import Task

@@ -3,7 +3,7 @@ import json
 
 import torch
 
-from codechat.configio import load_config
+from codechat.config.io import load_config
 from codechat.rollout.collect import fill_infra
 from codechat.sandbox.pool import merge
 from codechat.train import train

@@ -1,4 +1,4 @@
-"""codechat/jsonl.py: the one JSONL reader of run files. Any bytes in a file give records or one CodechatError
+"""codechat/io/jsonl.py: the one JSONL reader of run files. Any bytes in a file give records or one CodechatError
 naming the file and line, never another exception."""
 import json
 
@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from codechat import CodechatError
-from codechat.jsonl import read_jsonl, read_records, scan_jsonl
+from codechat.io.jsonl import read_jsonl, read_records, scan_jsonl
 
 
 def test_records_and_positions(tmp_path):

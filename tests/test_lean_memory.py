@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from hypothesis import given, settings, strategies as st
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from codechat.configio import load_config
+from codechat.config.io import load_config
 from codechat.policy import fastlm
 from codechat.policy.logprobs import completion_logprobs
 from codechat.policy.lean_ops import SiluMulLinear, WeightedRMSNorm, lean_swiglu

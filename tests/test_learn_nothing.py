@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from codechat.configio import ConfigError, load_config
+from codechat.config.io import ConfigError, load_config
 from codechat.train.watch import NoSignalWatch, resume_point, sigterm_as_interrupt, warn_empty_round
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -9,7 +9,7 @@ from safetensors.torch import load_file
 from codechat import CodechatError
 from codechat import plugins
 from codechat.config import ModelConfig
-from codechat.configio import load_config
+from codechat.config.io import load_config
 from codechat.policy import load_policy
 from codechat.rollout.episode import EpisodeRunner
 from codechat.tasks import load_tasks

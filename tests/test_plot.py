@@ -9,8 +9,8 @@ import pytest
 
 from codechat import CodechatError
 from codechat.cli import main
-from codechat.plotting import panels, plot_run, stage_spans
-from codechat.runlog import read_jsonl
+from codechat.io.plotting import panels, plot_run, stage_spans
+from codechat.io.runlog import read_jsonl
 
 
 def rows():

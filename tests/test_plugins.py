@@ -5,7 +5,7 @@ import json
 import pytest
 
 from codechat import CodechatError
-from codechat.configio import load_config
+from codechat.config.io import load_config
 from codechat.train import train
 
 REWARD = '''

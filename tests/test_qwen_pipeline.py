@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from codechat.config import AgentConfig, ModelConfig, SamplingConfig
-from codechat.configio import load_config
+from codechat.config.io import load_config
 from codechat.policy import SampleBatch, Sampler, load_policy
 from codechat.rollout.agents import ModelAgent
 from codechat.rollout.episode import EpisodeRunner

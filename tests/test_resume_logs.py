@@ -7,7 +7,7 @@ import pytest
 
 from codechat import CodechatError
 from codechat.cli import main
-from codechat.configio import load_config
+from codechat.config.io import load_config
 from codechat.train import train
 from codechat.train.checkpoint import Checkpointer
 from codechat.train.rundir_logs import claim_run_dir, truncate_logs

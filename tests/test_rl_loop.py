@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from codechat.configio import ConfigError, load_config
+from codechat.config.io import ConfigError, load_config
 from codechat.policy import SampleBatch
 from codechat.rollout.collect import Rollouts, rollout_metrics
 from codechat.tasks import Task

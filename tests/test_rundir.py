@@ -16,10 +16,10 @@ import yaml
 from codechat import CodechatError
 from codechat.chat.session import ChatSession, Turn
 from codechat.config import ModelConfig, SamplingConfig
-from codechat.configio import load_config
+from codechat.config.io import load_config
 from codechat.policy import Sampler, load_policy
 from codechat.rollout.collect import prompt_text
-from codechat.rundir import checkpoint_dir, resolve_model, run_prompt_format
+from codechat.io.rundir import checkpoint_dir, resolve_model, run_prompt_format
 from codechat.tasks import Task
 from codechat.train import train
 from codechat.train.checkpoint import Checkpointer

@@ -7,7 +7,7 @@ import pytest
 
 from codechat.commands.tasks import summarize
 from codechat.config import VerifierConfig
-from codechat.configio import load_config
+from codechat.config.io import load_config
 from codechat.tasks import load_tasks
 from codechat.tasks.statement import not_unique, statement_rules
 from codechat.tasks.stdio import IOTest

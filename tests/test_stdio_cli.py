@@ -2,7 +2,7 @@
 import json
 
 from codechat.cli import main
-from codechat.configio import load_config
+from codechat.config.io import load_config
 from codechat.train import train
 
 TASKS = [{"task_id": f"double-{i}", "prompt": "Print twice the number.", "kind": "stdio",

@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from codechat.config import AgentConfig
-from codechat.configio import load_config
+from codechat.config.io import load_config
 from codechat.rollout.tools import ToolBox, ToolCall, steady
 from codechat.tasks.repo_loaders import load_repo_tasks
 from codechat.train import train

@@ -116,7 +116,7 @@ def test_mbpp_plus_overlaps_sanitized_mbpp_completely(shared_data):
 
 
 def test_training_warns_at_load_time(tmp_path):
-    from codechat.configio import load_config
+    from codechat.config.io import load_config
     from codechat.train.runner import load_task_sets
     cfg = load_config(None, ["data.train=builtin:toy", "data.eval=builtin:toy", f"run_dir={tmp_path}"])
     with pytest.warns(UserWarning, match="train/eval overlap: .* tasks of builtin:toy are also in builtin:toy"):

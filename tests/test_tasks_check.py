@@ -5,7 +5,7 @@ import pytest
 
 from codechat import CodechatError
 from codechat.cli import main
-from codechat.configio import load_config
+from codechat.config.io import load_config
 from codechat.train.runner import load_task_sets
 
 TASKS = [

@@ -10,7 +10,7 @@ from hypothesis import given, settings, strategies as st
 
 from codechat import CodechatError
 from codechat.config import RewardConfig, ThinkingConfig, VerifierConfig
-from codechat.configio import ConfigError, load_config
+from codechat.config.io import ConfigError, load_config
 from codechat.policy import SampleBatch
 from codechat.rollout.collect import Rollouts
 from codechat.rollout.rewards import RewardContext, REWARDS

@@ -9,7 +9,7 @@ from hypothesis import given, settings, strategies as st
 
 from codechat import CodechatError
 from codechat.cli import main
-from codechat.configio import ConfigError, load_config
+from codechat.config.io import ConfigError, load_config
 from codechat.evaluation.thinking import bucket_metrics, bucket_of, load_reference, mode_metrics, reference_rates
 from codechat.config import ThinkingConfig
 from codechat.rollout.thinking import BalancedSampler

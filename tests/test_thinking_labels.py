@@ -178,7 +178,7 @@ def test_lagrange_multiplier_rises_when_the_policys_pass_rate_falls_under_balanc
     plain pass rate stays 0.6, the policy's falls from ~0.89 to ~0.31."""
     from types import SimpleNamespace
 
-    from codechat.configio import load_config
+    from codechat.config.io import load_config
     from codechat.rollout.collect import Rollouts
     from codechat.rollout.thinking import ForcedBatch
     from codechat.train.thinking import ThinkingHooks

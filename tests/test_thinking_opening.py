@@ -11,7 +11,7 @@ from hypothesis import given, settings, strategies as st
 
 from codechat import CodechatError
 from codechat.config import ModelConfig
-from codechat.configio import load_config
+from codechat.config.io import load_config
 from codechat.policy import load_policy
 from codechat.rollout.thinking import tag_ids
 from codechat.train import train

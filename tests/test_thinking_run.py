@@ -20,7 +20,7 @@ import pytest
 
 from codechat import CodechatError
 from codechat.config import ModelConfig, ThinkingConfig, VerifierConfig
-from codechat.configio import load_config
+from codechat.config.io import load_config
 from codechat.policy import load_policy
 from codechat.rollout.collect import prompt_text
 from codechat.rollout.thinking import BalancedSampler

@@ -10,7 +10,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from codechat.config import RewardConfig, ThinkingConfig
-from codechat.configio import ConfigError, load_config
+from codechat.config.io import ConfigError, load_config
 from codechat.policy import SampleBatch
 from codechat.rollout.collect import Rollouts
 from codechat.rollout.thinking import MALFORMED, BalancedSampler, ForcedBatch, NothinkConstraint, drop_malformed_bonus, \

@@ -6,7 +6,7 @@ import shutil
 import pytest
 import torch
 
-from codechat.configio import ConfigError, load_config
+from codechat.config.io import ConfigError, load_config
 from codechat.train import train
 from codechat.train.checkpoint import Checkpointer
 

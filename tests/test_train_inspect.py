@@ -3,7 +3,7 @@ samples and verifies one batch, reports time and memory per step, and writes not
 import yaml
 
 from codechat.cli import main
-from codechat.configio import load_config
+from codechat.config.io import load_config
 from codechat.train.dryrun import dry_run
 
 ARGS = ["data.train=builtin:toy", "sampling.max_new_tokens=8", "verifier.workers=1", "stages=[grpo]",

@@ -7,7 +7,7 @@ from test_dedup_train import close, config, rollouts, update, vocab
 
 from codechat import CodechatError
 from codechat.config import RLConfig
-from codechat.configio import load_config
+from codechat.config.io import load_config
 from codechat.policy import completion_logprobs, load_policy
 from codechat.policy import precision
 from codechat.policy.precision import bf16_native, update_autocast

@@ -11,7 +11,7 @@ import pytest
 
 from codechat import CodechatError
 from codechat.cli import main
-from codechat.configio import ConfigError, load_config
+from codechat.config.io import ConfigError, load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 

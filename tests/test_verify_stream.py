@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from codechat.config import SamplingConfig, VerifierConfig
-from codechat.configio import load_config
+from codechat.config.io import load_config
 from codechat.policy import Sampler
 from codechat.rollout.collect import collect, rollout_metrics
 from codechat.rollout.stream import VerifyStream

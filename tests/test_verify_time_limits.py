@@ -7,7 +7,7 @@ import pytest
 
 from codechat.cli import main
 from codechat.config import VerifierConfig
-from codechat.configio import ConfigError, load_config
+from codechat.config.io import ConfigError, load_config
 from codechat.tasks import Task
 from codechat.verifier.verify import Verifier
 from test_verify_protocol import frame, run_judge

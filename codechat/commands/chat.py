@@ -23,7 +23,7 @@ from codechat.config import ModelConfig, SamplingConfig, VerifierConfig
 from codechat.policy import load_policy
 from codechat.policy.presets import cache_root
 from codechat.policy.sampler import validate
-from codechat.rundir import resolve_model, run_config, run_prompt_format, section
+from codechat.io.rundir import resolve_model, run_config, run_prompt_format, section
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

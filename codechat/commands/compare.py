@@ -22,8 +22,8 @@ from codechat import CodechatError
 from codechat.compare.plan import METHODS, PRESETS, RUN, min_budget, parse_ints, parse_methods
 from codechat.compare.report import load_results, plot, report
 from codechat.compare.runs import Evaluator, run_curve
-from codechat.demo import demo_config
-from codechat.rundir import resolve_model
+from codechat.demos.demo import demo_config
+from codechat.io.rundir import resolve_model
 from codechat.tasks import load_tasks
 from codechat.train import train
 from codechat.verifier.verify import Verifier

@@ -12,8 +12,8 @@ import shlex
 from pathlib import Path
 
 from codechat import CodechatError
-from codechat.demo import demo_config, eval_label, run_demo, table
-from codechat.demo_agent import agent_table, resolve_change, run_agent_demo
+from codechat.demos.demo import demo_config, eval_label, run_demo, table
+from codechat.demos.agent import agent_table, resolve_change, run_agent_demo
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_agent(args: argparse.Namespace) -> int:
-    """`codechat demo --agent [--quick]`: codechat/demo_agent.py."""
+    """`codechat demo --agent [--quick]`: codechat/demos/agent.py."""
     run_dir = args.run_dir or ("runs/demo-agent-quick" if args.quick else "runs/demo-agent")
     if (Path(run_dir) / "sft").exists():
         raise CodechatError(f"{run_dir} holds an earlier agent demo: remove it or pass --run-dir")

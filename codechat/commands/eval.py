@@ -26,7 +26,7 @@ from codechat.config import EvalConfig, ModelConfig, RunConfig, SamplingConfig, 
 from codechat.evaluation.compare import compare
 from codechat.evaluation.evaluate import evaluate_completions, evaluate_policy
 from codechat.evaluation.thinking import load_reference
-from codechat.rundir import is_run_dir, resolve_model, run_config, section
+from codechat.io.rundir import is_run_dir, resolve_model, run_config, section
 from codechat.tasks import load_tasks
 from codechat.tasks.repo_loaders import is_repo_spec
 from codechat.tasks.splits import split_spec

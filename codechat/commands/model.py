@@ -16,7 +16,7 @@ from codechat.export import export
 from codechat.policy import Sampler, build_preset, load_policy
 from codechat.policy.presets import PRESET_NAMES, PRESETS
 from codechat.rollout.collect import prompt_text
-from codechat.rundir import resolve_model, run_prompt_format
+from codechat.io.rundir import resolve_model, run_prompt_format
 from codechat.tasks import Task
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from codechat.plotting import plot_run
+from codechat.io.plotting import plot_run
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -19,10 +19,10 @@ from codechat import CodechatError
 from codechat.chat.repo import RepoChat, watch
 from codechat.config import AgentConfig, EvalConfig, ModelConfig, SamplingConfig
 from codechat.evaluation.repo_eval import evaluate_episodes
-from codechat.jsonl import scan_jsonl
+from codechat.io.jsonl import scan_jsonl
 from codechat.rollout.agents import ModelAgent, ScriptedAgent, reference_script
 from codechat.rollout.episode import EpisodeRunner
-from codechat.rundir import resolve_model
+from codechat.io.rundir import resolve_model
 from codechat.tasks.repo_loaders import load_repo_tasks
 from codechat.verifier.repo import RepoJudge, RepoVerdict
 from codechat.verifier.repo_env import load_envs

@@ -9,7 +9,7 @@ import sys
 import yaml
 
 from codechat import CodechatError
-from codechat.configio import load_config, to_dict
+from codechat.config.io import load_config, to_dict
 from codechat.train import train
 from codechat.train.dryrun import dry_run, print_report
 

@@ -21,7 +21,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedCo
 from codechat import CodechatError
 from codechat.commands import repo
 from codechat.config import VerifierConfig
-from codechat.jsonl import read_jsonl, scan_jsonl
+from codechat.io.jsonl import read_jsonl, scan_jsonl
 from codechat.sandbox.pool import SandboxPool, protection_report
 from codechat.tasks import Task, load_tasks
 from codechat.tasks.repo_loaders import is_repo_spec

@@ -23,7 +23,7 @@ METHODS: dict[str, list[str]] = {
     "dpo": ["stages=[dpo]", "dpo.prompts_per_step=16", "dpo.group_size=8", "dpo.pairs_per_step=32", "dpo.lr=2e-5",
             "algo.dpo_beta=0.1"],
 }
-"""Each method's overrides on top of the demo's settings (codechat/demo.py)."""
+"""Each method's overrides on top of the demo's settings (codechat/demos/demo.py)."""
 
 RUN: list[str] = ["data.eval=", "eval.every=0", "checkpoint.every=20", "checkpoint.keep_last=1", "log.plot=false"]
 """Overrides of every compare run: no in-trainer evaluation (compare evaluates each budget point itself, per

@@ -16,7 +16,7 @@ import numpy as np
 
 from codechat.compare.runs import Result, result_path
 from codechat.evaluation.stats import PairedCI
-from codechat.plotting import figure, save
+from codechat.io.plotting import figure, save
 
 
 def load_results(out: Path, methods: list[str], seeds: list[int]) -> dict[str, list[Result]]:

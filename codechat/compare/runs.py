@@ -21,7 +21,7 @@ from pathlib import Path
 from codechat import CodechatError
 from codechat.compare.plan import METHODS, PER_RL_STEP, RUN, rft_round, stage_overrides
 from codechat.config import ModelConfig
-from codechat.demo import demo_config
+from codechat.demos.demo import demo_config
 from codechat.evaluation.evaluate import evaluate_policy
 from codechat.policy import load_policy
 from codechat.train import train

@@ -13,7 +13,7 @@ from typing import Callable
 
 from codechat.config import SamplingConfig
 from codechat.evaluation.thinking import bucket_metrics, mode_metrics
-from codechat.jsonl import scan_jsonl
+from codechat.io.jsonl import scan_jsonl
 from codechat.tasks import Task
 from codechat.verifier.evalplus import is_evalplus, score_evalplus
 

@@ -24,7 +24,7 @@ from codechat.config import ModelConfig
 from codechat.policy import fsdp
 from codechat.policy.lora import add_lora
 from codechat.policy.presets import PRESET_NAMES, preset_dir, save_tokenizer
-from codechat.rundir import resolve_model
+from codechat.io.rundir import resolve_model
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +115,7 @@ def _write_plain(model, out: Path, state_dict: dict | None) -> None:
 
 
 def resolve_path(path: str) -> Path:
-    """Preset name -> cached build; a run directory -> its final checkpoint (codechat/rundir.py); otherwise a
+    """Preset name -> cached build; a run directory -> its final checkpoint (codechat/io/rundir.py); otherwise a
     local directory that must exist."""
     path = resolve_model(path)
 

@@ -17,7 +17,7 @@ from collections import Counter
 from pathlib import Path
 
 from codechat import CodechatError
-from codechat.runlog import read_jsonl
+from codechat.io.runlog import read_jsonl
 from codechat.tasks import Task
 from codechat.verifier.verify import extract_code
 

@@ -23,7 +23,6 @@ from codechat.tasks import answer
 from codechat.tasks.model import Task, TaskFormatError
 from codechat.tasks.stdio import spec_from_record, spec_to_record
 from codechat.tasks.stdio_loaders import STDIO_LOADERS, detect_stdio_format, load_apps_dir
-from codechat.tasks.splits import apply_split, split_spec
 from codechat.tasks.statement import not_unique
 
 FORMATS = ["codechat", "mbpp", "mbpp-sanitized", "mbpp-originfmt", "evalplus", "leetcode", "humaneval", *STDIO_LOADERS,
@@ -342,32 +341,6 @@ def _unique(tasks: list[Task], path) -> list[Task]:
         seen.add(t.task_id)
         t.metadata.setdefault("source", "apps")
     return tasks
-
-
-def load_tasks(path: str | Path, fmt: str | None = None) -> list[Task]:
-    """Load a task file (or `builtin` / `builtin:NAME` for a set shipped with codechat); `A+B` joins sets;
-    `FILE:SPLIT` takes one split of an MBPP file (train, test, validation, prompt)."""
-    if "+" in str(path) and not Path(path).exists():
-        return _join([(p, load_tasks(p, fmt)) for p in str(path).split("+") if p])
-    if str(path).startswith("builtin"):
-        from codechat.tasks.builtin import load_builtin  # a cycle: builtin reads its files through this module
-        return load_builtin(str(path))
-    file, split = split_spec(str(path))  # `mbpp.jsonl:train` (codechat/tasks/splits.py)
-    tasks = load_tasks_with_format(file, fmt)[0]
-    return apply_split(tasks, split, str(path)) if split else tasks
-
-
-def _join(sets: list[tuple[str, list[Task]]]) -> list[Task]:
-    """Several task sets as one list; a task_id in two sets is an error naming both."""
-    seen: dict[str, str] = {}
-    out = []
-    for name, tasks in sets:
-        for t in tasks:
-            if t.task_id in seen:
-                raise TaskFormatError(f"{name}: task_id '{t.task_id}' is also in {seen[t.task_id]}")
-            seen[t.task_id] = name
-            out.append(t)
-    return out
 
 
 def save_tasks(tasks: Iterable[Task], path: str | Path) -> None:

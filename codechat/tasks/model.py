@@ -8,11 +8,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from codechat.tasks.stdio import StdioSpec
 
-from codechat import CodechatError
+from codechat.tasks.errors import TaskFormatError
 
-
-class TaskFormatError(CodechatError):
-    """A task file is unreadable or a record is malformed; the message names the file and line."""
+__all__ = ["Task", "TaskFormatError"]
 
 
 @dataclass

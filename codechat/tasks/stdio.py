@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from codechat.tasks.model import TaskFormatError
+from codechat.tasks.errors import TaskFormatError
 
 STDIO_INSTRUCTION = ("Write a complete Python program that reads from standard input and writes to standard "
                      "output.")

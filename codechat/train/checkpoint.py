@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from codechat import CodechatError
-from codechat.rundir import update_links
+from codechat.io.rundir import update_links
 from codechat.policy.fsdp import full_state_dict, is_sharded, optimizer_state
 from codechat.train import dist
 
@@ -110,7 +110,7 @@ class Checkpointer:
             shutil.rmtree(final)
         os.replace(tmp, final)
         _fsync_tree(self.dir)
-        update_links(self.dir.parent, final, state.best_checkpoint)  # RUN/final, RUN/best (codechat/rundir.py)
+        update_links(self.dir.parent, final, state.best_checkpoint)  # RUN/final, RUN/best (codechat/io/rundir.py)
         self._rotate(state)
         return final
 

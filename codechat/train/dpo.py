@@ -19,7 +19,7 @@ import torch
 
 from codechat import CodechatError
 from codechat.algos import dpo_loss
-from codechat.jsonl import read_jsonl
+from codechat.io.jsonl import read_jsonl
 from codechat.policy import Sampler, completion_logprobs, reference
 from codechat.policy.fsdp import full_weights, idle_pass
 from codechat.rollout.collect import collect, prompt_text, rollout_metrics

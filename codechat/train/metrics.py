@@ -12,7 +12,7 @@ from typing import Any
 
 from codechat import CodechatError
 from codechat.config import LogConfig
-from codechat.runlog import read_metrics  # noqa: F401 - re-exported (compare, demo)
+from codechat.io.runlog import read_metrics  # noqa: F401 - re-exported (compare, demo)
 from codechat.train.progress import ProgressDisplay
 
 
@@ -72,6 +72,6 @@ class MetricsLogger:
 
 
 def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
-    """The run's curves to RUN_DIR/curves.png (codechat/plotting.py)."""
-    from codechat.plotting import plot_run as draw  # matplotlib: loaded only when a plot is drawn
+    """The run's curves to RUN_DIR/curves.png (codechat/io/plotting.py)."""
+    from codechat.io.plotting import plot_run as draw  # matplotlib: loaded only when a plot is drawn
     return draw(run_dir, out)

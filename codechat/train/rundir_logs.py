@@ -16,7 +16,7 @@ import shutil
 from pathlib import Path
 
 from codechat import CodechatError
-from codechat.jsonl import read_records
+from codechat.io.jsonl import read_records
 
 LOGS = ("metrics.jsonl", "rollouts.jsonl", "audit.jsonl")
 """The step-numbered logs of a run directory."""

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from codechat import CodechatError
-from codechat import configio  # as a module: configio imports the stage registry, which imports this package
+from codechat.config import io as configio
 from codechat.config import RunConfig
 from codechat.plugins import load_with, record as record_plugins
 from codechat.policy import load_policy

@@ -3,8 +3,9 @@ it counts, its global batch sizes (at least one item per rank) and the checks of
 
     STAGES["grpo"].run(ctx)          # what `codechat train` calls for each name in cfg.stages
 
-A new stage is one module with `run_NAME(ctx)` and one `Stage(...)` line here; configio validates the names
-against this table, and the runner, the distributed checks and the step counts read it.
+A new stage is one module with `run_NAME(ctx)` and one `Stage(...)` line here; `check_stages`, registered with
+config validation (config/checks.py), checks names and settings against this table, and the runner, the
+distributed checks and the step counts read it.
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from codechat.config import RunConfig
+from codechat.config.checks import register_check
 from codechat.rollout.expert import EDIT_FORMS
 from codechat.train.dpo import run_dpo
 from codechat.train.rft import run_rft
@@ -96,6 +98,7 @@ def stage_steps(cfg: RunConfig, name: str) -> int:
     return STAGES[name].steps(cfg)
 
 
+@register_check
 def check_stages(cfg: RunConfig) -> list[str]:
     """Problems with cfg.stages and the settings of the stages it lists: unknown names, then failed checks."""
     if not cfg.stages:

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import yaml
 
-from codechat.configio import load_config
-from codechat.plotting import figure, save
+from codechat.config.io import load_config
+from codechat.io.plotting import figure, save
 from codechat.train import train
 from codechat.train.metrics import read_metrics
 

@@ -36,10 +36,10 @@ from pathlib import Path
 import yaml
 
 from codechat.config import ModelConfig
-from codechat.configio import load_config
+from codechat.config.io import load_config
 from codechat.evaluation.repo_eval import evaluate_episodes
 from codechat.evaluation.stats import paired_bootstrap
-from codechat.plotting import figure, save
+from codechat.io.plotting import figure, save
 from codechat.policy import load_policy
 from codechat.rollout.agents import ModelAgent
 from codechat.rollout.episode import EpisodeRunner

@@ -19,8 +19,8 @@ import yaml
 from codechat import CodechatError, plugins
 from codechat.algos import check_config
 from codechat.config import RewardConfig, RunConfig
+from codechat.config.checks import registered_checks
 from codechat.rollout.rewards import check_components
-from codechat.train.stages import check_stages
 from codechat.rollout.thinking import check_thinking
 from codechat.verifier.answer_equiv import check_config as check_answer_config
 
@@ -165,8 +165,9 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
 
 
 def validate(cfg: RunConfig) -> None:
-    """Checks that types alone cannot express: the stages and their settings (train/stages.py), then the rest."""
-    problems = check_stages(cfg)
+    """Checks that types alone cannot express: those registered by the code the settings belong to (the stages
+    and their settings, train/stages.py), then the rest."""
+    problems = [p for check in registered_checks() for p in check(cfg)]
     if problems:
         raise ConfigError(_with_key(problems[0], cfg))
     s, o, m, d = cfg.sampling, cfg.optim, cfg.model, cfg.dist

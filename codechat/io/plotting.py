@@ -20,7 +20,7 @@ matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib import ticker  # noqa: E402
 
-from codechat.runlog import read_metrics  # noqa: E402
+from codechat.io.runlog import read_metrics  # noqa: E402
 
 # (key, title, is a rate in [0, 1]); eval/pass@K for the largest K and extra eval sets are added from the data
 METRICS = [

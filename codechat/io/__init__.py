@@ -1,0 +1,2 @@
+"""Run directories and their files: the layout (rundir), the run log (runlog), JSONL reading and writing
+(jsonl), curves (plotting)."""
