@@ -14,6 +14,17 @@ from codechat import CodechatError, __version__
 from codechat.commands import COMMANDS
 
 
+TOUR = ("codechat demo", "codechat tasks show ../shared/data/mbpp/mbpp.jsonl --limit 2",
+        "codechat verify --tasks T.jsonl --completions C.jsonl --out R.jsonl",
+        "codechat train --config configs/grpo.yaml run_dir=runs/g1", "codechat eval --model runs/g1 --tasks builtin:synthetic-heldout",
+        "codechat chat runs/g1")
+"""The path from clone to a trained, evaluated model one can talk to, shown under `codechat --help`."""
+
+
+def _examples(lines) -> str | None:
+    return "examples:\n" + "\n".join(f"  {line}" for line in lines) if lines else None
+
+
 def chosen_command(argv: list[str]) -> str | None:
     """The command named on the command line, if any: the top level has only flags, so it is the first word."""
     for word in argv:
@@ -26,13 +37,15 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """The CLI's parser; only the chosen command's subparser gets its arguments (and imports its module)."""
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(
-        prog="codechat", description="Post-train code models with RL from executable rewards."
+        prog="codechat", description="Post-train code models with RL from executable rewards.",
+        epilog=_examples(TOUR), formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"codechat {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     chosen = chosen_command(argv)
     for name, cmd in COMMANDS.items():
-        p = sub.add_parser(name, help=cmd.help, description=cmd.help)
+        p = sub.add_parser(name, help=cmd.help, description=cmd.help, epilog=_examples(cmd.examples),
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
         if name == chosen:
             importlib.import_module(cmd.module).add_arguments(p)
     return parser

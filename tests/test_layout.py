@@ -82,3 +82,16 @@ def test_config_imports_nothing_it_configures():
     for name, deps in graph.items():
         if name.startswith("codechat.config"):
             assert not [d for d in deps if d.startswith(above)], (name, deps)
+
+
+def test_every_help_example_parses():
+    import shlex
+
+    from codechat.cli import TOUR, build_parser
+    from codechat.commands import COMMANDS
+
+    lines = list(TOUR) + [line for cmd in COMMANDS.values() for line in cmd.examples]
+    assert all(cmd.examples for cmd in COMMANDS.values())
+    for line in lines:
+        argv = shlex.split(line)[1:]
+        build_parser(argv).parse_args(argv)  # argparse exits on an unknown flag or a missing argument
