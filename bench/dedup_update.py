@@ -9,7 +9,7 @@ x 8 samples, max 96 new tokens, ppo-clip 0.2/0.28, 2 inner epochs, zero-variance
 completions are either a real run's (`--rollouts`: one step of a run's rollouts.jsonl, re-tokenized) or, by
 default, a replay built like the demo's GRPO samples: each group draws from its task's reference solutions (three
 styles) and the SFT set's buggy references (the demo's SFT data), so that `--dup` (default 0.585, what the demo's
-GRPO stage measured: issue 21) of the samples repeat another of their group. The verdicts are real (the sandbox).
+GRPO stage measured) of the samples repeat another of their group. The verdicts are real (the sandbox).
 The update starts from the same weights for both modes, `--repeats` times each, alternating (naive, dedup, naive,
 ...) so load drift hits both; seconds/step is the median. Identical results: after one update,
 `rel_l2_weight_diff` = |w_dedup - w_naive| / |w_naive - w_start| (L2 over all parameters) and

@@ -3,7 +3,7 @@ in one run, on the demo's GRPO batch shapes.
 
     python bench/logprob_speed.py            # ends with one JSON line
 
-Baseline ("full"): what completion_logprobs did before issue 21: the LM head over every (row, column) of the
+Baseline ("full"): the LM head over every (row, column) of the
 padded (N, T) batch, a full (N, T, V) log-softmax, the sampled token gathered, the entropy from exp(log-softmax).
 Ours (codechat/policy/logprobs.py): rows in up to 4 chunks of similar length, each run through the layers at
 its own width; the LM head only at the masked-in positions; logit - logsumexp with one softmax shared by the

@@ -4,7 +4,7 @@
     python bench/vs_trl.py --steps 2 --keep --only trl
     python bench/vs_trl.py --rounds 2      # trl, codechat, codechat, trl: less sensitive to load drift
 
-Workload (issue 6): a randomly initialised Qwen2-architecture model (hidden 256, 4 layers, 4 heads, intermediate
+Workload: a randomly initialised Qwen2-architecture model (hidden 256, 4 layers, 4 heads, intermediate
 688, tied embeddings) with a 1,024-token byte-level BPE tokenizer trained here on Python's own stdlib sources (no
 downloads); 4 prompts x 8 samples x up to 64 new tokens per step, temperature 1, beta 0.04 (k3 KL to a frozen
 reference), learning rate 1e-5, one optimizer step per batch; reward = the prompt + completion + the task's
