@@ -1,3 +1,4 @@
+import os
 from pathlib import Path
 
 import pytest
@@ -11,12 +12,12 @@ from codechat.tasks.repo_loaders import load_repo_tasks
 settings.register_profile("codechat", deadline=None)
 settings.load_profile("codechat")
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+SHARED = Path(os.environ.get("CODECHAT_SHARED_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data")
 
 
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
-    """../shared/data beside the checkout (tests skip when it is absent)."""
+    """../shared/data beside the checkout, or $CODECHAT_SHARED_DATA (tests skip when it is absent)."""
     if not SHARED.is_dir():
         pytest.skip(f"{SHARED} not found")
     return SHARED
