@@ -41,7 +41,7 @@ def check_config(cfg) -> None:
     if cfg.dual_clip != 0 and cfg.dual_clip <= 1:
         problems.append(f"dual_clip must be 0 (off) or > 1, got {cfg.dual_clip}")
     problems += [f"{name} must be >= 0, got {getattr(cfg, name)}" for name in ("tis_cap", "kl_beta", "eps", "agg_norm")
-                 if getattr(cfg, name) < 0]
+                 if (getattr(cfg, name) or 0) < 0]
     if not 0 <= cfg.dpo_label_smoothing < 0.5:
         problems.append(f"dpo_label_smoothing must be in [0, 0.5), got {cfg.dpo_label_smoothing}")
     if not 0 <= cfg.dpo_nll < float("inf"):  # NaN fails too

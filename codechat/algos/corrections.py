@@ -50,7 +50,7 @@ def truncated_is(old_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch
                  cfg) -> tuple[torch.Tensor | None, dict[str, float]]:
     gap = _log_ratio(old_logp, sampler_logp, mask)  # (B, T)
     ratio = torch.exp(gap)  # (B, T)
-    cap = cfg.tis_cap
+    cap = cfg.tis_cap or 0.0  # None (not resolved by a stage: train/rl.py stage_algo) = off
     metrics = gap_metrics(gap, mask)
     metrics["tis_clipped_frac"] = masked_mean((ratio > cap).float(), mask).item() if cap > 0 else 0.0
     return (ratio.clamp(max=cap) if cap > 0 else None), metrics
@@ -62,7 +62,7 @@ def sequence_is(old_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.
     gap = _log_ratio(old_logp, sampler_logp, mask)  # (B, T)
     m = (mask > 0).float()  # (B, T)
     seq_log_ratio = (gap * m).sum(1) / m.sum(1).clamp(min=1)  # (B,) mean log ratio = log of the geometric mean
-    return _sequence_weights(seq_log_ratio, gap, mask, cfg.tis_cap)
+    return _sequence_weights(seq_log_ratio, gap, mask, cfg.tis_cap or 0.0)
 
 
 def _sequence_weights(seq_log_ratio: torch.Tensor, gap: torch.Tensor, mask: torch.Tensor,
@@ -97,4 +97,4 @@ def sequence_tis(old_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch
     gap = _log_ratio(old_logp, sampler_logp, mask)  # (B, T)
     m = (mask > 0).float()  # (B, T)
     seq_log_ratio = (gap * m).sum(1).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)  # (B,) log pi_old(y) / pi_sampler(y)
-    return _sequence_weights(seq_log_ratio, gap, mask, cfg.tis_cap)
+    return _sequence_weights(seq_log_ratio, gap, mask, cfg.tis_cap or 0.0)

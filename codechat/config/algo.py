@@ -27,8 +27,10 @@ class AlgoConfig:
     """PPO upper clip epsilon (clip-higher: set above clip_low, e.g. 0.28)."""
     dual_clip: float = 0.0
     """Dual-clip constant c > 1 bounding the loss for negative advantages; 0 disables it."""
-    tis_cap: float = 0.0
-    """Truncated importance-sampling cap for sampler/trainer log-prob mismatch (e.g. 2); 0 disables it."""
+    tis_cap: float | None = None
+    """Cap of the off-policy correction (`correction`: tis, seq-is, seq-tis) for sampler/trainer log-prob mismatch,
+    e.g. 2; 0 disables it. None (the default): 2 when rl.async_steps > 0 (stale batches are corrected from the
+    weights that sampled them, as in decoupled PPO), else 0 (the sampler is the trainer's weights)."""
     kl_beta: float = 0.0
     """Coefficient of the KL-to-reference term; 0 disables it and loads no reference model."""
     kl_estimator: str = "k3"

@@ -45,12 +45,20 @@ from codechat.train.producer import AsyncProducer, check_async
 from codechat.train.thinking import ThinkingHooks
 
 
+ASYNC_TIS_CAP = 2.0
+"""algo.tis_cap when unset and rl.async_steps > 0: batches sampled with older weights are weighted by
+min(pi_old / pi_behaviour, 2), the capped correction of decoupled PPO (AReaL) and prime-rl."""
+
+
 def stage_algo(cfg: RunConfig, stage: str) -> AlgoConfig:
     """The algorithm settings of an RL stage, as a copy (the run's config is left as it is): stage `rloo` uses
-    the rloo advantage; agg_norm 0 becomes the generation budget (Dr. GRPO's constant normaliser)."""
+    the rloo advantage; agg_norm 0 becomes the generation budget (Dr. GRPO's constant normaliser); an unset
+    tis_cap becomes ASYNC_TIS_CAP under rl.async_steps > 0, else 0 (off)."""
     a = cfg.algo
     if stage == "rloo":
         a = dataclasses.replace(a, advantage="rloo")
+    if a.tis_cap is None:
+        a = dataclasses.replace(a, tis_cap=ASYNC_TIS_CAP if cfg.rl.async_steps > 0 else 0.0)
     if a.agg_norm == 0:
         a = dataclasses.replace(a, agg_norm=float(cfg.sampling.max_new_tokens))
     return a
