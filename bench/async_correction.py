@@ -33,7 +33,7 @@ MODES = {"corrected": [], "uncorrected": ["algo.tis_cap=0"]}
 
 
 def train_figures(run_dir: Path, tail: int) -> dict:
-    from codechat.runlog import read_metrics
+    from codechat.io.runlog import read_metrics
     rows = [m for m in read_metrics(run_dir) if "pass_rate" in m]
     mean = lambda k, rs: round(statistics.mean(m.get(k, 0.0) for m in rs), 4)  # noqa: E731
     return {"train_pass_rate_tail": mean("pass_rate", rows[-tail:]), "train_pass_rate_mean": mean("pass_rate", rows),
@@ -51,7 +51,7 @@ def main() -> None:
     ap.add_argument("--parallel", type=int, default=2)
     ap.add_argument("--root", default=None, help="keep the runs here (default: a temporary directory)")
     args = ap.parse_args()
-    from codechat.demo import DEMO, QUICK
+    from codechat.demos.demo import DEMO, QUICK
     base = DEMO + QUICK
     root = Path(args.root or tempfile.mkdtemp(prefix="async_correction_"))
     root.mkdir(parents=True, exist_ok=True)

@@ -4,7 +4,7 @@ were on policy; the synchronous loop keeps the correction off, and an explicit c
 import torch
 
 from codechat.algos import policy_loss
-from codechat.configio import load_config
+from codechat.config.io import load_config
 from codechat.train.rl import ASYNC_TIS_CAP, stage_algo
 
 
