@@ -4,12 +4,15 @@
     codechat eval --model runs/x --tasks mbpp.jsonl:test --n 10 --k 1,5,10 --checkpoint best
     codechat eval --completions samples.jsonl --tasks ../shared/data/mbpp/mbpp.jsonl
     codechat eval --compare runs/a/eval/synthetic-heldout runs/b/eval/synthetic-heldout
+    codechat eval --endpoint http://localhost:8000 --model Qwen/Qwen2.5-Coder-1.5B-Instruct --tasks builtin --n 5
 
 Defaults are the training evaluation's (codechat/train/common.py `evaluate_now`): for a run directory its
 config's eval.n, eval.k, eval.temperature, eval.greedy, sampling (top_p, top_k, max_new_tokens, stop), seed + 99
 and prompt format, so the command reproduces the run's logged eval numbers; for other models the same from the
 config defaults. Output: RUN/eval/SET[-best] for a run, else eval-NAME/SET (or --out); a folder that holds another
 task set's or model's results is never overwritten. summary.json records what was evaluated and how.
+With --endpoint the model is served elsewhere (an OpenAI-compatible API: evaluation/endpoint.py) and --model is
+its name there; sampling defaults are the config defaults.
 """
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ from codechat import CodechatError
 from codechat.commands import repo
 from codechat.config import EvalConfig, ModelConfig, RunConfig, SamplingConfig, ThinkingConfig, VerifierConfig
 from codechat.evaluation.compare import compare
+from codechat.evaluation.endpoint import API_KEY_ENV, Endpoint, EndpointConfig, api_key, evaluate_endpoint
 from codechat.evaluation.evaluate import evaluate_completions, evaluate_policy
 from codechat.evaluation.thinking import load_reference
 from codechat.io.rundir import is_run_dir, resolve_model, run_config, section
@@ -34,7 +38,17 @@ from codechat.verifier.factory import make_verifier
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", help="model directory, preset name, or run directory (its final checkpoint)")
+    p.add_argument("--model", help="model directory, preset name, or run directory (its final checkpoint); "
+                                   "with --endpoint: the model's name on the server")
+    p.add_argument("--endpoint", metavar="URL",
+                   help="evaluate the model served at URL by an OpenAI-compatible API (vllm serve, SGLang, TGI)")
+    p.add_argument("--api", default=None, choices=["chat", "completions"],
+                   help="--endpoint: /v1/chat/completions with the prompt as one user turn (default) or "
+                        "/v1/completions continuing the prompt as it is")
+    p.add_argument("--api-key", help=f"--endpoint: bearer token (default ${API_KEY_ENV})")
+    p.add_argument("--concurrency", type=int, default=None, help="--endpoint: requests in flight (default 8)")
+    p.add_argument("--retries", type=int, default=None,
+                   help="--endpoint: retries per request on 429, 5xx and dropped connections (default 5)")
     p.add_argument("--checkpoint", default="final", choices=["final", "best"],
                    help="which checkpoint of a run directory: final (default) or best (eval greedy pass@1)")
     p.add_argument("--tasks", help="task file, FILE:SPLIT for MBPP files (train, test, validation), or builtin[:NAME]")
@@ -103,7 +117,7 @@ def eval_settings(args: argparse.Namespace, model_path: str | None) -> dict:
             raise CodechatError(f"eval: --k must be comma-separated integers, got '{args.k}'") from None
     if not s["k"] or s["k"][0] < 1:
         raise CodechatError(f"eval: --k values must be >= 1, got {s['k']}")
-    if model_path is not None:
+    if model_path is not None or getattr(args, "endpoint", None):
         if s["n"] < 1:
             raise CodechatError(f"eval: --n must be >= 1 (samples per task), got {s['n']}")
         big = [k for k in s["k"] if k > s["n"]]
@@ -116,7 +130,7 @@ def eval_settings(args: argparse.Namespace, model_path: str | None) -> dict:
 def out_dir(args: argparse.Namespace, tasks_name: str) -> Path:
     if args.out:
         return Path(args.out)
-    if args.model and is_run_dir(args.model):
+    if args.model and not getattr(args, "endpoint", None) and is_run_dir(args.model):
         return Path(args.model) / "eval" / (tasks_name + ("-best" if args.checkpoint == "best" else ""))
     source = Path(args.model or args.completions).name.removesuffix(".jsonl") or "model"
     return Path(f"eval-{source}") / tasks_name
@@ -133,7 +147,8 @@ def check_out(out: Path, provenance: dict) -> None:
         old = json.loads(f.read_text()).get("provenance") or {}
     except (OSError, ValueError):
         old = {}
-    for key in ("tasks", "model_path", "completions"):
+    keys = ("tasks", "model_path", "completions", "endpoint") + (("model",) if provenance.get("endpoint") else ())
+    for key in keys:
         if old.get(key) != provenance.get(key):
             raise CodechatError(f"{out}: holds the results of {key} {old.get(key)!r}, not {provenance.get(key)!r}; "
                                 f"choose another --out (or remove it)")
@@ -174,6 +189,9 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if not args.tasks:
         raise CodechatError("eval: --tasks is required (a task file or builtin[:NAME])")
+    if is_repo_spec(args.tasks) and args.endpoint:
+        raise CodechatError(f"eval: --endpoint evaluates single-answer task sets; {args.tasks} holds repository "
+                            f"tasks (agent episodes need a local model)")
     if is_repo_spec(args.tasks):  # agent episodes on repository tasks
         return repo.run_eval(args)
     repo_only = [f for f, v in (("--envs", args.envs), ("--log-dir", args.log_dir), ("--memory-mb", args.memory_mb))
@@ -182,16 +200,27 @@ def run(args: argparse.Namespace) -> int:
         raise CodechatError(f"eval: {', '.join(repo_only)} apply to repository tasks only ({args.tasks} is not one)")
     if bool(args.model) == bool(args.completions):
         raise CodechatError("eval: give exactly one of --model or --completions")
+    endpoint_only = [f for f, v in (("--api", args.api), ("--api-key", args.api_key),
+                                    ("--concurrency", args.concurrency), ("--retries", args.retries)) if v is not None]
+    if endpoint_only and not args.endpoint:
+        raise CodechatError(f"eval: {', '.join(endpoint_only)} apply to --endpoint only")
+    if args.endpoint and not args.model:
+        raise CodechatError("eval: --endpoint needs --model NAME (the model's name on the server)")
+    if args.endpoint and ((args.concurrency or 1) < 1 or (args.retries or 0) < 0):
+        raise CodechatError(f"eval: --concurrency must be >= 1 and --retries >= 0, got {args.concurrency} "
+                            f"and {args.retries}")
 
-    model_path = resolve_model(args.model, args.checkpoint) if args.model else None
+    model_path = resolve_model(args.model, args.checkpoint) if args.model and not args.endpoint else None
     s = eval_settings(args, model_path)
     tasks = load_tasks(args.tasks)
     if args.limit:
         tasks = tasks[:args.limit]
     name = set_name(args.tasks)
     prov = {"tasks": args.tasks, "n_tasks": len(tasks), "limit": args.limit, "model": args.model,
-            "model_path": model_path, "checkpoint": args.checkpoint if args.model and is_run_dir(args.model)
+            "model_path": model_path, "checkpoint": args.checkpoint if model_path and is_run_dir(args.model)
             else None, "completions": args.completions}
+    if args.endpoint:
+        prov.update({"endpoint": args.endpoint, "api": args.api or "chat"})
     prov.update(s if args.model else {"k": s["k"], "thinking": s["thinking"]})
     reference = load_reference(args.reference) if args.reference else None
     prov["reference"] = args.reference
@@ -203,15 +232,30 @@ def run(args: argparse.Namespace) -> int:
         if not args.timeout > 0:
             raise CodechatError(f"eval: --timeout must be a positive number of seconds, got {args.timeout}")
         vcfg.timeout_s = args.timeout
+    client = None
+    if args.endpoint:
+        client = Endpoint(EndpointConfig(url=args.endpoint, model=args.model, api=args.api or "chat",
+                                         api_key=api_key(args.api_key),
+                                         retries=5 if args.retries is None else args.retries,
+                                         concurrency=args.concurrency or 8))
+        client.check()
     with make_verifier(vcfg) as verifier:
-        if args.completions:
+        sampling = SamplingConfig(top_p=s["top_p"], top_k=s["top_k"], max_new_tokens=s["max_new_tokens"],
+                                  stop=s["stop"], seed=s["seed"])
+        if client is not None:
+            tick, close = progress_bar(name, len(tasks))
+            try:
+                report = evaluate_endpoint(client, verifier, tasks, n=s["n"], ks=s["k"], temperature=s["temperature"],
+                                           greedy=s["greedy"], sampling=sampling, seed=s["seed"], progress=tick,
+                                           thinking=s["thinking"]["enabled"], reference=reference)
+            finally:
+                close()
+        elif args.completions:
             report = evaluate_completions(verifier, tasks, args.completions, s["k"], thinking=s["thinking"]["enabled"],
                                           reference=reference)
         else:
             from codechat.policy import load_policy  # torch: `eval --completions` and repo patch files run without it
             policy = load_policy(ModelConfig(path=model_path, chat=s["chat"]))
-            sampling = SamplingConfig(top_p=s["top_p"], top_k=s["top_k"], max_new_tokens=s["max_new_tokens"],
-                                      stop=s["stop"], seed=s["seed"])
             tick, close = progress_bar(name, len(tasks))
             try:
                 report = evaluate_policy(policy, verifier, tasks, n=s["n"], ks=s["k"], temperature=s["temperature"],
