@@ -12,7 +12,9 @@ before any program is forked; the zygote, its supervisor, its judge and every pr
                                  processes of its own uid, and no system-wide files (/proc/sys, kallsyms, ...)
   /tmp                           a fresh tmpfs per program (mode 1777; /var/tmp and /dev/shm -> /tmp), holding
                                  the program's temp dir (`fresh_tmp`): no file, inode number or free-space count
-                                 of one program's /tmp reaches the next
+                                 of one program's /tmp reaches the next. A Python or codechat under the host's
+                                 /tmp (a clone in /tmp) is bound at its own path there, so its top directory is
+                                 listed too (read-only; `tmp_mounts`)
 Everything else of the host (/etc, /home, /root, /run, /var, /work, caches with tokens) does not exist there.
 The root itself is a read-only tmpfs. Built with pivot_root; the old root is detached.
 
