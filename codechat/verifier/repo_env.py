@@ -4,7 +4,9 @@ A spec file (JSON: a list of objects) names one environment per repository and v
     [{"repo": "pallets/flask", "version": "2.0", "python": "python3.11",
       "requirements": ["pytest==7.1.2", "Werkzeug==2.0.3", "Jinja2==3.0.3", "itsdangerous==2.0.1", "click==8.0.4"],
       "pythonpath": ["src"], "offline_skip": {"tests/test_x.py::test_y": "calls httpbin.org"}}]
-`python` is the interpreter the venv is made with (a name on PATH or a path); `requirements` are pip lines
+`python` is the interpreter the venv is made with: a version (`3.9`), a name (`python3.9`) or a path; a version or
+name is looked for as `pythonX.Y` on PATH and under pyenv's `versions/` (`$PYENV_ROOT`, else ~/.pyenv), and each
+candidate is run once to check its version (a pyenv shim of a version not enabled fails and is skipped); `requirements` are pip lines
 installed from pip's configured index (pytest among them: the environment's own pytest runs the tests);
 `pythonpath` lists directories of the repository tree put first on sys.path (`src` for a src/ layout, `.` by
 default): the repository is not pip-installed, because every judgement runs on a fresh copy of the tree.
@@ -18,7 +20,8 @@ An existing environment can be used instead: any directory with `bin/python` and
 from __future__ import annotations
 
 import json
-import shutil
+import os
+import re
 import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -100,11 +103,54 @@ def env_dirname(env: TestEnv) -> str:
     return f"{env.repo.replace('/', '__')}-{env.version}"
 
 
+def _pyenv_roots() -> list[Path]:
+    roots = [os.environ["PYENV_ROOT"]] if os.environ.get("PYENV_ROOT") else []
+    return list(dict.fromkeys(Path(r) for r in roots + [str(Path.home() / ".pyenv")]))
+
+
+def _probe(python: str) -> tuple[str, str] | None:
+    """('X.Y', sys.executable) of an interpreter, or None when it does not run (a pyenv shim of a version not
+    enabled); sys.executable is the real interpreter behind a shim."""
+    try:
+        res = subprocess.run([python, "-c", "import sys; print('%d.%d' % sys.version_info[:2], sys.executable)"],
+                             capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.fullmatch(r"(\d+\.\d+) (.*)", res.stdout.strip())
+    return (m[1], m[2] or python) if res.returncode == 0 and m else None
+
+
+def resolve_python(spec: str) -> str:
+    """The interpreter a spec's `python` names (a version `3.9`, a name `python3.9`, or a path), checked by
+    running it; EnvError saying where it was looked for when there is none."""
+    if "/" in spec:
+        if Path(spec).is_file() and _probe(spec):
+            return spec
+        raise EnvError(f"interpreter {spec!r} not found or does not run")
+    m = re.fullmatch(r"(?:python)?(\d+\.\d+)", spec)
+    version = m[1] if m else None
+    name = f"python{version}" if version else spec
+    cands = [str(Path(d) / name) for d in os.environ.get("PATH", "").split(os.pathsep) if d]
+    if version:
+        for root in _pyenv_roots():
+            found = sorted((root / "versions").glob(f"{version}.*/bin/{name}"),
+                           key=lambda p: [int(x) if x.isdigit() else -1 for x in p.parts[-3].split(".")], reverse=True)
+            cands += [str(p) for p in found]
+    for c in cands:
+        if os.path.isfile(c) and os.access(c, os.X_OK):
+            got = _probe(c)
+            if got and (version is None or got[0] == version):
+                return got[1]
+    where = "PATH" + "".join(f" and {r}/versions" for r in _pyenv_roots()) if version else "PATH"
+    raise EnvError(f"interpreter {spec!r} not found (looked on {where})")
+
+
 def build_env(env: TestEnv, out: Path, log=print) -> TestEnv:
     """Create out/<owner>__<name>-<version>/ (venv, pip install of the requirements), write its env.json."""
-    python = shutil.which(env.python) or (env.python if Path(env.python).is_file() else None)
-    if not python:
-        raise EnvError(f"{env.key}: interpreter {env.python!r} not found on this machine")
+    try:
+        python = resolve_python(env.python)
+    except EnvError as e:
+        raise EnvError(f"{env.key}: {e}") from None
     d = (out / env_dirname(env)).resolve()
     log(f"{env.key}: venv with {python} in {d}")
     _check(subprocess.run([python, "-m", "venv", "--clear", str(d)], capture_output=True, text=True), env, "venv")
