@@ -84,7 +84,7 @@ class ToolCallSampler:
     def release_kv(self):
         pass
 
-    def sample(self, prompts, n, cfg, keys=None):
+    def sample(self, prompts, n, cfg, keys=None, max_new=None):
         k = len(prompts)
         toks = torch.tensor([self.turn] * k)  # (k, T)
         return SampleBatch(torch.arange(k), toks, torch.ones(toks.shape), torch.zeros(toks.shape), ["stop"] * k,
