@@ -26,7 +26,7 @@ from codechat.tasks import Task, load_tasks
 from codechat.tasks.statement import not_unique
 from codechat.verifier.verify import Verifier
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+DATA = Path(os.environ.get("CODECHAT_SHARED_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data")
 QUARANTINE = Path(__file__).resolve().parents[1] / "codechat" / "tasks" / "data" / "reference_quarantine.txt"
 FILES = {
     "mbpp": "mbpp/mbpp.jsonl", "mbpp-sanitized": "mbpp/sanitized-mbpp.json",

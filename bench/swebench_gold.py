@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import tarfile
@@ -31,7 +32,7 @@ from codechat.verifier.repo import RepoJudge  # noqa: E402
 from codechat.verifier.repo_env import load_envs  # noqa: E402
 from codechat.verifier.repo_rules import drop_reason, hazard, matches, test_targets, well_formed  # noqa: E402
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "repo"
+DATA = Path(os.environ.get("CODECHAT_SHARED_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data") / "repo"
 
 
 def static_reasons(rec: dict) -> set[str]:
