@@ -167,14 +167,14 @@ def run(args: argparse.Namespace) -> int:
         return repo.run_chat(args)
     if not args.model:
         raise CodechatError("chat needs MODEL_OR_RUN_DIR (or --repo-task to drive a repository task's tools)")
-    session = open_session(args)
+    chat = open_session(args)
     try:
         if args.once is not None:
-            for piece in session.ask(args.once):
+            for piece in chat.ask(args.once):
                 sys.stdout.write(piece)
                 sys.stdout.flush()
             sys.stdout.write("\n")
             return 0
-        return repl(session)
+        return repl(chat)
     finally:
-        session.close()
+        chat.close()

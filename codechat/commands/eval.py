@@ -17,6 +17,7 @@ its name there; sampling defaults are the config defaults.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from pathlib import Path
@@ -242,25 +243,20 @@ def run(args: argparse.Namespace) -> int:
     with make_verifier(vcfg) as verifier:
         sampling = SamplingConfig(top_p=s["top_p"], top_k=s["top_k"], max_new_tokens=s["max_new_tokens"],
                                   stop=s["stop"], seed=s["seed"])
-        if client is not None:
-            tick, close = progress_bar(name, len(tasks))
-            try:
-                report = evaluate_endpoint(client, verifier, tasks, n=s["n"], ks=s["k"], temperature=s["temperature"],
-                                           greedy=s["greedy"], sampling=sampling, seed=s["seed"], progress=tick,
-                                           thinking=s["thinking"]["enabled"], reference=reference)
-            finally:
-                close()
-        elif args.completions:
+        if client is None and args.completions:
             report = evaluate_completions(verifier, tasks, args.completions, s["k"], thinking=s["thinking"]["enabled"],
                                           reference=reference)
         else:
-            from codechat.policy import load_policy  # torch: `eval --completions` and repo patch files run without it
-            policy = load_policy(ModelConfig(path=model_path, chat=s["chat"]))
+            if client is not None:
+                run = functools.partial(evaluate_endpoint, client)
+            else:
+                from codechat.policy import load_policy  # torch: `eval --completions` and repo patch files run without it
+                run = functools.partial(evaluate_policy, load_policy(ModelConfig(path=model_path, chat=s["chat"])))
             tick, close = progress_bar(name, len(tasks))
             try:
-                report = evaluate_policy(policy, verifier, tasks, n=s["n"], ks=s["k"], temperature=s["temperature"],
-                                         greedy=s["greedy"], sampling=sampling, seed=s["seed"], progress=tick,
-                                         thinking=s["thinking"]["enabled"], reference=reference)
+                report = run(verifier, tasks, n=s["n"], ks=s["k"], temperature=s["temperature"], greedy=s["greedy"],
+                             sampling=sampling, seed=s["seed"], progress=tick, thinking=s["thinking"]["enabled"],
+                             reference=reference)
             finally:
                 close()
     write_report(report, out, name, prov)

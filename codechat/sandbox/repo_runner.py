@@ -127,8 +127,9 @@ def main() -> None:
             self.config = config
 
         def pytest_collection_finish(self, session):
-            self.collected = len(session.items)
-            for item in session.items:
+            items = session.items
+            self.collected = len(items)
+            for item in items:
                 if isinstance(item, unittest.TestCaseFunction):
                     self.unit.add(item.nodeid)
                 owner = getattr(item, "cls", None) or getattr(item, "obj", None)
