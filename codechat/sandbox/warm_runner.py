@@ -4,7 +4,8 @@ Started by `verifier/repo_warm.py` as `python -I warm_runner.py SOCKET_FD` (the 
 environment, or codechat's; PYTHONHASHSEED=0 as for a cold run), as root, in the host's namespaces, with
 `start_new_session`. At start it imports the isolation code (`isolation.py`), then pytest and the modules
 `repo_runner.py` imports before any repository is on the path, then pytest's built-in plugins; it reports the
-top-level modules the plugins added (`extra`): a tree that holds a module of that name is run cold, because a
+top-level modules it holds that a cold runner has not loaded when the tree joins the path (`extra`: the
+isolation code's, the plugins', its own): a tree that holds a module of that name is run cold, because a
 cold run would have imported the tree's module instead. It never imports a repository module and never runs
 untrusted code: it only forks.
 
@@ -17,13 +18,15 @@ launch.py); chdir; rlimits; the uid of its own; the scrubbed environment; then `
 child changes (module globals, sys.modules, pytest's state) is its own copy-on-write memory, gone when it
 exits; the next run forks again from this unchanged process. Replies: {"pid"} per run, {"status"} per wait.
 """
-import importlib
-import json
-import os
-import random
-import _socket
-import struct
 import sys
+
+START = {m.split(".", 1)[0] for m in sys.modules}  # what `python -I` has loaded before any script runs
+import importlib  # noqa: E402 - after START: every module this script adds is counted as the warm process's
+import json  # noqa: E402
+import os  # noqa: E402
+import random  # noqa: E402
+import _socket  # noqa: E402
+import struct  # noqa: E402
 
 SANDBOX_DIR = os.path.dirname(os.path.abspath(__file__))
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(SANDBOX_DIR))
@@ -48,17 +51,18 @@ def _load():
     repo_runner = importlib.util.module_from_spec(where)  # (by path: sys.path stays that of `python -I`)
     where.loader.exec_module(repo_runner)
     os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    before = _top_names()
     import pytest  # noqa: F401 - what repo_runner.main imports before the tree is on the path
     import _pytest.assertion.rewrite, _pytest.python, _pytest.reports, _pytest.runner, _pytest.unittest  # noqa: E401,F401
     import pluggy  # noqa: F401
-    before = _top_names()
+    runner_imports = _top_names() - before  # what a cold runner has loaded too when the tree joins the path
     import _pytest.config
     for name in getattr(_pytest.config, "default_plugins", ()):
         try:
             importlib.import_module(f"_pytest.{name}")
         except ImportError:
             pass
-    return isolation, repo_runner, sorted(_top_names() - before)
+    return isolation, repo_runner, sorted(_top_names() - START - runner_imports)
 
 
 def _child(isolation, repo_runner, req: dict, fds: list) -> None:
