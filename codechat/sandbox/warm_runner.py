@@ -57,9 +57,10 @@ def _load():
     import pluggy  # noqa: F401
     runner_imports = _top_names() - before  # what a cold runner has loaded too when the tree joins the path
     import _pytest.config
-    for name in getattr(_pytest.config, "default_plugins", ()):
+    lazy = ("_pytest._argcomplete", "faulthandler", "pdb")  # what every pytest.main imports on its way
+    for name in [f"_pytest.{p}" for p in getattr(_pytest.config, "default_plugins", ())] + list(lazy):
         try:
-            importlib.import_module(f"_pytest.{name}")
+            importlib.import_module(name)
         except ImportError:
             pass
     return isolation, repo_runner, sorted(_top_names() - START - runner_imports)
