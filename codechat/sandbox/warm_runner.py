@@ -41,7 +41,7 @@ def _load():
     """(isolation module, repo_runner module, extra top-level names)."""
     sys.path.insert(0, PACKAGE_ROOT)
     try:
-        from codechat.sandbox import isolation
+        from codechat.sandbox import isolation  # here: `python -I` has no codechat on its path
     finally:
         sys.path.remove(PACKAGE_ROOT)
     for name in [m for m in sys.modules if m == "codechat" or m.startswith("codechat.")]:
