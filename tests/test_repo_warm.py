@@ -98,6 +98,16 @@ def test_an_interpreter_without_a_warm_process_runs_cold(tmp_path):
     w.close()
 
 
+def test_a_warm_process_that_died_sends_runs_cold(tmp_path):
+    with RepoJudge(warm=True) as judge:
+        assert judge.judge(TASK, PATCHES["honest"]).passed
+        (proc,) = judge.warm._procs.values()
+        proc.popen.kill()
+        proc.popen.wait()
+        v = judge.judge(TASK, PATCHES["honest"])
+        assert v.passed and sys.executable in judge.warm.broken and judge.warm.cold >= 1
+
+
 def test_identical_workspaces_are_judged_once(judges):
     cold, _ = judges
     inner = RepoJudge()

@@ -92,6 +92,9 @@ def _child(isolation, repo_runner, req: dict, fds: list) -> None:
 def serve(sock: _socket.socket) -> None:
     isolation, repo_runner, extra = _load()
     sock.send(json.dumps({"extra": extra, "pid": os.getpid()}).encode())
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 2)  # the parent stops reading start-up errors now: a later warning must not break this process
+    os.close(null)
     space = _socket.CMSG_SPACE(N_FDS * 4)
     while True:
         msg, anc, _, _ = sock.recvmsg(1 << 20, space)

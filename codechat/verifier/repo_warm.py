@@ -134,10 +134,15 @@ class WarmRunner:
         start = time.monotonic()
         try:
             pid = int(proc.ask(req, [spec_r, out_w, chan_w])["pid"])
-        except (OSError, ValueError, KeyError) as e:
+        except (OSError, ValueError, KeyError) as e:  # the warm process is gone: this run and later ones go cold
             for fd in (spec_r, spec_w, out_r, out_w, chan_r, chan_w):
                 os.close(fd)
-            return ExecResult("error", None, f"could not start: {e}", False, 0.0)
+            with self._lock:
+                self.broken[python] = f"warm runner for {python} failed: {e}"
+                self._procs.pop(python, None)
+                self.cold += 1
+            proc.close()
+            return None
         for fd in (spec_r, out_w, chan_w):
             os.close(fd)
         uid = 1_000_000 + pid if os.geteuid() == 0 else None  # = isolation.sandbox_uid() in the child
@@ -156,7 +161,10 @@ class WarmRunner:
             isolation.reap_uid(uid, pid)
             os.close(out_r)
             os.close(chan_r)
-            status = proc.ask({"op": "wait", "pid": pid}).get("status", -1)
+            try:
+                status = proc.ask({"op": "wait", "pid": pid}).get("status", -1)
+            except (OSError, ValueError):  # the warm process died after the fork: the next run finds it gone
+                status = -1
         with self._lock:
             self.runs += 1
         text = kept.decode("utf-8", errors="replace")
