@@ -80,6 +80,12 @@ class AgentConfig:
     """How the model writes a tool call (rollout/call_formats.py): `json` (Qwen/Hermes) or `compact` (one line
     per argument name, values verbatim: no JSON escapes for models trained from scratch). The prompt's example,
     the expert transcripts and the parser all use it."""
+    warm_tests: bool = True
+    """Fork every test run (final judgements and run_tests calls) from a warm runner that has imported pytest once
+    per worker (verifier/repo_warm.py), with the same sandbox per run; false: a fresh interpreter per run."""
+    dedup_judgements: bool = True
+    """Judge each distinct final change of a task once per run (verifier/repo_dedup.py); its copies get its
+    verdict."""
     wall_budget: bool = True
     """End an episode once its task's `limits.wall_s` is spent. Its clock also runs while the other live episodes
     decode in the same batch, so on a loaded machine the wall budget ends episodes by the load, not by what the

@@ -57,6 +57,11 @@ class Rollouts:
     """Multi-turn rollouts: the EpisodeResult of each sample (empty for single answers; train/episodes.py)."""
     tools_s: float = 0.0
     """Multi-turn rollouts: wall seconds spent running tool calls."""
+    verify_wait_s: float = 0.0
+    """Multi-turn rollouts: seconds ended episodes waited for a thread before their judgement ran, summed."""
+    judge_calls: int = 0
+    """Multi-turn rollouts: judgements asked for; `judge_hits` of them answered by an identical one."""
+    judge_hits: int = 0
     episode_wall_s: float = 0.0
     """Multi-turn rollouts: wall seconds of the whole episode run (decode, tools and judgements overlap)."""
 

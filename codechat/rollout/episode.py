@@ -185,6 +185,8 @@ class EpisodeRunner:
         """Wall seconds the last run spent running the turns' tool calls (all live episodes' calls at once)."""
         self.judge_s = 0.0
         """Seconds of final judgements in the last run, summed over episodes (they overlap the other phases)."""
+        self.judge_wait_s = 0.0
+        """Seconds ended episodes waited for a tool thread before their judgement started, summed."""
 
     def run(self, jobs: list[tuple[RepoTask, int]], seed: int = 0,
             before_turn: Callable[[], int] | None = None) -> list[EpisodeResult]:
@@ -194,7 +196,7 @@ class EpisodeRunner:
         pending = deque(enumerate(jobs))
         live: list[tuple[int, _Live]] = []
         judged: dict[int, Future] = {}
-        self.step_sizes, self.act_s, self.tools_s, self.judge_s = [], 0.0, 0.0, 0.0
+        self.step_sizes, self.act_s, self.tools_s, self.judge_s, self.judge_wait_s = [], 0.0, 0.0, 0.0, 0.0
         try:
             with ThreadPoolExecutor(self.cfg.tool_workers) as pool:
                 step = 0
@@ -222,7 +224,7 @@ class EpisodeRunner:
                         self.tools_s += time.monotonic() - t1
                     step += 1
                     for i, e in [x for x in live if x[1].done]:
-                        judged[i] = pool.submit(self._finish, e)
+                        judged[i] = pool.submit(self._finish, e, time.monotonic())
                     live = [x for x in live if not x[1].done]
                 return [judged[i].result() for i in range(len(jobs))]
         finally:
@@ -230,7 +232,8 @@ class EpisodeRunner:
 
     def _start(self, task: RepoTask, sample: int) -> _Live:
         ws = self.judge.clone(task)
-        box = ToolBox(task, ws, self.cfg, self.judge.hide_paths, getattr(self.judge, "env_for", lambda t: None)(task))
+        box = ToolBox(task, ws, self.cfg, self.judge.hide_paths, getattr(self.judge, "env_for", lambda t: None)(task),
+                      getattr(self.judge, "warm", None))
         return _Live(task, sample, ws, box, self.agent.prompt(task, ws.listing(), self.cfg.call_format))
 
     def _turn(self, e: _Live, a: Action, version: int = 0) -> None:
@@ -260,7 +263,7 @@ class EpisodeRunner:
         turn.env_end = len(e.t.tokens)
         e.last_result = res.text
 
-    def _finish(self, e: _Live) -> EpisodeResult:
+    def _finish(self, e: _Live, queued: float | None = None) -> EpisodeResult:
         t0 = time.monotonic()
         try:
             changes = e.ws.changes()
@@ -269,6 +272,7 @@ class EpisodeRunner:
             e.ws.remove()
             with self._lock:
                 self.judge_s += time.monotonic() - t0
+                self.judge_wait_s += t0 - queued if queued is not None else 0.0
         return EpisodeResult(e.task.task_id, e.sample, e.t, verdict, e.submitted, e.truncated, e.tool_calls,
                              e.bad_calls, e.protected, e.tests_runs, e.tested_ever and not e.edited_since_test,
                              changes, time.monotonic() - e.start)

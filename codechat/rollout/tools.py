@@ -169,9 +169,11 @@ class ToolBox:
     """The tools of one episode, bound to its workspace and task."""
 
     def __init__(self, task: RepoTask, workspace: Workspace, cfg: AgentConfig, hide_paths: tuple[str, ...] = (),
-                 env=None):
-        """env: the task's test environment (RepoJudge.env_for), whose interpreter run_tests uses."""
+                 env=None, warm=None):
+        """env: the task's test environment (RepoJudge.env_for), whose interpreter run_tests uses; warm: the
+        judge's warm runner (RepoJudge.warm) run_tests forks from, or None."""
         self.task, self.ws, self.cfg, self.hide_paths, self.env = task, workspace, cfg, hide_paths, env
+        self.warm = warm
 
     def call(self, call: ToolCall) -> ToolResult:
         t0 = time.monotonic()
@@ -267,7 +269,7 @@ class ToolBox:
             return ToolResult(f"error: not a visible test: {', '.join(map(str, bad))[:200]} (visible: "
                               f"{', '.join(visible)[:300]})", False)
         run = run_tests(self.ws.root, targets, min(self.task.limits.test_timeout_s, self.cfg.run_timeout_s * 6),
-                        self.cfg.tool_output_chars * 4, self.hide_paths, env=self.env)
+                        self.cfg.tool_output_chars * 4, self.hide_paths, env=self.env, warm=self.warm)
         passed = sum(run.tests.values())
         head = "ok" if run.status == "ok" else f"error: tests {run.status}"
         summary = f"{head} {passed} passed, {len(run.tests) - passed} failed"

@@ -77,6 +77,9 @@ def main() -> None:
     # pytest is imported before the tree is on the path, so a module of the tree cannot stand in for one pytest
     # imports; a repository that is pytest itself (its own _pytest/) is put first so that its own code is tested
     own_runner = any(os.path.isdir(os.path.join(p, "_pytest")) for p in paths)
+    if own_runner and "_pytest" in sys.modules:  # a warm runner's pytest is the environment's, not the tree's
+        print("runner: a tree holding _pytest/ cannot be tested by a warm runner", file=sys.stderr)
+        exit_now(71)
     if own_runner:
         sys.path[:0] = paths
     import pytest

@@ -30,6 +30,7 @@ from codechat.rollout.episode import EpisodeResult, EpisodeRunner
 from codechat.tasks.repo import RepoTask
 from codechat.train.common import pad
 from codechat.verifier.repo import RepoJudge
+from codechat.verifier.repo_dedup import DedupJudge
 
 
 def is_repo_batch(tasks) -> bool:
@@ -43,7 +44,9 @@ def is_repo_batch(tasks) -> bool:
 def run_judge(ctx) -> RepoJudge:
     """The run's judge (one pristine base per task, kept across steps); closed with the run."""
     if ctx.judge is None:
-        ctx.judge = RepoJudge()
+        agent = ctx.cfg.agent
+        judge = RepoJudge(warm=agent.warm_tests)
+        ctx.judge = DedupJudge(judge) if agent.dedup_judgements else judge
         ctx.on_close.append(ctx.judge.close)
     return ctx.judge
 
@@ -96,7 +99,9 @@ def collect_episodes(ctx, engine, tasks: list[RepoTask], group_size: int, seed: 
     (decode), r.verify_s (judgements, summed) and r.tools_s. policy: the acting policy (default ctx.policy; the
     asynchronous producer passes its own copy). before_turn: `EpisodeRunner.run`'s hook (partial rollouts)."""
     agent = ModelAgent(policy if policy is not None else ctx.policy, ctx.cfg.sampling, sampler=engine)
-    runner = EpisodeRunner(agent, run_judge(ctx), ctx.cfg.agent)
+    judge = run_judge(ctx)
+    runner = EpisodeRunner(agent, judge, ctx.cfg.agent)
+    calls0, hits0 = getattr(judge, "calls", 0), getattr(judge, "hits", 0)
     t0 = time.perf_counter()
     results = runner.run([(t, g) for t in tasks for g in range(group_size)], seed=seed, before_turn=before_turn)
     wall = time.perf_counter() - t0
@@ -106,6 +111,8 @@ def collect_episodes(ctx, engine, tasks: list[RepoTask], group_size: int, seed: 
                              max_tokens)
     r.sample_s, r.verify_s = runner.act_s, runner.judge_s
     r.tools_s, r.episode_wall_s = runner.tools_s, wall
+    r.verify_wait_s = runner.judge_wait_s
+    r.judge_calls, r.judge_hits = getattr(judge, "calls", 0) - calls0, getattr(judge, "hits", 0) - hits0
     return r
 
 
@@ -124,6 +131,8 @@ def episode_metrics(r: Rollouts) -> dict[str, float]:
          "episode/model_tokens_mean": model / n,
          "episode/env_tokens_mean": (r.batch.n_tokens.sum().item() - model) / n,
          "time/decode_s": r.sample_s, "time/tools_s": r.tools_s, "time/episodes_s": r.episode_wall_s,
+         "time/verify_run_s": r.verify_s, "time/verify_wait_s": r.verify_wait_s,
+         "verify/judge_dedup_frac": r.judge_hits / max(r.judge_calls, 1),
          "new_tokens_per_s": model / max(r.sample_s, 1e-9)}
     for reason, c in Counter(e.truncated for e in eps if e.truncated).items():
         m[f"episode/truncated/{reason}"] = c / n

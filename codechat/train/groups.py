@@ -103,4 +103,6 @@ def concat_groups(groups) -> Rollouts:
                     sum(g[1].sample_s for g in groups) / max(len(groups), 1),
                     sum(g[1].verify_s for g in groups) / max(len(groups), 1), episodes=eps,
                     tools_s=sum(g[1].tools_s for g in groups) / max(len(groups), 1),
-                    episode_wall_s=sum(g[1].episode_wall_s for g in groups) / max(len(groups), 1))
+                    episode_wall_s=sum(g[1].episode_wall_s for g in groups) / max(len(groups), 1),
+                    verify_wait_s=sum(g[1].verify_wait_s for g in groups) / max(len(groups), 1),
+                    judge_calls=sum(g[1].judge_calls for g in groups), judge_hits=sum(g[1].judge_hits for g in groups))

@@ -32,6 +32,7 @@ from codechat.verifier.patches import PatchError, apply_diff, parse_diff
 from codechat.verifier.repo_env import TestEnv
 from codechat.verifier.repo_rules import CONFIG_FILES, drop_reason, hazard, matches, resolve_ids, test_targets
 from codechat.verifier.repo_run import RUNNER, TestRun, missing_module, run_tests
+from codechat.verifier.repo_warm import WarmRunner
 from codechat.verifier.verdict import Verdict
 
 __all__ = ["RUNNER", "TestRun", "run_tests", "RepoJudge", "RepoVerdict", "id_matches", "ALWAYS_PROTECTED"]
@@ -107,10 +108,12 @@ class RepoJudge:
     """Judges changes against repository tasks; keeps one pristine base per task (and its baseline run)."""
 
     def __init__(self, hide_paths: tuple[str, ...] = (), max_output_bytes: int = 16384,
-                 envs: dict[str, TestEnv] | None = None, log_dir: str | Path | None = None, memory_mb: int = 2048):
+                 envs: dict[str, TestEnv] | None = None, log_dir: str | Path | None = None, memory_mb: int = 2048,
+                 warm: bool = False):
         """envs: environments by `repo@version` (repo_env.load_envs); when given, a task whose repository and
         version have none is `env_error`; when None, tests run with codechat's interpreter and its pytest.
-        log_dir: LOG_DIR/<task_id>/ gets patch.diff, test_output.txt and report.json per judgement."""
+        log_dir: LOG_DIR/<task_id>/ gets patch.diff, test_output.txt and report.json per judgement.
+        warm: fork every test run from a warm runner per interpreter (`repo_warm.py`) instead of starting one."""
         self.hide_paths, self.max_output_bytes = tuple(hide_paths), max_output_bytes
         self.envs, self.memory_mb = envs, memory_mb
         self.log_dir = Path(log_dir) if log_dir else None
@@ -122,6 +125,8 @@ class RepoJudge:
         self._n = 0
         self._logs: dict[str, int] = {}
         self._missing: dict[str, set[str]] = {}
+        self.warm = WarmRunner() if warm else None
+        """The warm runner every test run of this judge (and of the agent's run_tests) forks from, or None."""
 
     def __enter__(self) -> "RepoJudge":
         return self
@@ -130,6 +135,8 @@ class RepoJudge:
         self.close()
 
     def close(self) -> None:
+        if self.warm is not None:
+            self.warm.close()
         isolation.rmtree(str(self.dir))
 
     def _task_lock(self, task_id: str):
@@ -163,7 +170,7 @@ class RepoJudge:
                     ws = self.clone(task)
                     try:
                         run = run_tests(ws.root, task.visible_tests, task.limits.test_timeout_s,
-                                        hide_paths=self.hide_paths, env=self.env_for(task), memory_mb=self.memory_mb)
+                                        hide_paths=self.hide_paths, env=self.env_for(task), memory_mb=self.memory_mb, warm=self.warm)
                     finally:
                         ws.remove()
                     passing = {k for k, ok in run.tests.items() if ok} if run.status == "ok" else set()
@@ -269,7 +276,7 @@ class RepoJudge:
         env = self.env_for(task)
         hidden_files = test_targets(sorted(set(task.hidden_tests) | self._patch_paths(task)))
         run = run_tests(ws.root, self._targets(task), task.limits.test_timeout_s, self.max_output_bytes, self.hide_paths,
-                        env=env, memory_mb=self.memory_mb)
+                        env=env, memory_mb=self.memory_mb, warm=self.warm)
         return self._decide(task, run, hidden_files, keep, dropped, applied, env.key if env else "codechat",
                             ws.root), run.output
 
@@ -282,7 +289,7 @@ class RepoJudge:
                 try:
                     self._write_tests(task, ws)
                     run = run_tests(ws.root, self._targets(task), task.limits.test_timeout_s, self.max_output_bytes,
-                                    self.hide_paths, env=self.env_for(task), memory_mb=self.memory_mb)
+                                    self.hide_paths, env=self.env_for(task), memory_mb=self.memory_mb, warm=self.warm)
                     gone = missing_module(run.collect_errors, ws.root)
                     self._missing[task.task_id] = {gone} if gone else set()
                 except (PatchError, WorkspaceError, OSError):

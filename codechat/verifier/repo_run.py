@@ -56,16 +56,21 @@ def missing_module(collect_errors: list[str], root: Path) -> str | None:
 
 
 def run_tests(root: Path, targets: list[str], timeout_s: float, max_output_bytes: int = 16384,
-              hide_paths: tuple[str, ...] = (), env: TestEnv | None = None, memory_mb: int = 2048) -> TestRun:
-    """Run pytest on `targets` in the workspace at root, in the sandbox, through the judge's runner."""
+              hide_paths: tuple[str, ...] = (), env: TestEnv | None = None, memory_mb: int = 2048,
+              warm=None) -> TestRun:
+    """Run pytest on `targets` in the workspace at root, in the sandbox, through the judge's runner.
+    warm: a `repo_warm.WarmRunner` to fork the run from (it says when a run must be cold), or None: cold."""
     nonce = secrets.token_hex(16)
     spec = json.dumps({"nonce": nonce, "root": str(root), "targets": targets,
                        "pythonpath": env.pythonpath if env else []}) + "\n"
     limits = isolation.Limits(cpu_s=int(timeout_s) + 1, memory_mb=memory_mb, nproc=64, nofile=256, fsize_mb=16)
     python = env.interpreter if env else sys.executable
-    res = run_isolated([python, "-I", RUNNER, "{fd}"], root, timeout_s=timeout_s, limits=limits,
-                       max_output_bytes=max(max_output_bytes, MAX_OUTPUT_BYTES), hide_paths=hide_paths, channel=True,
-                       stdin=spec.encode(), binds=(env.dir,) if env else ())
+    cap, binds = max(max_output_bytes, MAX_OUTPUT_BYTES), (env.dir,) if env else ()
+    res = warm.run(python, spec.encode(), root, env.pythonpath if env else [], timeout_s, limits, cap, hide_paths,
+                   binds) if warm is not None else None
+    if res is None:
+        res = run_isolated([python, "-I", RUNNER, "{fd}"], root, timeout_s=timeout_s, limits=limits,
+                           max_output_bytes=cap, hide_paths=hide_paths, channel=True, stdin=spec.encode(), binds=binds)
     output = res.output
     if res.status == "timeout":
         return TestRun("timeout", output=output, duration_s=res.duration_s)

@@ -1,0 +1,130 @@
+"""The warm test runner: one interpreter per worker that has imported pytest once, forking each test run.
+
+Started by `verifier/repo_warm.py` as `python -I warm_runner.py SOCKET_FD` (the interpreter of the task's
+environment, or codechat's; PYTHONHASHSEED=0 as for a cold run), as root, in the host's namespaces, with
+`start_new_session`. At start it imports the isolation code (`isolation.py`), then pytest and the modules
+`repo_runner.py` imports before any repository is on the path, then pytest's built-in plugins; it reports the
+top-level modules it holds that a cold runner has not loaded when the tree joins the path (`extra`: the
+isolation code's, the plugins', its own): a tree that holds a module of that name is run cold, because a
+cold run would have imported the tree's module instead. It never imports a repository module and never runs
+untrusted code: it only forks.
+
+Per run the parent sends, over the socket, a JSON request (workspace, hide paths, binds, rlimits, environment)
+and three fds (the spec pipe, the output pipe, the result pipe). The forked child does what `launch.py` and
+`repo_runner.py` do for a cold run, in the same order: its own session; fd 0/1/2 = spec/output/output and the
+result pipe as fd 3, every other fd closed (the socket to this process among them); fresh network and mount
+namespaces with the fresh root holding the workspace (`isolation.enter_namespaces`, the same call as
+launch.py); chdir; rlimits; the uid of its own; the scrubbed environment; then `repo_runner.main()`. All the
+child changes (module globals, sys.modules, pytest's state) is its own copy-on-write memory, gone when it
+exits; the next run forks again from this unchanged process. Replies: {"pid"} per run, {"status"} per wait.
+"""
+import sys
+
+START = {m.split(".", 1)[0] for m in sys.modules}  # what `python -I` has loaded before any script runs
+import importlib  # noqa: E402 - after START: every module this script adds is counted as the warm process's
+import json  # noqa: E402
+import os  # noqa: E402
+import random  # noqa: E402
+import _socket  # noqa: E402
+import struct  # noqa: E402
+
+SANDBOX_DIR = os.path.dirname(os.path.abspath(__file__))
+PACKAGE_ROOT = os.path.dirname(os.path.dirname(SANDBOX_DIR))
+N_FDS = 3
+
+
+def _top_names() -> set:
+    return {m.split(".", 1)[0] for m in sys.modules}
+
+
+def _load():
+    """(isolation module, repo_runner module, extra top-level names)."""
+    sys.path.insert(0, PACKAGE_ROOT)
+    try:
+        from codechat.sandbox import isolation  # here: `python -I` has no codechat on its path
+    finally:
+        sys.path.remove(PACKAGE_ROOT)
+    for name in [m for m in sys.modules if m == "codechat" or m.startswith("codechat.")]:
+        del sys.modules[name]  # (the functions keep their globals; a test's `import codechat` fails as when cold)
+    import importlib.util
+    where = importlib.util.spec_from_file_location("repo_runner", os.path.join(SANDBOX_DIR, "repo_runner.py"))
+    repo_runner = importlib.util.module_from_spec(where)  # (by path: sys.path stays that of `python -I`)
+    where.loader.exec_module(repo_runner)
+    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    before = _top_names()
+    import pytest  # noqa: F401 - what repo_runner.main imports before the tree is on the path
+    import _pytest.assertion.rewrite, _pytest.python, _pytest.reports, _pytest.runner, _pytest.unittest  # noqa: E401,F401
+    import pluggy  # noqa: F401
+    runner_imports = _top_names() - before  # what a cold runner has loaded too when the tree joins the path
+    import _pytest.config
+    lazy = ("_pytest._argcomplete", "faulthandler", "pdb")  # what every pytest.main imports on its way
+    for name in [f"_pytest.{p}" for p in getattr(_pytest.config, "default_plugins", ())] + list(lazy):
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
+    return isolation, repo_runner, sorted(_top_names() - START - runner_imports)
+
+
+def _child(isolation, repo_runner, req: dict, fds: list) -> None:
+    os.setsid()
+    spec_r, out_w, chan_w = fds
+    os.dup2(spec_r, 0)
+    os.dup2(out_w, 1)
+    os.dup2(out_w, 2)
+    os.dup2(chan_w, 3)
+    os.closerange(4, 1 << 16)  # the socket to the warm process goes with them: a run cannot ask for forks
+    ws = req["workspace"]
+    isolation.enter_namespaces(tuple(req["hide"]), binds=(ws, *req["binds"]))
+    if not os.path.isdir(ws):
+        raise OSError(f"workspace {ws} is not visible inside the sandbox (under a scratch dir or a hidden path?)")
+    os.chdir(ws)
+    uid = isolation.sandbox_uid()
+    isolation.apply_rlimits(req["rlimits"])
+    isolation.drop_privileges(uid)
+    os.environ.clear()
+    os.environ.update(req["env"])
+    sys.argv = [os.path.join(SANDBOX_DIR, "repo_runner.py"), "3"]
+    random.seed()  # a cold run seeds from the OS; a fork would repeat this process's state
+    repo_runner.main()
+
+
+def serve(sock: _socket.socket) -> None:
+    isolation, repo_runner, extra = _load()
+    sock.send(json.dumps({"extra": extra, "pid": os.getpid()}).encode())
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 2)  # the parent stops reading start-up errors now: a later warning must not break this process
+    os.close(null)
+    space = _socket.CMSG_SPACE(N_FDS * 4)
+    while True:
+        msg, anc, _, _ = sock.recvmsg(1 << 20, space)
+        if not msg:
+            return
+        req = json.loads(msg)
+        if req.get("op") == "wait":
+            try:
+                status = os.waitpid(int(req["pid"]), 0)[1]
+            except ChildProcessError:
+                status = -1
+            sock.send(json.dumps({"status": status}).encode())
+            continue
+        fds = list(struct.unpack(f"={N_FDS}i", anc[0][2][:N_FDS * 4])) if anc else []
+        if len(fds) != N_FDS:
+            return
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                _child(isolation, repo_runner, req, fds)
+            except BaseException as e:  # noqa: BLE001 - report why the start failed; no test ran
+                print(f"codechat sandbox launch failed: {type(e).__name__}: {e}", file=sys.stderr)
+                sys.stderr.flush()
+            os._exit(71)
+        for fd in fds:
+            os.close(fd)
+        sock.send(json.dumps({"pid": pid}).encode())
+
+
+if __name__ == "__main__":
+    serve(_socket.socket(fileno=int(sys.argv[1])))
