@@ -88,7 +88,8 @@ def run_seeds(args: argparse.Namespace) -> int:
         results[s] = read_agent_rows(dirs[s]) if args.agent else summarize(dirs[s])
     text = agent_seed_table(results, pooled_resolve_change(dirs)) if args.agent else seed_table(results)
     command = " ".join(["codechat demo"] + (["--agent"] if args.agent else []) + (["--quick"] if args.quick else [])
-                       + [f"--seeds {args.seeds}"] + ([f"--run-dir {shlex.quote(args.run_dir)}"] if args.run_dir else [])
+                       + [f"--seeds {args.seeds}"]
+                       + ([f"--run-dir {shlex.quote(args.run_dir)}"] if args.run_dir else [])
                        + [shlex.quote(o) for o in args.overrides])
     (root / "seeds.md").write_text(f"# {command}\n\n{text}\n")
     print()

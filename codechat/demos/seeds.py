@@ -105,7 +105,8 @@ def agent_seed_table(results: dict[int, list[AgentRow]], pooled: PairedCI | None
                    f"{v['d1']:+.1f} / {v['dk']:+.1f} | {b.time_s / 60:.1f} min |")
     if len(results) > 1:
         out.append(f"| mean (range) | {spread(cols['a1'])} / {spread(cols['ak'])} | {spread(cols['b1'])} / "
-                   f"{spread(cols['bk'])} | {spread(cols['d1'], True)} / {spread(cols['dk'], True)} | {spread(cols['t'])} min |")
+                   f"{spread(cols['bk'])} | {spread(cols['d1'], True)} / {spread(cols['dk'], True)} | "
+                   f"{spread(cols['t'])} min |")
     if pooled is not None:
         out += ["", f"resolve@1 change {pooled.diff * 100:+.1f} pts, 95% paired bootstrap interval over "
                     f"{pooled.n} (task, seed) pairs {pooled.lo * 100:+.1f} to {pooled.hi * 100:+.1f} pts."]
