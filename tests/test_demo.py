@@ -4,7 +4,9 @@ import json
 
 import pytest
 
-from codechat.demos.demo import StageRow, demo_config, run_demo, summarize, table
+from codechat.config.io import save_config
+from codechat.demos.demo import (StageRow, demo_config, passk_curves, passk_table, run_demo, summarize, table,
+                                 write_report)
 
 
 def test_synthetic_sft_has_buggy_references_and_true_tests():
@@ -39,6 +41,25 @@ def test_summarize_keeps_the_last_eval_of_each_stage(tmp_path):
     got = summarize(tmp_path)
     assert got == [StageRow("sft", 10, 0.2, 0.3, 0.4, 8, 2.0, 0), StageRow("grpo", 20, 0.5, 0.45, 0.6, 8, 9.0, 128)]
     assert "+30.0 pts" in table(got) and "+15.0 pts" in table(got)
+
+
+def test_the_demo_evaluates_every_25_grpo_steps_with_pass_at_1_to_8():
+    cfg = demo_config()
+    assert (cfg.eval.every, cfg.eval.every_stages, cfg.eval.n, cfg.eval.k) == (25, ["grpo"], 8, list(range(1, 9)))
+    assert cfg.rl.steps // cfg.eval.every >= 4  # the GRPO curve has more points than the stage ends
+
+
+def test_passk_curves_read_the_last_eval_of_each_stage(tmp_path):
+    rows = [{"step": 5, "time": 1.0, "stage": "sft", "eval/pass@1": 0.1, "eval/pass@2": 0.2, "eval/greedy_pass@1": 0.2},
+            {"step": 10, "time": 2.0, "stage": "sft", "eval/pass@1": 0.2, "eval/pass@2": 0.35, "eval/greedy_pass@1": 0.3},
+            {"step": 20, "time": 3.0, "stage": "grpo", "eval/pass@2": 0.6, "eval/pass@1": 0.5}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    curves = passk_curves(tmp_path)
+    assert curves == {"sft": [(1, 0.2), (2, 0.35)], "grpo": [(1, 0.5), (2, 0.6)]}
+    assert passk_table(curves).splitlines()[2:] == ["| sft | 20.0% | 35.0% |", "| grpo | 50.0% | 60.0% |"]
+    save_config(demo_config(str(tmp_path)), tmp_path / "config.yaml")
+    report = write_report(tmp_path).read_text()
+    assert "| stage | pass@1 | pass@2 |" in report and "| grpo | 50.0% | 60.0% |" in report
 
 
 def test_compare_spends_equal_budgets():

@@ -4,6 +4,7 @@
     codechat demo --quick               # a minute or two, on builtin:toy
     codechat demo rl.steps=60 seed=1    # any `codechat train` override
     codechat demo --agent               # repository tasks with tools: SFT on expert episodes -> GRPO (demo_agent.py)
+    codechat demo --seeds 0,1,2         # one run per seed (RUN_DIR/seed-N), then the table with mean and range
 """
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ import shlex
 from pathlib import Path
 
 from codechat import CodechatError
-from codechat.demos.demo import demo_config, eval_label, run_demo, table
+from codechat.demos.demo import demo_config, eval_label, run_demo, summarize, table
 from codechat.demos.agent import agent_table, resolve_change, run_agent_demo
+from codechat.demos.seeds import agent_seed_table, parse_seeds, pooled_resolve_change, read_agent_rows, seed_table
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -21,10 +23,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true", help="a shortened demo (a minute or two) on builtin:toy")
     p.add_argument("--agent", action="store_true",
                    help="the agent demo: SFT on expert repository episodes, then GRPO on episodes (runs/demo-agent)")
+    p.add_argument("--seeds", default=None, metavar="S,S,...",
+                   help="run once per seed, one after another, into RUN_DIR/seed-N (default RUN_DIR runs/demo-seeds, "
+                        "runs/demo-agent-seeds with --agent) and print the table with mean and range")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. rl.steps=60 seed=1")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.seeds is not None:
+        return run_seeds(args)
     if args.agent:
         return run_agent(args)
     run_dir = args.run_dir or ("runs/demo-quick" if args.quick else "runs/demo")
@@ -61,4 +68,31 @@ def run_agent(args: argparse.Namespace) -> int:
     print(resolve_change(out))
     print()
     print(f"report: {out / 'report.md'}   plot: {out / 'resolve.png'}")
+    return 0
+
+
+def run_seeds(args: argparse.Namespace) -> int:
+    """`codechat demo [--agent] --seeds 0,1,2`: the demo once per seed, then seeds.md (codechat/demos/seeds.py)."""
+    seeds = parse_seeds(args.seeds)
+    if any(o.split("=", 1)[0] == "seed" for o in args.overrides):
+        raise CodechatError("--seeds sets each run's seed: drop the seed=... override")
+    root = Path(args.run_dir or ("runs/demo-agent-seeds" if args.agent else "runs/demo-seeds")
+                + ("-quick" if args.quick and not args.run_dir else ""))
+    results, dirs = {}, {}
+    for s in seeds:
+        sub = argparse.Namespace(**{**vars(args), "seeds": None, "run_dir": str(root / f"seed-{s}"),
+                                    "overrides": [*args.overrides, f"seed={s}"]})
+        print(f"=== seed {s} -> {sub.run_dir}")
+        run_agent(sub) if args.agent else run(sub)
+        dirs[s] = root / f"seed-{s}"
+        results[s] = read_agent_rows(dirs[s]) if args.agent else summarize(dirs[s])
+    text = agent_seed_table(results, pooled_resolve_change(dirs)) if args.agent else seed_table(results)
+    command = " ".join(["codechat demo"] + (["--agent"] if args.agent else []) + (["--quick"] if args.quick else [])
+                       + [f"--seeds {args.seeds}"]
+                       + ([f"--run-dir {shlex.quote(args.run_dir)}"] if args.run_dir else [])
+                       + [shlex.quote(o) for o in args.overrides])
+    (root / "seeds.md").write_text(f"# {command}\n\n{text}\n")
+    print()
+    print(text)
+    print(f"\ntable: {root / 'seeds.md'}")
     return 0

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 class EvalConfig:
     every: int = 0
     """Evaluate every N steps of a stage (0 = at stage ends only)."""
+    every_stages: list[str] = field(default_factory=list)
+    """The stages `every` applies to (empty = all); every stage is still evaluated at its end."""
     n: int = 4
     """Samples per task for pass@k."""
     k: list[int] = field(default_factory=lambda: [1])

@@ -11,7 +11,9 @@ reproduces. The RL prompts come with the true asserts, so only the verifier can 
 
 `DEMO` is the list of config overrides behind the defaults (a user's `key=value` come last and win); `QUICK`
 shrinks the run to a minute or two on `builtin:toy` for the test suite. `summarize(run_dir)` reads
-metrics.jsonl back into the stage table, `write_report` writes report.md and pass_rates.png.
+metrics.jsonl back into the stage table, `passk_curves` into pass@k for k = 1..8 per stage (from the same 8 samples
+per task), `write_report` writes report.md and pass_rates.png. The held-out set is evaluated at each stage's end
+and every 25 GRPO steps.
 
 Simplifications: one seed per run; the table's wall time is the trainer's clock (model build and task
 generation before the first step are not in it).
@@ -41,7 +43,8 @@ DEMO: list[str] = [
     "algo.advantage=grpo", "algo.loss=ppo-clip", "algo.clip_low=0.2", "algo.clip_high=0.28", "algo.kl_beta=0.0",
     "rl.steps=100", "rl.lr=2e-4", "rl.prompts_per_step=16", "rl.group_size=8", "rl.epochs=2",
     "rl.zero_variance=skip",
-    "eval.every=0", "eval.n=8", "eval.k=[1,8]", "eval.greedy=true", "eval.temperature=1.0",
+    "eval.every=25", "eval.every_stages=[grpo]", "eval.n=8", "eval.k=[1,2,3,4,5,6,7,8]", "eval.greedy=true",
+    "eval.temperature=1.0",
     "checkpoint.every=0", "checkpoint.keep_last=1",
 ]
 """The demo's settings, as `codechat train` overrides (see docs/demo.md for how they were chosen)."""
@@ -96,6 +99,26 @@ def summarize(run_dir: str | Path) -> list[StageRow]:
         rows.append(StageRow(stage, r["step"], r["eval/pass@1"], r.get("eval/greedy_pass@1", float("nan")),
                              r[f"eval/pass@{ks[-1]}"], ks[-1], r["time"], r.get("samples", 0)))
     return rows
+
+
+def passk_curves(run_dir: str | Path) -> dict[str, list[tuple[int, float]]]:
+    """{stage: [(k, held-out pass@k), ...]} from the last evaluation of each stage, k ascending."""
+    last: dict[str, dict] = {}
+    for r in read_metrics(run_dir):
+        if "eval/pass@1" in r:
+            last.pop(r["stage"], None)
+            last[r["stage"]] = r
+    return {st: sorted((int(k.split("@")[1]), v) for k, v in r.items() if k.startswith("eval/pass@"))
+            for st, r in last.items()}
+
+
+def passk_table(curves: dict[str, list[tuple[int, float]]]) -> str:
+    """Markdown table: one row per stage, one column per k."""
+    ks = [k for k, _ in next(iter(curves.values()))] if curves else []
+    out = ["| stage | " + " | ".join(f"pass@{k}" for k in ks) + " |", "|---" * (len(ks) + 1) + "|"]
+    for st, pts in curves.items():
+        out.append(f"| {st} | " + " | ".join(f"{v:.1%}" for _, v in pts) + " |")
+    return "\n".join(out)
 
 
 def table(rows: list[StageRow], what: str = "held-out") -> str:
@@ -155,7 +178,8 @@ def write_report(run_dir: str | Path, command: str = "codechat demo") -> Path:
     what = eval_label(cfg["data"]["eval"], cfg["data"]["train"])
     png = plot_pass_rates(run_dir, what=what)
     text = [f"# codechat demo: {run_dir}", "", f"Command: `{command}` (seed {cfg.get('seed')})", "",
-            table(rows, what), "", f"![pass rates]({png.name})", "",
+            table(rows, what), "", f"{what} pass@k at each stage's end (k = 1..8 from the same samples):", "",
+            passk_table(passk_curves(run_dir)), "", f"![pass rates]({png.name})", "",
             f"Held-out set: `{cfg['data']['eval']}`; SFT data: `{cfg['data']['sft'] or cfg['data']['train']}`; "
             f"RL prompts: `{cfg['data']['train']}`; stages: {', '.join(cfg['stages'])}.", "",
             "Next:", "", f"- evaluate: `codechat eval --model {run_dir} --tasks {cfg['data']['eval']} --greedy`",

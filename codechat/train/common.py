@@ -195,7 +195,8 @@ def end_step(ctx: Context, metrics: dict, total_steps: int, optimizer=None, sche
     st.samples += int(dist.all_sum(samples))  # over all ranks
     last = st.step >= total_steps
     if ctx.eval_tasks or ctx.extra_eval:
-        if (cfg.eval.every and st.step % cfg.eval.every == 0) or last:
+        e = cfg.eval
+        if (e.every and st.step % e.every == 0 and (not e.every_stages or ctx.stage in e.every_stages)) or last:
             ev = evaluate_now(ctx)
             metrics.update(ev)
             p1 = ev.get("eval/greedy_pass@1", ev.get("eval/pass@1"))

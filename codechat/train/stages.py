@@ -106,6 +106,9 @@ def check_stages(cfg: RunConfig) -> list[str]:
     unknown = [s for s in cfg.stages if s not in STAGES]
     if unknown:
         return [f"stages: unknown stage {unknown[0]!r} (valid: {', '.join(STAGES)})"]
+    unknown = [s for s in cfg.eval.every_stages if s not in STAGES]
+    if unknown:
+        return [f"eval.every_stages: unknown stage {unknown[0]!r} (valid: {', '.join(STAGES)})"]
     out = []
     for name in dict.fromkeys(cfg.stages):
         out += [msg for msg, ok in STAGES[name].checks(cfg) if not ok]

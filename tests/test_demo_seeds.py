@@ -1,0 +1,76 @@
+"""`codechat demo --seeds`: the seed list, the per-seed tables with mean and range, the pooled paired interval
+over (task, seed) pairs, and the command running one demo per seed into RUN_DIR/seed-N."""
+import json
+from dataclasses import asdict
+
+import pytest
+
+from codechat import CodechatError
+from codechat.commands import demo as demo_cmd
+from codechat.demos.agent import AgentRow
+from codechat.demos.demo import StageRow
+from codechat.demos.seeds import (agent_seed_table, parse_seeds, pooled_resolve_change, read_agent_rows,
+                                  seed_table, spread)
+from codechat.evaluation.stats import paired_bootstrap
+
+
+def test_parse_seeds_reads_a_list_and_names_a_bad_one():
+    assert parse_seeds("0,1,2") == [0, 1, 2] and parse_seeds("7") == [7]
+    for bad in ("0,x", "1,1", "-1", ""):
+        with pytest.raises(CodechatError, match="--seeds"):
+            parse_seeds(bad)
+
+
+def test_seed_table_has_each_seed_and_the_mean_and_range():
+    res = {s: [StageRow("sft", 300, 0.3 + s / 100, 0.4, 0.8, 8, 60.0, 0),
+               StageRow("grpo", 430, 0.7, 0.8 + s / 100, 0.85, 8, 300.0 + 60 * s, 99)] for s in (0, 1, 2)}
+    text = seed_table(res)
+    assert "| 0 | 30.0 / 40.0 / 80.0 % | 70.0 / 80.0 / 85.0 % | +40.0 / +40.0 / +5.0 | 5.0 min |" in text
+    assert "| 2 | 32.0 / 40.0 / 80.0 % | 70.0 / 82.0 / 85.0 % | +38.0 / +42.0 / +5.0 | 7.0 min |" in text
+    assert "| mean (range) | 31.0 (30.0 to 32.0) /" in text
+    assert "+39.0 (+38.0 to +40.0) / +41.0 (+40.0 to +42.0)" in text
+    assert spread([-1.0, 3.0], signed=True) == "+1.0 (-1.0 to +3.0)" and spread([1.0, 3.0]) == "2.0 (1.0 to 3.0)"
+
+
+def _agent_run(path, sft_c, grpo_c, n=4):
+    for stage, cs in (("sft", sft_c), ("grpo", grpo_c)):
+        (path / f"eval-{stage}").mkdir(parents=True)
+        per = {f"t{i}": {"c": c, "n": n} for i, c in enumerate(cs)}
+        (path / f"eval-{stage}" / "summary.json").write_text(json.dumps({"metrics": {}, "per_task": per}))
+    rows = [AgentRow(st, sum(cs) / (n * len(cs)), 0.5, n, 0.9, 0.0, 1.0, 5.0, 600.0 * (i + 1))
+            for i, (st, cs) in enumerate((("sft", sft_c), ("rft+grpo", grpo_c)))]
+    (path / "rows.json").write_text(json.dumps([asdict(r) for r in rows]))
+    return path
+
+
+def test_pooled_interval_pairs_every_task_of_every_seed(tmp_path):
+    dirs = {0: _agent_run(tmp_path / "a", [0, 1, 2, 4], [2, 2, 4, 4]), 1: _agent_run(tmp_path / "b", [1, 0], [1, 4])}
+    ci = pooled_resolve_change(dirs)
+    ref = paired_bootstrap([0, .25, .5, 1, .25, 0], [.5, .5, 1, 1, .25, 1])
+    assert ci.n == 6 and (ci.diff, ci.lo, ci.hi) == pytest.approx((ref.diff, ref.lo, ref.hi))
+    assert ci.lo < ci.diff < ci.hi
+    text = agent_seed_table({s: read_agent_rows(d) for s, d in dirs.items()}, ci)
+    assert "| 1 | 12.5 / 50.0 % | 62.5 / 50.0 % | +50.0 / +0.0 | 20.0 min |" in text
+    assert "over 6 (task, seed) pairs" in text and f"{ci.diff * 100:+.1f} pts" in text
+
+
+def test_seeds_runs_one_demo_per_seed_and_writes_the_table(tmp_path, monkeypatch, capsys):
+    ran = []
+
+    def fake_agent(args):
+        seed = int(args.overrides[-1].split("=")[1])
+        ran.append((args.run_dir, args.overrides))
+        _agent_run(tmp_path / "r" / f"seed-{seed}", [0, 1], [2, 3 + seed % 2])
+        return 0
+
+    monkeypatch.setattr(demo_cmd, "run_agent", fake_agent)
+    args = demo_cmd.argparse.Namespace(agent=True, quick=False, seeds="0,1", run_dir=str(tmp_path / "r"),
+                                       overrides=["rl.steps=2"])
+    assert demo_cmd.run(args) == 0
+    assert ran == [(str(tmp_path / "r" / "seed-0"), ["rl.steps=2", "seed=0"]),
+                   (str(tmp_path / "r" / "seed-1"), ["rl.steps=2", "seed=1"])]
+    table = (tmp_path / "r" / "seeds.md").read_text()
+    assert "--seeds 0,1" in table and "| mean (range) |" in table and "(task, seed) pairs" in capsys.readouterr().out
+    with pytest.raises(CodechatError, match="seed="):
+        demo_cmd.run(demo_cmd.argparse.Namespace(agent=False, quick=False, seeds="0", run_dir=None,
+                                                 overrides=["seed=3"]))
