@@ -134,17 +134,20 @@ def test_mbppplus_import_lines_are_setup_not_tests(tmp_path):
 
 
 SAMPLE = {"leetcode/LeetCodeDataset-v0.2.0-train.jsonl.gz": 80, "mbpp/MbppPlus-v0.2.0.jsonl.gz": 60,
-          "mbpp/sanitized-mbpp.json": 40, "mbpp/mbpp.jsonl": 40, "math/gsm8k_test.jsonl": 40}
+          "mbpp/sanitized-mbpp.json": 40, "mbpp/mbpp.jsonl": 40, "math/gsm8k_test.jsonl": 40,
+          "math/math-test-4500.jsonl": 40, "mbpp/MbppPlus-OriginFmt-v0.2.0.jsonl.gz": 20, "stdio/apps": 5}
 
 
 def test_a_sample_of_the_real_files_references_pass_and_do_nothing_programs_fail(verifier, shared_data):
     pairs, none = [], []
     for rel, n in SAMPLE.items():
         tasks = [t for t in load_tasks(shared_data / rel) if t.solution][:n]
-        pairs += [(t, t.solution) for t in tasks]
+        pairs += [(t, f"```python\n{t.solution}\n```" if t.stdio is not None else t.solution) for t in tasks]
         for t in tasks:
             if t.kind == "answer":
                 none.append((t, "I do not know."))
+            elif t.stdio is not None:
+                none.append((t, "```python\npass\n```"))
             elif "(" in (t.entry_point or ""):
                 none.append((t, "class Solution:\n    def __getattr__(self, n):\n        return lambda *a, **k: None\n"))
             else:
