@@ -214,3 +214,14 @@ def test_the_programs_order_and_arithmetic_never_reach_the_tests_values(verifier
     task = Task("cheat", "", ["assert f() < 5", "assert f() + 1 == True", "assert 5 > f()"], "f")
     r = verifier.verify(task, cheat)
     assert r.tests_passed == 0, r
+
+
+def test_a_test_catches_the_programs_own_exception_class(verifier):
+    task = Task("broke", "", ["try:\n    spend(-1)\nexcept Broke:\n    pass\nelse:\n    assert False",
+                              "import pytest\nwith pytest.raises((Broke, KeyError)):\n    spend(-5)\nassert spend(3) == 3"],
+                "spend")
+    honest = "class Broke(Exception):\n    pass\ndef spend(c):\n    if c < 0:\n        raise Broke('no')\n    return c\n"
+    wrong = honest.replace("raise Broke('no')", "raise ValueError('no')")
+    good, bad = verifier.verify_many([(task, honest), (task, wrong)])
+    assert good.passed and good.tests_passed == 2, good
+    assert bad.tests_passed == 0, bad

@@ -50,7 +50,13 @@ _EXC_CACHE_MAX = 256
 def candidate_exception(name: str, msg: str) -> Exception:
     """An exception standing for one the program raised: a subclass of the builtin of that name when there is
     one (so `except ValueError` in a test catches it), always a `CandidateRaised`."""
-    name, msg = wire.cut(name, wire.MAX_TYPE) or "Exception", wire.cut(msg, wire.MAX_MSG)
+    return raised_class(name)(wire.cut(msg, wire.MAX_MSG))
+
+
+def raised_class(name: str) -> type:
+    """The judge's class for the program's exceptions named `name` (one per name while the cache has room):
+    what a test's `except TheirError` names when the program defines `TheirError` (modes.py binds it)."""
+    name = wire.cut(name, wire.MAX_TYPE) or "Exception"
     cls = _EXC_CACHE.get(name)
     if cls is None:
         base = getattr(builtins, name, None)
@@ -63,7 +69,7 @@ def candidate_exception(name: str, msg: str) -> Exception:
             cls = type(name, (CandidateRaised,), {})
         if len(_EXC_CACHE) < _EXC_CACHE_MAX:
             _EXC_CACHE[name] = cls
-    return cls(msg)
+    return cls
 
 
 class CallbackLimit(CandidateGone):
