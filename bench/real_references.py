@@ -4,9 +4,11 @@ a do-nothing program never.
     PYTHONPATH=. python bench/real_references.py [--files leetcode,mbpp,...] [--limit N] [--workers 2]
 
 For each file under ../shared/data that carries reference solutions (MBPP, MBPP sanitized, MBPP+, LeetCodeDataset,
-APPS, CodeContests, LiveCodeBench, DeepCoder, GSM8K, MATH), loads it as a user would (`load_tasks`), runs
+APPS, CodeContests, LiveCodeBench, DeepCoder, GSM8K, MATH, QuixBugs), loads it as a user would (`load_tasks`), runs
 every task's reference through the verifier, and do-nothing programs per task (`return None` and `return []` for function
-tasks, no output for stdin/stdout tasks, an empty answer for answer tasks). Tasks listed in
+tasks, no output for stdin/stdout tasks, an empty answer for answer tasks; for QuixBugs, a repository set, the
+corrected program is the reference and the untouched buggy program and a `return None` body the do-nothing changes,
+judged by `RepoJudge`). Tasks listed in
 codechat/tasks/data/reference_quarantine.txt (the dataset's own faults, one reason each) are counted apart.
 Tasks whose statement accepts several answers and that have no checker are counted apart (`several_answers`):
 comparing output cannot judge them, and training leaves them out by default. Prints one JSON line per file
@@ -23,7 +25,9 @@ from pathlib import Path
 
 from codechat.config import VerifierConfig
 from codechat.tasks import Task, load_tasks
+from codechat.tasks.repo_loaders import load_quixbugs
 from codechat.tasks.statement import not_unique
+from codechat.verifier.repo import RepoJudge
 from codechat.verifier.verify import Verifier
 
 DATA = Path(os.environ.get("CODECHAT_SHARED_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data")
@@ -36,7 +40,7 @@ FILES = {
     "apps": "stdio/apps", "codecontests": "stdio/deepcoder-test-code_contests.json",
     "codeforces": "stdio/deepcoder-test-codeforces.json", "livecodebench": "stdio/deepcoder-test-livecodebench.json",
     "codecontests-sf": "stdio/codecontests-sandboxfusion.jsonl", "livecodebench-sf": "stdio/livecodebench-sandboxfusion.jsonl",
-    "gsm8k": "math/gsm8k_test.jsonl", "math": "math/math-test-4500.jsonl",
+    "gsm8k": "math/gsm8k_test.jsonl", "math": "math/math-test-4500.jsonl", "quixbugs": "repo/quixbugs",
 }
 
 
@@ -90,6 +94,29 @@ def check_file(v: Verifier, key: str, path: Path, limit: int | None, held: set) 
             "failing": failing[:50]}
 
 
+def check_quixbugs(key: str, path: Path, limit: int | None, held: set) -> dict:
+    """Repository tasks: the corrected program passes; the buggy one and a `return None` body do not."""
+    tasks = [t for t in load_quixbugs(path) if t.metadata.get("solution")]
+    tasks = tasks[:limit] if limit else tasks
+    refs, none, failing = [], [], []
+    with RepoJudge() as judge:
+        for t in tasks:
+            prog = next(iter(t.metadata["solution"]))
+            name = Path(prog).stem
+            r = judge.judge(t, dict(t.metadata["solution"]))
+            refs.append(r.passed)
+            none.append(judge.judge(t, {}).passed or judge.judge(
+                t, {prog: f"def {name}(*a, **k):\n    return None\n"}).passed)
+            if not r.passed and (key, t.task_id) not in held:
+                failing.append(t.task_id)
+                print(f"  {key} {t.task_id}: {r.status} {r.message[:160]!r}", flush=True)
+    judged = [ok for t, ok in zip(tasks, refs) if (key, t.task_id) not in held]
+    return {"file": key, "tasks": len(tasks), "reference_pass": sum(refs), "none_pass": sum(none),
+            "quarantined": sum((key, t.task_id) in held for t in tasks), "several_answers": 0,
+            "several_answers_pass": 0, "judged_pass_rate": round(sum(judged) / max(len(judged), 1), 4),
+            "failing": failing[:50]}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--files", default=",".join(FILES), help=f"comma-separated keys of {', '.join(FILES)}")
@@ -107,7 +134,8 @@ def main() -> None:
             if not path.exists():
                 print(json.dumps({"file": key, "skipped": f"{path} not found"}))
                 continue
-            row = check_file(v, key, path, a.limit, held)
+            row = (check_quixbugs(key, path, a.limit, held) if key == "quixbugs"
+                   else check_file(v, key, path, a.limit, held))
             print(json.dumps(row), flush=True)
             for k in ("tasks", "reference_pass", "none_pass", "quarantined", "several_answers"):
                 total[k] += row[k]

@@ -134,17 +134,20 @@ def test_mbppplus_import_lines_are_setup_not_tests(tmp_path):
 
 
 SAMPLE = {"leetcode/LeetCodeDataset-v0.2.0-train.jsonl.gz": 80, "mbpp/MbppPlus-v0.2.0.jsonl.gz": 60,
-          "mbpp/sanitized-mbpp.json": 40, "mbpp/mbpp.jsonl": 40, "math/gsm8k_test.jsonl": 40}
+          "mbpp/sanitized-mbpp.json": 40, "mbpp/mbpp.jsonl": 40, "math/gsm8k_test.jsonl": 40,
+          "math/math-test-4500.jsonl": 40, "mbpp/MbppPlus-OriginFmt-v0.2.0.jsonl.gz": 20, "stdio/apps": 5}
 
 
 def test_a_sample_of_the_real_files_references_pass_and_do_nothing_programs_fail(verifier, shared_data):
     pairs, none = [], []
     for rel, n in SAMPLE.items():
         tasks = [t for t in load_tasks(shared_data / rel) if t.solution][:n]
-        pairs += [(t, t.solution) for t in tasks]
+        pairs += [(t, f"```python\n{t.solution}\n```" if t.stdio is not None else t.solution) for t in tasks]
         for t in tasks:
             if t.kind == "answer":
                 none.append((t, "I do not know."))
+            elif t.stdio is not None:
+                none.append((t, "```python\npass\n```"))
             elif "(" in (t.entry_point or ""):
                 none.append((t, "class Solution:\n    def __getattr__(self, n):\n        return lambda *a, **k: None\n"))
             else:
@@ -185,3 +188,40 @@ def test_dates_and_dict_views_cross_as_data(verifier):
     good, bad = verifier.verify_many([(task, honest), (task, wrong)])
     assert good.passed and good.tests_passed == 4, good
     assert bad.tests_passed == 1, bad  # only the items test, which the twin does not change
+
+
+MONEY = ("class Money:\n    def __init__(self, c):\n        self.c = c\n    def __str__(self):\n"
+         "        return f'${self.c / 100:.2f}'\n    def __add__(self, o):\n        return Money(self.c + o.c)\n"
+         "    def __lt__(self, o):\n        return self.c < o.c\ndef make(c):\n    return Money(c)\n")
+
+
+def test_the_programs_own_class_prints_orders_adds_and_is_an_instance_as_it_says(verifier):
+    task = Task("money", "a Money class", [
+        "assert str(make(150)) == '$1.50' and f'{make(5)}' == '$0.05'",
+        "assert isinstance(make(1), Money) and not isinstance(3, Money)",
+        "assert [str(m) for m in sorted([make(3), make(1), make(2)])] == ['$0.01', '$0.02', '$0.03']",
+        "assert str(make(1) + make(2)) == '$0.03'"], "make")
+    wrong = MONEY.replace("/ 100:.2f", "/ 10:.1f").replace("self.c < o.c", "self.c > o.c").replace(
+        "self.c + o.c", "self.c - o.c").replace("    return Money(c)", "    return Money.__new__(object)")
+    good, bad = verifier.verify_many([(task, MONEY), (task, wrong)])
+    assert good.passed and good.tests_passed == 4, good
+    assert bad.tests_passed == 0, bad
+
+
+def test_the_programs_order_and_arithmetic_never_reach_the_tests_values(verifier):
+    # `<`/`+` against a test's own value (`f() < 5`) stays Python's refusal: the program must not decide it
+    cheat = "class Yes:\n    def __lt__(self, o):\n        return True\n    __gt__ = __add__ = __lt__\ndef f():\n    return Yes()\n"
+    task = Task("cheat", "", ["assert f() < 5", "assert f() + 1 == True", "assert 5 > f()"], "f")
+    r = verifier.verify(task, cheat)
+    assert r.tests_passed == 0, r
+
+
+def test_a_test_catches_the_programs_own_exception_class(verifier):
+    task = Task("broke", "", ["try:\n    spend(-1)\nexcept Broke:\n    pass\nelse:\n    assert False",
+                              "import pytest\nwith pytest.raises((Broke, KeyError)):\n    spend(-5)\nassert spend(3) == 3"],
+                "spend")
+    honest = "class Broke(Exception):\n    pass\ndef spend(c):\n    if c < 0:\n        raise Broke('no')\n    return c\n"
+    wrong = honest.replace("raise Broke('no')", "raise ValueError('no')")
+    good, bad = verifier.verify_many([(task, honest), (task, wrong)])
+    assert good.passed and good.tests_passed == 2, good
+    assert bad.tests_passed == 0, bad

@@ -129,6 +129,39 @@ def names_in(src: str) -> tuple[frozenset, frozenset]:
     return got
 
 
+_CAUGHT: dict[str, frozenset] = {}
+
+
+def caught_in(src: str) -> frozenset:
+    """Names `src` catches as exceptions: `except NAME`, `except (A, B)`, `raises(NAME)`, `assertRaises(NAME)`
+    (cached: the same tests come with every program)."""
+    got = _CAUGHT.get(src)
+    if got is None:
+        if len(_CAUGHT) > _CACHE_MAX:
+            _CAUGHT.clear()
+        got = _CAUGHT[src] = _caught(src)
+    return got
+
+
+def _caught(src: str) -> frozenset:
+    try:
+        tree = ast.parse(src)
+    except SyntaxError:
+        return frozenset()
+    out = set()
+    for node in ast.walk(tree):
+        kinds = None
+        if isinstance(node, ast.ExceptHandler):
+            kinds = node.type
+        elif isinstance(node, ast.Call) and node.args and getattr(node.func, "attr", getattr(node.func, "id", "")) \
+                in ("raises", "assertRaises", "assertRaisesRegex"):
+            kinds = node.args[0]
+        for k in (kinds.elts if isinstance(kinds, ast.Tuple) else [kinds]):
+            if isinstance(k, ast.Name):
+                out.add(k.id)
+    return frozenset(out)
+
+
 _STDLIB = frozenset(sys.stdlib_module_names)
 _MODULES = _STDLIB - {"this", "antigravity", "idlelib", "turtle", "turtledemo",
                                                   "tkinter", "venv", "ensurepip", "pydoc", "webbrowser"}

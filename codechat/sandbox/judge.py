@@ -50,7 +50,13 @@ _EXC_CACHE_MAX = 256
 def candidate_exception(name: str, msg: str) -> Exception:
     """An exception standing for one the program raised: a subclass of the builtin of that name when there is
     one (so `except ValueError` in a test catches it), always a `CandidateRaised`."""
-    name, msg = wire.cut(name, wire.MAX_TYPE) or "Exception", wire.cut(msg, wire.MAX_MSG)
+    return raised_class(name)(wire.cut(msg, wire.MAX_MSG))
+
+
+def raised_class(name: str) -> type:
+    """The judge's class for the program's exceptions named `name` (one per name while the cache has room):
+    what a test's `except TheirError` names when the program defines `TheirError` (modes.py binds it)."""
+    name = wire.cut(name, wire.MAX_TYPE) or "Exception"
     cls = _EXC_CACHE.get(name)
     if cls is None:
         base = getattr(builtins, name, None)
@@ -63,7 +69,7 @@ def candidate_exception(name: str, msg: str) -> Exception:
             cls = type(name, (CandidateRaised,), {})
         if len(_EXC_CACHE) < _EXC_CACHE_MAX:
             _EXC_CACHE[name] = cls
-    return cls(msg)
+    return cls
 
 
 class CallbackLimit(CandidateGone):
@@ -340,6 +346,26 @@ class Remote:
     def __next__(self):  # next() on a generator the program returned
         return self._chan.request("next", self._ref)
 
+    def __str__(self) -> str:  # the program's class prints itself as the program says (`str(m) == '$1.50'`)
+        s = _ask(self, "__str__")
+        if type(s) is not str:
+            raise TypeError("str() of a sandboxed object did not return a str")
+        return s
+
+    def __instancecheck__(self, obj) -> bool:  # `isinstance(x, TheirClass)`: the program's class answers
+        b = _ask(self, "__instancecheck__", obj)
+        if type(b) is not bool:
+            raise TypeError("isinstance() against a sandboxed class did not return a bool")
+        return b
+
+    __lt__ = lambda self, o: _order(self, "__lt__", o)  # noqa: E731 - one line per operator
+    __le__ = lambda self, o: _order(self, "__le__", o)  # noqa: E731
+    __gt__ = lambda self, o: _order(self, "__gt__", o)  # noqa: E731
+    __ge__ = lambda self, o: _order(self, "__ge__", o)  # noqa: E731
+    __add__ = lambda self, o: _arith(self, "__add__", o)  # noqa: E731
+    __sub__ = lambda self, o: _arith(self, "__sub__", o)  # noqa: E731
+    __mul__ = lambda self, o: _arith(self, "__mul__", o)  # noqa: E731
+
     def __eq__(self, other) -> bool:
         return self is other
 
@@ -350,6 +376,28 @@ class Remote:
 
     def __repr__(self) -> str:
         return f"<sandboxed {self._type} object>"
+
+
+def _ask(r: Remote, name: str, *args):
+    """The program's own `obj.name(*args)`, run where the object lives; the result is hostile data. (Module
+    functions, not methods: a method name would hide the program's attribute of that name.)"""
+    method = r._chan.request("getattr", r._ref, name)
+    if type(method) is not Remote:
+        raise TypeError(f"{name} of a sandboxed object is not a method")
+    return method(*args)
+
+
+def _order(r: Remote, name: str, other):
+    # only between the program's own objects: a relation to the tests' values (`f() < 5`) is never the
+    # program's to decide, as `==` never is
+    if type(other) is not Remote:
+        return NotImplemented
+    b = _ask(r, name, other)
+    return b if type(b) is bool else NotImplemented
+
+
+def _arith(r: Remote, name: str, other):
+    return _ask(r, name, other) if type(other) is Remote else NotImplemented
 
 
 class _RemoteIterator:

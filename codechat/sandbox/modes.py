@@ -13,8 +13,8 @@ import pickle
 import time
 
 from codechat.sandbox import grammar, judge_objects, stdio_capture, stdio_judge, wire
-from codechat.sandbox.bindings import bind_entry_point, build_namespace, instrument, names_in
-from codechat.sandbox.judge import Channel, CandidateGone, Remote, TimeLimit, TimeLimitGone, classify
+from codechat.sandbox.bindings import bind_entry_point, build_namespace, caught_in, instrument, names_in
+from codechat.sandbox.judge import Channel, CandidateGone, Remote, TimeLimit, TimeLimitGone, classify, raised_class
 from codechat.sandbox.timelimits import TimeLimits
 
 
@@ -54,6 +54,11 @@ def run_tests(chan: Channel, entries: list, job: dict, cand_stat: int = -1, star
 
     wanted, modules = _referenced(job)
     ns, taken = build_namespace(chan, entries, job.get("entry_point"), wanted, modules)
+    # a class of the program's that a test catches (`except TheirError`) is the judge's class of the
+    # exceptions the program raises under that name: a real exception class, made here, with no program code
+    for name in taken & frozenset().union(*map(caught_in, job["tests"])):
+        if type(ns[name]) is Remote and ns[name]._type == "type":
+            ns[name] = raised_class(name)
     bound = {n: ns[n] for n in taken}
     failed = _task_code(ns, chan, job)
     if failed:
