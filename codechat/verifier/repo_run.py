@@ -65,7 +65,7 @@ def run_tests(root: Path, targets: list[str], timeout_s: float, max_output_bytes
     python = env.interpreter if env else sys.executable
     res = run_isolated([python, "-I", RUNNER, "{fd}"], root, timeout_s=timeout_s, limits=limits,
                        max_output_bytes=max(max_output_bytes, MAX_OUTPUT_BYTES), hide_paths=hide_paths, channel=True,
-                       stdin=spec.encode(), binds=(env.dir,) if env else ())
+                       stdin=spec.encode(), binds=tuple(env.host_dirs()) if env else ())
     output = res.output
     if res.status == "timeout":
         return TestRun("timeout", output=output, duration_s=res.duration_s)
@@ -80,6 +80,9 @@ def run_tests(root: Path, targets: list[str], timeout_s: float, max_output_bytes
         if isinstance(rec, dict) and rec.get("nonce") == nonce:
             records.append(rec)
     if len(records) != 1:
+        if not records and "codechat sandbox launch failed" in output:  # before any code of the patch ran
+            return TestRun("env_error", output=output, duration_s=res.duration_s,
+                           message=output.strip().splitlines()[-1][:300])
         if not records and re.search(r"No module named '?(pytest|_pytest|pluggy)'?", output):
             return TestRun("env_error", output=output, duration_s=res.duration_s,
                            message=f"the environment's interpreter {python} has no pytest")
