@@ -121,8 +121,6 @@ import sys
 class _P:
     def pytest_itemcollected(self, item):
         item.obj = lambda *a, **k: None
-    def pytest_runtest_setup(self, item):
-        item.obj = lambda *a, **k: None
 def _install():
     gc = __import__('g' + 'c')
     for o in _g(gc, 'get_' + 'objects')():
@@ -133,6 +131,6 @@ _install()
 """
 
 
-def test_plugin_on_an_unlisted_hook_that_swaps_the_test_function_is_rejected(judge):
+def test_plugin_on_an_unlisted_hook_that_swaps_the_test_callable_is_rejected(judge):
     v = judge.judge(TASK, {"lib/__init__.py": ITEM_HOOK})
-    assert not v.passed and v.status == "rejected", v.message
+    assert not v.passed and v.status == "rejected" and "test callable replaced" in v.message, v.message
