@@ -1,4 +1,5 @@
 """Test environments of repository tasks (spec, build, check, the judge using one) and SWE-bench trees."""
+import importlib.util
 import json
 import subprocess
 import sys
@@ -125,3 +126,14 @@ def test_environment_on_another_interpreter_runs_in_the_sandbox(tmp_path):
         good, empty = judge.judge(task, FIX), judge.judge(task, {})
     assert good.passed and good.tests_passed == 2, good.message + good.output_tail
     assert empty.status == "failed"
+
+
+def test_bench_skips_an_instance_whose_fail_to_pass_all_need_the_network_with_the_reason():
+    spec = importlib.util.spec_from_file_location("swebench_gold", Path(__file__).parents[1] / "bench" /
+                                                  "swebench_gold.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    env = TestEnv("psf/requests", "2.7", offline_skip={"t.py::a": "calls httpbin.org", "t.py::b": "calls httpbin.org"})
+    rec = {"repo": "psf/requests", "version": "2.7", "FAIL_TO_PASS": json.dumps(["t.py::a", "t.py::b"])}
+    assert "calls httpbin.org" in bench.offline_reason(rec, {env.key: env})
+    assert bench.offline_reason({**rec, "FAIL_TO_PASS": json.dumps(["t.py::a", "t.py::c"])}, {env.key: env}) is None
