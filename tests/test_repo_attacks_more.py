@@ -134,3 +134,12 @@ _install()
 def test_plugin_on_an_unlisted_hook_that_swaps_the_test_callable_is_rejected(judge):
     v = judge.judge(TASK, {"lib/__init__.py": ITEM_HOOK})
     assert not v.passed and v.status == "rejected" and "test callable replaced" in v.message, v.message
+
+
+def test_module_attribute_that_raises_on_access_is_collected_honestly(judge):
+    # flask's `current_app`: a proxy whose every attribute access raises outside an application context
+    proxy = ("class _Proxy:\n    def __getattribute__(self, name):\n        raise RuntimeError('outside context')\n\n"
+             "current = _Proxy()\n\n")
+    task = RepoTask("proxy", "", TASK.files, hidden_tests={"tests/test_hidden.py": proxy + HIDDEN})
+    v = judge.judge(task, {"lib/bounds.py": FIXED})
+    assert v.passed, v.message + v.output_tail

@@ -21,6 +21,7 @@ process as the code under test, is documented in docs/agent.md.
 import json
 import os
 import sys
+import types
 
 
 def _watch(pytest, modules) -> dict:
@@ -40,6 +41,18 @@ def _watch(pytest, modules) -> dict:
             "python.Function._getobj": python.Function.__dict__.get("_getobj"),
             "unittest.TestCaseFunction.runtest": unittest.TestCaseFunction.runtest,
             "unittest.TestCaseFunction.addSuccess": unittest.TestCaseFunction.__dict__.get("addSuccess")}
+
+
+def _plain_function(obj):
+    """The function object behind a test callable (a function, a bound method, a static or class method), or
+    None for anything else; looks at type() only, since an attribute access can run code (a flask LocalProxy)."""
+    t = type(obj)
+    if t is types.FunctionType:
+        return obj
+    if t in (types.MethodType, staticmethod, classmethod):
+        f = obj.__func__
+        return f if type(f) is types.FunctionType else None
+    return None
 
 
 def _foreign_impls(config, judge, root: str) -> list:
@@ -111,13 +124,14 @@ def main() -> None:
         def pytest_pycollect_makeitem(self, collector, name, obj):
             # the callable as the test module or class defines it, before any other hook sees the item
             yield
-            self.made[(collector.nodeid, name)] = getattr(obj, "__func__", obj)
+            f = _plain_function(obj)
+            if f is not None:
+                self.made[(collector.nodeid, name)] = f
 
         @pytest.hookimpl(hookwrapper=True, tryfirst=True)
         def pytest_pyfunc_call(self, pyfuncitem):
             made = self.made.get((pyfuncitem.parent.nodeid, pyfuncitem.originalname), self)
-            now = getattr(pyfuncitem.obj, "__func__", pyfuncitem.obj)
-            if made is not self and now is not made:  # item.obj or the module's attribute replaced since
+            if made is not self and _plain_function(pyfuncitem.obj) is not made:  # item.obj or the module's attribute replaced since
                 self.swapped.append(pyfuncitem.nodeid)
             outcome = yield
             self.returned[pyfuncitem.nodeid] = outcome.excinfo is None and pyfuncitem.nodeid not in self.swapped
