@@ -7,7 +7,9 @@
     python bench/swebench_gold.py --envs DIR [--trees ../shared/data/repo/swebench] [--log-dir LOGS]
         judges, for each instance with a tree, the gold patch, an empty patch and a wrong one (the gold without
         its largest hunk; a one-hunk gold loses its added lines), with the environments built by
-        `codechat repo env build bench/swebench_envs.json --out DIR`.
+        `codechat repo env build bench/swebench_envs.json --out DIR`. An instance whose FAIL_TO_PASS tests all
+        need the internet (marked `offline_skip` in bench/swebench_envs.json) is not judged: the JSON line lists it
+        under "skipped" with the reason.
 Ends with one JSON line of figures.
 """
 from __future__ import annotations
@@ -108,16 +110,31 @@ def _diff(patch: str, drop_largest: bool) -> str:
     return "".join(out)
 
 
+def offline_reason(rec: dict, envs: dict) -> str | None:
+    """Why an instance cannot be judged offline: every FAIL_TO_PASS test of it is marked `offline_skip` in its
+    environment (the reason given there), or None."""
+    env = envs.get(f"{rec['repo']}@{rec['version']}")
+    f2p = json.loads(rec["FAIL_TO_PASS"])
+    if env is None or not f2p or not all(t in env.offline_skip for t in f2p):
+        return None
+    return f"every FAIL_TO_PASS test is marked offline_skip: {env.offline_skip[f2p[0]]}"
+
+
 def run_live(records: list[dict], trees: Path, envs_dir: str, log_dir: str | None) -> dict:
     envs = load_envs(envs_dir)
     have = [r for r in records if (trees / f"{r['instance_id']}.tar.gz").is_file()]
-    fig = Counter()
+    fig, skipped = Counter(), {}
     with tempfile.TemporaryDirectory() as tmp:
         for r in have:
             with tarfile.open(trees / f"{r['instance_id']}.tar.gz") as tf:
                 tf.extractall(Path(tmp) / r["instance_id"], filter="data")
         with RepoJudge(envs=envs, log_dir=log_dir) as judge:
             for r in have:
+                why = offline_reason(r, envs)
+                if why:
+                    skipped[r["instance_id"]] = why
+                    print(f"{r['instance_id']:<24} skipped: {why}", file=sys.stderr)
+                    continue
                 task = from_swebench(r, r["instance_id"], tmp)
                 for kind, patch in (("gold", r["patch"]), ("empty", ""), ("wrong", _diff(r["patch"], True))):
                     t0 = time.monotonic()
@@ -126,7 +143,7 @@ def run_live(records: list[dict], trees: Path, envs_dir: str, log_dir: str | Non
                     fig["env_errors"] += v.status == "env_error"
                     print(f"{r['instance_id']:<24} {kind:<5} {v.status:<9} {time.monotonic() - t0:5.1f}s "
                           f"{v.message[:150]}", file=sys.stderr)
-    return {"instances": len(have), "gold_resolved": fig["gold_resolved"], "empty_resolved": fig["empty_resolved"],
+    return {"instances": len(have) - len(skipped), "skipped": skipped, "gold_resolved": fig["gold_resolved"], "empty_resolved": fig["empty_resolved"],
             "wrong_resolved": fig["wrong_resolved"], "env_errors": fig["env_errors"]}
 
 

@@ -65,3 +65,17 @@ def test_chat_drives_the_tools_by_hand(monkeypatch, capsys):
 
 def test_chat_without_model_or_task_is_one_line(capsys):
     assert main(["chat"]) == 2 and "needs MODEL_OR_RUN_DIR" in capsys.readouterr().err
+
+
+def test_memory_mb_limits_repository_tests(tmp_path):
+    task = {"kind": "repo", "task_id": "mem", "problem": "allocates 600 MiB", "files": {"lib.py": "N = 1\n"},
+            "hidden_tests": {"tests/test_mem.py": "import lib\n\ndef test_big():\n"
+                             "    assert len(bytearray(600 << 20)) == 600 << 20\n"}}
+    (tmp_path / "t.jsonl").write_text(json.dumps(task) + "\n")
+    (tmp_path / "p.jsonl").write_text(json.dumps({"task_id": "mem", "patch": ""}) + "\n")
+    statuses = []
+    for extra in ([], ["--memory-mb", "300"]):
+        assert main(["verify", "--tasks", str(tmp_path / "t.jsonl"), "--completions", str(tmp_path / "p.jsonl"),
+                     "--out", str(tmp_path / "v.jsonl"), *extra]) == 0
+        statuses.append(json.loads((tmp_path / "v.jsonl").read_text())["status"])
+    assert statuses == ["passed", "failed"]

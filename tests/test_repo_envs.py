@@ -1,5 +1,7 @@
 """Test environments of repository tasks (spec, build, check, the judge using one) and SWE-bench trees."""
+import importlib.util
 import json
+import subprocess
 import sys
 import tarfile
 from pathlib import Path
@@ -10,7 +12,8 @@ from codechat.cli import main
 from codechat.tasks.repo import RepoTask
 from codechat.tasks.repo_loaders import from_swebench
 from codechat.verifier.repo import RepoJudge
-from codechat.verifier.repo_env import EnvError, TestEnv, build_env, check_env, load_envs, load_specs
+from codechat.verifier.repo_env import EnvError, TestEnv, build_env, check_env, load_envs, load_specs, \
+    resolve_python
 
 SRC_TASK = RepoTask("srcpkg", "", {"src/pkg/__init__.py": "def one():\n    return 2\n"},
                     hidden_tests={"tests/test_one.py": "from pkg import one\n\ndef test_one():\n    assert one() == 1\n"},
@@ -84,3 +87,53 @@ def test_offline_tests_are_left_out_with_a_warning():
         task.fail_to_pass = ["tests/test_one.py::test_net"]
         v = judge.judge(task, FIX)
     assert v.status == "env_error" and "offline_skip" in v.message
+
+
+def _other_python() -> str | None:
+    """A pyenv/PATH interpreter of another minor version than this one that can import this venv's pytest."""
+    here = "%d.%d" % sys.version_info[:2]
+    for v in ("3.12", "3.13", "3.10"):
+        if v == here:
+            continue
+        try:
+            return resolve_python(v)
+        except EnvError:
+            continue
+    return None
+
+
+def test_environment_on_another_interpreter_runs_in_the_sandbox(tmp_path):
+    other = _other_python()
+    if other is None:
+        pytest.skip("no second Python interpreter on this machine")
+    d = tmp_path / "env"
+    subprocess.run([other, "-m", "venv", "--without-pip", str(d)], check=True, capture_output=True)
+    site = subprocess.run([str(d / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                          check=True, capture_output=True, text=True).stdout.strip()
+    pytest_dir = str(Path(pytest.__file__).resolve().parents[1])  # pure-Python pytest, pluggy, iniconfig
+    Path(site, "judge_pytest.pth").write_text(pytest_dir + "\n")
+    probe = subprocess.run([str(d / "bin" / "python"), "-I", "-c", "import pytest"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip(f"{other} cannot import this venv's pytest")
+    version = subprocess.run([str(d / "bin" / "python"), "-c", "import sys; print(sys.version_info[:2])"],
+                             check=True, capture_output=True, text=True).stdout.strip()
+    task = RepoTask("other", "", SRC_TASK.files, hidden_tests={"tests/test_one.py": SRC_TASK.hidden_tests[
+        "tests/test_one.py"] + f"\n\ndef test_version():\n    import sys\n    assert str(sys.version_info[:2]) == {version!r}\n"},
+        metadata=SRC_TASK.metadata)
+    env = TestEnv("me/pkg", "1.0", pythonpath=["src"], dir=str(d))
+    assert any(h != str(d) and other.startswith(h) for h in env.host_dirs())  # the base install is shown too
+    with RepoJudge(envs={env.key: env}) as judge:
+        good, empty = judge.judge(task, FIX), judge.judge(task, {})
+    assert good.passed and good.tests_passed == 2, good.message + good.output_tail
+    assert empty.status == "failed"
+
+
+def test_bench_skips_an_instance_whose_fail_to_pass_all_need_the_network_with_the_reason():
+    spec = importlib.util.spec_from_file_location("swebench_gold", Path(__file__).parents[1] / "bench" /
+                                                  "swebench_gold.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    env = TestEnv("psf/requests", "2.7", offline_skip={"t.py::a": "calls httpbin.org", "t.py::b": "calls httpbin.org"})
+    rec = {"repo": "psf/requests", "version": "2.7", "FAIL_TO_PASS": json.dumps(["t.py::a", "t.py::b"])}
+    assert "calls httpbin.org" in bench.offline_reason(rec, {env.key: env})
+    assert bench.offline_reason({**rec, "FAIL_TO_PASS": json.dumps(["t.py::a", "t.py::c"])}, {env.key: env}) is None

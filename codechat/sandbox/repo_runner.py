@@ -11,7 +11,8 @@ os._exit, so atexit hooks of the repository never run after it.
 
 A test counts as passed only if its setup, call and teardown reports passed *and* this plugin's own wrapper
 around the test function saw the function return normally (for a `unittest.TestCase` method, whose failures
-pytest reports through the result object rather than by raising: saw the call run). Each test's record holds
+pytest reports through the result object rather than by raising: saw the call run), and the callable pytest
+calls is the one the test module or class held when it was collected (not one a hook swapped in since). Each test's record holds
 its docstring's first line (django's runner names a test by it). The record lists `tampered` when any watched
 function (pytest's runner, call, report and assertion-rewrite entry points, pluggy's dispatch, this plugin's
 hooks, os.write) was replaced during the run. What this cannot stop, because the tests run in the same
@@ -20,6 +21,7 @@ process as the code under test, is documented in docs/agent.md.
 import json
 import os
 import sys
+import types
 
 
 def _watch(pytest, modules) -> dict:
@@ -39,6 +41,18 @@ def _watch(pytest, modules) -> dict:
             "python.Function._getobj": python.Function.__dict__.get("_getobj"),
             "unittest.TestCaseFunction.runtest": unittest.TestCaseFunction.runtest,
             "unittest.TestCaseFunction.addSuccess": unittest.TestCaseFunction.__dict__.get("addSuccess")}
+
+
+def _plain_function(obj):
+    """The function object behind a test callable (a function, a bound method, a static or class method), or
+    None for anything else; looks at type() only, since an attribute access can run code (a flask LocalProxy)."""
+    t = type(obj)
+    if t is types.FunctionType:
+        return obj
+    if t in (types.MethodType, staticmethod, classmethod):
+        f = obj.__func__
+        return f if type(f) is types.FunctionType else None
+    return None
 
 
 def _foreign_impls(config, judge, root: str) -> list:
@@ -106,11 +120,24 @@ def main() -> None:
             self.docs: dict = {}
             self.modules: dict = {}
             self.unit: set = set()
+            self.made: dict = {}
+            self.swapped: list = []
+
+        @pytest.hookimpl(hookwrapper=True, tryfirst=True)
+        def pytest_pycollect_makeitem(self, collector, name, obj):
+            # the callable as the test module or class defines it, before any other hook sees the item
+            yield
+            f = _plain_function(obj)
+            if f is not None:
+                self.made[(collector.nodeid, name)] = f
 
         @pytest.hookimpl(hookwrapper=True, tryfirst=True)
         def pytest_pyfunc_call(self, pyfuncitem):
+            made = self.made.get((pyfuncitem.parent.nodeid, pyfuncitem.originalname), self)
+            if made is not self and _plain_function(pyfuncitem.obj) is not made:  # item.obj or the module's attribute replaced since
+                self.swapped.append(pyfuncitem.nodeid)
             outcome = yield
-            self.returned[pyfuncitem.nodeid] = outcome.excinfo is None
+            self.returned[pyfuncitem.nodeid] = outcome.excinfo is None and pyfuncitem.nodeid not in self.swapped
 
         @pytest.hookimpl(hookwrapper=True, tryfirst=True)
         def pytest_runtest_call(self, item):
@@ -148,6 +175,7 @@ def main() -> None:
     watched["judge.pytest_pyfunc_call"] = Judge.pytest_pyfunc_call
     watched["judge.pytest_runtest_logreport"] = Judge.pytest_runtest_logreport
     watched["judge.pytest_runtest_call"] = Judge.pytest_runtest_call
+    watched["judge.pytest_pycollect_makeitem"] = Judge.pytest_pycollect_makeitem
     try:
         code = int(pytest.main(["-p", "no:cacheprovider", "-q", "-rN", "--continue-on-collection-errors",
                                 "--rootdir", root, *targets],
@@ -157,8 +185,10 @@ def main() -> None:
         print(f"runner: pytest raised {type(e).__name__}", file=sys.stderr)
     tampered = sorted(k for k, v in _watch(pytest, (runner, python, reports, rewrite, callers, hooks, unittest)).items()
                       if watched[k] is not v)
-    tampered += [k for k in ("judge.pytest_pyfunc_call", "judge.pytest_runtest_logreport", "judge.pytest_runtest_call")
+    tampered += [k for k in ("judge.pytest_pyfunc_call", "judge.pytest_runtest_logreport", "judge.pytest_runtest_call",
+                             "judge.pytest_pycollect_makeitem")
                  if getattr(Judge, k.split(".", 1)[1]) is not watched[k]]
+    tampered += [f"test callable replaced after collection: {n}" for n in judge.swapped[:3]]
     tampered += [f"plugin {name} implements {hook}"
                  for hook, name in _foreign_impls(getattr(judge, "config", None), judge, root)]
     tests = {}

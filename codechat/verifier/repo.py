@@ -275,7 +275,7 @@ class RepoJudge:
             return RepoVerdict("error", False, 0.0, dropped=dropped, message=f"cannot apply: {e}"), ""
         env = self.env_for(task)
         hidden_files = test_targets(sorted(set(task.hidden_tests) | self._patch_paths(task)))
-        run = run_tests(ws.root, self._targets(task), task.limits.test_timeout_s, self.max_output_bytes, self.hide_paths,
+        run = run_tests(ws.root, self._targets(task, ws), task.limits.test_timeout_s, self.max_output_bytes, self.hide_paths,
                         env=env, memory_mb=self.memory_mb, warm=self.warm)
         return self._decide(task, run, hidden_files, keep, dropped, applied, env.key if env else "codechat",
                             ws.root), run.output
@@ -298,9 +298,14 @@ class RepoJudge:
                     ws.remove()
             return self._missing[task.task_id]
 
-    def _targets(self, task: RepoTask) -> list[str]:
+    def _targets(self, task: RepoTask, ws: Workspace | None = None) -> list[str]:
+        """Hidden test files and visible ones; in a workspace, only the visible files the change left (a deleted
+        test file would make pytest refuse the run: its tests are missing instead, so they count as broken)."""
         hidden_files = test_targets(sorted(set(task.hidden_tests) | self._patch_paths(task)))
-        return sorted(set(hidden_files) | {t.split("::", 1)[0] for t in task.visible_tests})
+        visible = {t.split("::", 1)[0] for t in task.visible_tests}
+        if ws is not None:
+            visible = {t for t in visible if t in hidden_files or (ws.root / t).exists()}
+        return sorted(set(hidden_files) | visible)
 
     @staticmethod
     def _write_tests(task: RepoTask, ws: Workspace) -> None:

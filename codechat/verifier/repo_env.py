@@ -62,6 +62,23 @@ class TestEnv:
     def interpreter(self) -> str:
         return str(Path(self.dir) / "bin" / "python")
 
+    def host_dirs(self) -> list[str]:
+        """Host directories the sandbox must show (read-only) for this environment's interpreter to run: the venv
+        and the base installation its pyvenv.cfg `home` names (a pyenv Python other than codechat's: its binary
+        and standard library live outside the venv)."""
+        dirs = [self.dir]
+        try:
+            cfg = (Path(self.dir) / "pyvenv.cfg").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return dirs
+        m = re.search(r"^home\s*=\s*(.+?)\s*$", cfg, re.M)
+        if m and os.path.isabs(m[1]):
+            home = Path(os.path.realpath(m[1]))
+            prefix = home.parent if home.name == "bin" else home
+            if prefix.is_dir() and str(prefix) not in ("/", "/usr", "/usr/local"):
+                dirs.append(str(prefix))
+        return dirs
+
 
 def parse_env(rec: object, where: str) -> TestEnv:
     if not isinstance(rec, dict) or not isinstance(rec.get("repo"), str) or not isinstance(rec.get("version"), str):

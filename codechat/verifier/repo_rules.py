@@ -8,7 +8,8 @@ like one the standard library or the runner imports (`json.py`, `pytest/`), unle
 it: only top-level names shadow an import (the workspace root or `src/` is first on the path), and only a new
 one changes what is imported. A nested `pkg/numbers.py` shadows nothing.
 
-Added lines refused (the change is `rejected`): frame walking (`f_back`, `f_globals`, `f_locals`), tracing and
+Added lines refused (the change is `rejected`): frame walking (`f_back`, `f_globals`, `f_locals`, a traceback's or
+generator's frame, other threads' frames), tracing and
 profiling hooks, `os._exit`, `gc` object walks, `ctypes`, `PYTEST_*` variables, and, outside the runner's own
 packages (`_pytest`, `pytest`, `pluggy`, which a pytest-dev task edits honestly), `_pytest`, `pluggy` and
 pytest hook names. `sys.modules` is allowed: the runner checks its functions' identity after the run, which
@@ -31,7 +32,8 @@ SHADOW_NAMES = frozenset(sys.stdlib_module_names) | {"pytest", "_pytest", "plugg
                                                      "py", "exceptiongroup", "tomli", "pygments"}
 RUNNER_PACKAGES = frozenset({"_pytest", "pytest", "pluggy"})
 HAZARD = re.compile(r"settrace|setprofile|\bos\._exit\b|gc\.get_(?:objects|referrers|referents)|\bctypes\b|"
-                    r"\bPYTEST_|\bf_back\b|\bf_globals\b|\bf_locals\b|\bsys\._getframe\b|\binspect\.(?:stack|currentframe)\b")
+                    r"\bPYTEST_|\bf_back\b|\bf_globals\b|\bf_locals\b|\bsys\._getframe\b|\binspect\.(?:stack|currentframe)\b|"
+                    r"\btb_frame\b|\b_current_frames\b|\b(?:gi|cr|ag)_frame\b")
 RUNNER_NAMES = re.compile(r"\b_pytest\b|\bpluggy\b|"
                           r"\bpytest_(?:runtest|pyfunc|collect|configure|sessionfinish|report|load_initial|cmdline)")
 DATA_SUFFIXES = (".py",)

@@ -65,7 +65,7 @@ def run_tests(root: Path, targets: list[str], timeout_s: float, max_output_bytes
                        "pythonpath": env.pythonpath if env else []}) + "\n"
     limits = isolation.Limits(cpu_s=int(timeout_s) + 1, memory_mb=memory_mb, nproc=64, nofile=256, fsize_mb=16)
     python = env.interpreter if env else sys.executable
-    cap, binds = max(max_output_bytes, MAX_OUTPUT_BYTES), (env.dir,) if env else ()
+    cap, binds = max(max_output_bytes, MAX_OUTPUT_BYTES), tuple(env.host_dirs()) if env else ()
     res = warm.run(python, spec.encode(), root, env.pythonpath if env else [], timeout_s, limits, cap, hide_paths,
                    binds) if warm is not None else None
     if res is None:
@@ -85,6 +85,9 @@ def run_tests(root: Path, targets: list[str], timeout_s: float, max_output_bytes
         if isinstance(rec, dict) and rec.get("nonce") == nonce:
             records.append(rec)
     if len(records) != 1:
+        if not records and "codechat sandbox launch failed" in output:  # before any code of the patch ran
+            return TestRun("env_error", output=output, duration_s=res.duration_s,
+                           message=output.strip().splitlines()[-1][:300])
         if not records and re.search(r"No module named '?(pytest|_pytest|pluggy)'?", output):
             return TestRun("env_error", output=output, duration_s=res.duration_s,
                            message=f"the environment's interpreter {python} has no pytest")
