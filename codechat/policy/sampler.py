@@ -71,6 +71,24 @@ class SampleBatch:
     """(N,) long: real new tokens per sample."""
 
 
+def pad_rows(rows: list[list[int]], pad_id: int, masks: list[list[float]] | None = None,
+             logprobs: list[list[float]] | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Ragged rows -> tokens (N, T) long right-padded with `pad_id`, mask (N, T) float, logprobs (N, T) float.
+    masks: each row's own mask (holes on an episode's tool results or a forced prefix; default 1 on every token
+    of the row); logprobs: each row's (default 0). Both are 0 on padding; T = the longest row (at least 1)."""
+    T = max((len(r) for r in rows), default=1) or 1
+    tokens = torch.full((len(rows), T), int(pad_id), dtype=torch.long)  # (N, T)
+    mask = torch.zeros((len(rows), T))  # (N, T)
+    lp = torch.zeros((len(rows), T))  # (N, T)
+    for i, r in enumerate(rows):
+        tokens[i, :len(r)] = torch.tensor(r, dtype=torch.long)
+        m = [1.0] * len(r) if masks is None else masks[i]
+        mask[i, :len(m)] = torch.tensor(m, dtype=mask.dtype)
+        if logprobs is not None:
+            lp[i, :len(logprobs[i])] = torch.tensor(logprobs[i], dtype=lp.dtype)
+    return tokens, mask, lp
+
+
 def truncate(logits, cfg: SamplingConfig):
     """Raw logits (B, V) -> float logits of the distribution sampled from: tempered, -inf outside top-k/top-p.
     Greedy (temperature 0) leaves them as they are."""

@@ -24,11 +24,11 @@ import torch
 
 from codechat import CodechatError
 from codechat.policy import SampleBatch
+from codechat.policy.sampler import pad_rows
 from codechat.rollout.agents import ModelAgent, result_text
 from codechat.rollout.collect import Rollouts, fill_infra, score
 from codechat.rollout.episode import EpisodeResult, EpisodeRunner
 from codechat.tasks.repo import RepoTask
-from codechat.train.common import pad
 from codechat.verifier.repo import RepoJudge
 
 
@@ -71,12 +71,8 @@ def episodes_to_rollouts(tasks: list[RepoTask], results: list[EpisodeResult], gr
             lps.append(t.logprobs[t.prompt_len:end])
             masks.append([float(m) for m in t.is_model[t.prompt_len:end]])
         prompts.append(prompt)
-    tokens, _ = pad(rows, pad_id)  # (N, T)
-    mask = torch.zeros(tokens.shape, dtype=torch.float32)  # (N, T) 1 = model token
-    logprobs = torch.zeros(tokens.shape, dtype=torch.float32)  # (N, T) the sampler's, 0 on results and padding
-    for i, (m, lp) in enumerate(zip(masks, lps)):
-        mask[i, :len(m)] = torch.tensor(m)
-        logprobs[i, :len(lp)] = torch.tensor(lp)
+    tokens, mask, logprobs = pad_rows(rows, pad_id, masks, lps)  # (N, T); mask 1 = model token; logprobs the
+    # sampler's, 0 on results and padding
     texts = [episode_text(e) for e in results]
     finish = ["length" if e.truncated else "stop" for e in results]
     batch = SampleBatch(torch.arange(len(tasks)).repeat_interleave(group_size), tokens, mask, logprobs, finish,

@@ -57,10 +57,11 @@ import torch
 
 from codechat import CodechatError
 from codechat.policy.sampler import Sampler
-from codechat.rollout.collect import Rollouts, collect
+from codechat.rollout.collect import Rollouts
 from codechat.train import dist
 from codechat.train.common import Context, take
-from codechat.train.episodes import collect_episodes, episode_metrics, is_repo_batch
+from codechat.train.episodes import episode_metrics, is_repo_batch
+from codechat.train.rollouts import collect_rollouts
 from codechat.train.probe import GapProbe, ProbeBatch
 
 
@@ -199,15 +200,11 @@ class AsyncProducer:
         self._load(held.pop())
         self._acting = version
         cfg = self.ctx.cfg
-        if is_repo_batch(tasks):  # repository tasks: G multi-turn episodes per task, acted by the producer's copy
-            r = collect_episodes(self.ctx, self.sampler, tasks, cfg.rl.group_size, seed, policy=self.behaviour,
-                                 before_turn=self._newest if self.partial else lambda: version)
-        elif self.partial:
+        if self.partial and not is_repo_batch(tasks):
             raise CodechatError("rl.partial_rollouts needs repository tasks (multi-turn episodes); data.train has "
                                 "single-answer tasks")
-        else:
-            r = collect(self.behaviour, self.sampler, self.ctx.verifier, tasks, cfg.rl.group_size, cfg.sampling,
-                        cfg.rewards, seed=seed, stream=cfg.rollout.verify_while_decoding)
+        r = collect_rollouts(self.ctx, self.sampler, tasks, cfg.rl.group_size, seed, policy=self.behaviour,
+                             before_turn=self._newest if self.partial else lambda: version)  # the producer's copy
         pb = self.probe.sample(self.sampler, step) if self.probe is not None else None
         self._last_end = time.perf_counter()
         return r, self._last_end - t0, pb

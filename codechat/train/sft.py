@@ -10,10 +10,11 @@ import torch
 from codechat import CodechatError
 from codechat.plugins import load_with
 from codechat.policy import completion_logprobs
+from codechat.policy.sampler import pad_rows
 from codechat.rollout.collect import prompt_text
 from codechat.rollout.expert import expert_episodes
 from codechat.train import dist
-from codechat.train.common import Context, end_step, grad_norm_clip, make_optimizer, pad, restore, take
+from codechat.train.common import Context, end_step, grad_norm_clip, make_optimizer, restore, take
 from codechat.train.context import drop_long, prompt_limit
 from codechat.train.episodes import is_repo_batch, run_judge
 
@@ -29,11 +30,7 @@ def sft_loss(policy, prompts: list[list[int]], answers: list[list[int]],
              masks: list[list[float]] | None = None) -> torch.Tensor:
     """Mean negative log-likelihood of the answer tokens given their prompts (token-mean). masks: per answer,
     1 on the tokens to learn (an episode's model tokens), 0 on the others (tool results: context only)."""
-    tokens, mask = pad(answers, policy.tokenizer.pad_token_id or 0)  # (B, T)
-    if masks is not None:
-        mask = torch.zeros_like(mask)  # (B, T)
-        for i, m in enumerate(masks):
-            mask[i, :len(m)] = torch.tensor(m, dtype=mask.dtype)
+    tokens, mask, _ = pad_rows(answers, policy.tokenizer.pad_token_id or 0, masks)  # (B, T)
     tokens, mask = tokens.to(policy.device), mask.to(policy.device)
     idx = torch.arange(len(prompts), device=policy.device)
     logp = completion_logprobs(policy.model, prompts, idx, tokens, mask)  # (B, T)
