@@ -8,7 +8,7 @@ import torch
 from codechat.config import RewardConfig
 from codechat.policy import SampleBatch
 from codechat.policy.sampler import pad_rows
-from codechat.rollout.collect import Rollouts
+from codechat.rollout.collect import Rollouts, rollout_metrics
 from codechat.tasks.repo import RepoTask
 from codechat.train import dpo, groups, producer, rft, rollouts
 from codechat.verifier import Verdict
@@ -52,7 +52,8 @@ def episode_rollouts(first_hole_token: int) -> Rollouts:
     mask = torch.tensor([[1., 0., 1.], [1., 1., 0.], [1., 0., 1.], [1., 0., 0.]])
     batch = SampleBatch(torch.tensor([0, 0, 1, 1]), tokens, mask, torch.zeros(4, 3), ["stop"] * 4, ["t"] * 4,
                         torch.tensor([3, 2, 3, 1]))
-    return Rollouts(["a", "b"], [[1], [2]], batch, [PASS, FAIL, PASS, FAIL], torch.tensor([1., 0., 1., 0.]))
+    tasks = [SimpleNamespace(task_id=t, kind="code") for t in "ab"]
+    return Rollouts(tasks, [[1], [2]], batch, [PASS, FAIL, PASS, FAIL], torch.tensor([1., 0., 1., 0.]))
 
 
 def test_resampled_groups_are_padded_with_the_runs_pad_id_not_a_tool_result_token():
@@ -63,3 +64,12 @@ def test_resampled_groups_are_padded_with_the_runs_pad_id_not_a_tool_result_toke
     assert sorted(set(pad.tolist())) == [0, 77]
     assert r.batch.tokens[1, 2] == 0 and r.batch.tokens[3, 1:].tolist() == [0, 0]
     assert r.batch.mask[0].tolist() == [1, 0, 1]
+
+
+def test_response_length_of_an_episode_counts_model_tokens_only():
+    r = episode_rollouts(first_hole_token=77)
+    r.episodes = ["e"] * 4  # episode rows: tool results (mask 0) inside n_tokens
+    m = rollout_metrics(r)
+    assert m["response_len_mean"] == (2 + 2 + 2 + 1) / 4 and m["response_len_max"] == 2
+    r.episodes = []  # single answers: every new token is the response
+    assert rollout_metrics(r)["response_len_mean"] == (3 + 2 + 3 + 1) / 4

@@ -7,14 +7,15 @@ run's `algo` section is never modified). Inner epochs (mu > 1) reuse the rollout
 clip; `rl.minibatch_size` samples (over all ranks) per optimizer step; gradient accumulation bounds memory.
 `algo.difficulty_alpha` weights advantages by a running per-prompt pass rate kept in the checkpointed state.
 
-Where the next pieces plug in:
-- a multi-turn episode rollout (model turns and tool results) is another producer of `Rollouts`: it replaces
-  `sample_groups` (train/groups.py) and returns the turns' token ids in `batch.tokens` with the tool results'
-  tokens masked out by `batch.mask`; everything from the advantages on reads only `Rollouts`;
-- an asynchronous rollout producer running beside the trainer replaces the `sample_groups` call by a read from
-  its queue and `push_weights` by a publish of the new weights; `batch.logprobs` are then the behaviour
-  policy's, which the log-prob gap metrics and the truncated-IS correction (`algo.tis_cap`) already use.
-`rl_update` takes the rows to train on and their advantages, whatever produced them.
+Rollouts come from one of two places, both returning the same `Rollouts`:
+- `sample_groups` (train/groups.py) samples this step's groups with the current weights: single answers, or
+  for repository tasks G multi-turn episodes per task (train/episodes.py), whose `batch.tokens` hold the model
+  turns and tool results and whose `batch.mask` is 1 on the model's tokens only;
+- with `rl.async_steps = k > 0`, `AsyncProducer` (train/producer.py) samples up to k batches ahead in a thread
+  with older weights; `batch.logprobs` are then the behaviour policy's, which the log-prob gap metrics and the
+  off-policy correction (`algo.tis_cap`, on by default under async) use.
+Everything from the advantages on reads only `Rollouts` and the loss mask; `rl_update` takes the rows to train
+on and their advantages, whatever produced them.
 
     codechat train --config configs/grpo.yaml
 """
