@@ -40,6 +40,16 @@ def is_repo_batch(tasks) -> bool:
     return bool(repo) and all(repo)
 
 
+LENGTH_CUTS = ("tokens", "context")
+"""The truncations that cut an episode for its length (the others end it by turns, tool calls or wall time)."""
+
+
+def model_token_budget(task: RepoTask, agent) -> int:
+    """Most tokens the model can sample in one episode of `task`: every turn at `agent.turn_tokens`, capped by
+    the task's token budget (which also counts the prompt and tool results, so the model never reaches it)."""
+    return min(task.limits.max_turns * agent.turn_tokens, task.limits.max_tokens)
+
+
 def run_judge(ctx) -> RepoJudge:
     """The run's judge (one pristine base per task, kept across steps); closed with the run."""
     if ctx.judge is None:
@@ -55,7 +65,9 @@ def episode_text(e: EpisodeResult) -> str:
 
 def episodes_to_rollouts(tasks: list[RepoTask], results: list[EpisodeResult], group_size: int, pad_id: int,
                          rewards_cfg, max_tokens: int) -> Rollouts:
-    """P tasks x G episodes (contiguous per task) -> Rollouts whose mask covers exactly the model tokens."""
+    """P tasks x G episodes (contiguous per task) -> Rollouts whose mask covers exactly the model tokens.
+    max_tokens: the model-token budget the length rewards compare each episode's model tokens with; only a cut
+    for length (LENGTH_CUTS) counts as truncated for them."""
     prompts, rows, lps, masks = [], [], [], []
     for p in range(len(tasks)):
         group = results[p * group_size:(p + 1) * group_size]
@@ -80,7 +92,8 @@ def episodes_to_rollouts(tasks: list[RepoTask], results: list[EpisodeResult], gr
     verdicts = [e.verdict.verdict() for e in results]
     per = [tasks[p] for p in range(len(tasks)) for _ in range(group_size)]
     n_model = [int(m.sum()) for m in mask]
-    rew, comps = score(per, texts, verdicts, n_model, [bool(e.truncated) for e in results], max_tokens, rewards_cfg,
+    rew, comps = score(per, texts, verdicts, n_model, [e.truncated in LENGTH_CUTS for e in results], max_tokens,
+                       rewards_cfg,
                        habits=[(e.tool_calls, e.protected_attempts) for e in results])
     rew = fill_infra(rew, batch.prompt_index, [v.status == "infra_error" for v in verdicts])
     return Rollouts(tasks, prompts, batch, verdicts, rew, comps, episodes=results)
@@ -97,7 +110,7 @@ def collect_episodes(ctx, engine, tasks: list[RepoTask], group_size: int, seed: 
     results = runner.run([(t, g) for t in tasks for g in range(group_size)], seed=seed, before_turn=before_turn)
     wall = time.perf_counter() - t0
     pad_id = ctx.policy.tokenizer.pad_token_id
-    max_tokens = max(t.limits.max_tokens for t in tasks)
+    max_tokens = max(model_token_budget(t, ctx.cfg.agent) for t in tasks)  # overlong compares model tokens
     r = episodes_to_rollouts(tasks, results, group_size, 0 if pad_id is None else int(pad_id), ctx.cfg.rewards,
                              max_tokens)
     r.sample_s, r.verify_s = runner.act_s, runner.judge_s

@@ -40,6 +40,7 @@ from codechat.rollout.thinking import behaviour_logprobs
 from codechat.train import dist
 from codechat.train.common import Context, end_step, grad_norm_clip, make_optimizer, reference_model, restore, \
     save_stage_start
+from codechat.train.episodes import is_repo_batch, model_token_budget
 from codechat.train.groups import sample_groups
 from codechat.train.probe import GapProbe
 from codechat.train.producer import AsyncProducer, check_async
@@ -51,9 +52,10 @@ ASYNC_TIS_CAP = 2.0
 min(pi_old / pi_behaviour, 2), the capped correction of decoupled PPO (AReaL) and prime-rl."""
 
 
-def stage_algo(cfg: RunConfig, stage: str) -> AlgoConfig:
+def stage_algo(cfg: RunConfig, stage: str, tasks=()) -> AlgoConfig:
     """The algorithm settings of an RL stage, as a copy (the run's config is left as it is): stage `rloo` uses
-    the rloo advantage; agg_norm 0 becomes the generation budget (Dr. GRPO's constant normaliser); an unset
+    the rloo advantage; agg_norm 0 becomes the generation budget (Dr. GRPO's constant normaliser:
+    sampling.max_new_tokens, or for repository `tasks` the largest episode's model-token budget); an unset
     tis_cap becomes ASYNC_TIS_CAP under rl.async_steps > 0, else 0 (off)."""
     a = cfg.algo
     if stage == "rloo":
@@ -61,7 +63,9 @@ def stage_algo(cfg: RunConfig, stage: str) -> AlgoConfig:
     if a.tis_cap is None:
         a = dataclasses.replace(a, tis_cap=ASYNC_TIS_CAP if cfg.rl.async_steps > 0 else 0.0)
     if a.agg_norm == 0:
-        a = dataclasses.replace(a, agg_norm=float(cfg.sampling.max_new_tokens))
+        budget = max(model_token_budget(t, cfg.agent) for t in tasks) if is_repo_batch(tasks) else \
+            cfg.sampling.max_new_tokens
+        a = dataclasses.replace(a, agg_norm=float(budget))
     return a
 
 
@@ -201,7 +205,7 @@ def advantages(ctx: Context, r: Rollouts, a: AlgoConfig, tracker: DifficultyTrac
 
 def run_rl(ctx: Context) -> None:
     c, st = ctx.cfg.rl, ctx.state
-    a = stage_algo(ctx.cfg, ctx.stage)
+    a = stage_algo(ctx.cfg, ctx.stage, ctx.train_tasks)
     if a.kl_beta > 0:
         save_stage_start(ctx)
     ref = reference_model(ctx) if a.kl_beta > 0 else None
