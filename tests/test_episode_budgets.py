@@ -9,6 +9,7 @@ from codechat.config.io import load_config
 from codechat.tasks.repo_loaders import load_repo_tasks
 from codechat.train.episodes import episodes_to_rollouts, model_token_budget
 from codechat.train.rl import stage_algo
+from codechat.train.sft import warn_long_turns
 from tests.test_episode_rollouts import TASK, episode
 
 OVERLONG = RewardConfig(components={"pass-all": 1.0, "overlong": 1.0})
@@ -48,3 +49,12 @@ def test_dr_grpo_constant_is_the_episode_model_token_budget_for_repository_tasks
     assert want != 64
     assert stage_algo(cfg, "grpo", tasks).agg_norm == want
     assert stage_algo(cfg, "grpo").agg_norm == 64  # single answers: the generation budget
+
+
+def test_expert_turns_longer_than_the_turn_budget_warn_once(recwarn):
+    eps = [episode([1], [(True, 5), (False, 3), (True, 12)]), episode([1], [(True, 4)])]
+    warn_long_turns(eps, 20)
+    assert not recwarn.list
+    with pytest.warns(UserWarning, match=r"sft: 1 of 3 expert turns are longer than agent.turn_tokens=10 "
+                                         r"\(longest 12 tokens\)"):
+        warn_long_turns(eps, 10)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import time
+import warnings
 
 import torch
 
@@ -104,6 +105,17 @@ def run_sft(ctx: Context) -> None:
                    encoded=prefilled_examples(ctx.policy, tasks))  # thinking: prefilled empty blocks
 
 
+def warn_long_turns(episodes, turn_tokens: int) -> None:
+    """One warning when expert turns are longer than the runtime's turn budget: SFT teaches turns (a whole file
+    in one write_file) that a sampled turn, cut at `agent.turn_tokens`, can never finish."""
+    lens = [u.model_end - u.model_start for e in episodes for u in e.transcript.turns]
+    over = sum(n > turn_tokens for n in lens)
+    if over:
+        warnings.warn(f"sft: {over} of {len(lens)} expert turns are longer than agent.turn_tokens={turn_tokens} "
+                      f"(longest {max(lens)} tokens); sampled turns are cut there: raise agent.turn_tokens",
+                      stacklevel=2)
+
+
 def transcript_examples(ctx: Context, tasks) -> list[tuple[list[int], list[int], list[float]]]:
     """(prompt ids, the rest of the transcript, its loss mask = model tokens) per expert episode; the count of
     transcripts, their wrong share and resolve rate are logged once (`sft/expert_*`)."""
@@ -112,6 +124,7 @@ def transcript_examples(ctx: Context, tasks) -> list[tuple[list[int], list[int],
                                ctx.cfg.sft.expert_recover)
     if not episodes:
         raise CodechatError(f"{ctx.cfg.data.sft or ctx.cfg.data.train}: no repository task has a reference fix")
+    warn_long_turns(episodes, ctx.cfg.agent.turn_tokens)
     out = []
     for e in episodes:
         t = e.transcript
