@@ -8,6 +8,7 @@ RL model, both evaluated on the held-out set with the same eval settings and see
     PYTHONPATH=. python bench/thinking_run.py --out /tmp/think --toy              # the old toy run only
     PYTHONPATH=. python bench/thinking_run.py --out /tmp/short --short            # the suite's short run, seeds 0 1 2
     PYTHONPATH=. python bench/thinking_run.py --summarize /tmp/short --short      # its JSON line again
+    PYTHONPATH=. python bench/thinking_run.py --out /tmp/tags --short --single-tags  # <think>, </think> one token each
 
 Every run is `codechat train --config configs/thinking.yaml` (a subprocess with OMP_NUM_THREADS=1; at most
 --parallel at once); extra KEY=VALUE arguments go to the RL runs. "Before" is each RL run's `ref_eval/...` (the
