@@ -8,6 +8,7 @@ RL model, both evaluated on the held-out set with the same eval settings and see
     PYTHONPATH=. python bench/thinking_run.py --out /tmp/think --toy              # the old toy run only
     PYTHONPATH=. python bench/thinking_run.py --out /tmp/short --short            # the suite's short run, seeds 0 1 2
     PYTHONPATH=. python bench/thinking_run.py --summarize /tmp/short --short      # its JSON line again
+    PYTHONPATH=. python bench/thinking_run.py --out /tmp/tags --short --single-tags  # <think>, </think> one token each
 
 Every run is `codechat train --config configs/thinking.yaml` (a subprocess with OMP_NUM_THREADS=1; at most
 --parallel at once); extra KEY=VALUE arguments go to the RL runs. "Before" is each RL run's `ref_eval/...` (the
@@ -32,7 +33,10 @@ import sys
 import time
 from pathlib import Path
 
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
 from codechat.policy import build_preset
+from codechat.policy.presets import save_tokenizer
 from codechat.io.rundir import resolve_model
 
 SFT = [["stages=[sft]", "data.sft=builtin:synthetic-sft-think", "sft.steps=160", "sft.lr=3e-3",
@@ -61,6 +65,8 @@ SHORT = ["data.sft=builtin:toy-think-sft-cold", "data.train=builtin:toy", "data.
 """--short and tests/test_thinking_run.py: configs/thinking.yaml's stages, objective and sampling with these sizes
 (60 new tokens: a thinking answer is ~52), the eval set = the training set (the mechanism, not generalisation)."""
 COMMON = ["log.progress=false", "log.plot=false", "checkpoint.every=0", "eval.every=0", "model.device=cpu"]
+TAGS = ("<think>", "</think>")
+"""configs/thinking.yaml's tags, added whole by --single-tags."""
 KEYS = {"nothink": "thinking/nothink_frac", "tokens": "thinking/len", "pass1": "pass@1", "greedy": "greedy_pass@1",
         "malformed": "thinking/malformed_frac"}
 
@@ -101,10 +107,18 @@ def rl_evaluated(run_dir: Path) -> bool:
     return ref is not None and any("eval/pass@1" in m for m in rows[ref:])
 
 
-def small_model(out: Path) -> Path:
-    """The short run's model, built once into `out` (a few seconds: the tokenizer is trained from the corpus)."""
+def small_model(out: Path, single_tags: bool = False) -> Path:
+    """The short run's model, built once into `out` (a few seconds: the tokenizer is trained from the corpus).
+    `single_tags`: `<think>` and `</think>` added to the tokenizer as one token each (as Qwen3 and R1-style
+    tokenizers have them), the embedding grown to match."""
     if not (out / "model.safetensors").is_file():
         build_preset("tiny", out, **SMALL)
+        if single_tags:
+            tok, model = AutoTokenizer.from_pretrained(out), AutoModelForCausalLM.from_pretrained(out)
+            tok.add_tokens(list(TAGS))
+            model.resize_token_embeddings(len(tok))
+            model.save_pretrained(out)
+            save_tokenizer(tok, out)
     return out
 
 
@@ -138,6 +152,8 @@ def main() -> None:
     ap.add_argument("--toy", action="store_true", help="only the old toy run (SFT + RL, defaults + TOY) in OUT/toy")
     ap.add_argument("--short", action="store_true", help="the suite's short run (configs/thinking.yaml + SHORT, a "
                     "small model) per seed in OUT/short-s*")
+    ap.add_argument("--single-tags", action="store_true", help="with --short: <think> and </think> one token each "
+                    "(the model in OUT/small-model-tags)")
     ap.add_argument("overrides", nargs="*", help="KEY=VALUE overrides of the RL runs")
     args = ap.parse_args()
     if args.summarize:
@@ -152,7 +168,7 @@ def main() -> None:
         print(json.dumps({**before_after(args.out / "toy"), "wall_s": round(time.perf_counter() - t0, 1)}))
         return
     if args.short:
-        model = small_model(args.out / "small-model")
+        model = small_model(args.out / ("small-model-tags" if args.single_tags else "small-model"), args.single_tags)
         cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         seeds = [int(s) for s in args.seeds.split(",")]
         for i in range(0, len(seeds), args.parallel):

@@ -17,6 +17,7 @@ from codechat.policy.logprobs import completion_logprobs
 from codechat.policy.lean_ops import SiluMulLinear, WeightedRMSNorm, lean_swiglu
 from codechat.train import train
 from codechat.train import producer as producer_mod
+from codechat.train import rollouts as rollouts_mod
 
 
 def saved_bytes(fn):
@@ -115,7 +116,7 @@ def test_logprobs_through_the_lean_ops_equal_the_plain_ones(monkeypatch):
 def test_producer_drops_the_snapshot_once_loaded(tmp_path, monkeypatch):
     """While the producer samples a batch, the snapshot it loaded its weights from is gone (the copy it loaded
     into is the only one); before the fix the work item kept it alive through the batch."""
-    alive, real_collect = [], producer_mod.collect
+    alive, real_collect = [], rollouts_mod.collect
     refs = []
     real_snapshot = producer_mod.weights_snapshot
 
@@ -129,7 +130,7 @@ def test_producer_drops_the_snapshot_once_loaded(tmp_path, monkeypatch):
         alive.append(refs[-1]() is not None)
         return real_collect(*a, **k)
     monkeypatch.setattr(producer_mod, "weights_snapshot", snapshot)
-    monkeypatch.setattr(producer_mod, "collect", collect)
+    monkeypatch.setattr(rollouts_mod, "collect", collect)
     train(load_config(None, ["data.train=builtin:toy", "sampling.max_new_tokens=6", "log.progress=false",
                              "log.plot=false", "verifier.workers=1", "rl.prompts_per_step=2", "rl.group_size=2",
                              "checkpoint.every=0", "log.audit=false", "stages=[grpo]", "rl.steps=2",

@@ -165,10 +165,10 @@ def test_rft_on_repo_tasks_keeps_passing_episodes_and_learns_their_model_tokens(
                                                                                  monkeypatch):
     """rft on repository tasks: G episodes per task, the passing ones kept (here sample 0 of each group), the
     improve step's loss on exactly their model tokens."""
-    from codechat.train import rft
+    from codechat.train import rollouts
     got = []
-    real = rft.collect_episodes
-    monkeypatch.setattr(rft, "collect_episodes", lambda *a, **k: got.append(real(*a, **k)) or got[-1])
+    real = rollouts.collect_episodes
+    monkeypatch.setattr(rollouts, "collect_episodes", lambda *a, **k: got.append(real(*a, **k)) or got[-1])
     run = tmp_path / "rft"
     train(load_config(None, BASE + [f"run_dir={run}", "stages=[rft]", "rft.prompts=2", "rft.group_size=2",
                                     "rft.steps=2", "rft.batch_size=2", "rft.lr=1e-3"]))
@@ -196,10 +196,10 @@ def test_dpo_on_repo_tasks_pairs_resolved_with_unresolved_episodes_on_their_mode
         tmp_path, short_tasks, first_sample_passes, monkeypatch):
     """dpo on repository tasks: a pair is a resolved and an unresolved episode of the same task (here sample 0
     and sample 1 of each group), each scored on exactly its model tokens."""
-    from codechat.train import dpo
+    from codechat.train import dpo, rollouts
     got, seen = [], []
-    real_collect, real_lp = dpo.collect_episodes, dpo.seq_logp
-    monkeypatch.setattr(dpo, "collect_episodes", lambda *a, **k: got.append(real_collect(*a, **k)) or got[-1])
+    real_collect, real_lp = rollouts.collect_episodes, dpo.seq_logp
+    monkeypatch.setattr(rollouts, "collect_episodes", lambda *a, **k: got.append(real_collect(*a, **k)) or got[-1])
     monkeypatch.setattr(dpo, "seq_logp", lambda m, p, a, pad_id: seen.append((p, a)) or real_lp(m, p, a, pad_id))
     run = tmp_path / "dpo"
     train(load_config(None, BASE + [f"run_dir={run}", "stages=[dpo]", "dpo.steps=2", "dpo.prompts_per_step=2",

@@ -2,6 +2,7 @@
 difficulty weighting wired through the trainer (weights, updates, checkpointed state), warmup by RL steps, the
 zero-variance fraction after resampling, the sample std in group_std_mean, offline DPO's finish reasons, and the config checks that refuse settings which cannot work."""
 import json
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -108,12 +109,14 @@ def test_zero_var_frac_is_of_the_groups_trained_on_after_resampling(monkeypatch)
     """zero_variance=resample: the first draw has no signal, the second has; zero_var_frac describes the groups
     kept (0), the first draw's fraction is logged apart."""
     import codechat.train.groups as groups
+    import codechat.train.rollouts as rollouts
 
     tasks = [Task(f"t{i}", "p", ["assert True"]) for i in range(4)]
     draws = iter([_rollouts([[0, 0], [1, 1]], tasks[:2]), _rollouts([[0, 1], [1, 0]], tasks[2:])])
-    monkeypatch.setattr(groups, "collect", lambda *a, **k: next(draws))
+    monkeypatch.setattr(rollouts, "collect", lambda *a, **k: next(draws))
     cfg = load_config(None, ["rl.prompts_per_step=2", "rl.group_size=2", "rl.zero_variance=resample"])
-    ctx = Context(cfg, None, None, None, None, TrainState(), None, tasks)
+    policy = SimpleNamespace(tokenizer=SimpleNamespace(pad_token_id=0))  # the pad id the resampled groups take
+    ctx = Context(cfg, policy, None, None, None, TrainState(), None, tasks)
     r, extra = groups.sample_groups(ctx, None)
     metrics = rollout_metrics(r) | extra
     assert [t.task_id for t in r.tasks] == ["t2", "t3"]

@@ -2,11 +2,11 @@
 was sampled, with the same loss, metrics and gradient as the per-sample computation.
 
 Small models on easy prompts sample the same completion many times per group (58.5% of the demo's GRPO samples
-repeat another of their group). Two rows with the same prompt, the same tokens up to their last masked-in one, the
-same mask and the same advantage (and, when the loss reads them, the same sampler log-probs) have the same
-log-probs and hence identical loss terms. So:
+repeat another of their group). Two rows with the same prompt, the same tokens up to their last masked-in one and
+the same mask get the same log-probs from the model, whatever their advantages or sampler log-probs. So the
+trainer (train/rl.py `logprobs_for`) keys rows on exactly those three:
 
-    d = find_duplicates(prompt_index, tokens, mask, advantages)     # rows (N,) -> U distinct rows
+    d = find_duplicates(prompt_index, tokens, mask)                 # rows (N,) -> U distinct rows
     logp_u = completion_logprobs(model, ..., rows[d.keep])          # (U, T): the only model pass
     logp = expand(logp_u, d)                                        # (N, T), differentiable
     loss, metrics = policy_loss(..., logp, ...)                     # unchanged, on all N rows
@@ -14,13 +14,14 @@ log-probs and hence identical loss terms. So:
 The multiplicity is the weight, applied by autograd: `expand` is an index_select, whose backward sums the N rows'
 gradients into their U distinct rows (an index_add), i.e. multiplies each distinct row's gradient by its count.
 Because the loss is still evaluated on the N expanded rows, every aggregation mode, KL estimator, truncated IS and
-metric (clip fractions, entropy, KL, ratios) is the per-sample one by construction, not a second weighted copy of
-each formula; what is saved is the model's forward and backward over the N - U duplicate rows (the (N, T)
+metric (clip fractions, entropy, KL, ratios) is the per-sample one by construction, each row with its own
+advantage and sampler log-probs, not a second weighted copy of each formula; what is saved is the model's forward and backward over the N - U duplicate rows (the (N, T)
 elementwise loss is negligible next to it). Equal up to float summation order: tests/test_dedup_update.py checks
 loss, metrics and gradients against the naive computation for every aggregation mode and loss.
 
-What it does not merge: rows equal in text but not in tokens (another tokenisation), rows of different prompts,
-rows whose advantages or (with TIS) sampler log-probs differ in any bit; those stay distinct, which is always exact.
+What it does not merge: rows equal in text but not in tokens (another tokenisation), rows of different prompts
+or masks (an episode's tool results, a forced prefix); those stay distinct, which is always exact.
+`find_duplicates` also takes extra per-row tensors to key on (for a caller that merges whole loss terms).
 """
 from __future__ import annotations
 

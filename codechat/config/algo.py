@@ -40,8 +40,9 @@ class AlgoConfig:
     agg: str = "token-mean"
     """Loss aggregation: token-mean, seq-mean-token-mean, seq-mean-token-sum, seq-mean-token-sum-norm."""
     agg_norm: float = 0.0
-    """Constant normaliser for seq-mean-token-sum-norm (Dr. GRPO); 0 = sampling.max_new_tokens (the RL stages
-    resolve it so; algos.agg_loss called directly with 0 divides by the padded length T)."""
+    """Constant normaliser for seq-mean-token-sum-norm (Dr. GRPO); 0 = the generation budget:
+    sampling.max_new_tokens, for repository tasks the episode's model-token budget (the RL stages resolve it so;
+    algos.agg_loss called directly with 0 divides by the padded length T)."""
     dpo_beta: float = 0.1
     """DPO temperature beta."""
     dpo_label_smoothing: float = 0.0

@@ -58,17 +58,40 @@ class SampleBatch:
     prompt_index: torch.Tensor
     """(N,) long: the prompt each sample came from; the n samples of a prompt are contiguous."""
     tokens: torch.Tensor
-    """(N, T) long: new tokens, right-padded with the pad id; T = the longest sample."""
+    """(N, T) long: each row's tokens after its prompt, right-padded with the pad id; T = the longest row. A
+    single answer's row is its new tokens; an episode's is its model turns and tool results in order."""
     mask: torch.Tensor
-    """(N, T) float: 1 on real new tokens (including the final EOS/stop token), 0 on padding."""
+    """(N, T) float: the loss mask, 1 exactly on the tokens the policy sampled (the final EOS/stop token
+    included); 0 on padding, on an episode's tool results and on a forced sample's shared forced prefix."""
     logprobs: torch.Tensor
-    """(N, T) float: log-prob of each token under the distribution it was sampled from; 0 on padding."""
+    """(N, T) float: log-prob of each sampled token under the distribution it was sampled from; 0 where mask
+    is 0 (a forced prefix's first token: log of its stratum's share)."""
     finish_reason: list[str]
-    """Per sample: 'stop' (EOS or stop string) or 'length' (max_new_tokens)."""
+    """Per sample: 'stop' (EOS or stop string) or 'length' (the token budget ran out; an episode: truncated)."""
     texts: list[str]
-    """Per sample: decoded completion (special tokens dropped), cut just after the stop string."""
+    """Per sample: decoded row (special tokens dropped), cut just after the stop string; an episode's is its
+    model turns with their tool results between them."""
     n_tokens: torch.Tensor
-    """(N,) long: real new tokens per sample."""
+    """(N,) long: each row's length (real tokens, mask holes included: an episode's model and tool-result
+    tokens). The tokens the model produced are `mask.sum(-1)` (Rollouts.model_tokens)."""
+
+
+def pad_rows(rows: list[list[int]], pad_id: int, masks: list[list[float]] | None = None,
+             logprobs: list[list[float]] | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Ragged rows -> tokens (N, T) long right-padded with `pad_id`, mask (N, T) float, logprobs (N, T) float.
+    masks: each row's own mask (holes on an episode's tool results or a forced prefix; default 1 on every token
+    of the row); logprobs: each row's (default 0). Both are 0 on padding; T = the longest row (at least 1)."""
+    T = max((len(r) for r in rows), default=1) or 1
+    tokens = torch.full((len(rows), T), int(pad_id), dtype=torch.long)  # (N, T)
+    mask = torch.zeros((len(rows), T))  # (N, T)
+    lp = torch.zeros((len(rows), T))  # (N, T)
+    for i, r in enumerate(rows):
+        tokens[i, :len(r)] = torch.tensor(r, dtype=torch.long)
+        m = [1.0] * len(r) if masks is None else masks[i]
+        mask[i, :len(m)] = torch.tensor(m, dtype=mask.dtype)
+        if logprobs is not None:
+            lp[i, :len(logprobs[i])] = torch.tensor(logprobs[i], dtype=lp.dtype)
+    return tokens, mask, lp
 
 
 def truncate(logits, cfg: SamplingConfig):

@@ -16,6 +16,7 @@ import torch
 
 from codechat.algos import group_stats
 from codechat.config import RewardConfig, SamplingConfig
+from codechat.policy.sampler import SampleBatch
 from codechat.rollout.rewards import RewardContext, compose_rewards, reward_metrics
 from codechat.rollout.stream import VerifyStream
 from codechat.tasks import Task
@@ -37,8 +38,9 @@ class Rollouts:
     """The P tasks."""
     prompts: list[list[int]]
     """Prompt token ids, one per task."""
-    batch: object
-    """The sampler's SampleBatch: prompt_index (N,), tokens (N,T), mask (N,T), logprobs (N,T), texts, ..."""
+    batch: SampleBatch
+    """The rows: prompt_index (N,), tokens (N,T), mask (N,T) (the model's tokens), logprobs (N,T), texts, ...
+    (single answers: the sampler's; episodes: train/episodes.py)."""
     verdicts: list[Verdict]
     """One per sample (N = P*G)."""
     rewards: torch.Tensor
@@ -68,6 +70,13 @@ class Rollouts:
     @property
     def group_ids(self) -> torch.Tensor:
         return self.batch.prompt_index  # (N,)
+
+    @property
+    def model_tokens(self) -> torch.Tensor:
+        """(N,) float: tokens the model produced per sample (an episode's tool results left out). A single
+        answer's are all its new tokens, a forced prefix included (its mask leaves the shared forced tokens out
+        of the loss, but they are part of the answer's length)."""
+        return self.batch.mask.sum(-1) if self.episodes else self.batch.n_tokens.float()
 
     @property
     def infra(self) -> torch.Tensor:
@@ -159,7 +168,7 @@ def rollout_metrics(r: Rollouts) -> dict[str, float]:
     the sample (n - 1) std, the one the grpo advantage divides by (0 for a group of one)."""
     _, _, _, std = group_stats(r.rewards.float(), r.group_ids)  # (K,)
     stds = std.tolist()
-    lens = r.batch.n_tokens.float()
+    lens = r.model_tokens  # (N,) the model's tokens: an episode's tool results are not its response
     m = {"reward_mean": r.rewards.mean().item(), "pass_rate": r.passed.mean().item(),
          "group_std_mean": sum(stds) / max(len(stds), 1),
          "zero_var_frac": sum(s == 0 for s in stds) / max(len(stds), 1),

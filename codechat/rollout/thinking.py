@@ -45,7 +45,7 @@ import torch
 
 from codechat import CodechatError
 from codechat.config import RewardConfig, ThinkingConfig
-from codechat.policy.sampler import SampleBatch
+from codechat.policy.sampler import SampleBatch, pad_rows
 from codechat.verifier.thinking import split_thinking
 from codechat.tasks.repo_loaders import is_repo_spec
 
@@ -172,13 +172,14 @@ class BalancedSampler:
     """A rollout engine whose groups are round(free_frac*G) free samples, then of the rest round(f*rest) forced
     no-think samples and the others forced think samples."""
 
-    def __init__(self, engine, tokenizer, cfg: ThinkingConfig):
+    def __init__(self, engine, tokenizer, cfg: ThinkingConfig, pad_id: int = 0):
         if not 0 < cfg.forced_nothink_frac < 1:
             raise CodechatError(f"verifier.thinking.forced_nothink_frac: expected in (0, 1), "
                                 f"got {cfg.forced_nothink_frac}")
         if not 0 <= cfg.free_frac < 1:
             raise CodechatError(f"verifier.thinking.free_frac: expected in [0, 1), got {cfg.free_frac}")
         self.engine, self.cfg = engine, cfg
+        self.pad_id = pad_id  # fills the rows' padding (the policy tokenizer's pad id)
         self.nothink_text, self.think_text = cfg.open + cfg.close, cfg.open
         # each prefix encoded whole, as the tokenizer encodes it in SFT text (`<think></think>` may merge into
         # tokens such as `></`): the path the model learns from its SFT data is the one forced and weighted
@@ -252,16 +253,11 @@ class BalancedSampler:
                     free.append(path is None)
                     strata.append(path == 0)
                     n_forced.append(len(ids))
-        pad_id = int(parts[0][0].tokens[parts[0][0].mask == 0][0]) if (parts[0][0].mask == 0).any() else 0
-        T = max(len(t) for t in tok)
-        tokens = torch.full((len(tok), T), pad_id, dtype=torch.long)  # (N, T)
-        mask = torch.zeros(len(tok), T)  # (N, T)
-        logprobs = torch.zeros(len(tok), T)  # (N, T)
-        forced = torch.zeros(len(tok), T, dtype=torch.bool)  # (N, T)
-        for i, (t, l) in enumerate(zip(tok, lp)):
-            tokens[i, :len(t)] = torch.tensor(t)
-            mask[i, masks[i]:len(t)] = 1.0  # a forced sample's shared forced tokens: context, not learned
-            logprobs[i, :len(l)] = torch.tensor(l)
+        # a forced sample's first masks[i] tokens (the shared forced ones): context, not learned
+        row_masks = [[0.0] * masks[i] + [1.0] * (len(t) - masks[i]) for i, t in enumerate(tok)]
+        tokens, mask, logprobs = pad_rows(tok, self.pad_id, row_masks, lp)  # (N, T)
+        forced = torch.zeros(tokens.shape, dtype=torch.bool)  # (N, T)
+        for i in range(len(tok)):
             forced[i, :n_forced[i]] = True
         path_t, free_t = torch.tensor(paths), torch.tensor(free)
         return ForcedBatch(torch.tensor(pidx), tokens, mask, logprobs, fin, texts, torch.tensor(ntok),

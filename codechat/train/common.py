@@ -17,6 +17,7 @@ from codechat.evaluation.evaluate import evaluate_policy
 from codechat.policy import load_policy
 from codechat.policy.fsdp import full_state_dict, full_weights, grad_norm, is_sharded, load_optimizer_state, shard
 from codechat.policy.lora import is_lora
+from codechat.policy.sampler import pad_rows
 from codechat.tasks import Task
 from codechat.train import dist
 from codechat.train.checkpoint import Checkpointer, TrainState, set_rng_state
@@ -105,13 +106,8 @@ def take(tasks: list[Task], seed: int, pos: int, count: int) -> list[Task]:
 
 
 def pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-pad token lists -> tokens (B, T) long, mask (B, T) float."""
-    T = max((len(s) for s in seqs), default=1) or 1
-    tokens = torch.full((len(seqs), T), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(seqs), T))
-    for i, s in enumerate(seqs):
-        tokens[i, :len(s)] = torch.tensor(s, dtype=torch.long)
-        mask[i, :len(s)] = 1.0
+    """Right-pad token lists -> tokens (B, T) long, mask (B, T) float (1 on every real token)."""
+    tokens, mask, _ = pad_rows(seqs, pad_id)
     return tokens, mask
 
 

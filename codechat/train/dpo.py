@@ -22,12 +22,14 @@ from codechat.algos import dpo_loss
 from codechat.io.jsonl import read_jsonl
 from codechat.policy import Sampler, completion_logprobs, reference
 from codechat.policy.fsdp import full_weights, idle_pass
-from codechat.rollout.collect import collect, prompt_text, rollout_metrics
+from codechat.policy.sampler import pad_rows
+from codechat.rollout.collect import prompt_text, rollout_metrics
 from codechat.tasks.repo import RepoTask
 from codechat.train import dist
-from codechat.train.common import Context, end_step, grad_norm_clip, make_optimizer, pad, reference_model, restore, \
+from codechat.train.common import Context, end_step, grad_norm_clip, make_optimizer, reference_model, restore, \
     save_stage_start, take
-from codechat.train.episodes import collect_episodes, episode_metrics, is_repo_batch
+from codechat.train.episodes import episode_metrics
+from codechat.train.rollouts import collect_rollouts
 
 
 def pairs_from_groups(groups: dict[str, tuple[list[int], list[list[int]], list[list[int]]]], seed: int):
@@ -78,8 +80,7 @@ def online_pairs(ctx: Context, sampler) -> tuple[list, dict]:
     tasks = dist.shard(tasks)
     ctx.policy.model.eval()
     with full_weights(ctx.policy.model):  # FSDP: sample from gathered weights
-        r = collect_episodes(ctx, sampler, tasks, c.group_size, seed=ctx.step_seed()) if is_repo_batch(tasks) else \
-            collect(ctx.policy, sampler, ctx.verifier, tasks, c.group_size, ctx.cfg.sampling, seed=ctx.step_seed())
+        r = collect_rollouts(ctx, sampler, tasks, c.group_size, seed=ctx.step_seed())
     groups: dict[str, tuple[list[int], list, list]] = {}
     for i, v in enumerate(r.verdicts):
         if v.status == "infra_error":  # not a failing answer: the verifier failed
@@ -102,9 +103,7 @@ def seq_logp(model, prompts, answers, pad_id) -> torch.Tensor:
     """Summed log-prob of each answer given its prompt over its scored tokens (`answer_parts`) -> (P,)."""
     dev = next(model.parameters()).device
     parts = [answer_parts(a) for a in answers]
-    tokens, mask = pad([ids for ids, _ in parts], pad_id)
-    for i, (_, m) in enumerate(parts):
-        mask[i, :len(m)] = torch.tensor(m, dtype=mask.dtype)
+    tokens, mask, _ = pad_rows([ids for ids, _ in parts], pad_id, [m for _, m in parts])  # (P, T)
     idx = torch.arange(len(prompts), device=dev)
     logp = completion_logprobs(model, prompts, idx, tokens.to(dev), mask.to(dev))  # (P, T)
     return (logp * mask.to(dev)).sum(-1)

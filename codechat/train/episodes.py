@@ -24,11 +24,11 @@ import torch
 
 from codechat import CodechatError
 from codechat.policy import SampleBatch
+from codechat.policy.sampler import pad_rows
 from codechat.rollout.agents import ModelAgent, result_text
 from codechat.rollout.collect import Rollouts, fill_infra, score
 from codechat.rollout.episode import EpisodeResult, EpisodeRunner
 from codechat.tasks.repo import RepoTask
-from codechat.train.common import pad
 from codechat.verifier.repo import RepoJudge
 from codechat.verifier.repo_dedup import DedupJudge
 
@@ -39,6 +39,16 @@ def is_repo_batch(tasks) -> bool:
     if any(repo) and not all(repo):
         raise CodechatError("data.train: mixes repository tasks with other tasks; train them in separate stages")
     return bool(repo) and all(repo)
+
+
+LENGTH_CUTS = ("tokens", "context")
+"""The truncations that cut an episode for its length (the others end it by turns, tool calls or wall time)."""
+
+
+def model_token_budget(task: RepoTask, agent) -> int:
+    """Most tokens the model can sample in one episode of `task`: every turn at `agent.turn_tokens`, capped by
+    the task's token budget (which also counts the prompt and tool results, so the model never reaches it)."""
+    return min(task.limits.max_turns * agent.turn_tokens, task.limits.max_tokens)
 
 
 def run_judge(ctx) -> RepoJudge:
@@ -58,7 +68,9 @@ def episode_text(e: EpisodeResult) -> str:
 
 def episodes_to_rollouts(tasks: list[RepoTask], results: list[EpisodeResult], group_size: int, pad_id: int,
                          rewards_cfg, max_tokens: int) -> Rollouts:
-    """P tasks x G episodes (contiguous per task) -> Rollouts whose mask covers exactly the model tokens."""
+    """P tasks x G episodes (contiguous per task) -> Rollouts whose mask covers exactly the model tokens.
+    max_tokens: the model-token budget the length rewards compare each episode's model tokens with; only a cut
+    for length (LENGTH_CUTS) counts as truncated for them."""
     prompts, rows, lps, masks = [], [], [], []
     for p in range(len(tasks)):
         group = results[p * group_size:(p + 1) * group_size]
@@ -74,12 +86,8 @@ def episodes_to_rollouts(tasks: list[RepoTask], results: list[EpisodeResult], gr
             lps.append(t.logprobs[t.prompt_len:end])
             masks.append([float(m) for m in t.is_model[t.prompt_len:end]])
         prompts.append(prompt)
-    tokens, _ = pad(rows, pad_id)  # (N, T)
-    mask = torch.zeros(tokens.shape, dtype=torch.float32)  # (N, T) 1 = model token
-    logprobs = torch.zeros(tokens.shape, dtype=torch.float32)  # (N, T) the sampler's, 0 on results and padding
-    for i, (m, lp) in enumerate(zip(masks, lps)):
-        mask[i, :len(m)] = torch.tensor(m)
-        logprobs[i, :len(lp)] = torch.tensor(lp)
+    tokens, mask, logprobs = pad_rows(rows, pad_id, masks, lps)  # (N, T); mask 1 = model token; logprobs the
+    # sampler's, 0 on results and padding
     texts = [episode_text(e) for e in results]
     finish = ["length" if e.truncated else "stop" for e in results]
     batch = SampleBatch(torch.arange(len(tasks)).repeat_interleave(group_size), tokens, mask, logprobs, finish,
@@ -87,7 +95,8 @@ def episodes_to_rollouts(tasks: list[RepoTask], results: list[EpisodeResult], gr
     verdicts = [e.verdict.verdict() for e in results]
     per = [tasks[p] for p in range(len(tasks)) for _ in range(group_size)]
     n_model = [int(m.sum()) for m in mask]
-    rew, comps = score(per, texts, verdicts, n_model, [bool(e.truncated) for e in results], max_tokens, rewards_cfg,
+    rew, comps = score(per, texts, verdicts, n_model, [e.truncated in LENGTH_CUTS for e in results], max_tokens,
+                       rewards_cfg,
                        habits=[(e.tool_calls, e.protected_attempts) for e in results])
     rew = fill_infra(rew, batch.prompt_index, [v.status == "infra_error" for v in verdicts])
     return Rollouts(tasks, prompts, batch, verdicts, rew, comps, episodes=results)
@@ -106,7 +115,7 @@ def collect_episodes(ctx, engine, tasks: list[RepoTask], group_size: int, seed: 
     results = runner.run([(t, g) for t in tasks for g in range(group_size)], seed=seed, before_turn=before_turn)
     wall = time.perf_counter() - t0
     pad_id = ctx.policy.tokenizer.pad_token_id
-    max_tokens = max(t.limits.max_tokens for t in tasks)
+    max_tokens = max(model_token_budget(t, ctx.cfg.agent) for t in tasks)  # overlong compares model tokens
     r = episodes_to_rollouts(tasks, results, group_size, 0 if pad_id is None else int(pad_id), ctx.cfg.rewards,
                              max_tokens)
     r.sample_s, r.verify_s = runner.act_s, runner.judge_s

@@ -11,10 +11,12 @@ import dataclasses
 import torch
 
 from codechat.algos import zero_variance_groups
-from codechat.rollout.collect import Rollouts, collect
+from codechat.policy.sampler import pad_rows
+from codechat.rollout.collect import Rollouts
 from codechat.train import dist
-from codechat.train.common import Context, pad, take
-from codechat.train.episodes import collect_episodes, episode_metrics, is_repo_batch
+from codechat.train.common import Context, take
+from codechat.train.episodes import episode_metrics
+from codechat.train.rollouts import collect_rollouts, pad_id
 
 
 def sample_groups(ctx: Context, engine) -> tuple[Rollouts, dict]:
@@ -25,12 +27,8 @@ def sample_groups(ctx: Context, engine) -> tuple[Rollouts, dict]:
     def draw(salt: int) -> Rollouts:
         tasks = take(ctx.train_tasks, ctx.cfg.seed + st.stage_idx, st.data_pos, c.prompts_per_step)
         st.data_pos += len(tasks)  # global position: every rank takes the same prompts, then its slice
-        if is_repo_batch(tasks):  # repository tasks: G multi-turn episodes per task (train/episodes.py)
-            return collect_episodes(ctx, engine, dist.shard(tasks), c.group_size, seed=ctx.step_seed(salt=salt),
-                                    before_turn=lambda: st.step)  # every turn: this step's policy version
-        return collect(ctx.policy, engine, ctx.verifier, dist.shard(tasks), c.group_size, ctx.cfg.sampling,
-                       ctx.cfg.rewards, seed=ctx.step_seed(salt=salt),
-                       stream=ctx.cfg.rollout.verify_while_decoding)
+        return collect_rollouts(ctx, engine, dist.shard(tasks), c.group_size, seed=ctx.step_seed(salt=salt),
+                                before_turn=lambda: st.step)  # episodes, every turn: this step's policy version
 
     r = draw(0)
     want = len(r.tasks)
@@ -43,7 +41,7 @@ def sample_groups(ctx: Context, engine) -> tuple[Rollouts, dict]:
             more = draw(rounds)
             extra["samples"] += len(more.verdicts)
             stats = r.verify_stats + more.verify_stats if r.verify_stats and more.verify_stats else None
-            r = merge_keep_signal(r, more, want)
+            r = merge_keep_signal(r, more, want, pad_id(ctx))
             r.verify_stats = stats  # every round's verification (verify/dedup_frac, ...)
             zv, _ = zero_variance_groups(r.rewards, r.group_ids)
         extra["resample_rounds"] = rounds
@@ -52,7 +50,7 @@ def sample_groups(ctx: Context, engine) -> tuple[Rollouts, dict]:
     return r, extra
 
 
-def merge_keep_signal(a: Rollouts, b: Rollouts, want: int) -> Rollouts:
+def merge_keep_signal(a: Rollouts, b: Rollouts, want: int, pad_id: int) -> Rollouts:
     """Concatenate two rollout sets, keeping groups with reward variance first, up to `want` groups."""
     groups = []  # (has_signal, rollouts, group index, rows)
     for r in (a, b):
@@ -61,11 +59,12 @@ def merge_keep_signal(a: Rollouts, b: Rollouts, want: int) -> Rollouts:
             rows = (r.group_ids == gi).nonzero().flatten()
             groups.append((not bool(zv[rows[0]]), r, gi, rows))
     keep = sorted(groups, key=lambda g: not g[0])[:want]
-    return concat_groups(keep)
+    return concat_groups(keep, pad_id)
 
 
-def concat_groups(groups) -> Rollouts:
-    """(has_signal, rollouts, group index, rows) entries -> one Rollouts holding those groups, re-padded."""
+def concat_groups(groups, pad_id: int) -> Rollouts:
+    """(has_signal, rollouts, group index, rows) entries -> one Rollouts holding those groups, re-padded with
+    `pad_id`."""
     first = groups[0][1]
     tasks, prompts = [], []
     tok, lp, pidx, texts, fin, ntok, verdicts, rewards, eps = [], [], [], [], [], [], [], [], []
@@ -88,13 +87,8 @@ def concat_groups(groups) -> Rollouts:
             for k in comps:
                 comps[k].append(float(r.components[k][i]))
     masks = [r.batch.mask[i, :int(r.batch.n_tokens[i])].tolist() for _, r, _, rows in groups for i in rows.tolist()]
-    pad_id = int(first.batch.tokens[first.batch.mask == 0][0]) if (first.batch.mask == 0).any() else 0
-    tokens, mask = pad(tok, pad_id)  # (N, T)
-    for i, m in enumerate(masks):  # each row's own mask (holes on an episode's tool results)
-        mask[i, :len(m)] = torch.tensor(m)
-    logprobs = torch.zeros_like(mask)  # (N, T)
-    for i, row in enumerate(lp):
-        logprobs[i, :len(row)] = torch.tensor(row)
+    tokens, mask, logprobs = pad_rows(tok, pad_id, masks, lp)  # (N, T); each row's own mask (holes on an
+    # episode's tool results)
     batch = dataclasses.replace(first.batch, prompt_index=torch.tensor(pidx), tokens=tokens,
                                 mask=mask.to(first.batch.mask.dtype), logprobs=logprobs, finish_reason=fin,
                                 texts=texts, n_tokens=torch.tensor(ntok))

@@ -10,7 +10,8 @@ The producer has its own copy of the policy model: the trainer never waits for i
 and it never sees a half-updated model. Each submission carries a snapshot of the trainer's weights (an in-memory
 state_dict copy, no disk round trip) and the policy version (RL updates done so far in this stage); every batch
 comes back with that version, and the trainer logs the staleness (its version minus the batch's). A batch more
-than k versions old is dropped and sampled again with the current weights (`async/dropped_batches`). The
+than k versions old cannot occur: batch s + k is submitted when the trainer takes batch s, with the weights of
+version s, and a resume restores the queue only at the step and data position it was saved at. The
 behaviour log-probs are the sampler's (`batch.logprobs`), which `algo.correction` with `algo.tis_cap` corrects.
 With k = 1 the run is exactly the synchronous loop sampling with weights one update behind (samples, losses,
 gradients: tests/test_async_reference.py, bench/async_reference.py); what staleness costs in quality is measured
@@ -57,10 +58,11 @@ import torch
 
 from codechat import CodechatError
 from codechat.policy.sampler import Sampler
-from codechat.rollout.collect import Rollouts, collect
+from codechat.rollout.collect import Rollouts
 from codechat.train import dist
 from codechat.train.common import Context, take
-from codechat.train.episodes import collect_episodes, episode_metrics, is_repo_batch
+from codechat.train.episodes import episode_metrics, is_repo_batch
+from codechat.train.rollouts import collect_rollouts
 from codechat.train.probe import GapProbe, ProbeBatch
 
 
@@ -129,7 +131,6 @@ class AsyncProducer:
         self.inflight: deque[Batch] = deque()
         self.cursor = ctx.state.data_pos  # next prompt position to submit (state.data_pos: consumed)
         self.next_step = ctx.state.step  # the RL step the next submitted batch is for
-        self.dropped = 0
         self.lags: dict[int, int] = {}  # version lag -> samples trained at that lag in this stage
         self._idle, self._last_end = 0.0, None  # producer thread: seconds with nothing to do, end of its last batch
         self.partial = ctx.cfg.rl.partial_rollouts
@@ -141,7 +142,11 @@ class AsyncProducer:
 
     def state_dict(self) -> dict | None:
         """The batches in flight, finished (waits for them), for trainer.pt; None with several ranks (each has
-        its own and rank 0 alone writes: a resume samples them again)."""
+        its own and rank 0 alone writes: a resume samples them again). Waiting is the price of exact resume: an
+        unfinished batch was sampled with older weights than the checkpoint's, which the checkpoint does not hold,
+        so it can be neither re-sampled exactly on resume nor dropped without changing the run. With k >= 2 each
+        checkpoint therefore drains the queue (the trainer idles for up to k batches); keep `checkpoint.every`
+        well above k so that cost stays small."""
         if dist.world() > 1:
             return None
         done = []
@@ -149,7 +154,7 @@ class AsyncProducer:
             r, produce_s, pb = b.future.result()
             done.append({"version": b.version, "step": b.step, "pos": b.pos, "rollouts": r, "produce_s": produce_s,
                          "probe": pb})
-        return {"k": self.k, "batches": done, "dropped": self.dropped, "lags": dict(self.lags)}
+        return {"k": self.k, "batches": done, "lags": dict(self.lags)}
 
     def _restore(self, saved: dict | None) -> bool:
         st = self.ctx.state
@@ -162,7 +167,7 @@ class AsyncProducer:
             self.inflight.append(Batch(b["version"], b["step"], b["pos"], fut))
         last = self.inflight[-1]
         self.cursor, self.next_step = last.pos + self.ctx.cfg.rl.prompts_per_step, last.step + 1
-        self.dropped, self.lags = saved["dropped"], dict(saved["lags"])
+        self.lags = dict(saved["lags"])
         return True
 
     def _submit(self) -> None:
@@ -199,22 +204,18 @@ class AsyncProducer:
         self._load(held.pop())
         self._acting = version
         cfg = self.ctx.cfg
-        if is_repo_batch(tasks):  # repository tasks: G multi-turn episodes per task, acted by the producer's copy
-            r = collect_episodes(self.ctx, self.sampler, tasks, cfg.rl.group_size, seed, policy=self.behaviour,
-                                 before_turn=self._newest if self.partial else lambda: version)
-        elif self.partial:
+        if self.partial and not is_repo_batch(tasks):
             raise CodechatError("rl.partial_rollouts needs repository tasks (multi-turn episodes); data.train has "
                                 "single-answer tasks")
-        else:
-            r = collect(self.behaviour, self.sampler, self.ctx.verifier, tasks, cfg.rl.group_size, cfg.sampling,
-                        cfg.rewards, seed=seed, stream=cfg.rollout.verify_while_decoding)
+        r = collect_rollouts(self.ctx, self.sampler, tasks, cfg.rl.group_size, seed, policy=self.behaviour,
+                             before_turn=self._newest if self.partial else lambda: version)  # the producer's copy
         pb = self.probe.sample(self.sampler, step) if self.probe is not None else None
         self._last_end = time.perf_counter()
         return r, self._last_end - t0, pb
 
     def next_batch(self) -> tuple[Rollouts, dict]:
         """The oldest batch in flight (waiting for it if needed), then the queue refilled to k with the current
-        weights. metrics: samples, async/staleness, async/wait_s (trainer idle), async/dropped_batches,
+        weights. metrics: samples, async/staleness, async/wait_s (trainer idle),
         async/queue_depth (finished batches waiting when the trainer asked, this one included),
         async/producer_idle_s (producer thread idle since the last batch was taken), async/lag_D (share of this
         stage's samples so far trained D versions behind, D = 0..k)."""
@@ -225,15 +226,6 @@ class AsyncProducer:
         depth = sum(b.future.done() for b in self.inflight)
         b = self.inflight.popleft()
         r, produce_s, pb = b.future.result()
-        while st.step - b.version > self.k:  # too stale: sample it and the later ones again with the current weights
-            self.dropped += 1
-            for later in self.inflight:
-                later.future.result()
-            self.inflight.clear()
-            self.cursor, self.next_step = b.pos, b.step
-            self._submit()
-            b = self.inflight.popleft()
-            r, produce_s, pb = b.future.result()
         version, self.probe_batch = b.version, pb
         wait = time.perf_counter() - t0
         st.data_pos += c.prompts_per_step  # consumed: what a checkpoint resumes from
@@ -244,7 +236,7 @@ class AsyncProducer:
         total = sum(self.lags.values())
         idle, self._idle = self._idle, 0.0
         extra = {"samples": len(r.verdicts), "async/staleness": float(lag), "async/wait_s": wait,
-                 "async/produce_s": produce_s, "async/dropped_batches": float(self.dropped),
+                 "async/produce_s": produce_s,
                  "async/queue_depth": float(depth), "async/producer_idle_s": idle,
                  **{f"async/lag_{d}": self.lags.get(d, 0) / total for d in range(self.k + 1)}}
         if r.episodes:

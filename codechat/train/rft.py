@@ -21,10 +21,11 @@ from codechat.config import ModelConfig
 from codechat.policy import Sampler, load_policy
 from codechat.policy.fsdp import full_weights, load_full_state_dict
 from codechat.policy.lora import is_lora
-from codechat.rollout.collect import collect, rollout_metrics
+from codechat.rollout.collect import rollout_metrics
 from codechat.train import dist
 from codechat.train.common import Context, save_stage_start, take
-from codechat.train.episodes import collect_episodes, episode_metrics, is_repo_batch
+from codechat.train.episodes import episode_metrics
+from codechat.train.rollouts import collect_rollouts
 from codechat.train.sft import dedupe, train_on_pairs
 from codechat.train.watch import warn_empty_round
 
@@ -69,8 +70,7 @@ def grow(ctx: Context, rnd: int) -> tuple[list[tuple], dict]:
     ctx.policy.model.eval()
     seed = ctx.cfg.seed * 977 + rnd
     with full_weights(ctx.policy.model):  # FSDP: sample from gathered weights
-        r = collect_episodes(ctx, Sampler(ctx.policy), tasks, c.group_size, seed=seed) if is_repo_batch(tasks) else \
-            collect(ctx.policy, Sampler(ctx.policy), ctx.verifier, tasks, c.group_size, ctx.cfg.sampling, seed=seed)
+        r = collect_rollouts(ctx, Sampler(ctx.policy), tasks, c.group_size, seed=seed)
     kept = []
     for i, v in enumerate(r.verdicts):
         if not v.passed:

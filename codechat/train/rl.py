@@ -7,14 +7,15 @@ run's `algo` section is never modified). Inner epochs (mu > 1) reuse the rollout
 clip; `rl.minibatch_size` samples (over all ranks) per optimizer step; gradient accumulation bounds memory.
 `algo.difficulty_alpha` weights advantages by a running per-prompt pass rate kept in the checkpointed state.
 
-Where the next pieces plug in:
-- a multi-turn episode rollout (model turns and tool results) is another producer of `Rollouts`: it replaces
-  `sample_groups` (train/groups.py) and returns the turns' token ids in `batch.tokens` with the tool results'
-  tokens masked out by `batch.mask`; everything from the advantages on reads only `Rollouts`;
-- an asynchronous rollout producer running beside the trainer replaces the `sample_groups` call by a read from
-  its queue and `push_weights` by a publish of the new weights; `batch.logprobs` are then the behaviour
-  policy's, which the log-prob gap metrics and the truncated-IS correction (`algo.tis_cap`) already use.
-`rl_update` takes the rows to train on and their advantages, whatever produced them.
+Rollouts come from one of two places, both returning the same `Rollouts`:
+- `sample_groups` (train/groups.py) samples this step's groups with the current weights: single answers, or
+  for repository tasks G multi-turn episodes per task (train/episodes.py), whose `batch.tokens` hold the model
+  turns and tool results and whose `batch.mask` is 1 on the model's tokens only;
+- with `rl.async_steps = k > 0`, `AsyncProducer` (train/producer.py) samples up to k batches ahead in a thread
+  with older weights; `batch.logprobs` are then the behaviour policy's, which the log-prob gap metrics and the
+  off-policy correction (`algo.tis_cap`, on by default under async) use.
+Everything from the advantages on reads only `Rollouts` and the loss mask; `rl_update` takes the rows to train
+on and their advantages, whatever produced them.
 
     codechat train --config configs/grpo.yaml
 """
@@ -39,6 +40,7 @@ from codechat.rollout.thinking import behaviour_logprobs
 from codechat.train import dist
 from codechat.train.common import Context, end_step, grad_norm_clip, make_optimizer, reference_model, restore, \
     save_stage_start
+from codechat.train.episodes import is_repo_batch, model_token_budget
 from codechat.train.groups import sample_groups
 from codechat.train.probe import GapProbe
 from codechat.train.producer import AsyncProducer, check_async
@@ -50,9 +52,10 @@ ASYNC_TIS_CAP = 2.0
 min(pi_old / pi_behaviour, 2), the capped correction of decoupled PPO (AReaL) and prime-rl."""
 
 
-def stage_algo(cfg: RunConfig, stage: str) -> AlgoConfig:
+def stage_algo(cfg: RunConfig, stage: str, tasks=()) -> AlgoConfig:
     """The algorithm settings of an RL stage, as a copy (the run's config is left as it is): stage `rloo` uses
-    the rloo advantage; agg_norm 0 becomes the generation budget (Dr. GRPO's constant normaliser); an unset
+    the rloo advantage; agg_norm 0 becomes the generation budget (Dr. GRPO's constant normaliser:
+    sampling.max_new_tokens, or for repository `tasks` the largest episode's model-token budget); an unset
     tis_cap becomes ASYNC_TIS_CAP under rl.async_steps > 0, else 0 (off)."""
     a = cfg.algo
     if stage == "rloo":
@@ -60,7 +63,9 @@ def stage_algo(cfg: RunConfig, stage: str) -> AlgoConfig:
     if a.tis_cap is None:
         a = dataclasses.replace(a, tis_cap=ASYNC_TIS_CAP if cfg.rl.async_steps > 0 else 0.0)
     if a.agg_norm == 0:
-        a = dataclasses.replace(a, agg_norm=float(cfg.sampling.max_new_tokens))
+        budget = max(model_token_budget(t, cfg.agent) for t in tasks) if is_repo_batch(tasks) else \
+            cfg.sampling.max_new_tokens
+        a = dataclasses.replace(a, agg_norm=float(budget))
     return a
 
 
@@ -200,7 +205,7 @@ def advantages(ctx: Context, r: Rollouts, a: AlgoConfig, tracker: DifficultyTrac
 
 def run_rl(ctx: Context) -> None:
     c, st = ctx.cfg.rl, ctx.state
-    a = stage_algo(ctx.cfg, ctx.stage)
+    a = stage_algo(ctx.cfg, ctx.stage, ctx.train_tasks)
     if a.kl_beta > 0:
         save_stage_start(ctx)
     ref = reference_model(ctx) if a.kl_beta > 0 else None

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import random
 import time
+import warnings
 
 import torch
 
 from codechat import CodechatError
 from codechat.plugins import load_with
 from codechat.policy import completion_logprobs
+from codechat.policy.sampler import pad_rows
 from codechat.rollout.collect import prompt_text
 from codechat.rollout.expert import expert_episodes
 from codechat.train import dist
-from codechat.train.common import Context, end_step, grad_norm_clip, make_optimizer, pad, restore, take
+from codechat.train.common import Context, end_step, grad_norm_clip, make_optimizer, restore, take
 from codechat.train.context import drop_long, prompt_limit
 from codechat.train.episodes import is_repo_batch, run_judge
 
@@ -29,11 +31,7 @@ def sft_loss(policy, prompts: list[list[int]], answers: list[list[int]],
              masks: list[list[float]] | None = None) -> torch.Tensor:
     """Mean negative log-likelihood of the answer tokens given their prompts (token-mean). masks: per answer,
     1 on the tokens to learn (an episode's model tokens), 0 on the others (tool results: context only)."""
-    tokens, mask = pad(answers, policy.tokenizer.pad_token_id or 0)  # (B, T)
-    if masks is not None:
-        mask = torch.zeros_like(mask)  # (B, T)
-        for i, m in enumerate(masks):
-            mask[i, :len(m)] = torch.tensor(m, dtype=mask.dtype)
+    tokens, mask, _ = pad_rows(answers, policy.tokenizer.pad_token_id or 0, masks)  # (B, T)
     tokens, mask = tokens.to(policy.device), mask.to(policy.device)
     idx = torch.arange(len(prompts), device=policy.device)
     logp = completion_logprobs(policy.model, prompts, idx, tokens, mask)  # (B, T)
@@ -107,6 +105,17 @@ def run_sft(ctx: Context) -> None:
                    encoded=prefilled_examples(ctx.policy, tasks))  # thinking: prefilled empty blocks
 
 
+def warn_long_turns(episodes, turn_tokens: int) -> None:
+    """One warning when expert turns are longer than the runtime's turn budget: SFT teaches turns (a whole file
+    in one write_file) that a sampled turn, cut at `agent.turn_tokens`, can never finish."""
+    lens = [u.model_end - u.model_start for e in episodes for u in e.transcript.turns]
+    over = sum(n > turn_tokens for n in lens)
+    if over:
+        warnings.warn(f"sft: {over} of {len(lens)} expert turns are longer than agent.turn_tokens={turn_tokens} "
+                      f"(longest {max(lens)} tokens); sampled turns are cut there: raise agent.turn_tokens",
+                      stacklevel=2)
+
+
 def transcript_examples(ctx: Context, tasks) -> list[tuple[list[int], list[int], list[float]]]:
     """(prompt ids, the rest of the transcript, its loss mask = model tokens) per expert episode; the count of
     transcripts, their wrong share and resolve rate are logged once (`sft/expert_*`)."""
@@ -115,6 +124,7 @@ def transcript_examples(ctx: Context, tasks) -> list[tuple[list[int], list[int],
                                ctx.cfg.sft.expert_recover)
     if not episodes:
         raise CodechatError(f"{ctx.cfg.data.sft or ctx.cfg.data.train}: no repository task has a reference fix")
+    warn_long_turns(episodes, ctx.cfg.agent.turn_tokens)
     out = []
     for e in episodes:
         t = e.transcript

@@ -60,7 +60,7 @@ class ThinkingHooks:
 
     def wrap(self, engine):
         if self.cfg.enabled and self.cfg.forced_nothink_frac > 0:
-            return BalancedSampler(engine, self.tokenizer, self.cfg)
+            return BalancedSampler(engine, self.tokenizer, self.cfg, self.tokenizer.pad_token_id or 0)
         return engine
 
     def count_tokens(self, text: str) -> int:
