@@ -18,7 +18,7 @@ import _socket
 import struct
 import time
 
-from codechat.sandbox import candidate, cgroup, isolation, modes, procs, rootfs, seccomp, tmp_drop, wire
+from codechat.sandbox import audit_hook, cgroup, frames, isolation, modes, procs, rootfs, seccomp, tmp_drop, wire
 from codechat.sandbox.procs import _LIMITS, _REPLY, _REQ, _child_fds, _fork, _kill, die_with_parent
 
 
@@ -311,7 +311,7 @@ def run_job(job: dict, spare: Spare, cand_r: int, judge_r: int, judge: JudgeProc
         events += os.read(spare.ev_r, 4096)[:max(0, 4096 - len(events))]
     except OSError:
         pass
-    blocked = set(events.decode(errors="replace").split()) & candidate.EVENT_KINDS
+    blocked = set(events.decode(errors="replace").split()) & audit_hook.EVENT_KINDS
     if isolation.clean_scratch(spare.uid, keep=spare.tmp, remove=not spare.tmpfs):
         blocked.add("write_outside")
     c_signal = os.WTERMSIG(c_status) if os.WIFSIGNALED(c_status) else None
@@ -337,7 +337,7 @@ def supervise(sock: socket.socket, zsock: socket.socket, uid: int | None, judge_
     judge_args = (judge_mb, isolation.judge_uid(zygote_pid) if uid is not None else None, layers["tmpfs"])
     judge = JudgeProc(*judge_args)
     spare = Spare(uid, forker, tmp, **layers)
-    wire.send(sock.fileno(), pickle.dumps({"pid": zygote_pid, "active": active, "uid": uid}))
+    frames.send(sock.fileno(), pickle.dumps({"pid": zygote_pid, "active": active, "uid": uid}))
     while True:
         try:
             head, fds, _, _ = socket.recv_fds(sock, 4, 2)
@@ -355,9 +355,9 @@ def supervise(sock: socket.socket, zsock: socket.socket, uid: int | None, judge_
                 if not spare.collected:
                     spare.collect(False)
             except (OSError, EOFError):  # the zygote is gone: nothing more can run here
-                wire.send(sock.fileno(), pickle.dumps(result))
+                frames.send(sock.fileno(), pickle.dumps(result))
                 break
-        wire.send(sock.fileno(), pickle.dumps(result))
+        frames.send(sock.fileno(), pickle.dumps(result))
         spare.close()
         if replace_judge:
             judge.kill()
