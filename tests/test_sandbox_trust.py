@@ -66,6 +66,21 @@ def test_a_program_sees_an_empty_tmp_and_the_next_one_too(verifier):
     assert names == [os.path.basename(cwd)] and names[0].startswith("codechat-"), listing  # only its temp dir
 
 
+
+@root_only
+def test_the_last_programs_tmp_is_out_of_reach_and_unmounted(verifier):
+    # the old /tmp is parked below a root-only dir and unmounted while the next program runs (sandbox/tmp_drop.py)
+    probe = ("mark = f'mark-{time.time_ns()}'\nopen('/tmp/' + mark, 'w').write('x')\n"
+             "try:\n    os.listdir('/.tmp-old')\n    entered = True\nexcept PermissionError:\n    entered = False\n"
+             "parked = sum('/.tmp-old' in line for line in open('/proc/self/mountinfo'))\n"
+             f"raise ValueError(entered, parked, {OWN_TMP}, os.getcwd(), mark)")
+    for _ in range(20):
+        entered, parked, names, cwd, mark = eval(reported(run(verifier, probe)))
+        # at most the last one or two, still being unmounted: they never pile up
+        assert not entered and parked <= 2, (entered, parked)
+        assert names == sorted([mark, os.path.basename(cwd)]), names  # nothing of the last program's /tmp
+
+
 # --- one memory limit for the whole process tree ----------------------------------------------------------------
 cgroup_only = pytest.mark.skipif(cgroup.parent_dir() is None, reason="no writable memory cgroup here")
 
