@@ -72,7 +72,8 @@ def test_every_function_local_codechat_import_says_why():
 LIGHT = ["codechat.cli", "codechat.tasks", "codechat.tasks.builtin", "codechat.verifier.factory",
          "codechat.verifier.evalplus", "codechat.evaluation.evaluate", "codechat.rollout.audit",
          "codechat.rollout.agents", "codechat.sandbox.pool", "codechat.commands.tasks", "codechat.commands.verify",
-         "codechat.commands.audit", "codechat.commands.eval", "codechat.commands.repo"]
+         "codechat.commands.audit", "codechat.commands.eval", "codechat.commands.repo",
+         "codechat.commands.repo_verify"]
 """Modules of the light paths (scoring completions or patch files, `codechat tasks`, `verify`, `audit`, `eval
 --completions`, scripted repository agents): they must not pull in torch or matplotlib."""
 

@@ -20,10 +20,8 @@ from codechat.sandbox import cgroup, isolation
 from codechat.sandbox.pool import ALL_PROTECTIONS, Job, SandboxPool
 from codechat.tasks import Task
 from codechat.verifier.verify import Verifier
+from sandbox_helpers import OWN_TMP, ROOT, root_only, run
 
-ROOT = os.geteuid() == 0
-root_only = pytest.mark.skipif(not ROOT, reason="namespaces and mounts need root here")
-T = Task("probe", "", ["assert probe() == 'ok'"], "probe")
 REPO = Path(__file__).resolve().parents[1]
 ARCH = os.uname().machine
 
@@ -33,12 +31,6 @@ def verifier():
     # one worker: programs run one after the other in the same zygote, the case where they could cooperate
     with Verifier(VerifierConfig(workers=1, timeout_s=5, memory_mb=512, nproc=32)) as v:
         yield v
-
-
-def run(v, body: str, head: str = ""):
-    code = "import os, sys, ctypes, signal, time\n" + head + "\ndef probe():\n" + \
-        "".join(f"    {ln}\n" for ln in body.splitlines())
-    return v.verify(T, code)
 
 
 def sandbox_processes(uids: list[int]) -> list[tuple[int, str]]:
@@ -206,10 +198,6 @@ def test_nothing_a_program_started_outlives_its_verdict(verifier):
 
 
 # --- cleanup never walks program-made structure ----------------------------------------------------------------
-CARRIED = ("{line.split()[4].split('/')[2] for line in open('/proc/self/mountinfo')"
-           " if line.split()[4].startswith('/tmp/')}")
-"""A program's expression for the names in its /tmp that the sandbox binds there: the top directory of a Python
-or codechat under the host's /tmp (a checkout cloned into /tmp), none otherwise (sandbox/rootfs.py)."""
 DEEP = ("def deep(where, n):\n    os.chdir(where)\n    for _ in range(n):\n        os.mkdir('d')\n"
         "        os.chdir('d')\n    os.chdir('/')\n")
 
@@ -220,8 +208,9 @@ def test_a_tree_deeper_than_the_recursion_limit_does_not_poison_the_worker(verif
                       "os.mkdir('/tmp/mine')\ndeep('/tmp/mine', 1500)\nreturn 'ok'", head=DEEP)
     assert v.passed and "write_outside" in v.blocked, v
     for _ in range(3):  # the same worker goes on, with an empty temp dir and /tmp
-        after = run(verifier, "return 'ok' if os.listdir('.') == [] and sorted(os.listdir('/tmp')) == "
-                              f"sorted([os.path.basename(os.getcwd()), *{CARRIED}]) else repr(os.listdir('/tmp'))")
+        after = run(verifier, f"names = {OWN_TMP}\n"
+                              "return 'ok' if os.listdir('.') == [] and names == [os.path.basename(os.getcwd())] "
+                              "else repr(names)")
         assert after.passed, after.message
 
 

@@ -14,23 +14,13 @@ from codechat.sandbox import cgroup
 from codechat.sandbox.pool import Job, protection_report, runs_program_text
 from codechat.tasks import Task
 from codechat.verifier.verify import Verifier
-from test_sandbox_host import CARRIED
-
-ROOT = os.geteuid() == 0
-root_only = pytest.mark.skipif(not ROOT, reason="namespaces and mounts need root here")
-T = Task("probe", "", ["assert probe() == 'ok'"], "probe")
+from sandbox_helpers import OWN_TMP, root_only, run
 
 
 @pytest.fixture(scope="module")
 def verifier():
     with Verifier(VerifierConfig(workers=1, timeout_s=10, memory_mb=512, nproc=32)) as v:
         yield v
-
-
-def run(v, body: str, head: str = "", task: Task = T):
-    code = "import os, sys, ctypes, signal, time\n" + head + "\ndef probe():\n" + \
-        "".join(f"    {ln}\n" for ln in body.splitlines())
-    return v.verify(task, code)
 
 
 def reported(verdict) -> str:
@@ -71,10 +61,24 @@ def test_a_program_sees_an_empty_tmp_and_the_next_one_too(verifier):
     first = run(verifier, "os.mkdir('/tmp/d')\nopen('/tmp/d/f', 'w').write('42')\nos.symlink('/tmp/d', '/tmp/l')\n"
                           "return 'ok'")
     assert first.passed, first.message
-    listing = reported(run(verifier, f"raise ValueError(sorted(os.listdir('/tmp')), os.getcwd(), {CARRIED})"))
-    names, _, carried = eval(listing)
-    names = [n for n in names if n not in carried]  # a checkout or Python under the host's /tmp, bound read-only
-    assert len(names) == 1 and names[0].startswith("codechat-"), listing  # only its own temp dir
+    listing = reported(run(verifier, f"raise ValueError({OWN_TMP}, os.getcwd())"))
+    names, cwd = eval(listing)
+    assert names == [os.path.basename(cwd)] and names[0].startswith("codechat-"), listing  # only its temp dir
+
+
+
+@root_only
+def test_the_last_programs_tmp_is_out_of_reach_and_unmounted(verifier):
+    # the old /tmp is parked below a root-only dir and unmounted while the next program runs (sandbox/tmp_drop.py)
+    probe = ("mark = f'mark-{time.time_ns()}'\nopen('/tmp/' + mark, 'w').write('x')\n"
+             "try:\n    os.listdir('/.tmp-old')\n    entered = True\nexcept PermissionError:\n    entered = False\n"
+             "parked = sum('/.tmp-old' in line for line in open('/proc/self/mountinfo'))\n"
+             f"raise ValueError(entered, parked, {OWN_TMP}, os.getcwd(), mark)")
+    for _ in range(20):
+        entered, parked, names, cwd, mark = eval(reported(run(verifier, probe)))
+        # at most the last one or two, still being unmounted: they never pile up
+        assert not entered and parked <= 2, (entered, parked)
+        assert names == sorted([mark, os.path.basename(cwd)]), names  # nothing of the last program's /tmp
 
 
 # --- one memory limit for the whole process tree ----------------------------------------------------------------

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from codechat.sandbox import wire
+from codechat.sandbox import frames, wire
 
 
 @pytest.mark.parametrize("value", [
@@ -61,7 +61,7 @@ def test_reader_keeps_frame_boundaries_across_reads():
     r, w = os.pipe()
     try:
         os.write(w, b"\x00\x00\x00\x02hi\x00\x00\x00\x03abc\x00\x00")  # two frames and half a header
-        reader = wire.Reader(r)
+        reader = frames.Reader(r)
         assert reader.recv() == b"hi" and reader.recv() == b"abc"
         os.write(w, b"\x00\x05" + b"x" * 5)
         assert reader.recv() == b"xxxxx"

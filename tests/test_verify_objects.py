@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from codechat.config import VerifierConfig
-from codechat.sandbox import judge, modes, wire
+from codechat.sandbox import frames, judge, modes, wire
 from codechat.tasks import Task
 from codechat.verifier.verify import Verifier
 from test_verify_protocol import frame, run_judge
@@ -225,18 +225,18 @@ def test_callbacks_past_the_count_limit_end_the_program(monkeypatch):
     monkeypatch.setattr(judge, "MAX_CALLBACKS", 50)
     j, c = socket.socketpair()
     r, w = os.pipe()
-    wire.send(w, pickle.dumps({"mode": "tests", "prelude": "", "setup": "", "entry_point": "f", "inputs": [],
+    frames.send(w, pickle.dumps({"mode": "tests", "prelude": "", "setup": "", "entry_point": "f", "inputs": [],
                                "expected": [], "atol": 0.0, "tests": ["def cb():\n    return 1\nassert f(cb) == 1"]}))
 
     def program():  # reads an attribute of the test's function 60 times, then answers
         c.sendall(frame(["loaded", [["f", "object", "function"]]]))
-        u = _Refs(io.BytesIO(wire.recv(c.fileno())[1:]))
+        u = _Refs(io.BytesIO(frames.recv(c.fileno())[1:]))
         u.refs = []
         u.load()
         try:
             for _ in range(60):
                 c.sendall(frame(["cbget", u.refs[0], "x"]))
-                wire.recv(c.fileno())
+                frames.recv(c.fileno())
         except wire.WireError:  # the judge ended the program: its end is closed
             return
         c.sendall(frame(["ok", 1]))
@@ -269,7 +269,7 @@ def _program(c: socket.socket, calls: list, final) -> None:
     refs: list = []
 
     def read():
-        u = _Refs(io.BytesIO(wire.recv(c.fileno())[1:]))
+        u = _Refs(io.BytesIO(frames.recv(c.fileno())[1:]))
         u.refs = refs
         u.load()
 
@@ -294,7 +294,7 @@ def _program(c: socket.socket, calls: list, final) -> None:
 def test_hostile_callbacks_never_pass_and_never_break_the_judge(calls, final):
     j, c = socket.socketpair()
     r, w = os.pipe()
-    wire.send(w, pickle.dumps({"mode": "tests", "prelude": "", "setup": "", "entry_point": "f", "inputs": [],
+    frames.send(w, pickle.dumps({"mode": "tests", "prelude": "", "setup": "", "entry_point": "f", "inputs": [],
                                "expected": [], "atol": 0.0, **CB_JOB}))
     t = threading.Thread(target=_program, args=(c, calls, final), daemon=True)
     t.start()

@@ -14,7 +14,7 @@ import pytest
 
 from codechat.cli import main
 from codechat.config import VerifierConfig
-from codechat.sandbox import candidate, judge, modes, wire
+from codechat.sandbox import audit_hook, frames, judge, modes, wire
 from codechat.tasks import Task
 from codechat.verifier.verify import Verifier
 
@@ -39,15 +39,15 @@ def attack(v: Verifier, name: str):
     return verdict
 
 
-def run_judge(job: dict, frames: list[bytes], max_bytes: int = 1 << 20) -> dict:
-    """Run the judge here, on a job, with `frames` as everything the candidate side ever sends."""
+def run_judge(job: dict, replies: list[bytes], max_bytes: int = 1 << 20) -> dict:
+    """Run the judge here, on a job, with `replies` as everything the candidate side ever sends."""
     job = {"mode": "tests", "prelude": "", "setup": "", "entry_point": "f", "tests": [], "inputs": [],
            "expected": [], "atol": 0.0, **job}
     j, c = socket.socketpair()
     r, w = os.pipe()
     try:
-        wire.send(w, pickle.dumps(job))
-        data = b"".join(frames)
+        frames.send(w, pickle.dumps(job))
+        data = b"".join(replies)
         sender = threading.Thread(target=_send_all, args=(c, data), daemon=True)
         if len(data) < 65536:  # fits in the socket's buffer: no thread needed
             _send_all(c, data)
@@ -192,7 +192,7 @@ def test_huge_exception_type_and_message_are_cut(verifier):
 
 def test_event_flood_leaves_only_known_kinds(verifier):
     v = attack(verifier, "event_flood")
-    assert set(v.blocked) <= candidate.EVENT_KINDS and len(v.blocked) <= len(candidate.EVENT_KINDS)
+    assert set(v.blocked) <= audit_hook.EVENT_KINDS and len(v.blocked) <= len(audit_hook.EVENT_KINDS)
 
 
 def test_judge_exception_cache_is_bounded():

@@ -1,4 +1,4 @@
-"""Repository tasks in `codechat verify` and `codechat eval` (those commands hand over here for repo task sets).
+"""Repository tasks in `codechat eval` and `codechat chat` (`codechat verify` on them: commands/repo_verify.py).
 
     codechat verify --tasks builtin:repo-heldout --completions patches.jsonl --out verdicts.jsonl
     codechat eval --model runs/x --tasks builtin:repo-heldout --n 4 --k 1,4
@@ -10,85 +10,17 @@ and `--envs DIR` to run each repository's tests in its own environment (codechat
 from __future__ import annotations
 
 import json
-import sys
-from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from codechat import CodechatError
 from codechat.chat.repo import RepoChat, watch
+from codechat.commands import repo_verify
 from codechat.config import AgentConfig, EvalConfig, ModelConfig, SamplingConfig
 from codechat.evaluation.repo_eval import evaluate_episodes
-from codechat.io.jsonl import scan_jsonl
 from codechat.rollout.agents import ModelAgent, ScriptedAgent, reference_script
 from codechat.rollout.episode import EpisodeRunner
 from codechat.io.rundir import resolve_model
-from codechat.tasks.repo_loaders import load_repo_tasks
-from codechat.verifier.repo import RepoJudge, RepoVerdict
-from codechat.verifier.repo_env import load_envs
-
-
-def _tasks(args) -> dict:
-    tasks = load_repo_tasks(getattr(args, "repo_task", None) or args.tasks, repos=getattr(args, "repos", None))
-    if getattr(args, "limit", 0):
-        tasks = tasks[:args.limit]
-    if getattr(args, "timeout", None):
-        for t in tasks:
-            t.limits.test_timeout_s = float(args.timeout)
-    return {t.task_id: t for t in tasks}
-
-
-def judge_for(args, hide: tuple[str, ...]) -> RepoJudge:
-    """The RepoJudge the flags ask for: --envs, --log-dir, --memory-mb."""
-    envs = load_envs(args.envs) if getattr(args, "envs", None) else None
-    memory = getattr(args, "memory_mb", None)
-    if memory is not None and memory < 64:
-        raise CodechatError(f"--memory-mb must be at least 64, got {memory}")
-    return RepoJudge(hide_paths=hide, envs=envs, log_dir=getattr(args, "log_dir", None), memory_mb=memory or 2048)
-
-
-def read_patches(path: str, known: set[str]) -> list[dict]:
-    rows = []
-    for lineno, rec, why in scan_jsonl(path, "patches file"):
-        row = {"line": lineno}
-        if rec is None:
-            rows.append(dict(row, error=why))
-            continue
-        change = next((rec[k] for k in ("patch", "files", "completion") if k in rec), None)
-        row.update(task_id=str(rec.get("task_id")), sample_id=rec.get("sample_id"), change=change)
-        if row["task_id"] not in known:
-            row["error"] = f"unknown task_id {row['task_id']!r}"
-        elif not isinstance(change, (str, dict)):
-            row["error"] = "needs 'patch' (a unified diff) or 'files' ({path: text})"
-        rows.append(row)
-    return rows
-
-
-def run_verify(args) -> int:
-    if not (args.tasks and args.completions and args.out):
-        raise CodechatError("verify needs --tasks, --completions and --out")
-    tasks = _tasks(args)
-    rows = read_patches(args.completions, set(tasks))
-    for r in rows:
-        if "error" in r:
-            print(f"warning: {args.completions}:{r['line']}: {r['error']}", file=sys.stderr)
-    hide = tuple({str(Path(args.completions).resolve().parent)} |
-                 ({str(Path(args.tasks).expanduser().resolve().parent)} if not args.tasks.startswith("builtin") else set()))
-    counts: Counter = Counter()
-    with judge_for(args, hide) as judge, ThreadPoolExecutor(max(1, args.workers or 4)) as pool:
-        futs = [None if "error" in r else pool.submit(judge.judge, tasks[r["task_id"]], r["change"]) for r in rows]
-        with open(args.out, "w", encoding="utf-8") as out:
-            for r, f in zip(rows, futs):
-                v = f.result() if f else RepoVerdict("error", False, 0.0, message=r["error"])
-                counts[v.status] += 1
-                out.write(json.dumps({"task_id": r.get("task_id"), "sample_id": r.get("sample_id"),
-                                      "line": r["line"], **v.to_dict()}) + "\n")
-    n, passed = len(rows), counts.get("passed", 0)
-    print(f"verified {n} patches: resolve rate {passed / n:.1%} ({passed}/{n})" if n else "no patches")
-    for status, c in counts.most_common():
-        print(f"  {status:<10} {c}")
-    print(f"results: {args.out}")
-    return 0
+from codechat.verifier.repo import RepoJudge
 
 
 def make_agent(spec: str, args):
@@ -129,11 +61,11 @@ def run_eval(args) -> int:
         raise CodechatError(f"eval: --k must be comma-separated integers, got '{args.k}'") from None
     if any(k > args.n or k < 1 for k in ks):
         raise CodechatError(f"eval: every --k must be in 1..n={args.n}, got '{args.k}'")
-    tasks = list(_tasks(args).values())
+    tasks = list(repo_verify.load_tasks(args).values())
     agent, name = make_agent(args.model, args)
     cfg = AgentConfig(turn_tokens=args.max_new_tokens)
     hide = () if args.tasks.startswith("builtin") else (str(Path(args.tasks).expanduser().resolve().parent),)
-    with judge_for(args, hide) as judge:
+    with repo_verify.judge_for(args, hide) as judge:
         report = evaluate_episodes(EpisodeRunner(agent, judge, cfg), tasks, args.n, ks, seed=args.seed)
     out = Path(args.out) if args.out else Path(f"eval-{name}")
     out.mkdir(parents=True, exist_ok=True)
@@ -150,7 +82,7 @@ def run_eval(args) -> int:
 def run_chat(args) -> int:
     """`codechat chat [MODEL] --repo-task TASKS [--task-id ID]`."""
 
-    tasks = _tasks(args)
+    tasks = repo_verify.load_tasks(args)
     task = tasks.get(args.task_id) if args.task_id else next(iter(tasks.values()))
     if task is None:
         raise CodechatError(f"--task-id {args.task_id!r}: no such task in {args.repo_task}")

@@ -19,7 +19,7 @@ from pathlib import Path
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn, TimeRemainingColumn
 
 from codechat import CodechatError
-from codechat.commands import repo
+from codechat.commands import repo_verify
 from codechat.config import VerifierConfig
 from codechat.io.jsonl import read_jsonl, scan_jsonl
 from codechat.sandbox.pool import SandboxPool, protection_report
@@ -202,7 +202,7 @@ def run(args: argparse.Namespace) -> int:
     if args.check:
         return run_check(args)
     if args.tasks and not args.regress and is_repo_spec(args.tasks):  # patches against repository tasks
-        return repo.run_verify(args)
+        return repo_verify.run_verify(args)
     if args.envs or args.log_dir:
         raise CodechatError("verify: --envs and --log-dir apply to repository tasks only")
     if args.regress:

@@ -1,8 +1,10 @@
 """Run untrusted Python under isolation and limits, and judge it from a process it never touches.
 
-Layout: `isolation` (namespaces, rlimits, uid, reaping), `wire` (plain-data encoding and framing),
-`candidate` (runs the program, answers calls), `judge` + `modes` (run the tests / compare outputs),
-`zygote` (warm pre-imported forker), `supervisor` (runs each job for its zygote), `pool` (parent side: `SandboxPool`, `Job`, `RunResult`).
+Layout: `isolation` (namespaces, rlimits, uid, reaping), `wire` (plain-data encoding), `frames` (framing),
+`candidate` (runs the program, answers calls), `audit_hook` (what the program touched),
+`judge` + `modes` (run the tests / compare outputs),
+`zygote` (warm pre-imported forker), `supervisor` (runs each job for its zygote; `tmp_drop`
+unmounts old /tmp dirs), `pool` (parent side: `SandboxPool`, `Job`, `RunResult`).
 This package knows nothing of RL or tasks; `codechat.verifier.verify` builds on it.
 """
 __all__ = ["Job", "Limits", "RunResult", "SandboxPool"]

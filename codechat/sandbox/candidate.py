@@ -8,8 +8,7 @@ judge: call / getattr / setattr / getitem / len / iter / next on its objects. Ev
 Nothing here is trusted: the program may patch this module, the encoder, or write anything to the socket.
 The design does not depend on it: the judge only ever receives plain values and never sends the tests.
 
-An audit hook reports the first time the program touches the network, starts a process, sends a signal,
-loads native code, or writes outside its working directory (Verdict.blocked); it observes, the OS enforces.
+Before the program runs, `audit_hook.install` starts reporting what it touches (Verdict.blocked).
 """
 from __future__ import annotations
 
@@ -23,53 +22,7 @@ import os
 import sys
 import types
 
-from codechat.sandbox import prints, stdio_run, wire
-
-EVENTS = {
-    "socket.connect": "network", "socket.bind": "network", "socket.sendto": "network",
-    "socket.getaddrinfo": "network", "subprocess.Popen": "subprocess", "os.system": "subprocess",
-    "os.exec": "subprocess", "os.posix_spawn": "subprocess", "os.spawn": "subprocess", "os.fork": "subprocess",
-    "os.forkpty": "subprocess", "os.kill": "signal", "os.killpg": "signal", "signal.pthread_kill": "signal",
-    "ctypes.dlopen": "ctypes", "ctypes.dlsym": "ctypes",
-}
-WRITE_EVENTS = {"open", "os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.chmod", "os.chown", "os.symlink",
-                "os.link", "os.truncate", "shutil.rmtree"}
-EVENT_KINDS = frozenset(EVENTS.values()) | {"write_outside"}
-"""The closed set of event kinds the supervisor accepts from a program's events pipe (anything else: dropped)."""
-_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
-
-
-def _install_audit_hook(events_fd: int, cwd: str) -> None:
-    seen: set[str] = set()
-
-    def report(kind: str) -> None:
-        if kind not in seen:
-            seen.add(kind)
-            try:
-                os.write(events_fd, kind.encode() + b"\n")
-            except OSError:
-                pass
-
-    def hook(event: str, args: tuple) -> None:
-        kind = EVENTS.get(event)
-        if kind is not None:
-            report(kind)
-        elif event in WRITE_EVENTS and args:
-            if event == "open":
-                path, mode, flags = (tuple(args) + (None, None))[:3]
-                writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or \
-                          (isinstance(flags, int) and flags & _WRITE_FLAGS and mode is None)
-                if not writing:
-                    return
-            else:
-                path = args[0]
-            if isinstance(path, (str, bytes)):
-                p = os.path.abspath(os.fsdecode(path))
-                if not (p == cwd or p.startswith(cwd + os.sep) or p.startswith("/dev/null")):
-                    report("write_outside")
-
-    sys.addaudithook(hook)
-
+from codechat.sandbox import audit_hook, frames, prints, stdio_run, wire
 
 class _Unpickler(_pickle.Unpickler):  # (_pickle: the zygote does not import pickle.py)
     server: "_Server"
@@ -138,7 +91,7 @@ class _Server:
         try:
             self.reply(msg)
             while True:
-                op, ref, a, kw = self.unpickle(wire.recv(self.fd))
+                op, ref, a, kw = self.unpickle(frames.recv(self.fd))
                 if op == "cbret":
                     return a[0]
                 if op == "cbexc":
@@ -196,12 +149,12 @@ class _Server:
             data = wire.dumps(msg, handle=self.encode)
         except BaseException as e:  # noqa: BLE001 - unencodable result (too deep, recursion): tell the judge
             data = wire.dumps(["exc", "WireError", f"result is not plain data: {type(e).__name__}"])
-        wire.send(self.fd, data)
+        frames.send(self.fd, data)
 
     def serve(self) -> None:
         while True:
             try:
-                op, ref, args, kwargs = self.unpickle(wire.recv(self.fd))  # (not wire.Reader: fewer pages)
+                op, ref, args, kwargs = self.unpickle(frames.recv(self.fd))  # (not frames.Reader: fewer pages)
             except wire.WireError:
                 return  # the judge is done
             self.answer(op, ref, args, kwargs)
@@ -386,15 +339,15 @@ def _describe(name: str, value: object) -> list:
 
 def serve(sock_fd: int, payload_fd: int, events_fd: int) -> None:
     """Entry point in the sandboxed child; returns when the judge closes the channel."""
-    payload = marshal.loads(wire.recv(payload_fd))  # written by the parent (marshal: less to touch than pickle)
+    payload = marshal.loads(frames.recv(payload_fd))  # written by the parent (marshal: less to touch than pickle)
     os.close(payload_fd)
     if "stdin" in payload:  # a stdin/stdout job: run as __main__, stdout to the judge (stdio_run.py)
-        return stdio_run.serve(sock_fd, payload, lambda: _install_audit_hook(events_fd, os.getcwd()))
+        return stdio_run.serve(sock_fd, payload, lambda: audit_hook.install(events_fd, os.getcwd()))
     # (the zygote does not import `random`, so each program that does gets a fresh seed)
     mod = types.ModuleType("__sandbox__")
     mod.__dict__["__builtins__"] = builtins
     sys.modules["__sandbox__"] = mod
-    _install_audit_hook(events_fd, os.getcwd())
+    audit_hook.install(events_fd, os.getcwd())
     server = _Server(sock_fd, mod)
     try:
         code = compile(payload["code"], "<candidate>", "exec", dont_inherit=True)

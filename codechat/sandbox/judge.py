@@ -30,7 +30,7 @@ import select
 import sys
 import time
 
-from codechat.sandbox import grammar, judge_objects, wire
+from codechat.sandbox import frames, grammar, judge_objects, wire
 from codechat.sandbox.bindings import write_back
 
 
@@ -114,7 +114,7 @@ class Channel(wire.Decoder):
 
     def __init__(self, fd: int, max_bytes: int):
         self.fd, self.max_bytes, self.calls = fd, max_bytes, 0
-        self.reader = wire.Reader(fd)
+        self.reader = frames.Reader(fd)
         self.judge_objects: dict[int, object] = {}  # the tests' objects the program holds references to
         self.classes: dict | None = None  # the tests' namespace, once the task's code ran (run_tests)
         self.shared: frozenset = frozenset()  # the setup's and prelude's classes: the program has them too
@@ -144,7 +144,7 @@ class Channel(wire.Decoder):
         except (pickle.PicklingError, TypeError, AttributeError) as e:
             raise TypeError(f"argument cannot be sent to the sandboxed program: {e}") from None
         try:
-            wire.send(self.fd, data)
+            frames.send(self.fd, data)
         except OSError as e:
             raise CandidateGone(str(e)) from None
 

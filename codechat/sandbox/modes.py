@@ -12,7 +12,7 @@ import math
 import pickle
 import time
 
-from codechat.sandbox import grammar, judge_objects, stdio_capture, stdio_judge, wire
+from codechat.sandbox import frames, grammar, judge_objects, stdio_capture, stdio_judge, wire
 from codechat.sandbox.bindings import bind_entry_point, build_namespace, caught_in, instrument, names_in
 from codechat.sandbox.judge import Channel, CandidateGone, Remote, TimeLimit, TimeLimitGone, classify, raised_class
 from codechat.sandbox.timelimits import TimeLimits
@@ -217,7 +217,7 @@ def judge(sock_fd: int, payload_fd: int, max_bytes: int, cand_stat: int = -1) ->
     """One job in the judge: read the tests, wait for the program to load, run the mode; returns the record.
     `cand_stat`: an fd of the program's /proc/PID/stat (-1: none), for its CPU time under time limits."""
     started = time.monotonic()
-    job = pickle.loads(wire.recv(payload_fd, 1 << 30))  # written by the parent: trusted
+    job = pickle.loads(frames.recv(payload_fd, 1 << 30))  # written by the parent: trusted
     if job["mode"] == "stdio" and (job.get("stdio") or {}).get("capture"):  # return stdout, judge nothing
         return wire.dumps(stdio_capture.judge(sock_fd, max_bytes))
     if job["mode"] == "stdio":  # no RPC: the program's stdout comes over the socket (stdio_judge.py)

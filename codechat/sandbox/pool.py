@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from codechat.sandbox import cgroup, wire
+from codechat.sandbox import cgroup, frames, wire
 from codechat.sandbox.protections import (ALL_PROTECTIONS, ALWAYS, PROTECTIONS,  # noqa: F401 (re-exported)
                                            missing_protections_message, protection_report)
 from codechat.sandbox.isolation import Limits
@@ -183,7 +183,7 @@ def runs_program_text(job: Job) -> bool:
 
 def _write_quietly(fd: int, data: bytes) -> None:
     try:
-        wire.send(fd, data)
+        frames.send(fd, data)
     except (BrokenPipeError, OSError):
         pass  # the reader died before reading: the zygote reports what happened
 

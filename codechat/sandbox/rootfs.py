@@ -37,6 +37,9 @@ DEVICES = ("null", "zero", "full", "random", "urandom")
 VISIBLE_PACKAGES = ("sandbox",)  # subpackages of codechat visible inside (the candidate and judge import them)
 TMP_OPTS = "mode=1777,size=256m,nr_inodes=16384"
 STAGE = "/.tmp-next"  # where the next program's /tmp is made before it is moved onto /tmp (`fresh_tmp`)
+PARKED = "/.tmp-old/tmp"  # where the last program's /tmp waits to be unmounted: below a dir only root may enter
+PARK_MAX_USED = 4 << 20  # a /tmp holding more than this is unmounted at once (its pages would count against
+# the next program's memory cgroup until then)
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -137,6 +140,8 @@ def build_root(package_dir: str, hide_paths: tuple[str, ...] = (), binds: tuple[
     try:
         for d in ("proc", "tmp", "dev", "var", STAGE[1:]):
             os.mkdir(f"{root}/{d}", 0o755)
+        os.mkdir(root + os.path.dirname(PARKED), 0o700)
+        os.mkdir(root + PARKED, 0o755)
         # /tmp first: a Python or codechat under the host's /tmp (a clone, a venv) is bound inside it
         mount("tmpfs", f"{root}/tmp", "tmpfs", MS_NOSUID | MS_NODEV, TMP_OPTS)
         for p, kind, ro in plan:
@@ -181,21 +186,41 @@ def tmp_mounts() -> list[str]:
     return [p for p in found if not any(q != p and _under(p, q) for q in found)]
 
 
-def fresh_tmp(temp_dir: str | None, uid: int | None, carried: list[str], opts: str = TMP_OPTS) -> None:
+def fresh_tmp(temp_dir: str | None, uid: int | None, carried: list[str], opts: str = TMP_OPTS,
+              drop=None) -> None:
     """Replace /tmp by a new, empty tmpfs holding only `temp_dir` (owned by `uid`) and the `carried` mounts
     (`tmp_mounts`, bound recursively: read-only stays read-only), and drop the old one whole. A new tmpfs is a
     new superblock: its inode numbers, free space and directory contents start over for every program, and
     nothing a program built in /tmp (deep trees, links, millions of names) is ever walked.
-    Runs after every process of the previous program is gone; made aside (`STAGE`) and moved in."""
+    Runs after every process of the previous program is gone; made aside (`STAGE`) and moved in.
+    `drop`: called once the old /tmp is moved to `PARKED` (out of every program's reach), to unmount it off
+    this thread (`tmp_drop.Dropper`): an unmount waits an RCU grace period, milliseconds per program. A /tmp
+    holding more than `PARK_MAX_USED` is unmounted here, so its memory is free before the next program runs."""
     mount("tmpfs", STAGE, "tmpfs", MS_NOSUID | MS_NODEV, opts)
     for p in carried:
         target = STAGE + p[len("/tmp"):]
         os.makedirs(target, mode=0o755, exist_ok=True)
         mount(p, target, None, MS_BIND | MS_REC)
-    umount("/tmp")
-    mount(STAGE, "/tmp", None, MS_MOVE)
+    if drop is not None and _used("/tmp") <= PARK_MAX_USED:
+        mount("/tmp", PARKED, None, MS_MOVE)
+        mount(STAGE, "/tmp", None, MS_MOVE)
+        drop()
+    else:
+        umount("/tmp")
+        mount(STAGE, "/tmp", None, MS_MOVE)
     if temp_dir is None:  # (the judge's own /tmp, in its own mount namespace)
         return
     os.mkdir(temp_dir, 0o700)
     if uid is not None:
         os.chown(temp_dir, uid, uid)
+
+
+def _used(path: str) -> int:
+    st = os.statvfs(path)
+    return (st.f_blocks - st.f_bfree) * st.f_frsize
+
+
+def drop_parked() -> None:
+    """Unmount every /tmp parked in this mount namespace (see `fresh_tmp`), here and now."""
+    while os.path.ismount(PARKED):
+        umount(PARKED)

@@ -18,7 +18,7 @@ import _socket
 import struct
 import time
 
-from codechat.sandbox import candidate, cgroup, isolation, modes, procs, rootfs, seccomp, wire
+from codechat.sandbox import audit_hook, cgroup, frames, isolation, modes, procs, rootfs, seccomp, tmp_drop, wire
 from codechat.sandbox.procs import _LIMITS, _REPLY, _REQ, _child_fds, _fork, _kill, die_with_parent
 
 
@@ -65,13 +65,13 @@ class Spare:
     Its pid is read from the zygote's reply when first needed."""
 
     def __init__(self, uid: int | None, forker: Forker, tmp: str, tmpfs: list[str] | None = None,
-                 pid_ns: bool = False):
+                 pid_ns: bool = False, drop=None):
         self.uid = uid
         self.forker = forker
         self.tmp = tmp  # the same path for every program of this zygote, removed after each (see spare_dir)
         self.tmpfs = tmpfs is not None  # /tmp is a new tmpfs for each program (fresh root): `tmpfs` carried over
         if tmpfs is not None:
-            rootfs.fresh_tmp(tmp, uid, tmpfs)
+            rootfs.fresh_tmp(tmp, uid, tmpfs, drop=drop)
         else:
             try:
                 os.mkdir(tmp, 0o700)
@@ -183,6 +183,7 @@ def _drop_root(uid: int, carried: list[str] | None) -> None:
         raise OSError("cannot make mount and IPC namespaces for the judge")
     if carried is not None:  # a /tmp of its own, unseen by programs (and theirs unseen here)
         rootfs.fresh_tmp(None, uid, carried, JUDGE_TMP_OPTS)
+        rootfs.drop_parked()  # a program's /tmp the supervisor had not yet unmounted when it forked us
     for res, n in JUDGE_RLIMITS:
         resource.setrlimit(res, (n, n))
     isolation.drop_privileges(uid)
@@ -310,7 +311,7 @@ def run_job(job: dict, spare: Spare, cand_r: int, judge_r: int, judge: JudgeProc
         events += os.read(spare.ev_r, 4096)[:max(0, 4096 - len(events))]
     except OSError:
         pass
-    blocked = set(events.decode(errors="replace").split()) & candidate.EVENT_KINDS
+    blocked = set(events.decode(errors="replace").split()) & audit_hook.EVENT_KINDS
     if isolation.clean_scratch(spare.uid, keep=spare.tmp, remove=not spare.tmpfs):
         blocked.add("write_outside")
     c_signal = os.WTERMSIG(c_status) if os.WIFSIGNALED(c_status) else None
@@ -330,11 +331,13 @@ def supervise(sock: socket.socket, zsock: socket.socket, uid: int | None, judge_
     sock = socket.socket(fileno=sock.detach())  # the zygote uses bare _socket objects
     zygote_pid = os.getppid()
     forker = Forker(zsock)
-    layers = {"tmpfs": rootfs.tmp_mounts() if "fresh_root" in active else None, "pid_ns": "pid_namespace" in active}
+    fresh = "fresh_root" in active
+    layers = {"tmpfs": rootfs.tmp_mounts() if fresh else None, "pid_ns": "pid_namespace" in active,
+              "drop": tmp_drop.Dropper() if fresh else None}
     judge_args = (judge_mb, isolation.judge_uid(zygote_pid) if uid is not None else None, layers["tmpfs"])
     judge = JudgeProc(*judge_args)
     spare = Spare(uid, forker, tmp, **layers)
-    wire.send(sock.fileno(), pickle.dumps({"pid": zygote_pid, "active": active, "uid": uid}))
+    frames.send(sock.fileno(), pickle.dumps({"pid": zygote_pid, "active": active, "uid": uid}))
     while True:
         try:
             head, fds, _, _ = socket.recv_fds(sock, 4, 2)
@@ -352,9 +355,9 @@ def supervise(sock: socket.socket, zsock: socket.socket, uid: int | None, judge_
                 if not spare.collected:
                     spare.collect(False)
             except (OSError, EOFError):  # the zygote is gone: nothing more can run here
-                wire.send(sock.fileno(), pickle.dumps(result))
+                frames.send(sock.fileno(), pickle.dumps(result))
                 break
-        wire.send(sock.fileno(), pickle.dumps(result))
+        frames.send(sock.fileno(), pickle.dumps(result))
         spare.close()
         if replace_judge:
             judge.kill()

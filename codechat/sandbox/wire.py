@@ -1,4 +1,4 @@
-"""Plain-data wire format between sandbox processes: framing, and a tagged JSON encoding of Python values.
+"""Plain-data wire format between sandbox processes: a tagged JSON encoding of Python values (framing: frames.py).
 
 Values produced by untrusted code travel as *plain data*: JSON where every JSON object is a type tag, decoded
 back into builtin values only (int, float, str, bytes, bool, None, list, tuple, dict, set, frozenset, complex,
@@ -7,7 +7,7 @@ and a few stdlib containers). Decoding never runs code and never builds a user-d
 plain data (class instances, functions, generators) travel as a *handle*: an id that only means something in
 the process that owns the object.
 
-Framing is a 4-byte big-endian length, then the payload; `recv` refuses payloads over a size cap.
+Messages travel framed (`frames.py`); `WireError` is raised by both.
 
 ## The protocol (every message from the candidate is hostile: grammar.py's `parse_hello` / `parse_reply` check it)
 Parent -> judge (payload pipe, pickle, trusted): the job {mode, prelude, setup, entry_point, tests, inputs, ...}.
@@ -50,9 +50,9 @@ from __future__ import annotations
 import collections
 import json
 import math
-import os
-import struct
 from typing import Any, Callable
+
+from codechat.sandbox.frames import WireError
 
 MAX_DEPTH = 200
 """Nesting depth an encoded value may have (deeper = not plain data)."""
@@ -74,76 +74,6 @@ OPS = frozenset({"call", "callout", "callio", "getattr", "setattr", "getitem", "
 """Requests the judge sends (trusted direction; the candidate refuses any other)."""
 _BIG_INT_BITS = 12000
 """Ints wider than this travel as hex (decimal str<->int conversion is capped at 4300 digits)."""
-
-
-class WireError(Exception):
-    """A message could not be read, was too large, or was not valid plain data."""
-
-
-# --- framing ---------------------------------------------------------------------------------------------------
-def send(fd: int, payload: bytes) -> None:
-    data = struct.pack(">I", len(payload)) + payload
-    view = memoryview(data)
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]
-
-
-def _read_exact(fd: int, n: int) -> bytes:
-    chunks, left = [], n
-    while left:
-        chunk = os.read(fd, min(left, 1 << 20))
-        if not chunk:
-            raise WireError("channel closed")
-        chunks.append(chunk)
-        left -= len(chunk)
-    return b"".join(chunks)
-
-
-def recv(fd: int, max_bytes: int = 1 << 26) -> bytes:
-    (n,) = struct.unpack(">I", _read_exact(fd, 4))
-    if n > max_bytes:
-        raise WireError(f"message of {n} bytes exceeds the {max_bytes}-byte cap")
-    return _read_exact(fd, n)
-
-
-class Reader:
-    """Framed messages from a stream fd, read in as few syscalls as possible (usually one per message).
-    Bytes past the current frame stay buffered for the next `recv`: the stream's meaning is unchanged."""
-
-    def __init__(self, fd: int):
-        self.fd = fd
-        self.buf = b""
-
-    def ready(self) -> bool:
-        """Whether a whole frame is buffered already (a recv would not read the fd)."""
-        return len(self.buf) >= 4 and len(self.buf) >= 4 + _HEAD.unpack_from(self.buf)[0]
-
-    def recv(self, max_bytes: int = 1 << 26) -> bytes:
-        buf = self.buf
-        while len(buf) < 4:
-            chunk = os.read(self.fd, 1 << 16)
-            if not chunk:
-                raise WireError("channel closed")
-            buf += chunk
-        (n,) = _HEAD.unpack_from(buf)
-        if n > max_bytes:
-            raise WireError(f"message of {n} bytes exceeds the {max_bytes}-byte cap")
-        end = 4 + n
-        if len(buf) < end:
-            chunks, have = [buf], len(buf)
-            while have < end:
-                chunk = os.read(self.fd, min(end - have, 1 << 20) if end - have > 1 << 16 else 1 << 16)
-                if not chunk:
-                    raise WireError("channel closed")
-                chunks.append(chunk)
-                have += len(chunk)
-            buf = b"".join(chunks)
-        self.buf = buf[end:]
-        return buf[4:end]
-
-
-_HEAD = struct.Struct(">I")
 
 
 # --- values -> plain data ----------------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ import os
 import _socket
 import sys
 
-from codechat.sandbox import cgroup, isolation, procs, seccomp, wire
+from codechat.sandbox import cgroup, frames, isolation, procs, seccomp
 
 # Imported once here so that forked programs do not pay for them (copy-on-write after fork).
 # Only small, common ones: each extension module adds mappings, and fork time grows with them (random and
@@ -59,7 +59,7 @@ def _add_site_builtins() -> None:
 
 def serve(sock: _socket.socket) -> None:
     _add_site_builtins()
-    hello = json.loads(wire.recv(sock.fileno()))
+    hello = json.loads(frames.recv(sock.fileno()))
     mem = None
     if hello.get("cgroup"):  # (before the fresh root: /sys is not there)
         try:
