@@ -17,7 +17,7 @@ from codechat.verifier.repo import RepoJudge, RepoVerdict
 from codechat.verifier.repo_env import load_envs
 
 
-def loadload_tasks(args) -> dict:
+def load_tasks(args) -> dict:
     tasks = load_repo_tasks(getattr(args, "repo_task", None) or args.tasks, repos=getattr(args, "repos", None))
     if getattr(args, "limit", 0):
         tasks = tasks[:args.limit]
