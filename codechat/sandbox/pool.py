@@ -84,7 +84,7 @@ class Zygote:
         parent, child = socket.socketpair()
         # -S: no `site` (its .pth processing imports pathlib, urllib, ...: a bigger zygote forks slower);
         # the package root and the site-packages dirs go on PYTHONPATH instead.
-        import site
+        import site  # in the parent only; the zygote itself runs without site
         paths = [str(Path(__file__).resolve().parents[2])] + [p for p in site.getsitepackages() if os.path.isdir(p)]
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "PYTHONPATH": os.pathsep.join(paths), "LANG": "C.UTF-8",
                "PYTHONDONTWRITEBYTECODE": "1"}

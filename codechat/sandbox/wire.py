@@ -242,10 +242,10 @@ def _from_plain(x: Any, handle: "Decoder") -> Any:
         if tag == "$r":
             return range(int(v[0]), int(v[1]), int(v[2]))
         if tag == "$dec":
-            import decimal
+            import decimal  # only loaded when a value of it arrives (every module the zygote holds slows each fork)
             return decimal.Decimal(str(v))
         if tag == "$fr":
-            import fractions
+            import fractions  # only loaded when a value of it arrives
             return fractions.Fraction(int(v[0]), int(v[1]))
         if tag == "$dt" and type(v) is str and x.get("v") is not None:
             import datetime  # only loaded when a value of it arrives
@@ -289,7 +289,7 @@ def _from_plain(x: Any, handle: "Decoder") -> Any:
 
 def _ndarray(data: Any, dtype: str) -> Any:
     try:
-        import numpy as np
+        import numpy as np  # only loaded when the value already is a numpy object
     except ImportError:
         return data
     return np.array(data, dtype=dtype if dtype in np.sctypeDict else None)

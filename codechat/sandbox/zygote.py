@@ -19,6 +19,7 @@ Forking from here costs well under a millisecond; exec-ing a fresh interpreter c
 """
 from __future__ import annotations
 
+import builtins
 import ctypes
 import gc
 import json
@@ -51,7 +52,6 @@ class _Quitter:
 
 
 def _add_site_builtins() -> None:
-    import builtins
     for name in ("exit", "quit"):
         if not hasattr(builtins, name):
             setattr(builtins, name, _Quitter(name))
@@ -113,6 +113,6 @@ def _supervisor_main(zsock, sock, ssock, uid, judge_mb, active, tmp, mem) -> Non
 
 
 if __name__ == "__main__":
-    import signal
+    import signal  # after the fork: the zygote keeps its imports minimal
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when we stop (Ctrl-C goes to it)
     serve(_socket.socket(fileno=int(sys.argv[1])))

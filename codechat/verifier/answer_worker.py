@@ -58,7 +58,7 @@ def disable_eval() -> None:
 
     sp.eval_expr = _numbers_only
     try:
-        import math_verify.parser as mp
+        import math_verify.parser as mp  # heavy optional dependency (math-verify), imported only in the worker
         mp.parse_expr = _no_parse
     except ImportError:
         pass

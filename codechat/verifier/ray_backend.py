@@ -41,7 +41,7 @@ START_TIMEOUT_S = 120.0
 
 def _ray():
     try:
-        import ray
+        import ray  # ray: optional dependency (the ray extra), imported on use
     except ImportError:
         raise CodechatError("verifier.backend=ray needs Ray: pip install 'codechat[ray]'") from None
     return ray
@@ -94,7 +94,7 @@ class RayPool:
 
     def _start(self, i: int):
         ray = _ray()
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # ray: optional extra
 
         root = str(Path(__file__).resolve().parents[1])  # this codechat first on the actor's path
         path = [root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
