@@ -26,6 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from codechat.tasks import load_tasks  # noqa: E402
+from verify_mbpp import plain  # noqa: E402 - the same fresh-python-per-program harness (bench/ is on the path)
 
 SHARED = Path(os.environ.get("CODECHAT_SHARED_DATA") or ROOT.parent / "shared" / "data")
 MBPP = SHARED / "mbpp" / "mbpp.jsonl"
@@ -63,15 +64,7 @@ def run_ours(rows, workers: int, timeout: float, d: str) -> tuple[float, int]:
 
 
 def check_correctness(program: str, timeout: float) -> bool:
-    with tempfile.TemporaryDirectory(prefix="plain_") as d:
-        path = os.path.join(d, "prog.py")
-        Path(path).write_text(program)
-        try:
-            p = subprocess.run([sys.executable, path], cwd=d, capture_output=True, timeout=timeout,
-                               stdin=subprocess.DEVNULL)
-        except subprocess.TimeoutExpired:
-            return False
-        return p.returncode == 0
+    return plain(program, timeout)[0]
 
 
 def run_baseline(rows, workers: int, timeout: float) -> tuple[float, int]:

@@ -201,6 +201,19 @@ def drop_privileges(uid: int | None) -> None:
     os.setresuid(uid, uid, uid)
 
 
+def enter_workspace(ws: str, hide: tuple[str, ...], binds: tuple[str, ...], rlimits) -> None:
+    """Enter the sandbox around workspace `ws`: fresh root and namespaces showing `ws` and `binds`, chdir into it,
+    the rlimits, then the uid of its own. The one sequence every launcher runs (launch.py, the warm test runner),
+    so the two cannot drift apart."""
+    enter_namespaces(tuple(hide), binds=(ws, *binds))
+    if not os.path.isdir(ws):
+        raise OSError(f"workspace {ws} is not visible inside the sandbox (under a scratch dir or a hidden path?)")
+    os.chdir(ws)
+    uid = sandbox_uid()
+    apply_rlimits(rlimits)
+    drop_privileges(uid)
+
+
 def reap_uid(uid: int | None, pgid: int) -> None:
     """Kill every process of the program: its process group, then (as root) everything running as its uid.
 

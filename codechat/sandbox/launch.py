@@ -21,14 +21,8 @@ from codechat.sandbox import isolation
 
 
 def main(spec: dict) -> None:
-    ws = spec["workspace"]
-    isolation.enter_namespaces(tuple(spec.get("hide", ())), binds=(ws, *spec.get("binds", ())))  # fresh root + workspace
-    if not os.path.isdir(ws):
-        raise OSError(f"workspace {ws} is not visible inside the sandbox (under a scratch dir or a hidden path?)")
-    os.chdir(ws)
-    uid = isolation.sandbox_uid()
-    isolation.apply_rlimits(spec["rlimits"])
-    isolation.drop_privileges(uid)
+    isolation.enter_workspace(spec["workspace"], tuple(spec.get("hide", ())), tuple(spec.get("binds", ())),
+                              spec["rlimits"])
     argv = spec["argv"]
     os.execve(argv[0], argv, spec["env"])
 

@@ -14,7 +14,8 @@ import time
 
 from codechat.sandbox import frames, grammar, judge_objects, stdio_capture, stdio_judge, wire
 from codechat.sandbox.bindings import bind_entry_point, build_namespace, caught_in, instrument, names_in
-from codechat.sandbox.judge import Channel, CandidateGone, Remote, TimeLimit, TimeLimitGone, classify, raised_class
+from codechat.sandbox.judge import Channel, CandidateGone, TimeLimit, TimeLimitGone, classify, raised_class
+from codechat.sandbox.remote import Remote
 from codechat.sandbox.timelimits import TimeLimits
 
 

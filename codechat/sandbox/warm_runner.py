@@ -74,14 +74,7 @@ def _child(isolation, repo_runner, req: dict, fds: list) -> None:
     os.dup2(out_w, 2)
     os.dup2(chan_w, 3)
     os.closerange(4, 1 << 16)  # the socket to the warm process goes with them: a run cannot ask for forks
-    ws = req["workspace"]
-    isolation.enter_namespaces(tuple(req["hide"]), binds=(ws, *req["binds"]))
-    if not os.path.isdir(ws):
-        raise OSError(f"workspace {ws} is not visible inside the sandbox (under a scratch dir or a hidden path?)")
-    os.chdir(ws)
-    uid = isolation.sandbox_uid()
-    isolation.apply_rlimits(req["rlimits"])
-    isolation.drop_privileges(uid)
+    isolation.enter_workspace(req["workspace"], tuple(req["hide"]), tuple(req["binds"]), req["rlimits"])
     os.environ.clear()
     os.environ.update(req["env"])
     sys.argv = [os.path.join(SANDBOX_DIR, "repo_runner.py"), "3"]
