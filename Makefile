@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 HASH := $(shell cat pyproject.toml Makefile | sha1sum | cut -c1-12)
 STAMP := $(VENV)/.installed-$(HASH)
 
-.PHONY: install test demo clean
+.PHONY: install test test-slow demo clean
 install: $(STAMP)
 
 $(STAMP):
@@ -21,9 +21,15 @@ $(STAMP):
 # Two pytest-xdist workers, whole files each (module fixtures such as the Ray cluster start once), one OpenMP
 # thread per worker: 9m48s instead of 17m30s on 2 cores. Two spin-waiting 2-thread OpenMP teams on 2 cores are
 # far slower than one thread each (docs/scaling.md). TEST_WORKERS=0 runs the suite in this process.
+# Long end-to-end runs (whole demos, multi-process training) carry @pytest.mark.slow: `make test` leaves them
+# out, `make test-slow` runs only them, and CI (.ci/run) runs both.
 TEST_WORKERS ?= 2
+PYTEST := OMP_NUM_THREADS=1 $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile
 test: $(STAMP)
-	OMP_NUM_THREADS=1 $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile
+	$(PYTEST) -m "not slow"
+
+test-slow: $(STAMP)
+	$(PYTEST) -m slow
 
 demo: $(STAMP)
 	$(VENV)/bin/codechat demo
