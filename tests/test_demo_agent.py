@@ -34,7 +34,7 @@ def test_the_demo_writes_compact_calls_with_the_2k_tiny_preset(tmp_path):
     for stage in ("sft", "grpo"):
         cfg = agent_config(str(tmp_path), stage, quick=True)
         assert cfg.agent.call_format == "compact"
-    for quick in (False, True):  # several transcripts per task, fixes as edits (docs/agent.md, "The agent demo")
+    for quick in (False, True):  # several transcripts per task, fixes as replace_function calls
         cfg = agent_config(str(tmp_path), "sft", quick=quick)
         assert cfg.sft.expert_per_task == 4 and cfg.sft.expert_edit == "function" and cfg.sft.expert_wrong == 0.5
     assert agent_config(str(tmp_path), "grpo", quick=True).rl.lr == 1e-4 and AGENT_QUICK_EVAL_N == 4

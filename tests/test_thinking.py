@@ -252,4 +252,4 @@ def test_shipped_thinking_config_loads_with_every_piece_on():
     assert t.enabled and t.forced_nothink_frac == 0.5 and cfg.rewards.components["nothink-bonus"] == 0.3
     assert cfg.data.sft == "builtin:synthetic-sft-think-prefilled" and cfg.rewards.nothink_lr == 1.0
     assert t.is_weight_floor == 1.0 and t.free_frac == 0.25 and cfg.rewards.nothink_ref_steps == 4
-    assert t.opening_loss == 1.0 and cfg.rewards.malformed_opening_penalty == 0.3  # run 5 of docs/thinking.md
+    assert t.opening_loss == 1.0 and cfg.rewards.malformed_opening_penalty == 0.3  # the shipped config of docs/thinking.md

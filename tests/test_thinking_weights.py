@@ -228,8 +228,8 @@ def test_lagrange_reference_is_the_mean_of_the_first_steps():
 
 # --- malformed openings earn no bonus -----------------------------------------------------------------------------
 def test_malformed_openings_lose_the_nothink_bonus():
-    """Measured (docs/thinking.md): the RL model's free samples drifted to `<thinkX think>code`, which the split
-    reads as no thinking (no tag is complete), so it earned the bonus: the no-think share rose through them."""
+    """Measured (docs/results/thinking-runs.md): the RL model's free samples drifted to `<thinkX think>code`, which
+    the split reads as no thinking (no tag is complete), so it earned the bonus: the no-think share rose through them."""
     texts = ["<think></think>a", " <think></think>b", "</think>c", "<thinkXthink>\nd", "e", "<think>plan</think>f"]
     bonus = torch.tensor([0.3, 0.3, 0.3, 0.3, 0.3, 0.0])
     r = SimpleNamespace(batch=SimpleNamespace(texts=texts), components={"nothink-bonus": bonus.clone()},

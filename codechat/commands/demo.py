@@ -22,7 +22,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run-dir", default=None, help="output directory (default runs/demo, runs/demo-quick with --quick)")
     p.add_argument("--quick", action="store_true", help="a shortened demo (a minute or two) on builtin:toy")
     p.add_argument("--agent", action="store_true",
-                   help="the agent demo: SFT on expert repository episodes, then GRPO on episodes (runs/demo-agent)")
+                   help="the agent demo: SFT on expert repository episodes, then RFT + GRPO on episodes "
+                        "(runs/demo-agent, runs/demo-agent-quick with --quick)")
     p.add_argument("--seeds", default=None, metavar="S,S,...",
                    help="run once per seed, one after another, into RUN_DIR/seed-N (default RUN_DIR runs/demo-seeds, "
                         "runs/demo-agent-seeds with --agent) and print the table with mean and range")

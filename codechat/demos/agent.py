@@ -15,7 +15,8 @@ trained on), reporting resolve@1, resolve@n and the habits: tested-before-submit
 attempts, turns.
 
 The second run is one round of RFT on episodes (64 train tasks x 4 episodes, the passing ones kept, 40 steps of
-SFT on their model tokens; measured, it lifted held-out resolve@1 from 31.3% to 50.8%, docs/agent.md), then a few GRPO steps.
+SFT on their model tokens; measured, it lifted held-out resolve@1 from 31.3% to 50.8%,
+docs/results/agent-history.md), then a few GRPO steps.
 
 Two trainer runs under RUN_DIR (`sft/`, then `grpo/` (stages rft, grpo) from sft's final weights) and an
 evaluation after each (`eval-sft/`, `eval-grpo/`: summary.json and every episode in samples.jsonl).
