@@ -52,8 +52,8 @@ def test_wrong_completion_passes_none(verifier, name, every):
     assert not [t.task_id for t, v in zip(tasks, verdicts) if v.passed]
 
 
-def test_mbppplus_originfmt_scripts_sample(verifier):
-    tasks = load_tasks(DATA / "MbppPlus-OriginFmt-v0.2.0.jsonl.gz")
+def test_mbppplus_originfmt_sample(verifier):
+    tasks = load_tasks(DATA / "MbppPlus-OriginFmt-v0.2.0.jsonl.gz")  # its shown asserts (tests/test_originfmt.py)
     small = sorted((t for t in tasks if t.task_id not in SLOW), key=lambda t: len(t.tests[0]))[:8]
     verdicts = verifier.verify_many([(t, t.solution) for t in small])
     assert all(v.passed for v in verdicts), [(t.task_id, v.status, v.message) for t, v in zip(small, verdicts)]
