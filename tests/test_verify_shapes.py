@@ -18,6 +18,11 @@ CASES = {  # name: (task, honest, wrong)
     "module_level_names": (Task("m", "", ["assert SQUARES[3] == 9", "assert TOTAL == 285"], None),
                            "SQUARES = [i * i for i in range(10)]\nTOTAL = sum(SQUARES)\n",
                            "SQUARES = list(range(10))\nTOTAL = sum(SQUARES)\n"),
+    "module_globals_the_program_changes": (  # read after the calls, also inside a function the test defines
+        Task("mg", "", ["tick()\ntick()\nassert COUNT == 2", "add(4)\nadd(5)\nassert SEEN == [4, 5]",
+                        "def total():\n    return sum(SEEN)\nadd(1)\nassert total() == 10 and SEEN[-1] == 1"], "tick"),
+        "COUNT = 0\nSEEN = []\ndef tick():\n    global COUNT\n    COUNT += 1\ndef add(x):\n    SEEN.append(x)\n",
+        "COUNT = 0\nSEEN = []\ndef tick():\n    global COUNT\n    COUNT += 2\ndef add(x):\n    SEEN.insert(0, x)\n"),
     "in_place_written_back": (
         Task("ip", "", ["nums = [3, 1, 2]\nsort_in_place(nums)\nassert nums == [1, 2, 3]",
                         "m = [[1, 2], [3, 4]]\nrow = m[0]\nflip(m)\nassert m == [[2, 1], [4, 3]] and m[0] is row"], None),

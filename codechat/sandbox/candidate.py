@@ -190,7 +190,9 @@ class _Server:
             return _call_reply(value, args, kwargs, out.text())
         if op == "callio":  # the test set sys.stdin or patched input/print: the call runs with them
             return self._call_io(target, args[0], args[1:], kwargs)
-        if op == "getattr":
+        if op == "value":  # a module global's value now (the judge's copy from load is stale after a call)
+            value = target
+        elif op == "getattr":
             value = getattr(target, args[0])
         elif op == "setattr":
             value = setattr(target, args[0], args[1])

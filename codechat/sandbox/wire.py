@@ -13,9 +13,9 @@ Messages travel framed (`frames.py`); `WireError` is raised by both.
 Parent -> judge (payload pipe, pickle, trusted): the job {mode, prelude, setup, entry_point, tests, inputs, ...}.
 Parent -> candidate (payload pipe, marshal, trusted): {code, setup}.
 Judge -> candidate (socket, pickle, trusted direction): (op, ref, args, kwargs) with
-    op   in OPS = call | callout | getattr | setattr | getitem | len | bool | iter | next | limit  (| cbret |
-         cbexc: the answer to a CALLBACK, ref None, args (value,) or (etype, message); limit: args (budget_s,
-         cpu), a test's time budget, no reply)
+    op   in OPS = call | callout | getattr | setattr | getitem | len | bool | iter | next | limit | value  (|
+         cbret | cbexc: the answer to a CALLBACK, ref None, args (value,) or (etype, message); limit: args
+         (budget_s, cpu), a test's time budget, no reply; value: the object REF names now, no args)
     ref  ("n", NAME) a name of the program's module, or ("h", ID) a handle the candidate gave earlier;
     `callout` is `call` with the program's prints captured and returned (the test redirected stdout);
     `callio` is `call` whose first argument is [STDIN TEXT | None, INPUT | None, PRINT | None, CAPTURE]: the test
@@ -70,7 +70,8 @@ MAX_ARGS = 64
 """Written-back arguments one reply may carry."""
 MAX_FIELDS = 1000
 """Fields an encoded object may carry (more: not plain data)."""
-OPS = frozenset({"call", "callout", "callio", "getattr", "setattr", "getitem", "len", "bool", "iter", "next", "limit"})
+OPS = frozenset({"call", "callout", "callio", "getattr", "setattr", "getitem", "len", "bool", "iter", "next", "limit",
+                 "value"})
 """Requests the judge sends (trusted direction; the candidate refuses any other)."""
 _BIG_INT_BITS = 12000
 """Ints wider than this travel as hex (decimal str<->int conversion is capped at 4300 digits)."""
