@@ -23,6 +23,11 @@ CASES = {  # name: (task, honest, wrong)
                         "def total():\n    return sum(SEEN)\nadd(1)\nassert total() == 10 and SEEN[-1] == 1"], "tick"),
         "COUNT = 0\nSEEN = []\ndef tick():\n    global COUNT\n    COUNT += 1\ndef add(x):\n    SEEN.append(x)\n",
         "COUNT = 0\nSEEN = []\ndef tick():\n    global COUNT\n    COUNT += 2\ndef add(x):\n    SEEN.insert(0, x)\n"),
+    "generator_passed_in": (  # iterated where it lives: what the program leaves is the test's to read
+        Task("gi", "", ["assert total(x * x for x in range(4)) == 14",
+                        "g = (i for i in range(5))\nassert first_two(g) == [0, 1]\nassert next(g) == 2"], "total"),
+        "def total(it):\n    return sum(it)\ndef first_two(it):\n    return [next(it), next(it)]\n",
+        "def total(it):\n    return sum(it) - 1\ndef first_two(it):\n    return list(it)[:2]\n"),
     "in_place_written_back": (
         Task("ip", "", ["nums = [3, 1, 2]\nsort_in_place(nums)\nassert nums == [1, 2, 3]",
                         "m = [[1, 2], [3, 4]]\nrow = m[0]\nflip(m)\nassert m == [[2, 1], [4, 3]] and m[0] is row"], None),

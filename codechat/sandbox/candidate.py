@@ -34,9 +34,9 @@ class _Unpickler(_pickle.Unpickler):  # (_pickle: the zygote does not import pic
 
 
 class _JudgeObj:
-    """One of the tests' objects given to the program (a function, or an instance or class the tests define):
-    a call, an attribute read or write sends a CALLBACK (plain data) to the judge, which does it there and
-    answers; requests the judge makes meanwhile (the test's function called the program) are served as usual.
+    """One of the tests' objects given to the program (a function, a generator, or an instance or class the
+    tests define): a call, an attribute read or write, `iter()` or `next()` sends a CALLBACK (plain data) to the
+    judge, which does it there and answers; requests the judge makes meanwhile (the test's function called the program) are served as usual.
     One proxy per object, so `is` holds between references to the same one."""
     __slots__ = ("_server", "_jid")
 
@@ -54,6 +54,12 @@ class _JudgeObj:
 
     def __setattr__(self, name: str, value) -> None:
         self._server.callback(["cbset", self._jid, name, value])
+
+    def __iter__(self):  # a test's generator (or iterable) is iterated where it lives, one item per callback
+        return self._server.callback(["cbiter", self._jid])
+
+    def __next__(self):
+        return self._server.callback(["cbnext", self._jid])
 
     def __repr__(self) -> str:
         return "<a test's object>"

@@ -150,8 +150,8 @@ class Channel(wire.Decoder):
             raise CandidateGone(str(e)) from None
 
     def _callback(self, msg: list) -> None:
-        """The program used one of the tests' objects it was given (a call, an attribute read or write): do it
-        here and send back the result, or the error it raised."""
+        """The program used one of the tests' objects it was given (a call, an attribute read or write, iter()
+        or next()): do it here and send back the result, or the error it raised (StopIteration too)."""
         try:
             kind, obj, args, kwargs = grammar.parse_callback(msg, self.judge_objects)
         except wire.WireError as e:
@@ -164,6 +164,10 @@ class Channel(wire.Decoder):
                 value = obj(*args, **kwargs)
             elif kind == "getattr":
                 value = getattr(obj, args[0])
+            elif kind == "iter":
+                value = iter(obj)
+            elif kind == "next":
+                value = next(obj)
             elif judge_objects.settable(obj, args[0]):
                 value = setattr(obj, args[0], args[1])
             else:

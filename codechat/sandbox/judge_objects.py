@@ -32,7 +32,7 @@ from codechat.sandbox import wire
 
 MODULE = "__sandbox__"
 """The module name the task's code and the tests run under (judge side) and the program runs under."""
-CALLBACKS = (types.FunctionType, types.MethodType, types.LambdaType, functools.partial)
+CALLBACKS = (types.FunctionType, types.MethodType, types.LambdaType, functools.partial, types.GeneratorType)
 """A test's callables the program gets as references (builtins travel by name: the program has its own)."""
 _MISSING = object()
 

@@ -32,10 +32,11 @@ Candidate -> judge (socket, tagged JSON of plain data, at most `max_result_mb` p
            MAX_TYPE chars; MSG, OUT: str, cut to MAX_MSG / MAX_OUT; ARGI an int index of a call argument.
     `same` says the result *is* argument ARGI (identity survives the trip); PLAIN is `from_plain` data.
     CALLBACK = ["cb", JID, [PLAIN, ...], [[KWNAME, PLAIN], ...]] | ["cbget", JID, NAME]
-             | ["cbset", JID, NAME, PLAIN]      (instead of a REPLY, any number of times)
-           the program calls, reads or sets an attribute of one of the tests' objects it was given as JID (an
-           id the judge handed out in this job); the judge does it and answers (op "cbret" with the result, or
-           "cbexc" with its error).
+             | ["cbset", JID, NAME, PLAIN] | ["cbiter", JID] | ["cbnext", JID]
+                                               (instead of a REPLY, any number of times)
+           the program calls, reads or sets an attribute of, or iterates (a test's generator) one of the tests'
+           objects it was given as JID (an id the judge handed out in this job); the judge does it and answers
+           (op "cbret" with the result, or "cbexc" with its error: StopIteration ends an iteration).
     PLAIN also holds {"$o": TYPE, "h": ID, "f": [[NAME, PLAIN], ...]} (an instance's fields, at most
            MAX_FIELDS; the judge rebuilds it as the task's class TYPE or keeps the handle ID), {"$o": TYPE, "t":
            [PLAIN, ...]} (a named tuple) and {"$j": JID} (one of the tests' objects, given back).
