@@ -28,6 +28,11 @@ CASES = {  # name: (task, honest, wrong)
                         "g = (i for i in range(5))\nassert first_two(g) == [0, 1]\nassert next(g) == 2"], "total"),
         "def total(it):\n    return sum(it)\ndef first_two(it):\n    return [next(it), next(it)]\n",
         "def total(it):\n    return sum(it) - 1\ndef first_two(it):\n    return list(it)[:2]\n"),
+    "walk_a_40000_deep_structure": (  # past the wire's depth cap the rest is a handle, read 200 levels at a time
+        Task("deep", "", ["n, count, total = build(40000), 0, 0\nwhile n:\n    count += 1\n    total += n['val']\n"
+                          "    n = n['next']\nassert (count, total) == (40000, 799980000)"], "build"),
+        "def build(k):\n    head = None\n    for i in range(k):\n        head = {'val': i, 'next': head}\n    return head\n",
+        "def build(k):\n    head = None\n    for i in range(1, k):\n        head = {'val': i, 'next': head}\n    return head\n"),
     "in_place_written_back": (
         Task("ip", "", ["nums = [3, 1, 2]\nsort_in_place(nums)\nassert nums == [1, 2, 3]",
                         "m = [[1, 2], [3, 4]]\nrow = m[0]\nflip(m)\nassert m == [[2, 1], [4, 3]] and m[0] is row"], None),
@@ -78,3 +83,11 @@ def test_fenced_solution_class_after_a_prelude_prompt(verifier):
 def test_a_print_bomb_still_hits_the_output_cap(verifier):
     t = CASES["prints_a_lot"][0]
     assert verifier.verify(t, "def f(x):\n    while True:\n        print('spam' * 1000)\n").status == "output_limit"
+
+
+def test_an_expected_output_holding_an_object_is_that_inputs_error(verifier):
+    code = "def f(k):\n    if k == 0:\n        return [object()]\n    head = None\n    for i in range(k):\n" \
+           "        head = {'next': head}\n    return head\n"
+    r = verifier.call_function(code, "f", [[0], [500], [3]])
+    assert r.status == "ok" and r.outputs[2] == {"next": {"next": {"next": None}}}, r
+    assert [e is not None and "NotPlainData" in e for e in r.errors] == [True, True, False], r.errors

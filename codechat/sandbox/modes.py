@@ -221,6 +221,10 @@ def run_calls(chan: Channel, entries: list, job: dict) -> dict:
     def keep(i, value):
         if isinstance(value, Remote):
             return ("error", "NotPlainData", f"returned a {value._type} object")
+        try:  # an object inside (or a structure deeper than the wire carries) cannot be an expected output
+            wire.to_plain(value)
+        except wire.WireError as e:
+            return ("error", "NotPlainData", f"returned {e}")
         outputs[i] = value
         return ("passed", None, "")
 

@@ -56,7 +56,9 @@ from typing import Any, Callable
 from codechat.sandbox.frames import WireError
 
 MAX_DEPTH = 200
-"""Nesting depth an encoded value may have (deeper = not plain data)."""
+"""Nesting depth an encoded value may have: deeper containers and objects go as handles when the encoder has
+a handle function (the candidate's replies: a 40,000-deep linked list arrives 200 levels at a time), else the
+value is not plain data."""
 MAX_NAMES = 20000
 """Names a program's hello may list."""
 MAX_NAME = 100
@@ -82,8 +84,10 @@ _BIG_INT_BITS = 12000
 def to_plain(x: Any, handle: Callable[[Any, int], Any] | None = None, depth: int = 0) -> Any:
     """Encode `x` as JSON-able tagged data. Non-plain objects (and tuple subclasses with `_fields`) are encoded
     by `handle(x, depth)`: a handle (`handle_tag`) or an object's fields (candidate.py); without one, raise."""
-    if depth > MAX_DEPTH:
-        raise WireError("value nested too deeply")
+    if depth > MAX_DEPTH and not (x is None or type(x) in (bool, int, float, str)):
+        if handle is None:
+            raise WireError("value nested too deeply")
+        return handle(x, depth)  # the rest stays where it is, read on demand
     d = depth + 1
     if x is None or isinstance(x, (bool, str)):
         # bool/str subclasses are reduced to the builtin value: only fidelity is at stake, never safety
