@@ -69,7 +69,8 @@ def run_tests(chan: Channel, entries: list, job: dict, cand_stat: int = -1, star
     chan.classes = ns
     chan.shared = frozenset(v for v in ns.values() if judge_objects.task_class(ns, getattr(v, "__name__", "")) is v)
     program = {n for n, v in bound.items() if ns.get(n) is v}  # still the program's after the task's code ran
-    copied = frozenset(n for n in program if type(ns[n]) is not Remote)  # globals copied at load: read fresh
+    values = {name for name, kind, _ in entries if kind == "value"}
+    copied = frozenset(program & values)  # the program's data globals, copied at load: read fresh after calls
     if copied:
         ns[LIVE] = _fresh(chan, ns, copied)
     ns["__codechat_assert_hit__"] = hit
