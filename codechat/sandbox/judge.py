@@ -14,8 +14,8 @@ Names: see `build_namespace` (only names the tests mention, never dunders/builti
 prelude and setup run here and win over the program's names).
 
 Objects: instances of the task's own classes the program returns are rebuilt here as the task's class from
-their fields; the tests' functions, classes and instances handed to the program stay here and the program
-uses them by callback (judge_objects.py, with count and nesting limits). Other objects that are not plain
+their fields; the tests' functions, generators, classes and instances handed to the program stay here and the
+program uses them by callback (judge_objects.py, with count and nesting limits). Other objects that are not plain
 data stay in the candidate; here they are opaque proxies compared by identity, so a test comparing two objects
 of a class only the program defines with that class's own `__eq__` fails (docs/verifier.md).
 Time limits (timelimits.py): `arm` gives the program a test's budget; a `time` reply ends that test
