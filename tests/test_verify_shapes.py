@@ -7,6 +7,7 @@ from codechat.verifier.verify import Verifier
 
 SETUP_POINT = "from dataclasses import dataclass\n@dataclass\nclass Point:\n    x: int\n    y: int\n"
 SOLUTION_PROMPT = "from typing import *\n\nclass Solution:\n    def maxProfit(self, prices: List[int]) -> int:\n        "
+DEEP = "def build(k):\n    head = None\n    for i in range(k):\n        head = {'val': i, 'next': head}\n    return head\n"
 CASES = {  # name: (task, honest, wrong)
     "prints_a_lot": (Task("p", "", ["assert f(3) == 6"], "f"),
                      "def f(x):\n    for i in range(20000):\n        print('debug line', i)\n    return 2 * x\n",
@@ -31,8 +32,7 @@ CASES = {  # name: (task, honest, wrong)
     "walk_a_40000_deep_structure": (  # past the wire's depth cap the rest is a handle, read 200 levels at a time
         Task("deep", "", ["n, count, total = build(40000), 0, 0\nwhile n:\n    count += 1\n    total += n['val']\n"
                           "    n = n['next']\nassert (count, total) == (40000, 799980000)"], "build"),
-        "def build(k):\n    head = None\n    for i in range(k):\n        head = {'val': i, 'next': head}\n    return head\n",
-        "def build(k):\n    head = None\n    for i in range(1, k):\n        head = {'val': i, 'next': head}\n    return head\n"),
+        DEEP, DEEP.replace("range(k)", "range(1, k)")),
     "in_place_written_back": (
         Task("ip", "", ["nums = [3, 1, 2]\nsort_in_place(nums)\nassert nums == [1, 2, 3]",
                         "m = [[1, 2], [3, 4]]\nrow = m[0]\nflip(m)\nassert m == [[2, 1], [4, 3]] and m[0] is row"], None),

@@ -36,8 +36,8 @@ class _Unpickler(_pickle.Unpickler):  # (_pickle: the zygote does not import pic
 class _JudgeObj:
     """One of the tests' objects given to the program (a function, a generator, or an instance or class the
     tests define): a call, an attribute read or write, `iter()` or `next()` sends a CALLBACK (plain data) to the
-    judge, which does it there and answers; requests the judge makes meanwhile (the test's function called the program) are served as usual.
-    One proxy per object, so `is` holds between references to the same one."""
+    judge, which does it there and answers; requests the judge makes meanwhile (the test's function called the
+    program) are served as usual. One proxy per object, so `is` holds between references to the same one."""
     __slots__ = ("_server", "_jid")
 
     def __init__(self, server: "_Server", jid: int):
