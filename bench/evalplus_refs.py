@@ -2,10 +2,14 @@
 come from running the same references in the sandbox, so anything below 100% is a harness problem.
 
     python bench/evalplus_refs.py [--tasks FILE] [--limit N] [--workers N]
+
+FILE may be any evalplus file, MBPP+ OriginFmt too (there the file's own expected outputs are compared, and
+the reference is run against them once for its time).
 Ends with one JSON line: {"tasks", "base_pass", "plus_pass", "failed": [...], "seconds"}.
 """
 import argparse
 import json
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -15,7 +19,8 @@ from codechat.evaluation.evaluate import evaluate_completions
 from codechat.tasks import load_tasks
 from codechat.verifier.verify import Verifier
 
-DEFAULT = Path(__file__).resolve().parents[2] / "shared" / "data" / "mbpp" / "MbppPlus-v0.2.0.jsonl.gz"
+DEFAULT = Path(os.environ.get("CODECHAT_SHARED_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data") \
+    / "mbpp" / "MbppPlus-v0.2.0.jsonl.gz"
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--tasks", default=str(DEFAULT))

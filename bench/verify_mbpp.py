@@ -23,7 +23,7 @@ from codechat.config import VerifierConfig
 from codechat.tasks import load_tasks
 from codechat.verifier.verify import Verifier
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "mbpp"
+DATA = Path(os.environ.get("CODECHAT_SHARED_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data") / "mbpp"
 SETS = {"mbpp": "mbpp.jsonl", "sanitized": "sanitized-mbpp.json", "originfmt": "MbppPlus-OriginFmt-v0.2.0.jsonl.gz"}
 
 

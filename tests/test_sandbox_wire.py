@@ -71,3 +71,14 @@ def test_reader_keeps_frame_boundaries_across_reads():
     finally:
         os.close(r)
         os.close(w)
+
+
+def test_too_deep_value_keeps_its_top_as_data_and_its_tail_as_a_handle():
+    x: list = []
+    for _ in range(wire.MAX_DEPTH + 5):
+        x = [x]
+    data = wire.dumps(x, handle=lambda obj, depth: wire.handle_tag(7, obj))
+    got, levels = wire.loads(data, handle=lambda hid, tname: ("handle", hid, tname)), 0
+    while isinstance(got, list):
+        got, levels = got[0], levels + 1
+    assert got == ("handle", 7, "list") and levels == wire.MAX_DEPTH + 1

@@ -35,6 +35,7 @@ REPLY = (st.tuples(st.just("ok"), PLAIN).map(list)
          | st.just(["stop"]) | st.tuples(st.just("exc"), st.text(max_size=30), st.text(max_size=30)).map(list)
          | st.just(["time"])  # the program's timer interrupted the call (time limits)
          | st.tuples(st.sampled_from(["cb", "cbget", "cbset"]), st.integers(-1, 3), PLAIN | NAMES, PLAIN).map(list)
+         | st.tuples(st.sampled_from(["cbiter", "cbnext"]), st.integers(-1, 3)).map(list)
          | PLAIN)
 
 

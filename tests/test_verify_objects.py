@@ -259,7 +259,8 @@ CB_JOB = {"tests": ["class T:\n    def __init__(self):\n        self.v = 1\n    
                     "def cb(*a, **k):\n    return len(a) + len(k)\nt = T()\nr = f(cb, t, [cb, T], {'k': t})\n"
                     "assert t.m(1) == 1 and cb(1, 2) == 2 and type(r) is int and r < r"]}
 CB_NAMES = st.sampled_from(["v", "m", "__globals__", "__class__", "__dict__", "__init__", "x", "func", "", "1"])
-CALLS = st.lists(st.tuples(st.sampled_from(["cb", "cbget", "cbset", "cbx"]), st.integers(0, 5), CB_NAMES,
+KINDS = st.sampled_from(["cb", "cbget", "cbset", "cbiter", "cbnext", "cbx"])
+CALLS = st.lists(st.tuples(KINDS, st.integers(0, 5), CB_NAMES,
                            st.lists(VALUES, max_size=3), st.lists(st.tuples(CB_NAMES, VALUES).map(list), max_size=2)),
                  max_size=8)
 

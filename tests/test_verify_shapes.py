@@ -7,6 +7,7 @@ from codechat.verifier.verify import Verifier
 
 SETUP_POINT = "from dataclasses import dataclass\n@dataclass\nclass Point:\n    x: int\n    y: int\n"
 SOLUTION_PROMPT = "from typing import *\n\nclass Solution:\n    def maxProfit(self, prices: List[int]) -> int:\n        "
+DEEP = "def build(k):\n    head = None\n    for i in range(k):\n        head = {'val': i, 'next': head}\n    return head\n"
 CASES = {  # name: (task, honest, wrong)
     "prints_a_lot": (Task("p", "", ["assert f(3) == 6"], "f"),
                      "def f(x):\n    for i in range(20000):\n        print('debug line', i)\n    return 2 * x\n",
@@ -18,6 +19,20 @@ CASES = {  # name: (task, honest, wrong)
     "module_level_names": (Task("m", "", ["assert SQUARES[3] == 9", "assert TOTAL == 285"], None),
                            "SQUARES = [i * i for i in range(10)]\nTOTAL = sum(SQUARES)\n",
                            "SQUARES = list(range(10))\nTOTAL = sum(SQUARES)\n"),
+    "module_globals_the_program_changes": (  # read after the calls, also inside a function the test defines
+        Task("mg", "", ["tick()\ntick()\nassert COUNT == 2", "add(4)\nadd(5)\nassert SEEN == [4, 5]",
+                        "def total():\n    return sum(SEEN)\nadd(1)\nassert total() == 10 and SEEN[-1] == 1"], "tick"),
+        "COUNT = 0\nSEEN = []\ndef tick():\n    global COUNT\n    COUNT += 1\ndef add(x):\n    SEEN.append(x)\n",
+        "COUNT = 0\nSEEN = []\ndef tick():\n    global COUNT\n    COUNT += 2\ndef add(x):\n    SEEN.insert(0, x)\n"),
+    "generator_passed_in": (  # iterated where it lives: what the program leaves is the test's to read
+        Task("gi", "", ["assert total(x * x for x in range(4)) == 14",
+                        "g = (i for i in range(5))\nassert first_two(g) == [0, 1]\nassert next(g) == 2"], "total"),
+        "def total(it):\n    return sum(it)\ndef first_two(it):\n    return [next(it), next(it)]\n",
+        "def total(it):\n    return sum(it) - 1\ndef first_two(it):\n    return list(it)[:2]\n"),
+    "walk_a_40000_deep_structure": (  # past the wire's depth cap the rest is a handle, read 200 levels at a time
+        Task("deep", "", ["n, count, total = build(40000), 0, 0\nwhile n:\n    count += 1\n    total += n['val']\n"
+                          "    n = n['next']\nassert (count, total) == (40000, 799980000)"], "build"),
+        DEEP, DEEP.replace("range(k)", "range(1, k)")),
     "in_place_written_back": (
         Task("ip", "", ["nums = [3, 1, 2]\nsort_in_place(nums)\nassert nums == [1, 2, 3]",
                         "m = [[1, 2], [3, 4]]\nrow = m[0]\nflip(m)\nassert m == [[2, 1], [4, 3]] and m[0] is row"], None),
@@ -68,3 +83,11 @@ def test_fenced_solution_class_after_a_prelude_prompt(verifier):
 def test_a_print_bomb_still_hits_the_output_cap(verifier):
     t = CASES["prints_a_lot"][0]
     assert verifier.verify(t, "def f(x):\n    while True:\n        print('spam' * 1000)\n").status == "output_limit"
+
+
+def test_an_expected_output_holding_an_object_is_that_inputs_error(verifier):
+    code = "def f(k):\n    if k == 0:\n        return [object()]\n    head = None\n    for i in range(k):\n" \
+           "        head = {'next': head}\n    return head\n"
+    r = verifier.call_function(code, "f", [[0], [500], [3]])
+    assert r.status == "ok" and r.outputs[2] == {"next": {"next": {"next": None}}}, r
+    assert [e is not None and "NotPlainData" in e for e in r.errors] == [True, True, False], r.errors

@@ -2,7 +2,8 @@
 
 - `build_namespace`: the judge's globals for a job: the program's names the tests mention (as proxies or plain
   values), never dunders, builtins or modules (the judge imports those itself); `bind_entry_point`.
-- `instrument`: a test compiled with every check counted (`_CountAsserts`); `names_in`: the names it mentions.
+- `instrument`: a test compiled with every check counted (`_CountAsserts`) and the program's copied globals read
+  fresh (`_LiveGlobals`); `names_in`: the names it mentions.
 - `write_back`: a program's mutation of a mutable argument applied to the test's own object.
 Nothing here runs program code: values from the program arrive as plain data or `Remote` proxies (judge.py).
 """
@@ -89,18 +90,63 @@ def _called_name(f: ast.AST) -> str | None:
     return f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
 
 
-_COMPILED: dict[tuple[str, str], types.CodeType] = {}
+LIVE = "__codechat_global__"
+"""The judge's function a test's read of a program's copied module global becomes: the value now (modes.py)."""
+
+
+class _LiveGlobals(ast.NodeTransformer):
+    """Reads of the program's copied module globals (`COUNT`) become `__codechat_global__('COUNT')`, so a test
+    sees the value after the program changed it. A name the test binds itself stays the test's."""
+
+    def __init__(self, names: frozenset):
+        self.names = names
+
+    def visit_Name(self, node: ast.Name):
+        if node.id in self.names and isinstance(node.ctx, ast.Load):
+            call = ast.Call(ast.Name(LIVE, ast.Load()), [ast.Constant(node.id)], [])
+            return ast.copy_location(call, node)
+        return node
+
+
+def _bound(tree: ast.AST) -> set:
+    """Every name a test binds: assignments, deletions, parameters, definitions, imports, handlers, globals."""
+    out = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load):
+            out.add(n.id)
+        elif isinstance(n, ast.arg):
+            out.add(n.arg)
+        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.add(n.name)
+        elif isinstance(n, (ast.Import, ast.ImportFrom)):
+            out.update((a.asname or a.name).split(".")[0] for a in n.names)
+        elif isinstance(n, (ast.Global, ast.Nonlocal)):
+            out.update(n.names)
+        elif isinstance(n, ast.ExceptHandler) and n.name:
+            out.add(n.name)
+        elif isinstance(n, (ast.MatchAs, ast.MatchStar)) and n.name:
+            out.add(n.name)
+        elif isinstance(n, ast.MatchMapping) and n.rest:
+            out.add(n.rest)
+    return out
+
+
+_COMPILED: dict[tuple[str, str, frozenset], types.CodeType] = {}
 _NAMES: dict[str, tuple[frozenset, frozenset]] = {}
 _CACHE_MAX = 20000
 """Compiled tests and their name sets kept per judge (keyed by the task's own text, not the program's)."""
 
 
-def instrument(src: str, name: str) -> types.CodeType:
-    """Compile a test with every check counted; cached, since RL verifies the same task many times."""
-    key = (src, name)
+def instrument(src: str, name: str, live: frozenset = frozenset()) -> types.CodeType:
+    """Compile a test with every check counted and its reads of `live` (the program's copied globals) made
+    fresh; cached, since RL verifies the same task many times."""
+    key = (src, name, live)
     code = _COMPILED.get(key)
     if code is None:
-        tree = _CountAsserts().visit(ast.parse(src))
+        tree = ast.parse(src)
+        if live:
+            tree = _LiveGlobals(live - _bound(tree)).visit(tree)
+        tree = _CountAsserts().visit(tree)
         code = compile(ast.fix_missing_locations(tree), name, "exec", dont_inherit=True, optimize=0)
         if len(_COMPILED) > _CACHE_MAX:
             _COMPILED.clear()

@@ -34,10 +34,10 @@ class _Unpickler(_pickle.Unpickler):  # (_pickle: the zygote does not import pic
 
 
 class _JudgeObj:
-    """One of the tests' objects given to the program (a function, or an instance or class the tests define):
-    a call, an attribute read or write sends a CALLBACK (plain data) to the judge, which does it there and
-    answers; requests the judge makes meanwhile (the test's function called the program) are served as usual.
-    One proxy per object, so `is` holds between references to the same one."""
+    """One of the tests' objects given to the program (a function, a generator, or an instance or class the
+    tests define): a call, an attribute read or write, `iter()` or `next()` sends a CALLBACK (plain data) to the
+    judge, which does it there and answers; requests the judge makes meanwhile (the test's function called the
+    program) are served as usual. One proxy per object, so `is` holds between references to the same one."""
     __slots__ = ("_server", "_jid")
 
     def __init__(self, server: "_Server", jid: int):
@@ -54,6 +54,12 @@ class _JudgeObj:
 
     def __setattr__(self, name: str, value) -> None:
         self._server.callback(["cbset", self._jid, name, value])
+
+    def __iter__(self):  # a test's generator (or iterable) is iterated where it lives, one item per callback
+        return self._server.callback(["cbiter", self._jid])
+
+    def __next__(self):
+        return self._server.callback(["cbnext", self._jid])
 
     def __repr__(self) -> str:
         return "<a test's object>"
@@ -108,6 +114,8 @@ class _Server:
         t = type(x)
         if t is _JudgeObj:
             return {"$j": object.__getattribute__(x, "_jid")}
+        if depth > wire.MAX_DEPTH:  # past the nesting cap: a handle, whose items the judge reads on demand
+            return wire.handle_tag(self.handle(x), x)
         if t.__dict__.get("__module__") == "__sandbox__" and self.budget > 0 and id(x) not in self.path:
             self.path.add(id(x))
             self.budget -= 1
@@ -190,7 +198,9 @@ class _Server:
             return _call_reply(value, args, kwargs, out.text())
         if op == "callio":  # the test set sys.stdin or patched input/print: the call runs with them
             return self._call_io(target, args[0], args[1:], kwargs)
-        if op == "getattr":
+        if op == "value":  # a module global's value now (the judge's copy from load is stale after a call)
+            value = target
+        elif op == "getattr":
             value = getattr(target, args[0])
         elif op == "setattr":
             value = setattr(target, args[0], args[1])

@@ -40,17 +40,20 @@ def _argi(x: Any, nargs: int) -> bool:
     return (type(x) is int and 0 <= x < nargs) or (type(x) is str and plain_name(x))
 
 
-CALLBACK_KINDS = frozenset({"cb", "cbget", "cbset"})
+CALLBACK_KINDS = frozenset({"cb", "cbget", "cbset", "cbiter", "cbnext"})
 """Messages by which the program uses the tests' objects it was given (instead of a REPLY)."""
 
 
 def parse_callback(msg: Any, objects: dict) -> tuple:
     """(kind, object, args, kwargs) of a CALLBACK message: ("call", obj, [PLAIN...], {KWNAME: PLAIN}),
-    ("getattr", obj, (NAME,), {}) or ("setattr", obj, (NAME, PLAIN), {}); only ids the judge handed out
-    resolve, NAME is a plain identifier (never a dunder: no `__globals__`, `__class__`, `__dict__`)."""
-    if type(msg) is not list or len(msg) not in (3, 4) or type(msg[1]) is not int or msg[1] not in objects:
+    ("getattr", obj, (NAME,), {}), ("setattr", obj, (NAME, PLAIN), {}), ("iter", obj, (), {}) or ("next", obj,
+    (), {}); only ids the judge handed out resolve, NAME is a plain identifier (never a dunder: no
+    `__globals__`, `__class__`, `__dict__`)."""
+    if type(msg) is not list or len(msg) not in (2, 3, 4) or type(msg[1]) is not int or msg[1] not in objects:
         raise WireError("malformed callback")
     obj, kind = objects[msg[1]], msg[0]
+    if kind in ("cbiter", "cbnext") and len(msg) == 2:
+        return kind[2:], obj, (), {}
     if kind == "cb" and len(msg) == 4 and type(msg[2]) is list and type(msg[3]) is list \
             and len(msg[2]) + len(msg[3]) <= MAX_ARGS:
         kwargs = {}

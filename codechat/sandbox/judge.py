@@ -14,8 +14,8 @@ Names: see `build_namespace` (only names the tests mention, never dunders/builti
 prelude and setup run here and win over the program's names).
 
 Objects: instances of the task's own classes the program returns are rebuilt here as the task's class from
-their fields; the tests' functions, classes and instances handed to the program stay here and the program
-uses them by callback (judge_objects.py, with count and nesting limits). Other objects that are not plain
+their fields; the tests' functions, generators, classes and instances handed to the program stay here and the
+program uses them by callback (judge_objects.py, with count and nesting limits). Other objects that are not plain
 data stay in the candidate; here they are opaque proxies compared by identity, so a test comparing two objects
 of a class only the program defines with that class's own `__eq__` fails (docs/verifier.md).
 Time limits (timelimits.py): `arm` gives the program a test's budget; a `time` reply ends that test
@@ -150,8 +150,8 @@ class Channel(wire.Decoder):
             raise CandidateGone(str(e)) from None
 
     def _callback(self, msg: list) -> None:
-        """The program used one of the tests' objects it was given (a call, an attribute read or write): do it
-        here and send back the result, or the error it raised."""
+        """The program used one of the tests' objects it was given (a call, an attribute read or write, iter()
+        or next()): do it here and send back the result, or the error it raised (StopIteration too)."""
         try:
             kind, obj, args, kwargs = grammar.parse_callback(msg, self.judge_objects)
         except wire.WireError as e:
@@ -164,6 +164,10 @@ class Channel(wire.Decoder):
                 value = obj(*args, **kwargs)
             elif kind == "getattr":
                 value = getattr(obj, args[0])
+            elif kind == "iter":
+                value = iter(obj)
+            elif kind == "next":
+                value = next(obj)
             elif judge_objects.settable(obj, args[0]):
                 value = setattr(obj, args[0], args[1])
             else:

@@ -11,11 +11,11 @@
   forged field cannot replace `is_valid()` by a proxy that answers True), a slot for slotted classes, and
   exactly as many values as a named tuple has fields; an enum member is looked up by name among the task's
   enum's members. Otherwise the value is what it was before: an opaque handle (a named tuple: a plain tuple).
-- Judge -> program (`is_judge_object`): a test's functions, lambdas, methods, and instances or classes the
-  tests define (which the program's process does not have) are handed to the program as references to the
-  judge's objects: calls, attribute reads and writes on them come back here (judge.py `Channel._callback`).
-  Instances of the setup's and prelude's classes (which the program's process also defines) are copied, as
-  before.
+- Judge -> program (`is_judge_object`): a test's functions, lambdas, methods, generators, and instances or
+  classes the tests define (which the program's process does not have) are handed to the program as
+  references to the judge's objects: calls, attribute reads and writes, iter() and next() on them come back
+  here (judge.py `Channel._callback`). Instances of the setup's and prelude's classes (which the program's
+  process also defines) are copied, as before.
 
 Protects against: forged objects claiming a task class (hostile fields, unknown names, too many fields, method
 shadowing, deep nesting: the wire caps each and decoding never runs program code). Does not protect against:
@@ -32,7 +32,7 @@ from codechat.sandbox import wire
 
 MODULE = "__sandbox__"
 """The module name the task's code and the tests run under (judge side) and the program runs under."""
-CALLBACKS = (types.FunctionType, types.MethodType, types.LambdaType, functools.partial)
+CALLBACKS = (types.FunctionType, types.MethodType, types.LambdaType, functools.partial, types.GeneratorType)
 """A test's callables the program gets as references (builtins travel by name: the program has its own)."""
 _MISSING = object()
 

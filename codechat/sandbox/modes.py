@@ -13,7 +13,7 @@ import pickle
 import time
 
 from codechat.sandbox import frames, grammar, judge_objects, stdio_capture, stdio_judge, wire
-from codechat.sandbox.bindings import bind_entry_point, build_namespace, caught_in, instrument, names_in
+from codechat.sandbox.bindings import LIVE, bind_entry_point, build_namespace, caught_in, instrument, names_in
 from codechat.sandbox.judge import Channel, CandidateGone, TimeLimit, TimeLimitGone, classify, raised_class
 from codechat.sandbox.remote import Remote
 from codechat.sandbox.timelimits import TimeLimits
@@ -69,6 +69,10 @@ def run_tests(chan: Channel, entries: list, job: dict, cand_stat: int = -1, star
     chan.classes = ns
     chan.shared = frozenset(v for v in ns.values() if judge_objects.task_class(ns, getattr(v, "__name__", "")) is v)
     program = {n for n, v in bound.items() if ns.get(n) is v}  # still the program's after the task's code ran
+    values = {name for name, kind, _ in entries if kind == "value"}
+    copied = frozenset(program & values)  # the program's data globals, copied at load: read fresh after calls
+    if copied:
+        ns[LIVE] = _fresh(chan, ns, copied)
     ns["__codechat_assert_hit__"] = hit
     clock = TimeLimits(job["time_limits"], cand_stat, started) if job.get("time_limits") else None
     results = []
@@ -82,7 +86,7 @@ def run_tests(chan: Channel, entries: list, job: dict, cand_stat: int = -1, star
             except CandidateGone as e:
                 results.append(_at(i, classify(e)))
                 break
-        result, gone = _run_test(chan, ns, src, i, hits, program)
+        result, gone = _run_test(chan, ns, src, i, hits, program, copied)
         if clock is not None and (clock.stop() or result[0] == "timeout"):
             result = ("timeout", None, f"test {i}: {clock.describe()}")
         results.append(result)
@@ -96,11 +100,27 @@ def run_tests(chan: Channel, entries: list, job: dict, cand_stat: int = -1, star
     return rec
 
 
-def _run_test(chan: Channel, ns: dict, src: str, i: int, hits: list, program: set) -> tuple[tuple, bool]:
+def _fresh(chan: Channel, ns: dict, names: frozenset):
+    """The reader a test's `NAME` of a copied program global becomes: the copy from load until the test first
+    calls into the program, then the program's value at the time of the read (one round trip per read after
+    a call). A value the program no longer has as data arrives as a handle, like any program object."""
+    seen = {n: (chan.calls, ns[n]) for n in names}
+
+    def read(name: str):
+        calls, value = seen[name]
+        if calls != chan.calls:
+            value = chan.request("value", ("n", name))
+            seen[name] = (chan.calls, value)
+        return value
+    return read
+
+
+def _run_test(chan: Channel, ns: dict, src: str, i: int, hits: list, program: set,
+              copied: frozenset = frozenset()) -> tuple[tuple, bool]:
     """One test's (status, error_type, message), and whether the program is gone (no test can follow)."""
     hits0, calls0 = hits[0], chan.calls
     try:
-        exec(instrument(src, f"<test {i}>"), ns)
+        exec(instrument(src, f"<test {i}>", copied & names_in(src)[0]), ns)
     except TimeLimit:
         return ("timeout", None, f"test {i}: interrupted at its time limit"), False
     except TimeLimitGone:
@@ -202,6 +222,10 @@ def run_calls(chan: Channel, entries: list, job: dict) -> dict:
     def keep(i, value):
         if isinstance(value, Remote):
             return ("error", "NotPlainData", f"returned a {value._type} object")
+        try:  # an object inside (or a structure deeper than the wire carries) cannot be an expected output
+            wire.to_plain(value)
+        except wire.WireError as e:
+            return ("error", "NotPlainData", f"returned {e}")
         outputs[i] = value
         return ("passed", None, "")
 

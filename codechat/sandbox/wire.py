@@ -13,9 +13,9 @@ Messages travel framed (`frames.py`); `WireError` is raised by both.
 Parent -> judge (payload pipe, pickle, trusted): the job {mode, prelude, setup, entry_point, tests, inputs, ...}.
 Parent -> candidate (payload pipe, marshal, trusted): {code, setup}.
 Judge -> candidate (socket, pickle, trusted direction): (op, ref, args, kwargs) with
-    op   in OPS = call | callout | getattr | setattr | getitem | len | bool | iter | next | limit  (| cbret |
-         cbexc: the answer to a CALLBACK, ref None, args (value,) or (etype, message); limit: args (budget_s,
-         cpu), a test's time budget, no reply)
+    op   in OPS = call | callout | getattr | setattr | getitem | len | bool | iter | next | limit | value  (|
+         cbret | cbexc: the answer to a CALLBACK, ref None, args (value,) or (etype, message); limit: args
+         (budget_s, cpu), a test's time budget, no reply; value: the object REF names now, no args)
     ref  ("n", NAME) a name of the program's module, or ("h", ID) a handle the candidate gave earlier;
     `callout` is `call` with the program's prints captured and returned (the test redirected stdout);
     `callio` is `call` whose first argument is [STDIN TEXT | None, INPUT | None, PRINT | None, CAPTURE]: the test
@@ -32,10 +32,11 @@ Candidate -> judge (socket, tagged JSON of plain data, at most `max_result_mb` p
            MAX_TYPE chars; MSG, OUT: str, cut to MAX_MSG / MAX_OUT; ARGI an int index of a call argument.
     `same` says the result *is* argument ARGI (identity survives the trip); PLAIN is `from_plain` data.
     CALLBACK = ["cb", JID, [PLAIN, ...], [[KWNAME, PLAIN], ...]] | ["cbget", JID, NAME]
-             | ["cbset", JID, NAME, PLAIN]      (instead of a REPLY, any number of times)
-           the program calls, reads or sets an attribute of one of the tests' objects it was given as JID (an
-           id the judge handed out in this job); the judge does it and answers (op "cbret" with the result, or
-           "cbexc" with its error).
+             | ["cbset", JID, NAME, PLAIN] | ["cbiter", JID] | ["cbnext", JID]
+                                               (instead of a REPLY, any number of times)
+           the program calls, reads or sets an attribute of, or iterates (a test's generator) one of the tests'
+           objects it was given as JID (an id the judge handed out in this job); the judge does it and answers
+           (op "cbret" with the result, or "cbexc" with its error: StopIteration ends an iteration).
     PLAIN also holds {"$o": TYPE, "h": ID, "f": [[NAME, PLAIN], ...]} (an instance's fields, at most
            MAX_FIELDS; the judge rebuilds it as the task's class TYPE or keeps the handle ID), {"$o": TYPE, "t":
            [PLAIN, ...]} (a named tuple) and {"$j": JID} (one of the tests' objects, given back).
@@ -55,7 +56,9 @@ from typing import Any, Callable
 from codechat.sandbox.frames import WireError
 
 MAX_DEPTH = 200
-"""Nesting depth an encoded value may have (deeper = not plain data)."""
+"""Nesting depth an encoded value may have: deeper containers and objects go as handles when the encoder has
+a handle function (the candidate's replies: a 40,000-deep linked list arrives 200 levels at a time), else the
+value is not plain data."""
 MAX_NAMES = 20000
 """Names a program's hello may list."""
 MAX_NAME = 100
@@ -70,7 +73,8 @@ MAX_ARGS = 64
 """Written-back arguments one reply may carry."""
 MAX_FIELDS = 1000
 """Fields an encoded object may carry (more: not plain data)."""
-OPS = frozenset({"call", "callout", "callio", "getattr", "setattr", "getitem", "len", "bool", "iter", "next", "limit"})
+OPS = frozenset({"call", "callout", "callio", "getattr", "setattr", "getitem", "len", "bool", "iter", "next", "limit",
+                 "value"})
 """Requests the judge sends (trusted direction; the candidate refuses any other)."""
 _BIG_INT_BITS = 12000
 """Ints wider than this travel as hex (decimal str<->int conversion is capped at 4300 digits)."""
@@ -80,8 +84,10 @@ _BIG_INT_BITS = 12000
 def to_plain(x: Any, handle: Callable[[Any, int], Any] | None = None, depth: int = 0) -> Any:
     """Encode `x` as JSON-able tagged data. Non-plain objects (and tuple subclasses with `_fields`) are encoded
     by `handle(x, depth)`: a handle (`handle_tag`) or an object's fields (candidate.py); without one, raise."""
-    if depth > MAX_DEPTH:
-        raise WireError("value nested too deeply")
+    if depth > MAX_DEPTH and not (x is None or type(x) in (bool, int, float, str)):
+        if handle is None:
+            raise WireError("value nested too deeply")
+        return handle(x, depth)  # the rest stays where it is, read on demand
     d = depth + 1
     if x is None or isinstance(x, (bool, str)):
         # bool/str subclasses are reduced to the builtin value: only fidelity is at stake, never safety

@@ -1,8 +1,9 @@
 """Load task files into `Task`s, detecting the format from the fields of the records.
 
 Formats: `codechat` (our JSONL schema, see README), `mbpp` (mbpp.jsonl), `mbpp-sanitized` (sanitized-mbpp.json),
-`mbpp-originfmt` (evalplus MbppPlus-OriginFmt: asserts with baked expected results), `evalplus` (MBPP+ / HumanEval+
-main files: inputs only, reference and atol kept on the task), `humaneval` (prompt/test/entry_point with
+`mbpp-originfmt` (evalplus MbppPlus-OriginFmt: loaded as MBPP+ tasks from the inputs and expected results baked
+in its test scripts, tasks/originfmt.py), `evalplus` (MBPP+ / HumanEval+ main files: inputs only, reference and
+atol kept on the task), `humaneval` (prompt/test/entry_point with
 `check(candidate)`), `leetcode` (LeetCodeDataset: `class Solution` answers, the record's `prompt` is a prelude of
 imports and helpers that the program and the judge both run); competitive-programming sets `apps` (also APPS folders), `codecontests`, `livecodebench`,
 `sandboxfusion`, `deepcoder` (stdio_loaders.py); answer tasks `gsm8k`, `math`, `answer` (tasks/answer.py). Files
@@ -19,7 +20,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from codechat.tasks import answer
+from codechat.tasks import answer, originfmt
 from codechat.tasks.model import Task, TaskFormatError
 from codechat.tasks.stdio import spec_from_record, spec_to_record
 from codechat.tasks.stdio_loaders import STDIO_LOADERS, detect_stdio_format, load_apps_dir
@@ -202,41 +203,24 @@ def _from_mbpp_sanitized(rec: dict, where: str) -> Task:
                 "\n".join(rec.get("test_imports") or []), None, {"solution": code})
 
 
-_ALLCLOSE = "assert np.allclose(out, exp, rtol=1e-07, atol=atol)"
-_NO_ASSERT = "        exact_match = exp == (out is not None)\n"
-_STRICT_CLOSE = '''def _codechat_allclose(out, exp, atol):
-    """np.allclose without broadcasting: the same shape, then element-wise."""
-    if isinstance(out, (set, frozenset)) and isinstance(exp, (set, frozenset)):
-        out, exp = sorted(out), sorted(exp)
-    try:
-        a, b = np.asarray(out), np.asarray(exp)
-        return a.shape == b.shape and bool(np.allclose(a, b, rtol=1e-07, atol=atol))
-    except (TypeError, ValueError):
-        return False
-
-
-'''
-
-
-def originfmt_test(test: str) -> str:
-    """The OriginFmt test script with its `assertion` made to judge: floats compared by shape then element-wise
-    (`np.allclose` broadcasts, so `[]` would pass any float list), and the not-None oracle's result asserted
-    (the file computes it and never asserts it)."""
-    if _ALLCLOSE in test:
-        test = test.replace(_ALLCLOSE, "assert _codechat_allclose(out, exp, atol)")
-        return test.replace("def assertion(out, exp, atol):", _STRICT_CLOSE + "def assertion(out, exp, atol):", 1)
-    if _NO_ASSERT in test:
-        return test.replace(_NO_ASSERT, _NO_ASSERT + "    assert exact_match\n", 1)
-    return test
-
-
 def _from_mbpp_originfmt(rec: dict, where: str) -> Task:
+    """An MBPP+ task, as the main MBPP+ files give it: the shown asserts are its tests, the script's inputs and
+    baked results its base/plus data (tasks/originfmt.py); a script of another shape runs as one test."""
     _need(rec, ["task_id", "prompt", "code", "test"], where)
     code, shown = _crlf(rec["code"]), list(rec.get("test_list") or [])
-    # `test` is a self-contained script with expected results baked in; it runs as one test.
-    return Task(str(rec["task_id"]), _mbpp_prompt(rec["prompt"], shown), [originfmt_test(rec["test"])],
-                _entry_point(code, shown), "\n".join(rec.get("test_imports") or []), None,
-                {"solution": code, "shown_tests": shown})
+    setup, prompt = "\n".join(rec.get("test_imports") or []), _mbpp_prompt(rec["prompt"], shown)
+    meta = {"solution": code, "shown_tests": shown}
+    cases = originfmt.parse_cases(rec["test"], shown) if isinstance(rec["test"], str) else None
+    if cases is None or not shown:
+        return Task(str(rec["task_id"]), prompt, [originfmt.strict_script(str(rec["test"]))],
+                    _entry_point(code, shown), setup, None, meta)
+    meta.update({"base_input": cases.inputs[:cases.n_base], "plus_input": cases.inputs[cases.n_base:],
+                 "atol": cases.atol})
+    if cases.expected is not None:
+        meta["expected"] = cases.expected
+    if cases.oracle:
+        meta["oracle"] = cases.oracle
+    return Task(str(rec["task_id"]), prompt, shown, cases.entry_point, setup, None, meta)
 
 
 def _from_evalplus(rec: dict, where: str) -> Task:
@@ -325,6 +309,11 @@ def load_tasks_with_format(path: str | Path, fmt: str | None = None) -> tuple[li
             raise TaskFormatError(f"{where}: duplicate task_id '{task.task_id}' (first at line {seen[task.task_id]})")
         seen[task.task_id] = lineno
         tasks.append(task)
+    weak = sum("base_input" not in t.metadata for t in tasks) if fmt == "mbpp-originfmt" else 0
+    if weak:
+        warnings.warn(f"{path}: {weak} of {len(tasks)} MBPP+ OriginFmt tests are not in the inputs/results shape, "
+                      f"so they run as their own script: weaker tests (no per-input limits, no base/plus scores)",
+                      stacklevel=2)
     n = sum(map(not_unique, tasks))
     if n:
         warnings.warn(f"{path}: {n} of {len(tasks)} tasks accept any of several answers and have no checker, so "

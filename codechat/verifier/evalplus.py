@@ -2,6 +2,8 @@
 outputs come from running the reference solution on them in the sandbox (once; cached on disk), and a candidate
 passes `base` when it matches on the original inputs and `plus` when it matches on base + extra inputs, floats
 within the task's `atol`. Outputs are compared as plain data in the verifier's judge, never by the candidate.
+MBPP+ OriginFmt files carry expected outputs (tasks/originfmt.py): those are used, and the reference is run
+against them once for its time and as a check.
 
 Simplification: one time limit per task for all its inputs (the larger of the verifier's limit and 4x + 2 s the
 reference's time), where evalplus times each input.
@@ -38,18 +40,30 @@ def is_evalplus(task: Task) -> bool:
     return "base_input" in task.metadata and "plus_input" in task.metadata
 
 
+def oracle(task: Task) -> str | None:
+    """evalplus's comparison rule of a task: `set`, `not_none`, or None (equality, floats within atol). MBPP+
+    main files name it by entry point; MBPP+ OriginFmt records carry it (tasks/originfmt.py)."""
+    if task.metadata.get("oracle"):
+        return task.metadata["oracle"]
+    if str(task.task_id).startswith("Mbpp/") and task.entry_point in SET_EQ | NOT_NONE:
+        return "set" if task.entry_point in SET_EQ else "not_none"
+    return None
+
+
 def with_oracle(code: str, task: Task, digest: bool = False) -> str:
     """Append a wrapper that maps the entry point's output as evalplus's oracle compares it, or to a SHA-256 of its
     repr when outputs are too large to send (MBPP+ 255 returns ~0.9 GB on its extreme inputs). It runs in the
     candidate's process, but only normalises: the judge still compares the results, and matching a digest needs
-    the right answer."""
-    ep = task.entry_point
-    special = str(task.task_id).startswith("Mbpp/") and ep in SET_EQ | NOT_NONE
-    if not special and not digest:
+    the right answer. The not-None rule is evalplus's: a bool is compared as it is, anything else by whether it is
+    not None."""
+    ep, rule = task.entry_point, oracle(task)
+    if rule is None and not digest:
         return code
     body = "_cc_orig(*a, **k)"
-    if special:
-        body = f"set({body})" if ep in SET_EQ else f"{body} is not None"
+    if rule == "set":
+        body = f"set({body})"
+    elif rule == "not_none":
+        body = f"(lambda r: r if isinstance(r, bool) else r is not None)({body})"
     if digest:
         body = f"'sha256:' + __import__('hashlib').sha256(repr({body}).encode()).hexdigest()"
     return f"{code}\n\n_cc_orig = {ep}\ndef {ep}(*a, **k):\n    return {body}\n"
@@ -119,10 +133,33 @@ def cache_dir() -> Path:
     return Path(root) / "evalplus"
 
 
+def _stable(value) -> str:
+    """Text of task data that is the same in every process: JSON (the MBPP+ main files' data is JSON), with
+    sets sorted (a set's repr follows the hash seed); data JSON cannot hold (tuple keys) in a canonical repr."""
+    try:
+        return json.dumps(value, default=lambda o: sorted(map(_canonical, o)) if isinstance(o, (set, frozenset))
+                          else repr(o))
+    except TypeError:
+        return _canonical(value)
+
+
+def _canonical(v) -> str:
+    if isinstance(v, (set, frozenset)):
+        return f"{type(v).__name__}({sorted(map(_canonical, v))})"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{_canonical(k)}: {_canonical(x)}" for k, x in v.items()) + "}"
+    if isinstance(v, (list, tuple)):
+        return f"{type(v).__name__}[{', '.join(map(_canonical, v))}]"
+    return repr(v)
+
+
 def _key(task: Task) -> str:
     h = hashlib.sha256()
-    for part in ("v4", task.task_id, task.solution or "", task.entry_point or "",
-                 json.dumps([task.metadata["base_input"], task.metadata["plus_input"]], default=repr)):
+    parts = ["v4", task.task_id, task.solution or "", task.entry_point or "",
+             _stable([task.metadata["base_input"], task.metadata["plus_input"]])]
+    if "expected" in task.metadata or task.metadata.get("oracle"):  # OriginFmt: the file's results and rule
+        parts += [repr(task.metadata.get("oracle")), _stable(task.metadata.get("expected"))]
+    for part in parts:
         h.update(part.encode())
     return h.hexdigest()[:24]
 
@@ -135,21 +172,43 @@ def expected_outputs(verifier, task: Task) -> dict:
     if not task.solution:
         raise CodechatError(f"task {task.task_id}: evalplus task without a reference solution")
     base, plus = task_inputs(task, "base_input"), task_inputs(task, "plus_input")
-    digest = False
-    for digest in (False, True):  # digests only when the plain outputs exceed the result cap
-        r = verifier.call_function(with_oracle(task.solution, task, digest), task.entry_point, base + plus,
-                                   timeout_s=REFERENCE_TIMEOUT_S, memory_mb=REFERENCE_MEMORY_MB)
-        if not any("bytes exceeds" in (e or "") for e in [r.message, *r.errors]):
-            break
-    if r.status != "ok" or any(e is not None for e in r.errors):
-        bad = next((e for e in r.errors if e), r.message)
-        raise CodechatError(f"task {task.task_id}: reference solution failed on its own inputs ({r.status}: {bad})")
-    out = {"base": r.outputs[:len(base)], "plus": r.outputs[len(base):], "ref_s": r.duration_s, "digest": digest}
+    if "expected" in task.metadata:
+        out = _file_expected(verifier, task, base, plus)
+    else:
+        out = _reference_outputs(verifier, task, base, plus)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{os.getpid()}")
     tmp.write_bytes(dumps(out))
     tmp.replace(path)
     return out
+
+
+def _file_expected(verifier, task: Task, base: list, plus: list) -> dict:
+    """The file's own expected outputs (MBPP+ OriginFmt), with the reference run against them for its time (the
+    per-task limit) and as a check that file and reference agree."""
+    expected = list(task.metadata["expected"])
+    timed = dataclasses.replace(task, timeout_s=REFERENCE_TIMEOUT_S)
+    v = verifier.verify_io(timed, with_oracle(task.solution, task), base + plus, expected,
+                           float(task.metadata.get("atol") or 0.0), REFERENCE_MEMORY_MB)
+    if not v.passed:
+        raise CodechatError(f"task {task.task_id}: reference solution disagrees with the file's expected outputs "
+                            f"({v.status}: {v.message[:160]})")
+    return {"base": expected[:len(base)], "plus": expected[len(base):], "ref_s": v.duration_s, "digest": False}
+
+
+def _reference_outputs(verifier, task: Task, base: list, plus: list) -> dict:
+    """Expected outputs from running the reference on every input (MBPP+ main files hold none)."""
+    digest = False
+    for digest in (False, True):  # digests only when the plain outputs exceed the result cap, or their
+        # encoding ran past the limit (MBPP+ 255's ~0.9 GB: ~165 s on a busy machine, its digests 43 s)
+        r = verifier.call_function(with_oracle(task.solution, task, digest), task.entry_point, base + plus,
+                                   timeout_s=REFERENCE_TIMEOUT_S, memory_mb=REFERENCE_MEMORY_MB)
+        if r.status != "timeout" and not any("bytes exceeds" in (e or "") for e in [r.message, *r.errors]):
+            break
+    if r.status != "ok" or any(e is not None for e in r.errors):
+        bad = next((e for e in r.errors if e), r.message)
+        raise CodechatError(f"task {task.task_id}: reference solution failed on its own inputs ({r.status}: {bad})")
+    return {"base": r.outputs[:len(base)], "plus": r.outputs[len(base):], "ref_s": r.duration_s, "digest": digest}
 
 
 def verify_base_plus(verifier, task: Task, completion: str, expected: dict) -> tuple[Verdict, Verdict]:
