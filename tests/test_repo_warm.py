@@ -1,7 +1,10 @@
 """Warm test runs and judgement dedup: the same verdicts as a fresh interpreter per run on honest, failing and
 tampering patches; nothing of one warm run reaches the next; identical final workspaces judged once."""
+import os
+import re
 import sys
 import threading
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -73,6 +76,48 @@ def test_nothing_of_a_warm_run_reaches_the_next(judges):
         v = warm.judge(task, {"lib/plant.py": PLANTER})
         assert v.passed, v.message + v.output_tail
     assert warm.warm.runs >= runs + 3
+
+
+DAEMON = ("import os, time\n\ndef test_leave_a_daemon():\n    if os.fork() == 0:\n        os.setsid()\n"
+          "        if os.fork() == 0:\n            os.closerange(0, 1024)\n            time.sleep(60)\n        os._exit(0)\n"
+          "    os.wait()\n"
+          "    assert False, f'uid={os.getuid()}'\n")
+CYCLE = ("import gc\n\nclass Node:\n    freed = []\n    def __del__(self):\n        Node.freed.append(1)\n\n"
+         "def test_the_runs_own_cycles_are_collected():\n    n = Node()\n    n.me = n\n    del n\n"
+         "    assert gc.collect() > 0 and Node.freed\n")
+
+
+def _alive_with_uid(uid: int) -> list[str]:
+    left = []
+    for p in os.listdir("/proc"):
+        try:
+            if p.isdigit() and os.stat(f"/proc/{p}").st_uid == uid and open(f"/proc/{p}/stat").read().split()[2] != "Z":
+                left.append(p)
+        except OSError:
+            pass
+    return left
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="runs get a uid of their own only as root")
+def test_a_warm_runs_processes_are_all_killed_afterwards(judges):
+    _, warm = judges
+    task = RepoTask("daemon", "", {"lib/__init__.py": ""}, hidden_tests={"tests/test_d.py": DAEMON})
+    v = warm.judge(task, {})
+    uid = int(re.search(r"uid=(\d+)", v.output_tail)[1])
+    assert uid >= 1_000_000 and v.status == "failed"
+    for _ in range(50):  # killed processes can linger a moment as zombies until their new parent reaps them
+        if not _alive_with_uid(uid):
+            break
+        time.sleep(0.1)
+    assert not _alive_with_uid(uid)
+
+
+def test_a_warm_run_collects_its_own_garbage(judges):
+    cold, warm = judges  # the warm process's own objects are frozen out of collection, the run's are not
+    task = RepoTask("cycle", "", {"lib/__init__.py": ""}, hidden_tests={"tests/test_c.py": CYCLE})
+    a, b = cold.judge(task, {}), warm.judge(task, {})
+    assert b.passed, b.output_tail
+    assert not same(a, b)
 
 
 def test_a_tree_shadowing_a_warm_module_runs_cold(judges):

@@ -16,12 +16,14 @@ result pipe as fd 3, every other fd closed (the socket to this process among the
 namespaces with the fresh root holding the workspace (`isolation.enter_namespaces`, the same call as
 launch.py); chdir; rlimits; the uid of its own; the scrubbed environment; then `repo_runner.main()`. All the
 child changes (module globals, sys.modules, pytest's state) is its own copy-on-write memory, gone when it
-exits; the next run forks again from this unchanged process. Replies: {"pid"} per run, {"status"} per wait.
+exits; the next run forks again from this unchanged process. Replies: {"pid"} per run; per {"op": "wait"},
+every process of that run is killed (`isolation.reap_uid` on its session and uid) and {"status"} comes back.
 """
 import sys
 
 START = {m.split(".", 1)[0] for m in sys.modules}  # what `python -I` has loaded before any script runs
-import importlib  # noqa: E402 - after START: every module this script adds is counted as the warm process's
+import gc  # noqa: E402 - after START: every module this script adds is counted as the warm process's
+import importlib  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import random  # noqa: E402
@@ -57,13 +59,31 @@ def _load():
     import pluggy  # noqa: F401
     runner_imports = _top_names() - before  # what a cold runner has loaded too when the tree joins the path
     import _pytest.config
-    lazy = ("_pytest._argcomplete", "faulthandler", "pdb")  # what every pytest.main imports on its way
+    lazy = ("_pytest._argcomplete", "faulthandler", "pdb", "readline")  # what every pytest.main imports on its way
     for name in [f"_pytest.{p}" for p in getattr(_pytest.config, "default_plugins", ())] + list(lazy):
         try:
             importlib.import_module(name)
         except ImportError:
             pass
+    _fill_caches()
     return isolation, repo_runner, sorted(_top_names() - START - runner_imports)
+
+
+def _fill_caches() -> None:
+    """Fill the standard library's caches that every run would fill again with the same content: inspect's
+    file -> module map of the modules loaded here (a failure's traceback asks for it), tokenize's compiled
+    pattern (the failing line's source), fnmatch's patterns of pytest's default python_files, norecursedirs
+    and doctest glob. Each cache only answers what it would compute anew; a run's own modules and patterns
+    are added in its copy."""
+    import fnmatch
+    import inspect
+    import io
+    import tokenize
+    inspect.getmodule(_fill_caches.__code__)  # (a code object: the lookup walks sys.modules)
+    list(tokenize.generate_tokens(io.StringIO("pass\n").readline))
+    for pattern in ("test_*.py", "*_test.py", "test*.txt", "*.egg", ".*", "_darcs", "build", "CVS", "dist",
+                    "node_modules", "venv", "{arch}"):
+        fnmatch.fnmatch("x", pattern)
 
 
 def _child(isolation, repo_runner, req: dict, fds: list) -> None:
@@ -84,21 +104,30 @@ def _child(isolation, repo_runner, req: dict, fds: list) -> None:
 
 def serve(sock: _socket.socket) -> None:
     isolation, repo_runner, extra = _load()
+    gc.collect()
+    gc.freeze()  # what is loaded now stays out of every collection of a run: pytest's gc.collect() at the end
+    # of each session walked this whole heap (a cold run's too), and untouched pages stay shared after the fork
     sock.send(json.dumps({"extra": extra, "pid": os.getpid()}).encode())
     null = os.open(os.devnull, os.O_WRONLY)
     os.dup2(null, 2)  # the parent stops reading start-up errors now: a later warning must not break this process
     os.close(null)
     space = _socket.CMSG_SPACE(N_FDS * 4)
+    runs = set()  # forked runs not waited for yet
     while True:
         msg, anc, _, _ = sock.recvmsg(1 << 20, space)
         if not msg:
             return
         req = json.loads(msg)
-        if req.get("op") == "wait":
-            try:
-                status = os.waitpid(int(req["pid"]), 0)[1]
-            except ChildProcessError:
-                status = -1
+        if req.get("op") == "wait":  # the run is over: every process of it killed (here: a small process to
+            # fork from, unlike the judge's), then its exit status
+            pid, status = int(req["pid"]), -1
+            if pid in runs:
+                runs.discard(pid)
+                isolation.reap_uid(isolation.sandbox_uid(pid), pid)
+                try:
+                    status = os.waitpid(pid, 0)[1]
+                except ChildProcessError:
+                    pass
             sock.send(json.dumps({"status": status}).encode())
             continue
         fds = list(struct.unpack(f"={N_FDS}i", anc[0][2][:N_FDS * 4])) if anc else []
@@ -116,6 +145,7 @@ def serve(sock: _socket.socket) -> None:
             os._exit(71)
         for fd in fds:
             os.close(fd)
+        runs.add(pid)
         sock.send(json.dumps({"pid": pid}).encode())
 
 
