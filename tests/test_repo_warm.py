@@ -13,7 +13,7 @@ from codechat.config import AgentConfig
 from codechat.rollout.agents import ScriptedAgent
 from codechat.rollout.episode import EpisodeRunner
 from codechat.rollout.tools import format_call
-from codechat.tasks.repo import RepoTask
+from codechat.tasks.repo import RepoLimits, RepoTask
 from codechat.train.episodes import run_judge
 from codechat.verifier.repo import RepoJudge
 from codechat.verifier.repo_dedup import DedupJudge
@@ -110,6 +110,16 @@ def test_a_warm_runs_processes_are_all_killed_afterwards(judges):
             break
         time.sleep(0.1)
     assert not _alive_with_uid(uid)
+
+
+def test_a_warm_run_past_its_deadline_is_killed_and_timed_out(judges):
+    _, warm = judges
+    spin = "def test_spin():\n    while True:\n        pass\n"
+    task = RepoTask("spin", "", {"lib/__init__.py": ""}, hidden_tests={"tests/test_s.py": spin},
+                    limits=RepoLimits(test_timeout_s=2))
+    t0 = time.monotonic()
+    v = warm.judge(task, {})
+    assert v.status == "timeout" and time.monotonic() - t0 < 15
 
 
 def test_a_warm_run_collects_its_own_garbage(judges):
