@@ -82,9 +82,13 @@ DAEMON = ("import os, time\n\ndef test_leave_a_daemon():\n    if os.fork() == 0:
           "        if os.fork() == 0:\n            os.closerange(0, 1024)\n            time.sleep(60)\n        os._exit(0)\n"
           "    os.wait()\n"
           "    assert False, f'uid={os.getuid()}'\n")
-CYCLE = ("import gc\n\nclass Node:\n    freed = []\n    def __del__(self):\n        Node.freed.append(1)\n\n"
+CYCLE = ("import gc\nimport sys\n\nclass Node:\n    freed = []\n    def __del__(self):\n"
+         "        Node.freed.append(1)\n\n"
          "def test_the_runs_own_cycles_are_collected():\n    n = Node()\n    n.me = n\n    del n\n"
-         "    assert gc.collect() > 0 and Node.freed\n")
+         "    assert gc.collect() > 0 and Node.freed\n\n"
+         "def test_objects_made_before_the_run_are_listed():\n    import lib\n"
+         "    assert any(r is sys.modules for r in gc.get_referrers(lib))\n"
+         "    assert any(o is sys.modules for o in gc.get_objects())\n")
 
 
 def _alive_with_uid(uid: int) -> list[str]:
@@ -123,10 +127,11 @@ def test_a_warm_run_past_its_deadline_is_killed_and_timed_out(judges):
 
 
 def test_a_warm_run_collects_its_own_garbage(judges):
-    cold, warm = judges  # the warm process's own objects are frozen out of collection, the run's are not
+    cold, warm = judges  # the warm process's objects are frozen out of collections, the run's are not, and
+    # listing objects or referrers thaws them (as a cold run sees them)
     task = RepoTask("cycle", "", {"lib/__init__.py": ""}, hidden_tests={"tests/test_c.py": CYCLE})
     a, b = cold.judge(task, {}), warm.judge(task, {})
-    assert b.passed, b.output_tail
+    assert b.passed and b.tests_passed == 2, b.output_tail
     assert not same(a, b)
 
 

@@ -3,10 +3,12 @@
 Started by `verifier/repo_warm.py` as `python -I warm_runner.py SOCKET_FD` (the interpreter of the task's
 environment, or codechat's; PYTHONHASHSEED=0 as for a cold run), as root, in the host's namespaces, with
 `start_new_session`. At start it imports the isolation code (`isolation.py`), then pytest and the modules
-`repo_runner.py` imports before any repository is on the path, then pytest's built-in plugins; it reports the
-top-level modules it holds that a cold runner has not loaded when the tree joins the path (`extra`: the
-isolation code's, the plugins', its own): a tree that holds a module of that name is run cold, because a
-cold run would have imported the tree's module instead. It never imports a repository module and never runs
+`repo_runner.py` imports before any repository is on the path, then pytest's built-in plugins and what each
+`pytest.main` imports on its way (`readline`, `pdb`, ...), fills the standard library caches each run would
+fill alike (`_fill_caches`), and freezes its objects out of the collector (`gc.freeze`, Python >= 3.10); it
+reports the top-level modules it holds that a cold runner has not loaded when the tree joins the path
+(`extra`: the isolation code's, the plugins', its own): a tree that holds a module of that name is run cold,
+because a cold run would have imported the tree's module instead. It never imports a repository module and never runs
 untrusted code: it only forks.
 
 Per run the parent sends, over the socket, a JSON request (workspace, hide paths, binds, rlimits, environment)
@@ -14,7 +16,8 @@ and three fds (the spec pipe, the output pipe, the result pipe). The forked chil
 `repo_runner.py` do for a cold run, in the same order: its own session; fd 0/1/2 = spec/output/output and the
 result pipe as fd 3, every other fd closed (the socket to this process among them); fresh network and mount
 namespaces with the fresh root holding the workspace (`isolation.enter_namespaces`, the same call as
-launch.py); chdir; rlimits; the uid of its own; the scrubbed environment; then `repo_runner.main()`. All the
+launch.py); chdir; rlimits; the uid of its own; the scrubbed environment; an audit hook that thaws the frozen
+objects when the run lists objects or referrers; then `repo_runner.main()`. All the
 child changes (module globals, sys.modules, pytest's state) is its own copy-on-write memory, gone when it
 exits; the next run forks again from this unchanged process. Replies: {"pid"} per run; per {"op": "wait"},
 every process of that run is killed (`isolation.reap_uid` on its session and uid) and {"status"} comes back.
@@ -99,14 +102,29 @@ def _child(isolation, repo_runner, req: dict, fds: list) -> None:
     os.environ.update(req["env"])
     sys.argv = [os.path.join(SANDBOX_DIR, "repo_runner.py"), "3"]
     random.seed()  # a cold run seeds from the OS; a fork would repeat this process's state
+    if FREEZE:
+        sys.addaudithook(_thaw_for_walks)
     repo_runner.main()
+
+
+GC_WALKS = frozenset({"gc.get_objects", "gc.get_referrers"})
+FREEZE = sys.version_info >= (3, 10)  # where listing objects or referrers is an audit event (bpo-43439)
+
+
+def _thaw_for_walks(event: str, args) -> None:
+    """The objects frozen before the fork (`serve`) are back in the collector's generations before a run lists
+    objects or referrers, so that it finds what a cold run finds (sys.modules among a module's referrers)."""
+    if event in GC_WALKS:
+        gc.unfreeze()
 
 
 def serve(sock: _socket.socket) -> None:
     isolation, repo_runner, extra = _load()
-    gc.collect()
-    gc.freeze()  # what is loaded now stays out of every collection of a run: pytest's gc.collect() at the end
-    # of each session walked this whole heap (a cold run's too), and untouched pages stay shared after the fork
+    if FREEZE:
+        gc.collect()
+        # what is loaded now stays out of a run's collections (pytest's gc.collect() at each session's end
+        # walked this whole heap, a cold run's too) and its pages stay shared after the fork: _thaw_for_walks
+        gc.freeze()
     sock.send(json.dumps({"extra": extra, "pid": os.getpid()}).encode())
     null = os.open(os.devnull, os.O_WRONLY)
     os.dup2(null, 2)  # the parent stops reading start-up errors now: a later warning must not break this process
