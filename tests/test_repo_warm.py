@@ -116,6 +116,24 @@ def test_a_warm_runs_processes_are_all_killed_afterwards(judges):
     assert not _alive_with_uid(uid)
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="runs get a uid of their own only as root")
+def test_without_its_reaper_the_warm_process_kills_a_runs_processes_itself():
+    task = RepoTask("daemon", "", {"lib/__init__.py": ""}, hidden_tests={"tests/test_d.py": DAEMON})
+    with RepoJudge(warm=True) as warm:
+        warm.judge(task, {})  # starts the warm process
+        (proc,) = warm.warm._procs.values()
+        pid = proc.popen.pid
+        (reaper,) = open(f"/proc/{pid}/task/{pid}/children").read().split()  # between runs: the reaper only
+        os.kill(int(reaper), 9)
+        v = warm.judge(task, {})
+        uid = int(re.search(r"uid=(\d+)", v.output_tail)[1])
+        for _ in range(50):
+            if not _alive_with_uid(uid):
+                break
+            time.sleep(0.1)
+        assert not _alive_with_uid(uid) and warm.warm.runs == 2
+
+
 def test_a_warm_run_past_its_deadline_is_killed_and_timed_out(judges):
     _, warm = judges
     spin = "def test_spin():\n    while True:\n        pass\n"

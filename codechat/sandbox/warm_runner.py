@@ -20,7 +20,8 @@ launch.py); chdir; rlimits; the uid of its own; the scrubbed environment; an aud
 objects when the run lists objects or referrers; then `repo_runner.main()`. All the
 child changes (module globals, sys.modules, pytest's state) is its own copy-on-write memory, gone when it
 exits; the next run forks again from this unchanged process. Replies: {"pid"} per run; per {"op": "wait"},
-every process of that run is killed (`isolation.reap_uid` on its session and uid) and {"status"} comes back.
+every process of that run is killed (`isolation.reap_uid` on its session and uid, in a small process forked
+before pytest was imported: `_start_reaper`) and {"status"} comes back.
 """
 import sys
 
@@ -42,8 +43,7 @@ def _top_names() -> set:
     return {m.split(".", 1)[0] for m in sys.modules}
 
 
-def _load():
-    """(isolation module, repo_runner module, extra top-level names)."""
+def _isolation():
     sys.path.insert(0, PACKAGE_ROOT)
     try:
         from codechat.sandbox import isolation  # here: `python -I` has no codechat on its path
@@ -51,6 +51,47 @@ def _load():
         sys.path.remove(PACKAGE_ROOT)
     for name in [m for m in sys.modules if m == "codechat" or m.startswith("codechat.")]:
         del sys.modules[name]  # (the functions keep their globals; a test's `import codechat` fails as when cold)
+    return isolation
+
+
+def _start_reaper(isolation, sock: _socket.socket) -> _socket.socket:
+    """A process forked before pytest is imported that kills every process of a finished run on request
+    (`isolation.reap_uid` forks to take the run's uid: forking this small process costs a fraction of forking
+    the warm one, whose page tables are several times larger). Ends when this process closes the socket."""
+    mine, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
+    if os.fork() == 0:
+        try:
+            sock.close()
+            mine.close()
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, 2)  # (the start-up error pipe is the warm process's to close)
+            os.close(null)
+            while True:
+                msg = theirs.recv(64)
+                if not msg:
+                    break
+                pid = int(msg)
+                isolation.reap_uid(isolation.sandbox_uid(pid), pid)
+                theirs.send(b"done")
+        finally:
+            os._exit(0)
+    theirs.close()
+    return mine
+
+
+def _reap(isolation, reaper: _socket.socket, pid: int) -> None:
+    """Every process of the run killed: by the reaper process, or from here if it is gone."""
+    try:
+        reaper.send(str(pid).encode())
+        if reaper.recv(64) == b"done":
+            return
+    except OSError:
+        pass
+    isolation.reap_uid(isolation.sandbox_uid(pid), pid)
+
+
+def _load(isolation):
+    """(repo_runner module, extra top-level names)."""
     import importlib.util
     where = importlib.util.spec_from_file_location("repo_runner", os.path.join(SANDBOX_DIR, "repo_runner.py"))
     repo_runner = importlib.util.module_from_spec(where)  # (by path: sys.path stays that of `python -I`)
@@ -69,7 +110,7 @@ def _load():
         except ImportError:
             pass
     _fill_caches()
-    return isolation, repo_runner, sorted(_top_names() - START - runner_imports)
+    return repo_runner, sorted(_top_names() - START - runner_imports)
 
 
 def _fill_caches() -> None:
@@ -119,7 +160,9 @@ def _thaw_for_walks(event: str, args) -> None:
 
 
 def serve(sock: _socket.socket) -> None:
-    isolation, repo_runner, extra = _load()
+    isolation = _isolation()
+    reaper = _start_reaper(isolation, sock)
+    repo_runner, extra = _load(isolation)
     if FREEZE:
         gc.collect()
         # what is loaded now stays out of a run's collections (pytest's gc.collect() at each session's end
@@ -136,12 +179,12 @@ def serve(sock: _socket.socket) -> None:
         if not msg:
             return
         req = json.loads(msg)
-        if req.get("op") == "wait":  # the run is over: every process of it killed (here: a small process to
-            # fork from, unlike the judge's), then its exit status
+        if req.get("op") == "wait":  # the run is over: every process of it killed (by the reaper, a small
+            # process to fork from, unlike the judge's), then its exit status
             pid, status = int(req["pid"]), -1
             if pid in runs:
                 runs.discard(pid)
-                isolation.reap_uid(isolation.sandbox_uid(pid), pid)
+                _reap(isolation, reaper, pid)
                 try:
                     status = os.waitpid(pid, 0)[1]
                 except ChildProcessError:
