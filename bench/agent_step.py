@@ -12,13 +12,15 @@ both runs, which are made in one process, one after the other:
   1. today: `agent.warm_tests=false agent.dedup_judgements=false` (a fresh interpreter per test run);
   2. warm: the defaults (every run_tests call and judgement forked from a warm runner; identical final
      workspaces judged once).
-Then, one at a time (the same load for both): each episode's final workspace judged by a fresh warm + dedup
-judge (`judge_per_episode_s`: its wall seconds over the episodes), and the baseline, a plain `python -m pytest`
-subprocess per episode (no sandbox, plugin autoload off as in the judge) on that workspace with the hidden tests
-written, same targets (`plain_pytest_per_episode_s`).
+Then, one episode after the other, the judge and the baseline in turn (the same load for both): each episode's
+final workspace judged by a fresh warm + dedup judge (`judge_per_episode_s`: its wall seconds over the
+episodes), and the baseline, a plain `python -m pytest` subprocess (no sandbox, plugin autoload off and
+`-p no:cacheprovider` as in the judge) on that workspace with the hidden tests written, same targets
+(`plain_pytest_per_episode_s`).
 Ends with one JSON line: phase times of each run (`wall_s`, `tools_s`, `judge_run_s`, `judge_wait_s`, summed
 over episodes; `*_judge_per_episode_s`: judge_run_s / episodes, concurrent), `judge_per_episode_s`,
-`plain_pytest_per_episode_s`, `judge_vs_plain` (ratio),
+`plain_pytest_per_episode_s`, `judge_vs_plain` (ratio), `judge_per_run_s` and `run_vs_plain` (the same over
+the judgements that ran, dedup hits left out),
 `step_speedup` (today's wall / warm wall), `judge_dedup_hits`, `verdicts_identical` (every field but times).
 """
 import argparse
@@ -90,52 +92,50 @@ def step(warm: bool) -> tuple[dict, list]:
             f()
 
 
-def one_at_a_time(res) -> tuple[list[float], list[float], list]:
-    """Each episode's final workspace judged one at a time by a fresh warm + dedup judge, then run by a plain
-    pytest subprocess: (judge seconds, pytest seconds, verdicts), measured under the same load."""
+def one_at_a_time(res) -> tuple[list[float], list[float], list, int]:
+    """Each episode's final workspace judged by a fresh warm + dedup judge, then run by a plain pytest
+    subprocess, one episode after the other (the two measured side by side, under the same load):
+    (judge seconds, pytest seconds, verdicts, judgements answered by dedup)."""
     ctx = SimpleNamespace(judge=None, on_close=[], cfg=SimpleNamespace(agent=DEMO))
     judge = run_judge(ctx)
     try:
         for t in tasks:
             judge.baseline(t)
-        judged, verdicts = [], []
+        judged, plain, verdicts = [], [], []
         for r in res:
             task = next(t for t in tasks if t.task_id == r.task_id)
             t0 = time.perf_counter()
             verdicts.append(judge.judge(task, r.changes))
             judged.append(time.perf_counter() - t0)
-        return judged, plain_pytest(judge, res), verdicts
+            plain.append(plain_pytest(judge, task, r.changes))
+        return judged, plain, verdicts, judge.hits
     finally:
         for f in ctx.on_close:
             f()
 
 
-def plain_pytest(judge, res) -> list[float]:
+def plain_pytest(judge, task, changes) -> float:
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
            "PYTHONDONTWRITEBYTECODE": "1"}
-    times = []
-    for r in res:
-        task = next(t for t in tasks if t.task_id == r.task_id)
-        ws = judge.clone(task)
-        try:
-            for p, text in r.changes.items():
-                if text is None:
-                    (ws.root / p).unlink(missing_ok=True)
-                else:
-                    ws.write(p, text)
-            judge._write_tests(task, ws)
-            t0 = time.perf_counter()
-            subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *judge._targets(task)],
-                           cwd=ws.root, env=env, capture_output=True, timeout=120)
-            times.append(time.perf_counter() - t0)
-        finally:
-            ws.remove()
-    return times
+    ws = judge.clone(task)
+    try:
+        for p, text in changes.items():
+            if text is None:
+                (ws.root / p).unlink(missing_ok=True)
+            else:
+                ws.write(p, text)
+        judge._write_tests(task, ws)
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *judge._targets(task)],
+                       cwd=ws.root, env=env, capture_output=True, timeout=120)
+        return time.perf_counter() - t0
+    finally:
+        ws.remove()
 
 
 today, today_res = step(False)
 warm, warm_res = step(True)
-serial, plain, serial_verdicts = one_at_a_time(warm_res)
+serial, plain, serial_verdicts, serial_hits = one_at_a_time(warm_res)
 n = len(warm_res)
 
 
@@ -147,6 +147,8 @@ out = {"episodes": n, "today": today, "warm": warm,
        "today_judge_per_episode_s": today["judge_run_s"] / n, "warm_judge_per_episode_s": warm["judge_run_s"] / n,
        "judge_per_episode_s": sum(serial) / n, "plain_pytest_per_episode_s": sum(plain) / n,
        "judge_vs_plain": sum(plain) / max(sum(serial), 1e-9),
+       "judge_per_run_s": sum(serial) / max(n - serial_hits, 1),
+       "run_vs_plain": sum(plain) / n / max(sum(serial) / max(n - serial_hits, 1), 1e-9),
        "step_speedup": today["wall_s"] / warm["wall_s"],
        "same_workspaces": all(a.changes == b.changes for a, b in zip(today_res, warm_res)),
        "verdicts_identical": all(fields(a.verdict) == fields(b.verdict) == fields(c)

@@ -1,7 +1,10 @@
 """Warm test runs and judgement dedup: the same verdicts as a fresh interpreter per run on honest, failing and
 tampering patches; nothing of one warm run reaches the next; identical final workspaces judged once."""
+import os
+import re
 import sys
 import threading
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -10,7 +13,7 @@ from codechat.config import AgentConfig
 from codechat.rollout.agents import ScriptedAgent
 from codechat.rollout.episode import EpisodeRunner
 from codechat.rollout.tools import format_call
-from codechat.tasks.repo import RepoTask
+from codechat.tasks.repo import RepoLimits, RepoTask
 from codechat.train.episodes import run_judge
 from codechat.verifier.repo import RepoJudge
 from codechat.verifier.repo_dedup import DedupJudge
@@ -73,6 +76,81 @@ def test_nothing_of_a_warm_run_reaches_the_next(judges):
         v = warm.judge(task, {"lib/plant.py": PLANTER})
         assert v.passed, v.message + v.output_tail
     assert warm.warm.runs >= runs + 3
+
+
+DAEMON = ("import os, time\n\ndef test_leave_a_daemon():\n    if os.fork() == 0:\n        os.setsid()\n"
+          "        if os.fork() == 0:\n            os.closerange(0, 1024)\n            time.sleep(60)\n        os._exit(0)\n"
+          "    os.wait()\n"
+          "    assert False, f'uid={os.getuid()}'\n")
+CYCLE = ("import gc\nimport sys\n\nclass Node:\n    freed = []\n    def __del__(self):\n"
+         "        Node.freed.append(1)\n\n"
+         "def test_the_runs_own_cycles_are_collected():\n    n = Node()\n    n.me = n\n    del n\n"
+         "    assert gc.collect() > 0 and Node.freed\n\n"
+         "def test_objects_made_before_the_run_are_listed():\n    import lib\n"
+         "    assert any(r is sys.modules for r in gc.get_referrers(lib))\n"
+         "    assert any(o is sys.modules for o in gc.get_objects())\n")
+
+
+def _alive_with_uid(uid: int) -> list[str]:
+    left = []
+    for p in os.listdir("/proc"):
+        try:
+            if p.isdigit() and os.stat(f"/proc/{p}").st_uid == uid and open(f"/proc/{p}/stat").read().split()[2] != "Z":
+                left.append(p)
+        except OSError:
+            pass
+    return left
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="runs get a uid of their own only as root")
+def test_a_warm_runs_processes_are_all_killed_afterwards(judges):
+    _, warm = judges
+    task = RepoTask("daemon", "", {"lib/__init__.py": ""}, hidden_tests={"tests/test_d.py": DAEMON})
+    v = warm.judge(task, {})
+    uid = int(re.search(r"uid=(\d+)", v.output_tail)[1])
+    assert uid >= 1_000_000 and v.status == "failed"
+    for _ in range(50):  # killed processes can linger a moment as zombies until their new parent reaps them
+        if not _alive_with_uid(uid):
+            break
+        time.sleep(0.1)
+    assert not _alive_with_uid(uid)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="runs get a uid of their own only as root")
+def test_without_its_reaper_the_warm_process_kills_a_runs_processes_itself():
+    task = RepoTask("daemon", "", {"lib/__init__.py": ""}, hidden_tests={"tests/test_d.py": DAEMON})
+    with RepoJudge(warm=True) as warm:
+        warm.judge(task, {})  # starts the warm process
+        (proc,) = warm.warm._procs.values()
+        pid = proc.popen.pid
+        (reaper,) = open(f"/proc/{pid}/task/{pid}/children").read().split()  # between runs: the reaper only
+        os.kill(int(reaper), 9)
+        v = warm.judge(task, {})
+        uid = int(re.search(r"uid=(\d+)", v.output_tail)[1])
+        for _ in range(50):
+            if not _alive_with_uid(uid):
+                break
+            time.sleep(0.1)
+        assert not _alive_with_uid(uid) and warm.warm.runs == 2
+
+
+def test_a_warm_run_past_its_deadline_is_killed_and_timed_out(judges):
+    _, warm = judges
+    spin = "def test_spin():\n    while True:\n        pass\n"
+    task = RepoTask("spin", "", {"lib/__init__.py": ""}, hidden_tests={"tests/test_s.py": spin},
+                    limits=RepoLimits(test_timeout_s=2))
+    t0 = time.monotonic()
+    v = warm.judge(task, {})
+    assert v.status == "timeout" and time.monotonic() - t0 < 15
+
+
+def test_a_warm_run_collects_its_own_garbage(judges):
+    cold, warm = judges  # the warm process's objects are frozen out of collections, the run's are not, and
+    # listing objects or referrers thaws them (as a cold run sees them)
+    task = RepoTask("cycle", "", {"lib/__init__.py": ""}, hidden_tests={"tests/test_c.py": CYCLE})
+    a, b = cold.judge(task, {}), warm.judge(task, {})
+    assert b.passed and b.tests_passed == 2, b.output_tail
+    assert not same(a, b)
 
 
 def test_a_tree_shadowing_a_warm_module_runs_cold(judges):

@@ -6,7 +6,8 @@ import time
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from codechat.sandbox.workspace import Workspace, WorkspaceError, run_isolated, safe_path, scratch_dir, write_tree
+from codechat.sandbox.workspace import (Trash, Workspace, WorkspaceError, run_isolated, safe_path, scratch_dir,
+                                         write_tree)
 from codechat.sandbox.isolation import rmtree
 from codechat.verifier.patches import PatchError, apply_diff, make_diff, parse_diff
 
@@ -52,6 +53,18 @@ def test_command_cannot_write_workspace_nor_reach_network(ws):
     assert r.status == "ok" and ("write PermissionError" in r.output or "write OSError" in r.output)  # EROFS
     assert "net" in r.output
     assert (ws.root / "a.py").read_text() == "x = 1\n"
+
+
+def test_trash_removes_workspaces_in_the_background(ws):
+    trash = Trash()
+    others = [Workspace.clone(ws.base, ws.root.parent, f"w{i}") for i in range(3)]
+    for w in others:
+        trash.put(w)
+    trash.close()  # waits for the last removal
+    assert not any(w.root.exists() for w in others) and ws.root.exists()
+    late = Workspace.clone(ws.base, ws.root.parent, "late")
+    trash.put(late)  # after close: removed at once
+    assert not late.root.exists()
 
 
 def test_command_deadline_output_cap_and_children_reaped(ws):

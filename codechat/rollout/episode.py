@@ -269,7 +269,7 @@ class EpisodeRunner:
             changes = e.ws.changes()
             verdict = self.judge.judge(e.task, changes)
         finally:
-            e.ws.remove()
+            self.judge.discard(e.ws)
             with self._lock:
                 self.judge_s += time.monotonic() - t0
                 self.judge_wait_s += t0 - queued if queued is not None else 0.0

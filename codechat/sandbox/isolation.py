@@ -158,9 +158,10 @@ def enter_namespaces(hide_paths: tuple[str, ...] = (), binds: tuple[str, ...] = 
     return active
 
 
-def sandbox_uid() -> int | None:
-    """A uid no other live zygote uses (derived from this zygote's pid), or None when not running as root."""
-    return 1_000_000 + os.getpid() if os.geteuid() == 0 else None
+def sandbox_uid(pid: int | None = None) -> int | None:
+    """A uid no other live zygote uses (derived from the pid of this zygote, or of the given one), or None when
+    not running as root."""
+    return 1_000_000 + (os.getpid() if pid is None else pid) if os.geteuid() == 0 else None
 
 
 def judge_uid(zygote_pid: int) -> int:

@@ -7,6 +7,8 @@ under the sandbox's isolation.
   the link. Without root, files are copied.
 - `Workspace.read/write/listing/diff`: paths are relative, normalised and checked (`safe_path`); symlinks in
   the tree are never followed (none are created: bases skip them).
+- `Trash`: removes finished workspaces on a thread of its own (on a disk mounted with `discard` each rmdir
+  waits milliseconds for the device, with no CPU: a judgement need not wait for it).
 - `run_isolated(argv, workspace, ...)`: one command under `launch.py` (no network, private /tmp, rlimits, own
   uid, own session), wall-clock deadline, output capped; everything it started is killed afterwards
   (`isolation.reap_uid`). Returns an `ExecResult`.
@@ -26,6 +28,7 @@ import site
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -188,6 +191,47 @@ class Workspace:
 
     def remove(self) -> None:
         isolation.rmtree(str(self.root))
+
+
+class Trash:
+    """Workspaces whose commands are all dead, removed one after the other on a thread of its own (started on
+    first use); `close()` waits for the last."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._queue: list[Path] = []
+        self._wake = threading.Condition(self._lock)
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    def put(self, ws: Workspace) -> None:
+        with self._lock:
+            if self._closed:
+                ws.remove()
+                return
+            self._queue.append(ws.root)
+            self._wake.notify()
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="codechat-trash", daemon=True)
+                self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                while not self._queue and not self._closed:
+                    self._wake.wait()
+                if not self._queue:
+                    return
+                root = self._queue.pop()
+            isolation.rmtree(str(root))
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._wake.notify()
+            thread = self._thread
+        if thread is not None:
+            thread.join()
 
 
 def _launcher_env() -> dict[str, str]:

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from codechat.sandbox import isolation
-from codechat.sandbox.workspace import Workspace, WorkspaceError, safe_path, scratch_dir
+from codechat.sandbox.workspace import Trash, Workspace, WorkspaceError, safe_path, scratch_dir
 from codechat.tasks.repo import RepoTask, materialize
 from codechat.verifier.patches import PatchError, apply_diff, parse_diff
 from codechat.verifier.repo_env import TestEnv
@@ -127,6 +127,7 @@ class RepoJudge:
         self._missing: dict[str, set[str]] = {}
         self.warm = WarmRunner() if warm else None
         """The warm runner every test run of this judge (and of the agent's run_tests) forks from, or None."""
+        self.trash = Trash()
 
     def __enter__(self) -> "RepoJudge":
         return self
@@ -137,7 +138,12 @@ class RepoJudge:
     def close(self) -> None:
         if self.warm is not None:
             self.warm.close()
+        self.trash.close()
         isolation.rmtree(str(self.dir))
+
+    def discard(self, ws: Workspace) -> None:
+        """Remove a workspace of this judge whose commands are all dead (in the background: `Trash`)."""
+        self.trash.put(ws)
 
     def _task_lock(self, task_id: str):
         with self._lock:
@@ -172,7 +178,7 @@ class RepoJudge:
                         run = run_tests(ws.root, task.visible_tests, task.limits.test_timeout_s,
                                         hide_paths=self.hide_paths, env=self.env_for(task), memory_mb=self.memory_mb, warm=self.warm)
                     finally:
-                        ws.remove()
+                        self.discard(ws)
                     passing = {k for k, ok in run.tests.items() if ok} if run.status == "ok" else set()
                 self._baselines[task.task_id] = passing
             del base
@@ -237,7 +243,7 @@ class RepoJudge:
         try:
             verdict, output = self._run(task, ws, kept, dropped, keep)
         finally:
-            ws.remove()
+            self.discard(ws)
         return self._log(task, change, verdict, output)
 
     def _log(self, task: RepoTask, change, verdict: RepoVerdict, output: str = "") -> RepoVerdict:
@@ -295,7 +301,7 @@ class RepoJudge:
                 except (PatchError, WorkspaceError, OSError):
                     self._missing[task.task_id] = set()
                 finally:
-                    ws.remove()
+                    self.discard(ws)
             return self._missing[task.task_id]
 
     def _targets(self, task: RepoTask, ws: Workspace | None = None) -> list[str]:

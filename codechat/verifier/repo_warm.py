@@ -9,13 +9,15 @@ pipe, status), or None when the run must be cold: the warm process cannot start 
 error is kept in `broken`), or the tree holds a module the warm process imported that a cold run would have
 taken from the tree (`_pytest/` itself, or a name in its `extra` list). The deadline covers the run from the
 fork: the interpreter's start-up is no longer part of `test_timeout_s`. Every process of a run is killed
-afterwards, as for a cold run (`isolation.reap_uid` on its own uid and session).
+afterwards, as for a cold run (`isolation.reap_uid` on its own uid and session), by the warm process (forking
+that small process costs less than forking the judge's), or from here when the warm process is gone.
 """
 from __future__ import annotations
 
 import array
 import json
 import os
+import select
 import socket
 import subprocess
 import threading
@@ -95,6 +97,26 @@ def _gone(pid: int) -> bool:
         return True
 
 
+def _exits_by(pid: int, deadline: float) -> bool:
+    """Whether the run's process exits before the deadline (it is the warm process's child, not reaped before
+    the wait request: its pid cannot be reused meanwhile). A pidfd wakes at the exit; /proc is polled where
+    pidfds are missing."""
+    try:
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        fd = None
+    if fd is None:
+        while not _gone(pid):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.002)
+        return True
+    try:
+        return bool(select.select([fd], [], [], max(0.0, deadline - time.monotonic()))[0])
+    finally:
+        os.close(fd)
+
+
 class WarmRunner:
     """Warm processes by interpreter, started on first use; safe to use from several threads."""
 
@@ -145,7 +167,6 @@ class WarmRunner:
             return None
         for fd in (spec_r, out_w, chan_w):
             os.close(fd)
-        uid = 1_000_000 + pid if os.geteuid() == 0 else None  # = isolation.sandbox_uid() in the child
         try:
             try:
                 os.write(spec_w, spec)
@@ -154,16 +175,14 @@ class WarmRunner:
             os.close(spec_w)
             kept, truncated, timed_out, chan = _read_capped(out_r, chan_r, start + timeout_s, max_output_bytes,
                                                             max_channel_bytes)
-            while not timed_out and not _gone(pid):
-                timed_out = time.monotonic() > start + timeout_s
-                time.sleep(0.002)
+            timed_out = timed_out or not _exits_by(pid, start + timeout_s)
         finally:
-            isolation.reap_uid(uid, pid)
             os.close(out_r)
             os.close(chan_r)
-            try:
+            try:  # the warm process kills every process of the run, then reaps it
                 status = proc.ask({"op": "wait", "pid": pid}).get("status", -1)
-            except (OSError, ValueError):  # the warm process died after the fork: the next run finds it gone
+            except (OSError, ValueError):  # it died after the fork: killed from here; the next run finds it gone
+                isolation.reap_uid(isolation.sandbox_uid(pid), pid)
                 status = -1
         with self._lock:
             self.runs += 1
