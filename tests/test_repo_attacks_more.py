@@ -143,3 +143,12 @@ def test_module_attribute_that_raises_on_access_is_collected_honestly(judge):
     task = RepoTask("proxy", "", TASK.files, hidden_tests={"tests/test_hidden.py": proxy + HIDDEN})
     v = judge.judge(task, {"lib/bounds.py": FIXED})
     assert v.passed, v.message + v.output_tail
+
+
+@pytest.mark.parametrize("path", ["lib/__pycache__/bounds.cpython-39.pyc", "__pycache__/conftest.cpython-39.pyc",
+                                  "lib/bounds.pyc", "lib/bounds.pyo"])
+def test_bytecode_in_a_change_is_dropped(judge, path):
+    # Python 3.9's magic number is ASCII ('a\r\r\n'), so text can be a .pyc there; an unchecked-hash .pyc is
+    # imported without its source being read. Bytecode never enters a workspace from a change.
+    v = judge.judge(TASK, {path: "a\r\r\n\x03\x00\x00\x00", "lib/bounds.py": FIXED})
+    assert v.passed and f"{path}: compiled bytecode" in v.dropped
