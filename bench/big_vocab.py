@@ -41,9 +41,10 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from codechat.config import ModelConfig, SamplingConfig  # noqa: E402
+from codechat.config import ModelConfig, OptimConfig, SamplingConfig  # noqa: E402
 from codechat.policy import Sampler, build_preset, load_policy  # noqa: E402
 from codechat.policy.logprobs import completion_logprobs  # noqa: E402
+from codechat.train.common import make_optimizer  # noqa: E402
 
 PROMPTS = ["Write add(a, b) that returns the sum.", "Write is_even(n).", "Reverse a string s.",
            "Return the largest number in a list."]
@@ -93,7 +94,7 @@ def child_update(a) -> dict:
     ref = copy.deepcopy(model).eval()
     prompts, index, tokens, mask, adv = batch(policy, a.group, a.new_tokens)
     fn = codechat_logprobs if a.child == "codechat" else plain_logprobs
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    opt, _ = make_optimizer(model, 1e-5, 0, a.repeats + 1, False, OptimConfig())  # the trainer's AdamW
     times = []
     base = reset_peak()
     for i in range(a.repeats + 1):
@@ -103,12 +104,12 @@ def child_update(a) -> dict:
         lp = fn(model, prompts, index, tokens, mask)
         d = ref_lp - lp
         loss = (-(lp - lp.detach()).exp() * adv[:, None] + 0.04 * (d.exp() - d - 1)).mul(mask).sum() / mask.sum()
-        opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
+        opt.zero_grad(set_to_none=True)  # as rl_update and the HF Trainer: gradients freed after the step
         if i:  # the first step warms up (allocations, AdamW state)
             times.append(time.perf_counter() - t0)
-    return {"update_s": statistics.median(times), "peak_mb": rss_mb(), "base_mb": base, "loss": float(loss)}
+    return {"update_s": statistics.median(times), "peak_mb": rss_mb(), "base_mb": base, "loss": loss.item()}
 
 
 def child_trl(a) -> dict:

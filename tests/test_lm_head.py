@@ -5,7 +5,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from codechat.policy import completion_logprobs
-from codechat.policy.lm_head import _FusedHead, chunk_rows, fusable, head_logprobs
+from codechat.policy.lm_head import TiedGrad, _FusedHead, chunk_rows, fusable, head_logprobs, tied_embedding
 from policy_helpers import tiny_policy
 
 
@@ -40,20 +40,48 @@ def test_gradcheck_and_no_entropy():
     head = torch.nn.Linear(5, 11).double()
     h = torch.randn(7, 5, generator=g, dtype=torch.float64, requires_grad=True)
     tok = torch.randint(0, 11, (7,), generator=g)
-    assert torch.autograd.gradcheck(lambda x, w, b: _FusedHead.apply(x, w, b, tok, 0.8, True, 2)[0],
+    assert torch.autograd.gradcheck(lambda x, w, b: _FusedHead.apply(x, w, b, tok, 0.8, True, 2, None)[0],
                                     (h, head.weight, head.bias))
     lp, ent = head_logprobs(h, head, tok, 0.5, with_entropy=False, rows=3)
     assert torch.allclose(lp, plain(h, head, tok, 0.5)[0]) and (ent == 0).all()
 
 
 def test_chunk_rows_and_fusable(monkeypatch):
-    assert chunk_rows(1024) == 256 and chunk_rows(151_936) == 256 and chunk_rows(64) == 4096
+    assert chunk_rows(1024) == 256 and chunk_rows(64) == 4096 and chunk_rows(16_384) == 256
+    assert chunk_rows(32_768) == 128 and chunk_rows(151_936) == 32  # a large vocabulary: ~16 MiB chunks, >= 32 rows
     head, h = torch.nn.Linear(4, 9), torch.randn(3, 4)
     assert not fusable(head, h)  # 27 logits: the (R, V) path is cheaper
+    assert fusable(torch.nn.Linear(4, 1 << 16, bias=False), torch.randn(1, 4))  # one row of a large vocabulary
     monkeypatch.setattr("codechat.policy.lm_head.FUSE_MIN_LOGITS", 27)
     assert fusable(head, h) and not fusable(head, h.double()) and not fusable(head.bfloat16(), h)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert not fusable(head, h)
+
+
+@pytest.mark.parametrize("fused_head", [True, False])
+def test_tied_table_gradient_equals_autograds(fused_head):
+    """A table used as the embedding and as the head: the lookup's rows added into the head's d W (TiedGrad) give
+    autograd's gradient, padding row included (nn.Embedding gives it none); with the (R, V) head, the lookup's
+    part alone."""
+    g = torch.Generator().manual_seed(3)
+    emb = torch.nn.Embedding(13, 5, padding_idx=2).double()
+    head = torch.nn.Linear(5, 13, bias=False).double()
+    head.weight = emb.weight
+    ids = torch.tensor([[2, 4, 4, 7], [0, 2, 12, 4]])  # repeats and the padding id
+    tok = torch.randint(0, 13, (8,), generator=g)
+    up = torch.randn(8, generator=g, dtype=torch.float64)
+
+    def loss(lookup, logprobs):
+        h = torch.tanh(lookup(ids)).flatten(0, 1) * 1.5  # (8, C)
+        return (logprobs(h) * up).sum()
+
+    want = torch.autograd.grad(loss(emb, lambda h: plain(h, head, tok, 0.8)[0]), emb.weight)[0]
+    tied = TiedGrad()
+    head_part = (lambda h: head_logprobs(h, head, tok, 0.8, rows=3, tied=tied)[0]) if fused_head else \
+        (lambda h: plain(h, head, tok, 0.8)[0])
+    got = torch.autograd.grad(loss(lambda i: tied_embedding(i, emb, tied), head_part), emb.weight)[0]
+    assert torch.allclose(got, want, atol=1e-12) and tied.grad is None
+    assert want[2].abs().sum() > 0  # the padding row still gets the head's part
 
 
 @pytest.fixture(scope="module")
