@@ -7,11 +7,13 @@ Two figures, each against baselines measured in the same run:
 - sampling: codechat's `Sampler` (KV cache, batched; policy/sampler.py) against transformers' `generate`
   (do_sample, the same prompts x n, the same max_new_tokens, EOS ignored by both so they decode the same number
   of tokens), in generated tokens per second of wall time.
-- the update: one GRPO-style step (the policy's log-prob forward, policy term + k3 KL to a frozen reference, the
-  backward, AdamW) through codechat's `completion_logprobs` (the fused LM head engages at this vocabulary: no
-  (rows, 151,936) logits tensor), against a plain Hugging Face loss on the same model and batch (`model(ids).logits`,
-  log-softmax, gather: what a trainer without a fused head computes), and against TRL's `GRPOTrainer` (fp32, no
-  gradient checkpointing, beta 0.04 so it keeps a reference model, the same prompts through the same chat template,
+- the update: one GRPO-style step (the no-grad reference log-probs, the policy's log-prob forward, policy term +
+  k3 KL, the backward, the trainer's AdamW (`make_optimizer`: fused), gradients freed after the step as `rl_update`
+  and the HF Trainer do) through codechat's `completion_logprobs` (the fused LM head engages at this vocabulary:
+  logits in blocks of ~2^20, the tied table's gradient one buffer; policy/lm_head.py), against a plain Hugging
+  Face loss on the same model, batch and optimizer (`model(ids).logits`, log-softmax, gather: what a trainer
+  without a fused head computes), and against TRL's `GRPOTrainer` (fp32, its default fused AdamW, no gradient
+  checkpointing, beta 0.04 so it keeps a reference model, the same prompts through the same chat template,
   `min_new_tokens` = `max_completion_length` so every completion has the same length, a random reward so the
   advantages are not zero). TRL's update is its training step less its `_generate` and its reward function, as
   bench/vs_trl.py splits it.

@@ -16,8 +16,8 @@ d W, into which the lookup's rows are added (lm_head.py's `TiedGrad`), not two s
 Both paths give the LM head and the log-prob only the R masked-in positions (not padding), drop the columns past
 every row's last real token, and pick the sampled token's log-prob as logit - logsumexp instead of materialising
 the (R, V) log-softmax. The fast path with a plain fp32 head and no autocast runs head + log-softmax + pick fused
-in chunks of rows (lm_head.py: no (R, V) tensor is kept); otherwise the (R, V) logits are built and the softmax is
-computed once for the entropy (a detached diagnostic) and the backward (`_PickedLogprob`).
+in blocks of rows x vocabulary columns (lm_head.py: no (R, V) tensor is built); otherwise the (R, V) logits are
+built and the softmax is computed once for the entropy (a detached diagnostic) and the backward (`_PickedLogprob`).
 Tests: tests/test_logprobs_speed.py (against a brute-force per-row forward), tests/test_lm_head.py;
 speed: bench/logprob_speed.py, bench/update_speed.py.
 """
@@ -59,7 +59,7 @@ def completion_logprobs(model, prompts: list[list[int]], prompt_index, tokens, m
         tied = _tied_grad(fl)
         h = fl.final_norm(_fast_hidden(fl, prompts, index, tokens, real, flat, tied))  # (R, C)
         head = fl.lm.lm_head
-        if fusable(head, h):  # LM head + log-softmax + pick in chunks of rows (lm_head.py): no (R, V) tensors
+        if fusable(head, h):  # LM head + log-softmax + pick in blocks (lm_head.py): no (R, V) tensors
             picked, ent = head_logprobs(h, head, tok, temperature, with_entropy, tied=tied)  # (R,) each
         else:
             picked, ent = _picked(head(h), tok, temperature)
