@@ -7,11 +7,13 @@ Two figures, each against baselines measured in the same run:
 - sampling: codechat's `Sampler` (KV cache, batched; policy/sampler.py) against transformers' `generate`
   (do_sample, the same prompts x n, the same max_new_tokens, EOS ignored by both so they decode the same number
   of tokens), in generated tokens per second of wall time.
-- the update: one GRPO-style step (the policy's log-prob forward, policy term + k3 KL to a frozen reference, the
-  backward, AdamW) through codechat's `completion_logprobs` (the fused LM head engages at this vocabulary: no
-  (rows, 151,936) logits tensor), against a plain Hugging Face loss on the same model and batch (`model(ids).logits`,
-  log-softmax, gather: what a trainer without a fused head computes), and against TRL's `GRPOTrainer` (fp32, no
-  gradient checkpointing, beta 0.04 so it keeps a reference model, the same prompts through the same chat template,
+- the update: one GRPO-style step (the no-grad reference log-probs, the policy's log-prob forward, policy term +
+  k3 KL, the backward, the trainer's AdamW (`make_optimizer`: fused), gradients freed after the step as `rl_update`
+  and the HF Trainer do) through codechat's `completion_logprobs` (the fused LM head engages at this vocabulary:
+  logits in blocks of ~2^20, the tied table's gradient one buffer; policy/lm_head.py), against a plain Hugging
+  Face loss on the same model, batch and optimizer (`model(ids).logits`, log-softmax, gather: what a trainer
+  without a fused head computes), and against TRL's `GRPOTrainer` (fp32, its default fused AdamW, no gradient
+  checkpointing, beta 0.04 so it keeps a reference model, the same prompts through the same chat template,
   `min_new_tokens` = `max_completion_length` so every completion has the same length, a random reward so the
   advantages are not zero). TRL's update is its training step less its `_generate` and its reward function, as
   bench/vs_trl.py splits it.
@@ -41,9 +43,10 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from codechat.config import ModelConfig, SamplingConfig  # noqa: E402
+from codechat.config import ModelConfig, OptimConfig, SamplingConfig  # noqa: E402
 from codechat.policy import Sampler, build_preset, load_policy  # noqa: E402
 from codechat.policy.logprobs import completion_logprobs  # noqa: E402
+from codechat.train.common import make_optimizer  # noqa: E402
 
 PROMPTS = ["Write add(a, b) that returns the sum.", "Write is_even(n).", "Reverse a string s.",
            "Return the largest number in a list."]
@@ -93,7 +96,7 @@ def child_update(a) -> dict:
     ref = copy.deepcopy(model).eval()
     prompts, index, tokens, mask, adv = batch(policy, a.group, a.new_tokens)
     fn = codechat_logprobs if a.child == "codechat" else plain_logprobs
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    opt, _ = make_optimizer(model, 1e-5, 0, a.repeats + 1, False, OptimConfig())  # the trainer's AdamW
     times = []
     base = reset_peak()
     for i in range(a.repeats + 1):
@@ -103,12 +106,12 @@ def child_update(a) -> dict:
         lp = fn(model, prompts, index, tokens, mask)
         d = ref_lp - lp
         loss = (-(lp - lp.detach()).exp() * adv[:, None] + 0.04 * (d.exp() - d - 1)).mul(mask).sum() / mask.sum()
-        opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
+        opt.zero_grad(set_to_none=True)  # as rl_update and the HF Trainer: gradients freed after the step
         if i:  # the first step warms up (allocations, AdamW state)
             times.append(time.perf_counter() - t0)
-    return {"update_s": statistics.median(times), "peak_mb": rss_mb(), "base_mb": base, "loss": float(loss)}
+    return {"update_s": statistics.median(times), "peak_mb": rss_mb(), "base_mb": base, "loss": loss.item()}
 
 
 def child_trl(a) -> dict:

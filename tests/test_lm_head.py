@@ -5,7 +5,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from codechat.policy import completion_logprobs
-from codechat.policy.lm_head import _FusedHead, chunk_rows, fusable, head_logprobs
+from codechat.policy.lm_head import TiedGrad, _FusedHead, blocks_for, fusable, head_logprobs, tied_embedding
 from policy_helpers import tiny_policy
 
 
@@ -17,8 +17,9 @@ def plain(h, head, tok, temperature):
 
 @settings(max_examples=25, deadline=None)
 @given(R=st.integers(1, 40), C=st.integers(1, 12), V=st.integers(2, 50), bias=st.booleans(),
-       temperature=st.sampled_from([1.0, 0.7, 1.3]), rows=st.integers(1, 17), seed=st.integers(0, 2**16))
-def test_values_and_gradients_equal_the_plain_ops(R, C, V, bias, temperature, rows, seed):
+       temperature=st.sampled_from([1.0, 0.7, 1.3]), rows=st.integers(1, 17), cols=st.integers(1, 20),
+       seed=st.integers(0, 2**16))
+def test_values_and_gradients_equal_the_plain_ops(R, C, V, bias, temperature, rows, cols, seed):
     g = torch.Generator().manual_seed(seed)
     head = torch.nn.Linear(C, V, bias=bias).double()
     h = torch.randn(R, C, generator=g, dtype=torch.float64, requires_grad=True)
@@ -27,7 +28,7 @@ def test_values_and_gradients_equal_the_plain_ops(R, C, V, bias, temperature, ro
     params = [h, *head.parameters()]
     want_lp, want_ent = plain(h, head, tok, temperature)
     want_g = torch.autograd.grad((want_lp * up).sum(), params)
-    lp, ent = head_logprobs(h, head, tok, temperature, rows=rows)
+    lp, ent = head_logprobs(h, head, tok, temperature, blocks=(rows, cols))
     got_g = torch.autograd.grad((lp * up).sum(), params)
     assert torch.allclose(lp, want_lp, atol=1e-12) and torch.allclose(ent, want_ent.detach(), atol=1e-12)
     assert not ent.requires_grad
@@ -40,20 +41,48 @@ def test_gradcheck_and_no_entropy():
     head = torch.nn.Linear(5, 11).double()
     h = torch.randn(7, 5, generator=g, dtype=torch.float64, requires_grad=True)
     tok = torch.randint(0, 11, (7,), generator=g)
-    assert torch.autograd.gradcheck(lambda x, w, b: _FusedHead.apply(x, w, b, tok, 0.8, True, 2)[0],
+    assert torch.autograd.gradcheck(lambda x, w, b: _FusedHead.apply(x, w, b, tok, 0.8, True, (2, 4), None)[0],
                                     (h, head.weight, head.bias))
-    lp, ent = head_logprobs(h, head, tok, 0.5, with_entropy=False, rows=3)
+    lp, ent = head_logprobs(h, head, tok, 0.5, with_entropy=False, blocks=(3, 5))
     assert torch.allclose(lp, plain(h, head, tok, 0.5)[0]) and (ent == 0).all()
 
 
-def test_chunk_rows_and_fusable(monkeypatch):
-    assert chunk_rows(1024) == 256 and chunk_rows(151_936) == 256 and chunk_rows(64) == 4096
+def test_blocks_and_fusable(monkeypatch):
+    assert blocks_for(64, 151_936) == (64, 16_384) and blocks_for(512, 151_936) == (512, 2048)  # ~2^20 logits
+    assert blocks_for(10_000, 151_936) == (4096, 256) and blocks_for(3, 100) == (3, 100)  # >= 256 columns
     head, h = torch.nn.Linear(4, 9), torch.randn(3, 4)
     assert not fusable(head, h)  # 27 logits: the (R, V) path is cheaper
+    assert fusable(torch.nn.Linear(4, 1 << 16, bias=False), torch.randn(1, 4))  # one row of a large vocabulary
     monkeypatch.setattr("codechat.policy.lm_head.FUSE_MIN_LOGITS", 27)
     assert fusable(head, h) and not fusable(head, h.double()) and not fusable(head.bfloat16(), h)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert not fusable(head, h)
+
+
+@pytest.mark.parametrize("fused_head", [True, False])
+def test_tied_table_gradient_equals_autograds(fused_head):
+    """A table used as the embedding and as the head: the lookup's rows added into the head's d W (TiedGrad) give
+    autograd's gradient, padding row included (nn.Embedding gives it none); with the (R, V) head, the lookup's
+    part alone."""
+    g = torch.Generator().manual_seed(3)
+    emb = torch.nn.Embedding(13, 5, padding_idx=2).double()
+    head = torch.nn.Linear(5, 13, bias=False).double()
+    head.weight = emb.weight
+    ids = torch.tensor([[2, 4, 4, 7], [0, 2, 12, 4]])  # repeats and the padding id
+    tok = torch.randint(0, 13, (8,), generator=g)
+    up = torch.randn(8, generator=g, dtype=torch.float64)
+
+    def loss(lookup, logprobs):
+        h = torch.tanh(lookup(ids)).flatten(0, 1) * 1.5  # (8, C)
+        return (logprobs(h) * up).sum()
+
+    want = torch.autograd.grad(loss(emb, lambda h: plain(h, head, tok, 0.8)[0]), emb.weight)[0]
+    tied = TiedGrad()
+    head_part = (lambda h: head_logprobs(h, head, tok, 0.8, blocks=(5, 4), tied=tied)[0]) if fused_head else \
+        (lambda h: plain(h, head, tok, 0.8)[0])
+    got = torch.autograd.grad(loss(lambda i: tied_embedding(i, emb, tied), head_part), emb.weight)[0]
+    assert torch.allclose(got, want, atol=1e-12) and tied.grad is None
+    assert want[2].abs().sum() > 0  # the padding row still gets the head's part
 
 
 @pytest.fixture(scope="module")

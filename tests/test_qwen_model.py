@@ -162,3 +162,26 @@ def test_create_command_sizes_and_errors(tmp_path, capsys):
     assert "Qwen2ForCausalLM" in out and "layers: 1, hidden: 32" in out and "vocabulary: 151665" in out
     with pytest.raises(CodechatError, match="--hidden 40"):
         qwen_mod.qwen_model("qwen3", qwen_policy("qwen3").tokenizer, 1, 40, 128, 0)
+
+
+def test_head_dim_option_sets_the_attention_head_size(tmp_path, capsys):
+    """--head-dim 32: hidden / 32 heads of size 32 (what vLLM's CPU attention needs), in the config as vLLM reads
+    it (Qwen2's hidden / heads; Qwen3's head_dim), and codechat's fast forward still matches transformers'."""
+    from codechat.cli import main
+    from codechat.policy.fastlm import FastLM
+
+    assert main(["model", "create", "qwen2.5", "--out", str(tmp_path / "q"), "--layers", "1", "--head-dim", "32"]) == 0
+    assert "heads: 2 (kv 2, size 32)" in capsys.readouterr().out
+    cfg = json.loads((tmp_path / "q" / "config.json").read_text())
+    assert cfg["num_attention_heads"] == 2 and cfg["hidden_size"] == 64
+    m = load_policy(ModelConfig(path=str(tmp_path / "q"), device="cpu")).model
+    assert m.model.layers[0].self_attn.head_dim == 32 and FastLM(m).check()
+    q3 = qwen_mod.qwen_model("qwen3", qwen_policy("qwen3").tokenizer, 1, 128, 128, 0, head_dim=32)
+    assert q3.config.head_dim == 32 and q3.config.num_attention_heads == 4 and q3.config.num_key_value_heads == 2
+    assert q3.model.layers[0].self_attn.q_proj.out_features == 128 and FastLM(q3).check()
+    for bad in ("24", "12"):  # does not divide 64; not a multiple of 8
+        assert main(["model", "create", "qwen3", "--out", str(tmp_path / bad), "--head-dim", bad]) == 2
+        assert f"--head-dim {bad}: expected a multiple of 8 that divides --hidden 64" in capsys.readouterr().err
+        assert not (tmp_path / bad).exists()  # refused before anything is built
+    assert main(["model", "create", "tiny", "--out", str(tmp_path / "t"), "--head-dim", "32"]) == 2
+    assert "--head-dim: only the qwen2.5/qwen3 presets take it" in capsys.readouterr().err

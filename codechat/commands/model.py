@@ -2,6 +2,7 @@
 
     codechat model create tiny --out runs/tiny          # Llama-architecture model + BPE tokenizer, HF format
     codechat model create qwen3 --out runs/q3 --layers 2 --hidden 64   # Qwen vocabulary + ChatML, random weights
+    codechat model create qwen2.5 --out runs/q25 --head-dim 32         # head size 32: loads in vLLM on CPU
     codechat model info runs/tiny                       # architecture, parameters, vocabulary, special tokens
     codechat model sample tiny --prompt "def add(a, b):" -n 2 --max-new-tokens 40
     codechat model export runs/x --out exported/x       # clean HF dir: weights, tokenizer, template, card
@@ -29,6 +30,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     c.add_argument("--seed", type=int, default=0, help="weight-initialisation seed (default 0)")
     c.add_argument("--layers", type=int, help="decoder layers (default: the preset's; qwen 2)")
     c.add_argument("--hidden", type=int, help="hidden size (default: the preset's; qwen 64)")
+    c.add_argument("--head-dim", type=int, help="qwen only: attention head size, a multiple of 8 dividing --hidden "
+                   "(default 16; 32 or more for vLLM's CPU attention)")
     i = sub.add_parser("info", help="describe a model directory or preset")
     i.add_argument("path", help="model directory or preset name")
     e = sub.add_parser("export", help="write a run's checkpoint as a clean Hugging Face model directory")
@@ -59,7 +62,8 @@ def describe(policy) -> str:
         f"architecture: {type(m).__name__} ({cfg.model_type})",
         f"parameters: {n / 1e6:.2f}M ({n})",
         f"layers: {cfg.num_hidden_layers}, hidden: {cfg.hidden_size}, heads: {cfg.num_attention_heads} "
-        f"(kv {getattr(cfg, 'num_key_value_heads', cfg.num_attention_heads)}), "
+        f"(kv {getattr(cfg, 'num_key_value_heads', cfg.num_attention_heads)}, size "
+        f"{getattr(cfg, 'head_dim', None) or cfg.hidden_size // cfg.num_attention_heads}), "
         f"context: {getattr(cfg, 'max_position_embeddings', '?')}",
         f"vocabulary: {len(tok)}; eos: {tok.eos_token!r}; pad: {tok.pad_token!r}; stop ids: "
         f"{list(policy.eos_token_ids)}",
@@ -70,9 +74,15 @@ def describe(policy) -> str:
 
 
 def size_overrides(args: argparse.Namespace) -> dict:
-    """--layers/--hidden as build_preset's overrides (a Llama preset's hidden size must divide by its heads)."""
+    """--layers/--hidden/--head-dim as build_preset's overrides (a Llama preset's hidden size must divide by its
+    heads, and sets its head size)."""
     qwen = args.preset not in PRESETS
     out = {}
+    if args.head_dim is not None:
+        if not qwen:
+            raise CodechatError(f"--head-dim: only the qwen2.5/qwen3 presets take it ({args.preset}'s head size is "
+                                "--hidden / its heads)")
+        out["head_dim"] = args.head_dim
     if args.layers is not None:
         if args.layers < 1:
             raise CodechatError(f"--layers {args.layers}: expected at least 1")

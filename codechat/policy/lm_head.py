@@ -1,92 +1,184 @@
 """The sampled tokens' log-probs straight from the final hidden states: LM head + log-softmax + pick, fused and
-chunked over rows, so that no (R, V) logits, softmax or gradient is ever held beyond one chunk of rows.
+computed in blocks of rows x vocabulary columns, so that no (R, V) logits, softmax or gradient is ever held: one
+block of ~2^20 values (4 MiB in fp32) at a time, whatever the vocabulary.
 
     logp, ent = head_logprobs(h, model.lm_head, tok, temperature)   # h (R, C) final-normed, tok (R,)
 
-Forward, per chunk of rows: z = (h W^T + b) / temperature, lse = logsumexp(z), logp = z[tok] - lse and, when asked,
-the entropy lse - sum(softmax(z) * z); only lse (R,) is saved. Backward, per chunk: z is recomputed (one GEMM),
-p = exp(z - lse) in place, d z = onehot(tok) g - p g, then d h = d z W and d W += d z^T h (d b += sum d z) from
-that chunk. Compared with materialising the (R, V) logits and their softmax (logprobs.py's `_PickedLogprob`),
-this costs one more (R x C x V) GEMM in the backward and saves the passes over (R, V) tensors that do not fit in
-cache, and their memory: at Qwen's 152k vocabulary, 2,048 rows of fp32 logits are 1.2 GB, and the softmax and its
-gradient as much again each.
+Blocks: all the rows (up to 4,096 a block) x ~2^20 / rows columns (at least 256): at Qwen's 151,936 tokens, 64
+rows go in 10 blocks of 16,384 columns, 512 rows in 75 of 2,048.
+Forward, per block: z = (h W_v^T + b_v) / temperature; the running max m, sum s = sum exp(z - m) and (for the
+entropy) a = sum exp(z - m) z are rescaled and updated as in an online softmax; the sampled token's logit is
+picked in the block that holds it. Then lse = m + log s, logp = z[tok] - lse, entropy = lse - a / s; only lse
+(R,) is saved. Backward, per block: z is recomputed (one GEMM), p = exp(z - lse) in place, d z = onehot(tok) g - p g,
+then d h += d z W_v and d W_v += d z^T h (d b_v too): each block of d W is written by one GEMM per block of rows.
+Compared with materialising the (R, V) logits and their softmax (logprobs.py's `_PickedLogprob`), this costs one
+more (R x C x V) GEMM in the backward and saves the passes over (R, V) tensors that do not fit in cache, and
+their memory: at Qwen's vocabulary, 2,048 rows of fp32 logits are 1.2 GB, and the softmax and its gradient as
+much again each.
 
 Used by `completion_logprobs`' fast path when the head is a plain fp32 `nn.Linear`, no autocast is active and
-the logits would be large (`fusable`: 2^24 or more); otherwise the (R, V) path runs. Tests: tests/test_lm_head.py
-(values, entropies and gradients of h, W and b against the plain ops, fuzzed shapes, temperatures and chunk
-sizes; a gradcheck).
+the logits would be large (`fusable`: 2^24 or more, or any number of rows at a vocabulary of 2^16 or more);
+otherwise the (R, V) path runs.
+
+Tied weights (the LM head is the embedding table, as in Qwen's small checkpoints): with a `TiedGrad`, the head's
+backward hands d W to it instead of returning it, and the embedding lookup's backward (`tied_embedding`) adds its
+rows into that same (V, C) buffer and returns it as the table's one gradient. Autograd would otherwise hold the
+head's d W and a second dense (V, C) gradient from the lookup at once, and sum them. The head's backward always
+runs first: the lookup's output feeds h, so its gradient waits for d h.
+
+Tests: tests/test_lm_head.py (values, entropies and gradients of h, W and b against the plain ops, fuzzed shapes,
+temperatures and block sizes; a gradcheck; the tied gradient against autograd's).
 """
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
-CHUNK_ELEMS = 1 << 18  # logits per chunk (1 MiB in fp32): rows x vocabulary stays in cache
+BLOCK_ELEMS = 1 << 20  # logits per block (4 MiB of fp32): rows x vocabulary columns, reused by every block
+BLOCK_MAX_ROWS = 4096  # rows per block at most (then BLOCK_ELEMS / 4096 = 256 columns)
 FUSE_MIN_LOGITS = 1 << 24  # rows x vocabulary (64 MiB of fp32 logits) from which the fused path runs: below it the
 # (R, V) path is as fast or faster (vs_trl's update, V=1024: fused 0.91-0.99x), above it the memory is what counts
+BIG_VOCAB = 1 << 16  # from this vocabulary on the fused path runs at any number of rows: each row's logits,
+# softmax and gradient cost 256 KiB or more apiece, and the (R, V) path keeps three or four of them
 
 
-def chunk_rows(vocab: int) -> int:
-    """Rows per chunk for a vocabulary: ~CHUNK_ELEMS logits, at least 256 rows (see the module docstring)."""
-    return max(256, CHUNK_ELEMS // max(vocab, 1))
+def blocks_for(rows: int, vocab: int) -> tuple[int, int]:
+    """(rows per block, vocabulary columns per block) for R = `rows`: ~BLOCK_ELEMS logits each, all the rows up
+    to BLOCK_MAX_ROWS, at least 256 columns (module docstring)."""
+    brows = max(1, min(rows, BLOCK_MAX_ROWS))
+    return brows, max(1, min(vocab, max(256, BLOCK_ELEMS // brows)))
 
 
 def fusable(head, h) -> bool:
     """The head is a plain fp32 nn.Linear on fp32 states, no autocast is on (the fused path's exact case), and the
-    (R, V) logits would hold at least FUSE_MIN_LOGITS values."""
-    return (h.shape[0] * head.weight.shape[0] >= FUSE_MIN_LOGITS and type(head) is torch.nn.Linear and head.weight.dtype == torch.float32 and h.dtype == torch.float32
+    (R, V) logits would hold at least FUSE_MIN_LOGITS values or the vocabulary is BIG_VOCAB or more."""
+    V = head.weight.shape[0]
+    return ((h.shape[0] * V >= FUSE_MIN_LOGITS or V >= BIG_VOCAB) and type(head) is torch.nn.Linear
+            and head.weight.dtype == torch.float32 and h.dtype == torch.float32
             and not torch.is_autocast_enabled(h.device.type))
 
 
+class TiedGrad:
+    """Carries the LM head's weight gradient to the lookup of the same (tied) table (module docstring)."""
+
+    def __init__(self):
+        self.grad = None  # (V, C) d W of the head, set by its backward, taken by the lookup's
+
+
+def tied_embedding(ids, emb: torch.nn.Embedding, tied: TiedGrad):
+    """emb(ids) (..., C), whose table gradient is added into the head's d W held by `tied` (module docstring)."""
+    return _TiedLookup.apply(ids, emb.weight, emb.padding_idx, tied)
+
+
+class _TiedLookup(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, ids, w, padding_idx, tied):
+        ctx.save_for_backward(ids)
+        ctx.padding_idx, ctx.tied, ctx.shape = padding_idx, tied, w.shape
+        return F.embedding(ids, w, padding_idx)
+
+    @staticmethod
+    def backward(ctx, g):
+        (ids,) = ctx.saved_tensors
+        dw, ctx.tied.grad = ctx.tied.grad, None
+        if dw is None:  # the head ran the (R, V) path or did not need d W: the lookup's part alone
+            dw = g.new_zeros(ctx.shape)
+        ids, g = ids.flatten(), g.reshape(-1, ctx.shape[1])  # (n,), (n, C)
+        if ctx.padding_idx is not None:  # nn.Embedding gives its padding row no gradient
+            keep = ids != ctx.padding_idx
+            ids, g = ids[keep], g[keep]
+        return None, dw.index_add_(0, ids, g), None, None
+
+
 def head_logprobs(h, head: torch.nn.Linear, tok, temperature: float = 1.0, with_entropy: bool = True,
-                  rows: int | None = None):
+                  blocks: tuple[int, int] | None = None, tied: TiedGrad | None = None):
     """h (R, C), tok (R,) -> log-probs (R,) of tok under softmax(head(h) / temperature), and the entropies (R,)
-    (detached; zeros when not with_entropy). rows: rows per chunk (default chunk_rows(V))."""
-    rows = rows or chunk_rows(head.weight.shape[0])
-    return _FusedHead.apply(h, head.weight, head.bias, tok, float(temperature), bool(with_entropy), int(rows))
+    (detached; zeros when not with_entropy). blocks: (rows, columns) per block (default blocks_for(R, V)).
+    tied: d W goes there, for the `tied_embedding` lookup of the same weight to complete (same graph)."""
+    brows, cols = blocks or blocks_for(h.shape[0], head.weight.shape[0])
+    return _FusedHead.apply(h, head.weight, head.bias, tok, float(temperature), bool(with_entropy),
+                            (int(brows), int(cols)), tied)
 
 
-def _logits(h, w, b, temperature: float):
-    z = F.linear(h, w, b)  # (c, V)
-    return z / temperature if temperature != 1.0 else z
+def _block_logits(h, w, b, temperature: float, buf):
+    """(h W^T + b) / temperature (c, v) for a block of rows h (c, C) and of the head's rows w (v, C), b (v,) or
+    None, written into buf's first c * v values: one buffer for every block, so the allocator is asked for one
+    block per call (not one per block, around which its heap fragments)."""
+    z = buf[: h.shape[0] * w.shape[0]].view(h.shape[0], w.shape[0])  # (c, v)
+    if b is None:
+        torch.mm(h, w.t(), out=z)
+    else:
+        torch.addmm(b, h, w.t(), out=z)
+    return z.div_(temperature) if temperature != 1.0 else z
+
+
+def _spans(n: int, size: int):
+    return [(i, min(i + size, n)) for i in range(0, n, size)]
 
 
 class _FusedHead(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, h, w, b, tok, temperature, with_entropy, rows):
-        R = h.shape[0]
+    def forward(ctx, h, w, b, tok, temperature, with_entropy, blocks, tied):
+        (R, _), V, (brows, cols) = h.shape, w.shape[0], blocks
         logp, lse, ent = h.new_empty(R), h.new_empty(R), h.new_zeros(R)  # (R,) each
-        for s in range(0, R, rows):
-            z = _logits(h[s : s + rows], w, b, temperature)  # (c, V)
-            m = torch.logsumexp(z, dim=-1)  # (c,)
-            lse[s : s + rows] = m
-            logp[s : s + rows] = z.gather(1, tok[s : s + rows, None])[:, 0] - m
-            if with_entropy:
-                p = torch.exp(z - m[:, None])  # (c, V)
-                ent[s : s + rows] = m - (p * z).sum(-1)
+        buf = h.new_empty(min(brows, R) * min(cols, V))  # one block of logits
+        ebuf = torch.empty_like(buf) if with_entropy else None  # their exp
+        for r0, r1 in _spans(R, brows):
+            hc, tc = h[r0:r1], tok[r0:r1, None]  # (c, C), (c, 1)
+            # (c, 1) each: the running max (finite: (m - m_new) * 0 below stays 0), sum exp(z - m) and
+            # sum exp(z - m) (z - m), the entropy's, kept relative to m (no cancellation against a large max)
+            m = h.new_full((r1 - r0, 1), torch.finfo(h.dtype).min)
+            total, acc = h.new_zeros(r1 - r0, 1), h.new_zeros(r1 - r0, 1)
+            picked = h.new_zeros(r1 - r0, 1)  # (c, 1) the sampled token's logit
+            for v0, v1 in _spans(V, cols):
+                z = _block_logits(hc, w[v0:v1], None if b is None else b[v0:v1], temperature, buf)  # (c, v)
+                here = (tc >= v0) & (tc < v1)  # (c, 1) the row's token is in this block
+                picked += z.gather(1, (tc - v0).clamp(0, v1 - v0 - 1)) * here
+                m_new = torch.maximum(m, z.amax(-1, keepdim=True))  # (c, 1)
+                scale = torch.exp(m - m_new)  # (c, 1) rescales what was summed under the old max
+                z.sub_(m_new)
+                if with_entropy:
+                    e = torch.exp(z, out=ebuf[: z.numel()].view_as(z))  # (c, v)
+                    acc = (acc + (m - m_new) * total) * scale + z.mul_(e).sum(-1, keepdim=True)  # product in z
+                    total = total * scale + e.sum(-1, keepdim=True)
+                else:
+                    total = total * scale + z.exp_().sum(-1, keepdim=True)
+                m = m_new
+            block_lse = m + total.log()  # (c, 1)
+            lse[r0:r1], logp[r0:r1] = block_lse[:, 0], (picked - block_lse)[:, 0]
+            if with_entropy:  # lse - sum p z = log total - sum p (z - m)
+                ent[r0:r1] = (total.log() - acc / total)[:, 0]
         ctx.save_for_backward(h, w, b, tok, lse)
-        ctx.temperature, ctx.rows = temperature, rows
+        ctx.temperature, ctx.blocks, ctx.tied = temperature, blocks, tied
         ctx.mark_non_differentiable(ent)
         return logp, ent
 
     @staticmethod
     def backward(ctx, g, _g_ent):
         h, w, b, tok, lse = ctx.saved_tensors
-        t, rows = ctx.temperature, ctx.rows
+        t, (brows, cols) = ctx.temperature, ctx.blocks
         need_h, need_w, need_b = ctx.needs_input_grad[:3]
-        dh = torch.empty_like(h) if need_h else None  # (R, C)
+        R, V = h.shape[0], w.shape[0]
+        dh = torch.zeros_like(h) if need_h else None  # (R, C)
         dw = torch.zeros_like(w) if need_w else None  # (V, C)
         db = torch.zeros_like(b) if need_b and b is not None else None  # (V,)
-        for s in range(0, h.shape[0], rows):
-            hc, gc = h[s : s + rows], g[s : s + rows]  # (c, C), (c,)
-            dz = _logits(hc, w, b, t).sub_(lse[s : s + rows, None]).exp_()  # (c, V) the softmax, recomputed
-            dz.mul_(-gc[:, None]).scatter_add_(1, tok[s : s + rows, None], gc[:, None])  # d logp / d z
-            if t != 1.0:
-                dz.div_(t)
-            if dh is not None:
-                torch.mm(dz, w, out=dh[s : s + rows])
-            if dw is not None:
-                dw.addmm_(dz.t(), hc)
-            if db is not None:
-                db += dz.sum(0)
-        return dh, dw, db, None, None, None, None
+        buf = h.new_empty(min(brows, R) * min(cols, V))  # one block of d logits
+        for r0, r1 in _spans(R, brows):
+            hc, gc, lc, tc = h[r0:r1], g[r0:r1, None], lse[r0:r1, None], tok[r0:r1, None]  # (c, C), (c, 1) x3
+            for v0, v1 in _spans(V, cols):
+                wv = w[v0:v1]  # (v, C)
+                dz = _block_logits(hc, wv, None if b is None else b[v0:v1], t, buf)  # (c, v)
+                dz.sub_(lc).exp_().mul_(-gc)  # -g p: the softmax, recomputed
+                here = (tc >= v0) & (tc < v1)  # (c, 1)
+                dz.scatter_add_(1, (tc - v0).clamp(0, v1 - v0 - 1), gc * here)  # + g onehot(tok)
+                if t != 1.0:
+                    dz.div_(t)
+                if dh is not None:
+                    dh[r0:r1].addmm_(dz, wv)
+                if dw is not None:
+                    dw[v0:v1].addmm_(dz.t(), hc)
+                if db is not None:
+                    db[v0:v1] += dz.sum(0)
+        if dw is not None and ctx.tied is not None:  # the tied lookup's backward adds its part and returns it
+            ctx.tied.grad, dw = dw, None
+        return dh, dw, db, None, None, None, None, None

@@ -10,11 +10,14 @@ with a forward over every [prompt + completion] row this saves (n - 1) / n of th
 Reference path (any causal LM, wrapped models such as DDP, FSDP-sharded ones): one forward over [prompt + completion] rows,
 right-padded. Tests check the two agree in values and gradients.
 
+A tied embedding table (Qwen's small checkpoints) gets one (V, C) gradient buffer on the fast path: the head's
+d W, into which the lookup's rows are added (lm_head.py's `TiedGrad`), not two summed by autograd.
+
 Both paths give the LM head and the log-prob only the R masked-in positions (not padding), drop the columns past
 every row's last real token, and pick the sampled token's log-prob as logit - logsumexp instead of materialising
 the (R, V) log-softmax. The fast path with a plain fp32 head and no autocast runs head + log-softmax + pick fused
-in chunks of rows (lm_head.py: no (R, V) tensor is kept); otherwise the (R, V) logits are built and the softmax is
-computed once for the entropy (a detached diagnostic) and the backward (`_PickedLogprob`).
+in blocks of rows x vocabulary columns (lm_head.py: no (R, V) tensor is built); otherwise the (R, V) logits are
+built and the softmax is computed once for the entropy (a detached diagnostic) and the backward (`_PickedLogprob`).
 Tests: tests/test_logprobs_speed.py (against a brute-force per-row forward), tests/test_lm_head.py;
 speed: bench/logprob_speed.py, bench/update_speed.py.
 """
@@ -25,7 +28,7 @@ import torch
 from codechat.policy.decoding import positions
 from codechat.policy.fastlm import FastLM, usable
 from codechat.policy.fsdp import is_sharded
-from codechat.policy.lm_head import fusable, head_logprobs
+from codechat.policy.lm_head import TiedGrad, fusable, head_logprobs
 
 
 def _left_pad(prompts: list[list[int]], pad: int, device):
@@ -53,10 +56,11 @@ def completion_logprobs(model, prompts: list[list[int]], prompt_index, tokens, m
     tok = tokens.flatten()[flat]  # (R,) the tokens given a log-prob
     if use_fast:
         fl = FastLM(model)
-        h = fl.final_norm(_fast_hidden(fl, prompts, index, tokens, real, flat))  # (R, C)
+        tied = _tied_grad(fl)
+        h = fl.final_norm(_fast_hidden(fl, prompts, index, tokens, real, flat, tied))  # (R, C)
         head = fl.lm.lm_head
-        if fusable(head, h):  # LM head + log-softmax + pick in chunks of rows (lm_head.py): no (R, V) tensors
-            picked, ent = head_logprobs(h, head, tok, temperature, with_entropy)  # (R,) each
+        if fusable(head, h):  # LM head + log-softmax + pick in blocks (lm_head.py): no (R, V) tensors
+            picked, ent = head_logprobs(h, head, tok, temperature, with_entropy, tied=tied)  # (R,) each
         else:
             picked, ent = _picked(head(h), tok, temperature)
     else:
@@ -136,11 +140,20 @@ def _scatter(vals, flat, N: int, T: int, Tr: int):
     return torch.nn.functional.pad(out.view(N, Tr), (0, T - Tr))
 
 
-def _fast_hidden(fl, prompts, index, tokens, real, flat):
-    """The pre-norm hidden states (R, C) that predict the R masked-in tokens, through FastLM."""
+def _tied_grad(fl) -> TiedGrad | None:
+    """A TiedGrad when the table is tied to the head and gets a gradient here (lm_head.py), else None."""
+    w = fl.lm.lm_head.weight
+    return TiedGrad() if torch.is_grad_enabled() and w.requires_grad and fl.tied_head() else None
+
+
+def _fast_hidden(fl, prompts, index, tokens, real, flat, tied: TiedGrad | None = None):
+    """The pre-norm hidden states (R, C) that predict the R masked-in tokens, through FastLM. The prompts' and the
+    completions' ids are looked up at once: one lookup, so a tied table's gradient is one (V, C) buffer."""
     ids, valid = _left_pad(prompts, 0, tokens.device)  # (P, Lp); pad id irrelevant (masked)
-    hp, kv = fl.forward(ids, positions(valid), valid)  # hp (P, Lp, C); kv per layer (P, Hkv, Lp, D)
     N, T = tokens.shape
+    e = fl.embed(torch.cat([ids.flatten(), tokens.flatten()]), tied)  # (P * Lp + N * T, C)
+    ep, et = e[: ids.numel()].view(*ids.shape, -1), e[ids.numel() :].view(N, T, -1)  # (P, Lp, C), (N, T, C)
+    hp, kv = fl.forward(ids, positions(valid), valid, embeds=ep)  # hp (P, Lp, C); kv per layer (P, Hkv, Lp, D)
     cpos = valid.long().sum(1)[index][:, None] + torch.arange(T, device=tokens.device)  # (N, T)
     hs, at = [], []
     for rows, Tc in _length_chunks(real.sum(1)):  # rows of similar length: little padding run through the layers
@@ -148,7 +161,8 @@ def _fast_hidden(fl, prompts, index, tokens, real, flat):
         # index_select: its backward (index_add) sums in a fixed order; k[index] with unsorted rows (minibatches
         # of a permutation) summed the prompt gradients in thread-dependent order: runs differed in the last bits
         past = [(k.index_select(0, idx), v.index_select(0, idx)) for k, v in kv]  # each (n, Hkv, Lp, D)
-        hc, _ = fl.forward(tokens[rows, :Tc], cpos[rows, :Tc], real[rows, :Tc], past, valid[idx])  # (n, Tc, C)
+        hc, _ = fl.forward(tokens[rows, :Tc], cpos[rows, :Tc], real[rows, :Tc], past, valid[idx],
+                           embeds=et.index_select(0, rows)[:, :Tc])  # (n, Tc, C)
         h = torch.cat([hp[:, -1:].index_select(0, idx), hc[:, :-1]], dim=1)  # (n, Tc, C): states predicting tokens
         pos = (rows[:, None] * T + torch.arange(Tc, device=tokens.device)).flatten()  # (n * Tc,) in the (N, T) grid
         hs.append(h.flatten(0, 1))

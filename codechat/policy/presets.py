@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from codechat import CodechatError
-from codechat.policy.qwen import FAMILIES, qwen_model, qwen_tokenizer, ranks_hash
+from codechat.policy.qwen import FAMILIES, check_sizes, qwen_model, qwen_tokenizer, ranks_hash
 from codechat.policy.tokenizer import IM_END, corpus_hash, corpus_texts, train_tokenizer
 
 
@@ -62,7 +62,7 @@ PRESETS: dict[str, Preset] = {
 }
 
 
-QWEN_SIZES = {"layers": 2, "hidden": 64, "max_positions": 2048}
+QWEN_SIZES = {"layers": 2, "hidden": 64, "max_positions": 2048, "head_dim": 16}
 """Default size of the Qwen-shaped models (policy/qwen.py): trains on a CPU; the embedding is most of it."""
 
 PRESET_NAMES = (*PRESETS, *FAMILIES)
@@ -83,7 +83,7 @@ def cache_root() -> Path:
 def build_preset(name: str, out_dir, seed: int = 0, corpus: list[str] | None = None,
                  **overrides) -> Path:
     """Build preset `name` (with optional field overrides, e.g. num_layers=2; for a Qwen family: layers,
-    hidden, max_positions) into `out_dir`; returns it."""
+    hidden, max_positions, head_dim) into `out_dir`; returns it."""
     import torch  # torch and transformers: heavy, loaded only when a preset is built (CLI start-up)
 
     if name in FAMILIES:
@@ -122,9 +122,10 @@ def build_qwen(name: str, out_dir, seed: int = 0, **sizes) -> Path:
     from transformers.utils import logging as hf_logging  # transformers loads only when a model is built
 
     s = {**QWEN_SIZES, **sizes}
+    check_sizes(s["layers"], s["hidden"], s["head_dim"])
     hf_logging.disable_progress_bar()  # no "Writing model shards" bar in codechat's output
     tok = qwen_tokenizer(name)
-    model = qwen_model(name, tok, s["layers"], s["hidden"], s["max_positions"], seed)
+    model = qwen_model(name, tok, s["layers"], s["hidden"], s["max_positions"], seed, s["head_dim"])
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)

