@@ -40,7 +40,7 @@ DEMO: list[str] = [
     "sampling.max_new_tokens=96",
     "sft.steps=300", "sft.lr=2e-3", "sft.batch_size=32", "sft.warmup=20",
     "rft.rounds=1", "rft.prompts=128", "rft.group_size=8", "rft.steps=30", "rft.lr=3e-4", "rft.batch_size=32",
-    "algo.advantage=grpo", "algo.loss=ppo-clip", "algo.clip_low=0.2", "algo.clip_high=0.28", "algo.kl_beta=0.0",
+    "algo.advantage=grpo", "algo.loss=ppo-clip", "algo.clip_low=0.2", "algo.clip_high=0.28", "algo.kl_beta=0.05",
     "rl.steps=100", "rl.lr=2e-4", "rl.prompts_per_step=16", "rl.group_size=8", "rl.epochs=2",
     "rl.zero_variance=skip",
     "eval.every=25", "eval.every_stages=[grpo]", "eval.n=8", "eval.k=[1,2,3,4,5,6,7,8]", "eval.greedy=true",
