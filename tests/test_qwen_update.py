@@ -49,12 +49,13 @@ def test_fast_path_equals_full_logits_on_the_tied_big_vocabulary(pol):
 
 
 def test_fast_forward_self_check_skips_the_head_and_can_fail(pol, monkeypatch):
-    """FastLM.check compares final-normed hidden states, so it builds no (B, L, V) logits; a forward that differs
-    from transformers' fails it."""
+    """FastLM.check compares final-normed hidden states, so it builds no (B, L, V) logits (the model's own forward,
+    through the root module as FSDP2 requires, computes one position's); a forward that differs from
+    transformers' fails it."""
     calls = []
-    hook = pol.model.lm_head.register_forward_hook(lambda *a: calls.append(1))
+    hook = pol.model.lm_head.register_forward_hook(lambda mod, args, out: calls.append(tuple(args[0].shape)))
     try:
-        assert FastLM(pol.model).check() and not calls
+        assert FastLM(pol.model).check() and calls and all(shape[1] == 1 for shape in calls)
         monkeypatch.setattr(FastLM, "final_norm", lambda self, h: self._norm(self.inner.norm, h) * 1.01)
         assert not FastLM(pol.model).check()
     finally:

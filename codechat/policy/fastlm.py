@@ -16,7 +16,7 @@ works; only attention, masking and the KV cache are done here:
 Padding: prompts are left-padded; pad keys are masked out, and a pad query attends to itself (so no row of the
 softmax is empty and nothing turns NaN). Position ids count real tokens only, as in transformers.
 
-`FastLM.check()` compares logits with the model's own forward once; a model that fails (or an architecture not
+`FastLM.check()` compares final-normed hidden states with the model's own forward once; a model that fails (or an architecture not
 listed) falls back to transformers' forward in the callers. Simplification: no sliding window, no rope
 variants beyond what the model's own rotary module computes.
 """
@@ -278,7 +278,10 @@ class FastLM:
         valid = torch.ones(2, 7, dtype=torch.bool, device=dev)
         valid[1, :3] = False
         pos = (valid.long().cumsum(1) - 1).clamp(min=0)
-        ref = self.inner(input_ids=ids, attention_mask=valid.long(), position_ids=pos).last_hidden_state.float()
+        # through the root module (FSDP2 requires the root's forward first), one position's logits only
+        out = self.lm(input_ids=ids, attention_mask=valid.long(), position_ids=pos, output_hidden_states=True,
+                      logits_to_keep=1)
+        ref = out.hidden_states[-1].float()  # after the final norm, as last_hidden_state
         h, _ = self.forward(ids, pos, valid)
         ours = self.final_norm(h).float()
         err = (ref - ours)[valid].abs().max().item()
