@@ -81,14 +81,13 @@ def model_card(run: Path | None, cfg: dict | None, fmt: str | None, source: str)
 
 
 def export(source: str, out: str | Path, which: str = "final") -> Path:
-    """Write the model of `source` (a run dir, RUN/final|best, or a model dir) to `out` (new or empty)."""
+    """Write the model of `source` (a run dir, RUN/final|best, or a model dir) to `out` (new or empty; missing
+    parent directories are created)."""
     from transformers import GenerationConfig  # transformers: heavy, loaded only when a model is exported
 
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise CodechatError(f"--out {out}: exists and is not empty; export into a new directory")
-    if not out.parent.is_dir():
-        raise CodechatError(f"--out {out}: directory {out.parent} does not exist")
     path = resolve_model(source, which)
     cfg, fmt = run_config(path), run_prompt_format(path)  # fmt None: not from a run, keep its template
     policy = load_policy(ModelConfig(path=path, device="cpu"))

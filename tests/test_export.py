@@ -8,7 +8,6 @@ import shutil
 import pytest
 import torch
 
-from codechat import CodechatError
 from codechat.cli import main
 from codechat.config import ModelConfig, SamplingConfig
 from codechat.config.io import load_config
@@ -88,6 +87,8 @@ def test_export_refuses_a_non_empty_out(run, tmp_path, capsys):
     (tmp_path / "x" / "f").write_text("")
     assert main(["model", "export", str(run), "--out", str(tmp_path / "x")]) == 2
     assert "exists and is not empty" in capsys.readouterr().err
-    with pytest.raises(CodechatError, match="no best checkpoint|does not exist"):
-        from codechat.export import export
-        export(str(run), tmp_path / "missing" / "y")
+
+def test_export_creates_missing_parent_directories(run, tmp_path):
+    from codechat.export import export
+    out = export(str(run), tmp_path / "exported" / "demo")  # the README's `--out exported/demo` on a fresh clone
+    assert (out / "config.json").is_file()
