@@ -1,4 +1,5 @@
-"""Shared by the sandbox attack tests: a probe program's runner and what it lists of its own /tmp."""
+"""Shared by the sandbox tests: a probe program's runner, what it lists of its own /tmp, and the processes a run
+left behind."""
 from __future__ import annotations
 
 import os
@@ -25,3 +26,15 @@ def run(v, body: str, head: str = "", task: Task = T):
     code = "import os, sys, ctypes, signal, time\n" + head + "\ndef probe():\n" + \
         "".join(f"    {ln}\n" for ln in body.splitlines())
     return v.verify(task, code)
+
+
+def alive_with_uid(uid: int) -> list[str]:
+    """PIDs of the live (not zombie) processes owned by uid: what a run left behind."""
+    left = []
+    for p in os.listdir("/proc"):
+        try:
+            if p.isdigit() and os.stat(f"/proc/{p}").st_uid == uid and open(f"/proc/{p}/stat").read().split()[2] != "Z":
+                left.append(p)
+        except OSError:
+            pass
+    return left

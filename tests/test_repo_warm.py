@@ -19,6 +19,7 @@ from codechat.verifier.repo import RepoJudge
 from codechat.verifier.repo_dedup import DedupJudge
 from codechat.verifier.repo_warm import WarmRunner
 from repo_helpers import BUGGY, FIXED, TASK
+from sandbox_helpers import alive_with_uid
 
 PATCHES = {
     "honest": {"lib/bounds.py": FIXED},
@@ -91,17 +92,6 @@ CYCLE = ("import gc\nimport sys\n\nclass Node:\n    freed = []\n    def __del__(
          "    assert any(o is sys.modules for o in gc.get_objects())\n")
 
 
-def _alive_with_uid(uid: int) -> list[str]:
-    left = []
-    for p in os.listdir("/proc"):
-        try:
-            if p.isdigit() and os.stat(f"/proc/{p}").st_uid == uid and open(f"/proc/{p}/stat").read().split()[2] != "Z":
-                left.append(p)
-        except OSError:
-            pass
-    return left
-
-
 @pytest.mark.skipif(os.geteuid() != 0, reason="runs get a uid of their own only as root")
 def test_a_warm_runs_processes_are_all_killed_afterwards(judges):
     _, warm = judges
@@ -110,10 +100,10 @@ def test_a_warm_runs_processes_are_all_killed_afterwards(judges):
     uid = int(re.search(r"uid=(\d+)", v.output_tail)[1])
     assert uid >= 1_000_000 and v.status == "failed"
     for _ in range(50):  # killed processes can linger a moment as zombies until their new parent reaps them
-        if not _alive_with_uid(uid):
+        if not alive_with_uid(uid):
             break
         time.sleep(0.1)
-    assert not _alive_with_uid(uid)
+    assert not alive_with_uid(uid)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="runs get a uid of their own only as root")
@@ -128,10 +118,10 @@ def test_without_its_reaper_the_warm_process_kills_a_runs_processes_itself():
         v = warm.judge(task, {})
         uid = int(re.search(r"uid=(\d+)", v.output_tail)[1])
         for _ in range(50):
-            if not _alive_with_uid(uid):
+            if not alive_with_uid(uid):
                 break
             time.sleep(0.1)
-        assert not _alive_with_uid(uid) and warm.warm.runs == 2
+        assert not alive_with_uid(uid) and warm.warm.runs == 2
 
 
 def test_a_warm_run_past_its_deadline_is_killed_and_timed_out(judges):

@@ -10,6 +10,7 @@ from codechat.sandbox.workspace import (Trash, Workspace, WorkspaceError, run_is
                                          write_tree)
 from codechat.sandbox.isolation import rmtree
 from codechat.verifier.patches import PatchError, apply_diff, make_diff, parse_diff
+from sandbox_helpers import alive_with_uid
 
 
 @pytest.fixture()
@@ -79,21 +80,10 @@ def test_command_deadline_output_cap_and_children_reaped(ws):
     if os.geteuid() == 0:  # everything of the command's own uid is killed afterwards, even a new session
         assert uid >= 1_000_000
         for _ in range(50):  # killed processes can linger a moment as zombies until their new parent reaps them
-            if not _alive_with_uid(uid):
+            if not alive_with_uid(uid):
                 break
             time.sleep(0.1)
-        assert not _alive_with_uid(uid)
-
-
-def _alive_with_uid(uid: int) -> list[str]:
-    left = []
-    for p in os.listdir("/proc"):
-        try:
-            if p.isdigit() and os.stat(f"/proc/{p}").st_uid == uid and open(f"/proc/{p}/stat").read().split()[2] != "Z":
-                left.append(p)
-        except OSError:
-            pass
-    return left
+        assert not alive_with_uid(uid)
 
 
 texts = st.lists(st.sampled_from(["a", "b", "c", "", "x = 1", "  y"]), max_size=8).map(lambda ls: "\n".join(ls))
