@@ -79,6 +79,44 @@ def test_nothing_of_a_warm_run_reaches_the_next(judges):
     assert warm.warm.runs >= runs + 3
 
 
+CONFIG = ("import os, pathlib, _pytest.config\n\ndef test_the_runs_own_configuration(request):\n"
+          "    params = request.config.invocation_params\n"
+          "    assert params.dir == pathlib.Path.cwd() and params.args[-1].endswith('test_config.py')\n"
+          "    assert 'slowish: from this tree' in request.config.getini('markers')\n"
+          "    assert _pytest.config.get_config.__qualname__ == 'get_config'  # pytest's own, not the runner's\n"
+          "    assert request.config.pluginmanager.get_plugin('conftest_marker') is None\n"
+          "    assert request.config.pluginmanager.is_blocked('cacheprovider')\n")
+
+
+def test_each_warm_run_reads_its_own_tree_into_the_prebuilt_configuration(judges):
+    cold, warm = judges
+    for marker in ("from this tree", "from another tree"):  # the second tree's ini is read anew, not kept
+        task = RepoTask(f"config-{len(marker)}", "", {"lib/__init__.py": "", "pytest.ini": f"[pytest]\nmarkers =\n    slowish: {marker}\n"},
+                        hidden_tests={"tests/test_config.py": CONFIG})
+        runs = warm.warm.runs
+        a, b = cold.judge(task, {}), warm.judge(task, {})
+        assert warm.warm.runs == runs + 1 and not same(a, b), same(a, b)
+        assert a.passed == (marker == "from this tree"), a.message + a.output_tail
+
+
+def test_the_prebuilt_configuration_answers_one_matching_call_only():
+    import _pytest.config as cfg
+    from codechat.sandbox import repo_runner, warm_runner
+    real = cfg.get_config
+    prebuilt = warm_runner._prebuild(repo_runner.ARGS)
+    assert prebuilt is not None and prebuilt[0].pluginmanager.is_blocked("cacheprovider")
+    try:
+        warm_runner._use_prebuilt(prebuilt, repo_runner.ARGS)
+        got = cfg.get_config([*repo_runner.ARGS, "--rootdir", "/r", "t.py"], ["judge"], **prebuilt[1])
+        assert got is prebuilt[0] and got.invocation_params.args[-1] == "t.py"
+        assert got.invocation_params.plugins == ["judge"] and cfg.get_config is real
+        warm_runner._use_prebuilt(prebuilt, repo_runner.ARGS)
+        other = cfg.get_config(["-x", "t.py"], None, **prebuilt[1])  # not the runner's arguments: built anew
+        assert other is not prebuilt[0] and cfg.get_config is real
+    finally:
+        cfg.get_config = real
+
+
 DAEMON = ("import os, time\n\ndef test_leave_a_daemon():\n    if os.fork() == 0:\n        os.setsid()\n"
           "        if os.fork() == 0:\n            os.closerange(0, 1024)\n            time.sleep(60)\n        os._exit(0)\n"
           "    os.wait()\n"

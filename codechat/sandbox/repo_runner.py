@@ -23,6 +23,9 @@ import os
 import sys
 import types
 
+ARGS = ["-p", "no:cacheprovider", "-q", "-rN", "--continue-on-collection-errors"]
+"""pytest's arguments before `--rootdir ROOT TARGETS...` (the warm runner builds its configuration from them)."""
+
 
 def _watch(pytest, modules) -> dict:
     runner, python, reports, rewrite, callers, hooks, unittest = modules
@@ -177,9 +180,7 @@ def main() -> None:
     watched["judge.pytest_runtest_call"] = Judge.pytest_runtest_call
     watched["judge.pytest_pycollect_makeitem"] = Judge.pytest_pycollect_makeitem
     try:
-        code = int(pytest.main(["-p", "no:cacheprovider", "-q", "-rN", "--continue-on-collection-errors",
-                                "--rootdir", root, *targets],
-                               plugins=[judge]))
+        code = int(pytest.main([*ARGS, "--rootdir", root, *targets], plugins=[judge]))
     except BaseException as e:  # noqa: BLE001 - an exit raised out of pytest is a failed run, not a pass
         code = -1
         print(f"runner: pytest raised {type(e).__name__}", file=sys.stderr)

@@ -5,7 +5,8 @@ environment, or codechat's; PYTHONHASHSEED=0 as for a cold run), as root, in the
 `start_new_session`. At start it imports the isolation code (`isolation.py`), then pytest and the modules
 `repo_runner.py` imports before any repository is on the path, then pytest's built-in plugins and what each
 `pytest.main` imports on its way (`readline`, `pdb`, ...), fills the standard library caches each run would
-fill alike (`_fill_caches`), and freezes its objects out of the collector (`gc.freeze`, Python >= 3.10); it
+fill alike (`_fill_caches`), builds pytest's plugin manager and configuration as `pytest.main` first does
+(`_prebuild`: the built-in plugins registered, nothing of a repository read), and freezes its objects out of the collector (`gc.freeze`, Python >= 3.10); it
 reports the top-level modules it holds that a cold runner has not loaded when the tree joins the path
 (`extra`: the isolation code's, the plugins', its own): a tree that holds a module of that name is run cold,
 because a cold run would have imported the tree's module instead. It never imports a repository module and never runs
@@ -17,7 +18,8 @@ and three fds (the spec pipe, the output pipe, the result pipe). The forked chil
 result pipe as fd 3, every other fd closed (the socket to this process among them); fresh network and mount
 namespaces with the fresh root holding the workspace (`isolation.enter_namespaces`, the same call as
 launch.py); chdir; rlimits; the uid of its own; the scrubbed environment; an audit hook that thaws the frozen
-objects when the run lists objects or referrers; then `repo_runner.main()`. All the
+objects when the run lists objects or referrers; then `repo_runner.main()`, whose `pytest.main` starts from the
+prebuilt configuration (`_use_prebuilt`) and reads the tree's ini files and conftests as a cold run does. All the
 child changes (module globals, sys.modules, pytest's state) is its own copy-on-write memory, gone when it
 exits; the next run forks again from this unchanged process. Replies: {"pid"} per run; per {"op": "wait"},
 every process of that run is killed (`isolation.reap_uid` on its session and uid, in a small process forked
@@ -110,7 +112,44 @@ def _load(isolation):
         except ImportError:
             pass
     _fill_caches()
-    return repo_runner, sorted(_top_names() - START - runner_imports)
+    prebuilt = _prebuild(repo_runner.ARGS)
+    return repo_runner, prebuilt, sorted(_top_names() - START - runner_imports)
+
+
+def _prebuild(args: list):
+    """pytest's plugin manager and configuration as `pytest.main(args + ...)` first builds them
+    (`_pytest.config.get_config`: the built-in plugins registered, their options added), before any run, or
+    None where that function is not the one expected. It reads nothing of a repository: the files of the tree
+    (ini files, conftests) are read later, in the run, when the configuration parses its arguments."""
+    import inspect
+    import _pytest.config as cfg
+    try:
+        params = inspect.signature(cfg.get_config).parameters
+        if list(params)[:2] != ["args", "plugins"] or not hasattr(cfg.Config, "InvocationParams"):
+            return None
+        kw = {"prog": "pytest.main()"} if "prog" in params else {}  # what pytest.main passes on (pytest >= 9)
+        os.environ.pop("PYTEST_DEBUG", None)  # (a run clears every PYTEST_* variable before pytest starts)
+        return cfg.get_config(list(args), None, **kw), kw
+    except Exception:  # noqa: BLE001 - any other pytest: each run builds its own, as a cold run does
+        return None
+
+
+def _use_prebuilt(prebuilt, args: list) -> None:
+    """The run's first `get_config` call answers the configuration built before the fork (its invocation
+    parameters those of this call) when it is called as `_prebuild` expected; the real function is back
+    before it returns, so that the repository's code, which runs later, finds pytest's own."""
+    import _pytest.config as cfg
+    config, kw = prebuilt
+    real = cfg.get_config
+
+    def get_config(call_args=None, plugins=None, **call_kw):
+        cfg.get_config = real
+        if call_kw != kw or list(call_args or [])[:len(args)] != list(args):
+            return real(call_args, plugins, **call_kw)
+        config.invocation_params = cfg.Config.InvocationParams(args=tuple(call_args), plugins=plugins,
+                                                               dir=sys.modules["pathlib"].Path.cwd())
+        return config
+    cfg.get_config = get_config
 
 
 def _fill_caches() -> None:
@@ -130,7 +169,7 @@ def _fill_caches() -> None:
         fnmatch.fnmatch("x", pattern)
 
 
-def _child(isolation, repo_runner, req: dict, fds: list) -> None:
+def _child(isolation, repo_runner, prebuilt, req: dict, fds: list) -> None:
     os.setsid()
     spec_r, out_w, chan_w = fds
     os.dup2(spec_r, 0)
@@ -145,6 +184,8 @@ def _child(isolation, repo_runner, req: dict, fds: list) -> None:
     random.seed()  # a cold run seeds from the OS; a fork would repeat this process's state
     if FREEZE:
         sys.addaudithook(_thaw_for_walks)
+    if prebuilt is not None:
+        _use_prebuilt(prebuilt, repo_runner.ARGS)
     repo_runner.main()
 
 
@@ -162,7 +203,7 @@ def _thaw_for_walks(event: str, args) -> None:
 def serve(sock: _socket.socket) -> None:
     isolation = _isolation()
     reaper = _start_reaper(isolation, sock)
-    repo_runner, extra = _load(isolation)
+    repo_runner, prebuilt, extra = _load(isolation)
     if FREEZE:
         gc.collect()
         # what is loaded now stays out of a run's collections (pytest's gc.collect() at each session's end
@@ -199,7 +240,7 @@ def serve(sock: _socket.socket) -> None:
         pid = os.fork()
         if pid == 0:
             try:
-                _child(isolation, repo_runner, req, fds)
+                _child(isolation, repo_runner, prebuilt, req, fds)
             except BaseException as e:  # noqa: BLE001 - report why the start failed; no test ran
                 print(f"codechat sandbox launch failed: {type(e).__name__}: {e}", file=sys.stderr)
                 sys.stderr.flush()
