@@ -9,7 +9,7 @@ the weights in `--sft` (a finished demo's sft/ folder, or any model directory) w
 (comma-separated `codechat train` overrides after `NAME=`; commas inside [...] stay: `stages=[rft,grpo]`),
 then `--n` sampled episodes (T=1) per task of the
 train set (the quick demo evaluates on its train tasks; `--full`: the full demo's GRPO run, evaluated on the first
-`--eval-tasks` tasks of `builtin:repo-heldout`). The SFT model is evaluated once the same way (`sft`; not with
+`--eval-tasks` tasks of `builtin:repo-heldout`, or of `--eval-set`). The SFT model is evaluated once the same way (`sft`; not with
 `--no-sft-eval`).
 Per variant: `zero_var` (mean share of groups whose episodes all got the same reward, over the steps),
 `pass_rates` (the train episodes' resolve rate per step), `resolve@1` and `resolve@N` after, their change from
@@ -37,6 +37,8 @@ ap.add_argument("--run-dir", default="", help="keep the runs here (default: a te
 ap.add_argument("--full", action="store_true", help="the full demo's GRPO (AGENT: builtin:repo-train), evaluated "
                 "on builtin:repo-heldout, instead of --quick's (repo-mini, evaluated on itself)")
 ap.add_argument("--eval-tasks", type=int, default=0, help="evaluate on the first K tasks only (0 = all)")
+ap.add_argument("--eval-set", default="", help="evaluate on this task set instead (e.g. builtin:repo-train with "
+                "--full, to choose settings without looking at the held-out tasks)")
 ap.add_argument("--no-sft-eval", action="store_true", help="skip the SFT model's evaluation (done already)")
 args = ap.parse_args()
 torch.set_num_threads(1)
@@ -47,7 +49,8 @@ sft_dir = Path(args.sft)
 
 def evaluate(cfg, model: Path, out: Path) -> dict:
     t0 = time.monotonic()
-    m = evaluate_stage(cfg, model, AGENT_EVAL if args.full else cfg.data.train, args.n, out, args.eval_tasks)
+    m = evaluate_stage(cfg, model, args.eval_set or (AGENT_EVAL if args.full else cfg.data.train), args.n, out,
+                       args.eval_tasks)
     keys = ("resolve@1", f"resolve@{args.n}", "submitted", "truncated", "tested_before_submit", "turns")
     return {k: m[k] for k in keys} | {"eval_s": round(time.monotonic() - t0, 1)}
 

@@ -31,6 +31,21 @@ def test_overrides_win_over_demo_defaults():
     assert demo_config(quick=True).data.train == "builtin:toy"
 
 
+def test_the_qwen_demo_trains_a_qwen_shaped_model_in_the_run_dir_through_the_chat_template():
+    from codechat import CodechatError
+    from codechat.commands import demo as demo_cmd
+
+    cfg = demo_config("runs/q", overrides=["rl.steps=3"], model="qwen3")
+    assert cfg.model.path == "runs/q/model" and cfg.model.chat and cfg.rl.steps == 3
+    assert demo_config("runs/q", overrides=["model.path=/m"], model="qwen2.5").model.path == "/m"  # the user's wins
+    assert not demo_config("runs/q").model.chat and demo_config("runs/q").model.path == "tiny"
+    with pytest.raises(CodechatError, match="--model llama"):
+        demo_config("runs/q", model="llama")
+    with pytest.raises(CodechatError, match="agent demo trains the tiny-agent preset only"):
+        demo_cmd.run(demo_cmd.argparse.Namespace(agent=True, quick=False, seeds=None, run_dir=None, model="qwen3",
+                                                 overrides=[]))
+
+
 def test_summarize_keeps_the_last_eval_of_each_stage(tmp_path):
     rows = [{"step": 5, "time": 1.0, "stage": "sft", "eval/pass@1": 0.1, "eval/pass@8": 0.3, "eval/greedy_pass@1": 0.2},
             {"step": 10, "time": 2.0, "stage": "sft", "eval/pass@1": 0.2, "eval/pass@8": 0.4, "eval/greedy_pass@1": 0.3},

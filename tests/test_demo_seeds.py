@@ -64,7 +64,7 @@ def test_seeds_runs_one_demo_per_seed_and_writes_the_table(tmp_path, monkeypatch
         return 0
 
     monkeypatch.setattr(demo_cmd, "run_agent", fake_agent)
-    args = demo_cmd.argparse.Namespace(agent=True, quick=False, seeds="0,1", run_dir=str(tmp_path / "r"),
+    args = demo_cmd.argparse.Namespace(agent=True, quick=False, seeds="0,1", run_dir=str(tmp_path / "r"), model="tiny",
                                        overrides=["rl.steps=2"])
     assert demo_cmd.run(args) == 0
     assert ran == [(str(tmp_path / "r" / "seed-0"), ["rl.steps=2", "seed=0"]),
@@ -72,5 +72,5 @@ def test_seeds_runs_one_demo_per_seed_and_writes_the_table(tmp_path, monkeypatch
     table = (tmp_path / "r" / "seeds.md").read_text()
     assert "--seeds 0,1" in table and "| mean (range) |" in table and "(task, seed) pairs" in capsys.readouterr().out
     with pytest.raises(CodechatError, match="seed="):
-        demo_cmd.run(demo_cmd.argparse.Namespace(agent=False, quick=False, seeds="0", run_dir=None,
+        demo_cmd.run(demo_cmd.argparse.Namespace(agent=False, quick=False, seeds="0", run_dir=None, model="tiny",
                                                  overrides=["seed=3"]))

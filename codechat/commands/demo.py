@@ -13,7 +13,7 @@ import shlex
 from pathlib import Path
 
 from codechat import CodechatError
-from codechat.demos.demo import demo_config, eval_label, run_demo, summarize, table
+from codechat.demos.demo import MODELS, build_demo_model, demo_config, eval_label, run_demo, summarize, table
 from codechat.demos.agent import agent_table, resolve_change, run_agent_demo
 from codechat.demos.seeds import agent_seed_table, parse_seeds, pooled_resolve_change, read_agent_rows, seed_table
 
@@ -24,6 +24,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--agent", action="store_true",
                    help="the agent demo: SFT on expert repository episodes, then RFT + GRPO on episodes "
                         "(runs/demo-agent, runs/demo-agent-quick with --quick)")
+    p.add_argument("--model", default="tiny", choices=MODELS,
+                   help="the model trained from scratch: the tiny preset (default) or a Qwen-shaped model with Qwen's "
+                        "vocabulary and chat template (qwen2.5, qwen3: needs 'codechat[qwen]'; built in RUN_DIR/model)")
     p.add_argument("--seeds", default=None, metavar="S,S,...",
                    help="run once per seed, one after another, into RUN_DIR/seed-N (default RUN_DIR runs/demo-seeds, "
                         "runs/demo-agent-seeds with --agent) and print the table with mean and range")
@@ -31,6 +34,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.agent and args.model != "tiny":
+        raise CodechatError(f"--model {args.model}: the agent demo trains the tiny-agent preset only")
     if args.seeds is not None:
         return run_seeds(args)
     if args.agent:
@@ -39,8 +44,10 @@ def run(args: argparse.Namespace) -> int:
     if (Path(run_dir) / "checkpoints").is_dir():
         raise CodechatError(f"{run_dir} holds an earlier demo: remove it or pass --run-dir "
                             f"(continue it with `codechat train --resume {run_dir}`)")
-    cfg = demo_config(run_dir, args.quick, args.overrides)
+    cfg = demo_config(run_dir, args.quick, args.overrides, args.model)
+    build_demo_model(cfg, args.model)
     command = " ".join(["codechat demo"] + (["--quick"] if args.quick else []) +
+                       ([f"--model {args.model}"] if args.model != "tiny" else []) +
                        ([f"--run-dir {shlex.quote(run_dir)}"] if args.run_dir else []) +
                        [shlex.quote(o) for o in args.overrides])
     print(f"codechat demo: {', '.join(cfg.stages)} of `{cfg.model.path}` -> {run_dir} (seed {cfg.seed})")
@@ -89,6 +96,7 @@ def run_seeds(args: argparse.Namespace) -> int:
         results[s] = read_agent_rows(dirs[s]) if args.agent else summarize(dirs[s])
     text = agent_seed_table(results, pooled_resolve_change(dirs)) if args.agent else seed_table(results)
     command = " ".join(["codechat demo"] + (["--agent"] if args.agent else []) + (["--quick"] if args.quick else [])
+                       + ([f"--model {args.model}"] if args.model != "tiny" else [])
                        + [f"--seeds {args.seeds}"]
                        + ([f"--run-dir {shlex.quote(args.run_dir)}"] if args.run_dir else [])
                        + [shlex.quote(o) for o in args.overrides])

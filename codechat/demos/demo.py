@@ -25,8 +25,10 @@ from pathlib import Path
 
 import yaml
 
+from codechat import CodechatError
 from codechat.config.io import load_config
 from codechat.io.plotting import figure, save
+from codechat.policy.presets import FAMILIES, build_preset
 from codechat.train import train
 from codechat.train.metrics import read_metrics
 
@@ -59,9 +61,36 @@ QUICK: list[str] = [
 """`--quick`: the same pipeline on `builtin:toy` (10 tasks; half of the SFT references return x + 2 for x + 1)."""
 
 
-def demo_config(run_dir: str = "runs/demo", quick: bool = False, overrides: list[str] | None = None):
-    """The demo's RunConfig: DEMO (+ QUICK), then run_dir, then the user's overrides."""
-    return load_config(None, DEMO + (QUICK if quick else []) + [f"run_dir={run_dir}"] + list(overrides or []))
+QWEN: list[str] = [
+    "model.chat=true",
+    "sft.steps=300", "sft.lr=2e-3", "sft.batch_size=32", "sft.warmup=20",
+    "rft.prompts=64", "rft.group_size=8", "rft.steps=20",
+    "rl.steps=20", "rl.prompts_per_step=8", "rl.group_size=8", "rl.epochs=1",
+    "eval.every=10",
+]
+"""`--model qwen2.5|qwen3`: the same pipeline on a Qwen-shaped model (Qwen's 151,936-token vocabulary, the ChatML
+template, random weights; docs/qwen.md): prompts through the chat template, and fewer sampled tokens than the tiny
+preset's run, since each token's LM head is 37 times larger."""
+QWEN_SIZES = {"layers": 4, "hidden": 192, "head_dim": 64}
+"""The Qwen-shaped model the demo builds in RUN_DIR/model: the tiny preset's depth and width."""
+MODELS = ("tiny", *FAMILIES)
+
+
+def demo_config(run_dir: str = "runs/demo", quick: bool = False, overrides: list[str] | None = None,
+                model: str = "tiny"):
+    """The demo's RunConfig: DEMO (+ QUICK, + QWEN with RUN_DIR/model for a Qwen family), then run_dir, then the
+    user's overrides."""
+    if model not in MODELS:
+        raise CodechatError(f"--model {model}: expected one of {', '.join(MODELS)}")
+    qwen = QWEN + [f"model.path={Path(run_dir) / 'model'}"] if model in FAMILIES else []
+    return load_config(None, DEMO + (QUICK if quick else []) + qwen + [f"run_dir={run_dir}"] + list(overrides or []))
+
+
+def build_demo_model(cfg, model: str) -> None:
+    """For a Qwen family, the demo's model at cfg.model.path (QWEN_SIZES, the run's seed), built once."""
+    path = Path(cfg.model.path)
+    if model in FAMILIES and not (path / "config.json").is_file():
+        build_preset(model, path, seed=cfg.seed, **QWEN_SIZES)
 
 
 @dataclass
