@@ -65,8 +65,8 @@ QWEN: list[str] = [
     "model.chat=true",
     "sft.steps=300", "sft.lr=2e-3", "sft.batch_size=32", "sft.warmup=20",
     "rft.prompts=64", "rft.group_size=8", "rft.steps=20",
-    "rl.steps=20", "rl.prompts_per_step=8", "rl.group_size=8", "rl.epochs=1",
-    "eval.every=10",
+    "rl.steps=60", "rl.prompts_per_step=8", "rl.group_size=8", "rl.epochs=2",
+    "eval.every=0",
 ]
 """`--model qwen2.5|qwen3`: the same pipeline on a Qwen-shaped model (Qwen's 151,936-token vocabulary, the ChatML
 template, random weights; docs/qwen.md): prompts through the chat template, and fewer sampled tokens than the tiny
