@@ -4,9 +4,12 @@ import json
 
 import pytest
 
+from codechat import CodechatError
+from codechat.commands import demo as demo_cmd
 from codechat.config.io import save_config
 from codechat.demos.demo import (StageRow, demo_config, passk_curves, passk_table, run_demo, summarize, table,
                                  write_report)
+from codechat.train.rl import stage_algo
 
 
 def test_synthetic_sft_has_buggy_references_and_true_tests():
@@ -32,9 +35,6 @@ def test_overrides_win_over_demo_defaults():
 
 
 def test_the_qwen_demo_trains_a_qwen_shaped_model_in_the_run_dir_through_the_chat_template():
-    from codechat import CodechatError
-    from codechat.commands import demo as demo_cmd
-
     cfg = demo_config("runs/q", overrides=["rl.steps=3"], model="qwen3")
     assert cfg.model.path == "runs/q/model" and cfg.model.chat and cfg.rl.steps == 3
     assert demo_config("runs/q", overrides=["model.path=/m"], model="qwen2.5").model.path == "/m"  # the user's wins
@@ -65,8 +65,6 @@ def test_the_demo_evaluates_every_25_grpo_steps_with_pass_at_1_to_8():
 
 
 def test_the_demo_grpo_is_held_to_the_rft_model_by_kl():
-    from codechat.train.rl import stage_algo
-
     a = stage_algo(demo_config(), "grpo")
     assert a.kl_beta == 0.05 and a.kl_estimator == "k3"  # without it pass@8 fell 13 points (docs/demo.md)
 

@@ -11,6 +11,7 @@ import torch
 from codechat.cli import main
 from codechat.config import ModelConfig, SamplingConfig
 from codechat.config.io import load_config
+from codechat.export import export
 from codechat.policy import Sampler, load_policy
 from codechat.rollout.collect import prompt_text
 from codechat.tasks import Task
@@ -89,6 +90,5 @@ def test_export_refuses_a_non_empty_out(run, tmp_path, capsys):
     assert "exists and is not empty" in capsys.readouterr().err
 
 def test_export_creates_missing_parent_directories(run, tmp_path):
-    from codechat.export import export
     out = export(str(run), tmp_path / "exported" / "demo")  # the README's `--out exported/demo` on a fresh clone
     assert (out / "config.json").is_file()

@@ -9,9 +9,11 @@ import pytest
 import torch
 
 from codechat import CodechatError
+from codechat.cli import main
 from codechat.config import ModelConfig
 from codechat.policy import load_policy
 from codechat.policy import qwen as qwen_mod
+from codechat.policy.fastlm import FastLM
 from codechat.policy.qwen import VOCAB_SIZE, qwen_tokenizer
 from qwen_helpers import qwen_dir, qwen_policy
 
@@ -155,7 +157,6 @@ def test_missing_extra_is_one_line_error(monkeypatch):
 
 
 def test_create_command_sizes_and_errors(tmp_path, capsys):
-    from codechat.cli import main
 
     assert main(["model", "create", "qwen2.5", "--out", str(tmp_path / "q"), "--layers", "1", "--hidden", "32"]) == 0
     out = capsys.readouterr().out
@@ -167,8 +168,6 @@ def test_create_command_sizes_and_errors(tmp_path, capsys):
 def test_head_dim_option_sets_the_attention_head_size(tmp_path, capsys):
     """--head-dim 32: hidden / 32 heads of size 32 (what vLLM's CPU attention needs), in the config as vLLM reads
     it (Qwen2's hidden / heads; Qwen3's head_dim), and codechat's fast forward still matches transformers'."""
-    from codechat.cli import main
-    from codechat.policy.fastlm import FastLM
 
     assert main(["model", "create", "qwen2.5", "--out", str(tmp_path / "q"), "--layers", "1", "--head-dim", "32"]) == 0
     assert "heads: 2 (kv 2, size 32)" in capsys.readouterr().out

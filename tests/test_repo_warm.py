@@ -7,12 +7,14 @@ import threading
 import time
 from types import SimpleNamespace
 
+import _pytest.config as pytest_config
 import pytest
 
 from codechat.config import AgentConfig
 from codechat.rollout.agents import ScriptedAgent
 from codechat.rollout.episode import EpisodeRunner
 from codechat.rollout.tools import format_call
+from codechat.sandbox import repo_runner, warm_runner
 from codechat.tasks.repo import RepoLimits, RepoTask
 from codechat.train.episodes import run_judge
 from codechat.verifier.repo import RepoJudge
@@ -100,21 +102,19 @@ def test_each_warm_run_reads_its_own_tree_into_the_prebuilt_configuration(judges
 
 
 def test_the_prebuilt_configuration_answers_one_matching_call_only():
-    import _pytest.config as cfg
-    from codechat.sandbox import repo_runner, warm_runner
-    real = cfg.get_config
+    real = pytest_config.get_config
     prebuilt = warm_runner._prebuild(repo_runner.ARGS)
     assert prebuilt is not None and prebuilt[0].pluginmanager.is_blocked("cacheprovider")
     try:
         warm_runner._use_prebuilt(prebuilt, repo_runner.ARGS)
-        got = cfg.get_config([*repo_runner.ARGS, "--rootdir", "/r", "t.py"], ["judge"], **prebuilt[1])
+        got = pytest_config.get_config([*repo_runner.ARGS, "--rootdir", "/r", "t.py"], ["judge"], **prebuilt[1])
         assert got is prebuilt[0] and got.invocation_params.args[-1] == "t.py"
-        assert got.invocation_params.plugins == ["judge"] and cfg.get_config is real
+        assert got.invocation_params.plugins == ["judge"] and pytest_config.get_config is real
         warm_runner._use_prebuilt(prebuilt, repo_runner.ARGS)
-        other = cfg.get_config(["-x", "t.py"], None, **prebuilt[1])  # not the runner's arguments: built anew
-        assert other is not prebuilt[0] and cfg.get_config is real
+        other = pytest_config.get_config(["-x", "t.py"], None, **prebuilt[1])  # not the runner's arguments: built anew
+        assert other is not prebuilt[0] and pytest_config.get_config is real
     finally:
-        cfg.get_config = real
+        pytest_config.get_config = real
 
 
 DAEMON = ("import os, time\n\ndef test_leave_a_daemon():\n    if os.fork() == 0:\n        os.setsid()\n"

@@ -13,7 +13,10 @@ import time
 from pathlib import Path
 
 import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from codechat.config import RolloutConfig, SamplingConfig
+from codechat.policy.vllm_engine import VLLMSampler
 from driver import ref_greedy, ref_logprobs, rows
 
 MESSAGES = [[{"role": "user", "content": "Write a function add(a, b) that returns a + b."}],
@@ -21,11 +24,6 @@ MESSAGES = [[{"role": "user", "content": "Write a function add(a, b) that return
 
 
 def main(out: Path) -> dict:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from codechat.config import RolloutConfig, SamplingConfig
-    from codechat.policy.vllm_engine import VLLMSampler
-
     model_dir = out / "qwen"
     subprocess.run([sys.executable, "-m", "codechat", "model", "create", "qwen2.5", "--out", str(model_dir),
                     "--head-dim", "32"], check=True, capture_output=True, text=True)
