@@ -7,11 +7,15 @@ charged to its processes - anonymous memory of every child, tmpfs and memfd page
 Layout (cgroup v2 where its memory controller is enabled, else the v1 memory hierarchy):
   <the parent's memory cgroup>/codechat-<zygote pid>      made by the parent (`create`), removed when the zygote
                                                            is gone (`remove`); its limit is the job's `memory_mb`
-  <the parent's memory cgroup>/codechat-<zygote pid>-sup  the supervisor and its judge (no limit set: a leaf,
-                                                           so cgroup v2's no-processes-in-inner-nodes rule holds)
+  <the parent's memory cgroup>/codechat-<zygote pid>-sup  the supervisor (no limit set: a leaf, so cgroup
+                                                           v2's no-processes-in-inner-nodes rule holds)
+  <the parent's memory cgroup>/codechat-<zygote pid>-judge the judge and the process it forks for each job,
+                                                           whose task code may come from a client: limited to
+                                                           the judge's memory (`judge_join`, once per judge)
 The zygote joins it once at start (before its namespaces), so every program it forks starts inside it: no
 migration per program (moving a process between cgroups takes ~10 ms here, three times a whole program). The
-supervisor leaves it right after it is forked (its judge, forked by it, is never inside). The zygote's own
+supervisor leaves it right after it is forked (its judge, forked by it, is never inside; the supervisor
+moves each judge to the judge's cgroup once it is ready, ~10 ms per judge, not per job). The zygote's own
 pages written after it joined (a few MiB at most) count against the limit too. The OOM killer, when the limit
 is reached, picks among the program's processes (oom_score_adj 1000, set by the supervisor before the program
 runs; the zygote asks for -1000, which needs CAP_SYS_RESOURCE: without it a program that lowers its own score
@@ -19,7 +23,7 @@ back to 0 can make the OOM killer take the zygote, whose job is then `infra_erro
 replaces), and the supervisor reads the cgroup's oom_kill count after each program: a
 program whose process was killed for memory and did not pass is `memory`.
 
-Not covered: kernel memory the kernel does not charge to cgroups; memory of the judge (its own RLIMIT_AS).
+Not covered: kernel memory the kernel does not charge to cgroups.
 cgroup v2 needs the memory controller enabled for the children of the parent's cgroup (`cgroup.subtree_control`;
 true of the root cgroup or a delegated subtree whose processes sit in leaves), else `--check` reports it missing.
 """
@@ -62,7 +66,7 @@ def create(zygote_pid: int) -> dict | None:
     parent, version = found
     _sweep(parent)
     path = f"{parent}/codechat-{zygote_pid}"
-    cg = {"path": path, "sup": path + "-sup", "version": version}
+    cg = {"path": path, "sup": path + "-sup", "judge": path + "-judge", "version": version}
     try:
         if version == 2:  # the memory controller must be enabled for the parent's children
             with open(f"{parent}/cgroup.subtree_control") as f:
@@ -70,6 +74,7 @@ def create(zygote_pid: int) -> dict | None:
                     return None
         os.mkdir(path)
         os.mkdir(cg["sup"])
+        os.mkdir(cg["judge"])
     except OSError:
         remove(cg)
         return None
@@ -84,7 +89,7 @@ def _sweep(parent: str) -> None:
     except OSError:
         return
     for name in names:
-        pid = name[len("codechat-"):].removesuffix("-sup")
+        pid = name[len("codechat-"):].removesuffix("-sup").removesuffix("-judge")
         if not pid.isdigit():
             continue
         try:
@@ -100,9 +105,13 @@ def _sweep(parent: str) -> None:
             pass
 
 
+KEYS = ("path", "sup", "judge")
+"""The cgroup dirs of one zygote: its programs', its supervisor's, its judge's."""
+
+
 def remove(cg: dict | None) -> None:
     """Remove the zygote's cgroups once no process is left in them (the parent, after the zygote exited)."""
-    for key in ("path", "sup") if cg else ():
+    for key in KEYS if cg else ():
         try:
             os.rmdir(cg[key])
         except OSError:
@@ -126,6 +135,14 @@ class Memory:
             self.limit = os.open(f"{p}/memory.limit_in_bytes", os.O_WRONLY | flags)
             self.swap = _open_maybe(f"{p}/memory.memsw.limit_in_bytes", os.O_WRONLY | flags)
             self.events = os.open(f"{p}/memory.oom_control", os.O_RDONLY | flags)
+        self.judge_procs, self.judge_limit, self.judge_swap = -1, -1, -1
+        j = cg.get("judge")
+        if j:
+            self.judge_procs = os.open(f"{j}/cgroup.procs", os.O_WRONLY | flags)
+            names = ("memory.max", "memory.swap.max") if v == 2 else ("memory.limit_in_bytes",
+                                                                        "memory.memsw.limit_in_bytes")
+            self.judge_limit = os.open(f"{j}/{names[0]}", os.O_WRONLY | flags)
+            self.judge_swap = _open_maybe(f"{j}/{names[1]}", os.O_WRONLY | flags)
         self.current = 1 << 62  # no limit yet (v1: the swap limit may only be set at or above it)
         self.kills = 0
 
@@ -136,6 +153,20 @@ class Memory:
     def leave(self) -> None:
         """Move the calling process (the supervisor, just forked) to the supervisor's cgroup."""
         os.write(self.sup_procs, b"0")
+
+    def judge_join(self, pid: int, nbytes: int) -> None:
+        """Move a new judge (not yet running any job) into the judge's cgroup, limited to `nbytes`, no swap."""
+        if self.judge_procs < 0:
+            return
+        if self.version == 1:  # (v1, lowering from no limit: the memory limit first, memory+swap at or above it)
+            for fd in (self.judge_limit, self.judge_swap):
+                if fd >= 0:
+                    os.write(fd, str(nbytes).encode())
+        else:
+            os.write(self.judge_limit, str(nbytes).encode())
+            if self.judge_swap >= 0:
+                os.write(self.judge_swap, b"0")
+        os.write(self.judge_procs, str(pid).encode())
 
     def set_limit(self, nbytes: int) -> None:
         """The limit for the next program (written only when it changes); no swap beyond it."""

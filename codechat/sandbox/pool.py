@@ -11,7 +11,6 @@ import marshal
 import os
 import pickle
 import queue
-import re
 import select
 import signal
 import socket
@@ -112,7 +111,6 @@ class Zygote:
         judge_r, judge_w = os.pipe()
         try:
             ctl = {k: getattr(job, k) for k in ("mode", "timeout_s", "limits", "max_output_bytes", "max_result_bytes")}
-            ctl["fresh_judge"] = runs_program_text(job)
             ctl = pickle.dumps(ctl)
             self.sock.settimeout(job.timeout_s + 30)
             socket.send_fds(self.sock, [struct.pack(">I", len(ctl)) + ctl], [cand_r, judge_r])
@@ -161,24 +159,9 @@ class Zygote:
             pass
         for _ in range(50):  # the zygote's last programs die with it (parent-death signal): then it is empty
             cgroup.remove(self.cgroup)
-            if self.cgroup is None or not any(os.path.isdir(self.cgroup[k]) for k in ("path", "sup")):
+            if self.cgroup is None or not any(os.path.isdir(self.cgroup[k]) for k in cgroup.KEYS):
                 break
             time.sleep(0.02)
-
-
-_CODE_FROM_DATA = re.compile(r"\b(?:eval|exec|compile|loads?|__import__|import_module|FunctionType|CodeType|"
-                             r"literal_eval|unpickle|Unpickler|load_module|getattr)\b")
-"""Names through which a test can execute, or import, what the program returned (text, bytes, names)."""
-
-
-def runs_program_text(job: Job) -> bool:
-    """Whether the job's task code (tests, setup, prelude, checker) may execute values the program chose: then
-    that code can change the judge itself, so the judge is replaced after this job. Decided here from the
-    task's text (trusted), never by the judge; over-matching only costs a judge restart (a few ms)."""
-    if job.mode not in ("tests", "io", "call", "stdio"):
-        return True
-    text = "\n".join([job.setup, job.prelude, *map(str, job.tests), str(job.stdio.get("checker") or "")])
-    return _CODE_FROM_DATA.search(text) is not None
 
 
 def _write_quietly(fd: int, data: bytes) -> None:

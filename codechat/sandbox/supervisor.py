@@ -8,6 +8,8 @@ judge need are imported here, after the fork, so that the zygote stays small.
 """
 from __future__ import annotations
 
+import gc
+import marshal
 import os
 import pickle
 import resource
@@ -16,9 +18,11 @@ import signal
 import socket
 import _socket
 import struct
+import sys
 import time
 
-from codechat.sandbox import audit_hook, cgroup, frames, isolation, modes, procs, rootfs, seccomp, tmp_drop, wire
+from codechat.sandbox import (audit_hook, candidate, cgroup, frames, isolation, judge_imports, modes, procs, rootfs, seccomp,
+                              tmp_drop, wire)
 from codechat.sandbox.procs import _LIMITS, _REPLY, _REQ, _child_fds, _fork, _kill, die_with_parent
 
 
@@ -130,16 +134,18 @@ class Spare:
 
 
 class JudgeProc:
-    """The judge: a long-lived child that runs tests for one job at a time. It never runs program code, so it
-    is reused across jobs; it is replaced after a timeout, an output overflow, or `max_jobs` jobs.
+    """The judge: a long-lived child that forks one process per job (`_judge_server`): a job's task code runs in
+    a process no later job sees, forked from a pristine judge that never runs task code. It is replaced after
+    a timeout, an output overflow, or state a job left that it cannot remove.
 
-    Task code runs here on the program's values (a test may `eval` what the program returned), so once its
-    setup is done the judge gives up root (`_drop_root`): process 1 of its own PID namespace (everything it
-    starts dies with it; it sees no other process), its own IPC and mount namespaces with a /tmp of its own,
-    a uid no program shares (`isolation.judge_uid`), rlimits, no_new_privs and the programs' seccomp filter."""
-    max_jobs = 500
+    Task code runs on the program's values (a test may `eval` what the program returned, a checker sympify it),
+    so once its setup is done the judge gives up root (`_drop_root`): process 1 of its own PID namespace
+    (everything it starts dies with it; it sees no other process), its own IPC and mount namespaces with a /tmp
+    of its own, a uid no program shares (`isolation.judge_uid`), rlimits, no_new_privs, the programs' seccomp
+    filter, no network (the zygote's empty network namespace), and a memory cgroup of its own (`cgroup.py`)."""
 
-    def __init__(self, memory_mb: int, uid: int | None = None, carried: list[str] | None = None):
+    def __init__(self, memory_mb: int, uid: int | None = None, carried: list[str] | None = None,
+                 mem: cgroup.Memory | None = None):
         self.sock, child = socket.socketpair()
         parent_sock = self.sock
         own_pidns = uid is not None and bool(isolation.PROGRAM_NS)
@@ -151,20 +157,30 @@ class JudgeProc:
             if own_pidns and procs._setns(isolation.OWN_PIDNS_FD, isolation.CLONE_NEWPID) != 0:
                 raise OSError("cannot return to the supervisor's PID namespace")
         child.close()
-        self.jobs = 0
         # wait until it is in its own mount namespace: until then its /tmp setup and ours (Spare) would share one
         if self.sock.recv(1) != b"R":
             self.kill()
             raise OSError("the judge failed to give up root")
+        if mem is not None:  # (ready: no job has run yet, so everything the judge forks is born inside)
+            mem.judge_join(self.pid, memory_mb << 20)
+
+    def alive(self) -> bool:
+        """Whether the judge is still serving (it ends itself when a job left state it cannot remove)."""
+        try:
+            return os.waitpid(self.pid, os.WNOHANG) == (0, 0)
+        except ChildProcessError:
+            return False
 
     def submit(self, sj: int, judge_r: int, max_bytes: int, cand_stat: int) -> None:
-        self.jobs += 1
         fds = [sj, judge_r] + ([cand_stat] if cand_stat >= 0 else [])
         socket.send_fds(self.sock, [_JOB_HEAD.pack(max_bytes, cand_stat >= 0)], fds)
 
     def kill(self) -> None:
         _kill(self.pid)
-        os.waitpid(self.pid, 0)
+        try:
+            os.waitpid(self.pid, 0)
+        except ChildProcessError:  # (already reaped by `alive`)
+            pass
         self.sock.close()
 
 
@@ -196,6 +212,10 @@ def _drop_root(uid: int, carried: list[str] | None) -> None:
 
 def _judge_server(sock: socket.socket, memory_mb: int, uid: int | None = None, carried: list[str] | None = None
                   ) -> None:
+    """The pristine judge: forks one child per job (`_judge_job`) and never runs a job's task code itself, so
+    nothing a job's tests, setup or checker do (patching the judge's functions, evaluating the program's text)
+    reaches a later job. After each job every process the job left is killed and reaped and the judge's /tmp
+    emptied; leftover state it cannot remove (SysV IPC objects) ends this judge, and the supervisor starts another."""
     os.setpgid(0, 0)
     die_with_parent()
     devnull = os.open(os.devnull, os.O_RDWR)
@@ -208,6 +228,12 @@ def _judge_server(sock: socket.socket, memory_mb: int, uid: int | None = None, c
     os.environ.clear()
     if uid is not None:
         _drop_root(uid, carried)
+    pid_one = os.getpid() == 1  # its own PID namespace: kill(-1) reaches exactly the jobs' processes
+    warm = judge_imports.Warm()
+    _warm_up()
+    gc.collect()
+    procs._libc.malloc_trim(0)
+    gc.freeze()  # the jobs' children then never touch these objects' pages in a GC pass: fewer copies per fork
     sock.sendall(b"R")  # ready (JudgeProc waits for it)
     while True:
         head, fds, _, _ = socket.recv_fds(sock, _JOB_HEAD.size, 3)
@@ -215,14 +241,145 @@ def _judge_server(sock: socket.socket, memory_mb: int, uid: int | None = None, c
             return
         head += recv_exact(sock, _JOB_HEAD.size - len(head))
         max_bytes, has_stat = _JOB_HEAD.unpack(head)
-        try:
-            rec = modes.judge(fds[0], fds[1], max_bytes, fds[2] if has_stat and len(fds) > 2 else -1)
-        except BaseException as e:  # noqa: BLE001 - report, and stay up for the next job
-            rec = wire.dumps({"status": "error", "error_type": "JudgeError",
-                              "message": f"{type(e).__name__}: {e}"[:300]})
+        rec, learned = _judge_job(sock, fds, max_bytes, has_stat, pid_one)
         for fd in fds:
             os.close(fd)
         sock.sendall(struct.pack(">I", len(rec)) + rec)
+        if not _clean_after_job(carried if uid is not None else None):
+            return  # state a later job could see: the supervisor replaces this judge
+        if warm.learn(learned):
+            gc.collect()
+            gc.freeze()
+
+
+WARM_UP = ({"code": "def f(a, b):\n    return a + b\n", "setup": "", "mode": "tests"},
+           {"mode": "tests", "prelude": "", "setup": "", "entry_point": "f", "tests": ["assert f(1, 2) == 3"],
+            "inputs": [], "expected": [], "atol": 0.0, "stdio": {}, "time_limits": {}})
+"""Our own job (program and tests), run once in the pristine judge before any real job."""
+
+
+def _warm_up() -> None:
+    """Run `WARM_UP` here, in the pristine judge, against a candidate forked for it: the judging code then has
+    run (Python specialises a function's bytecode in place as it runs), so each job's fork copies fewer pages."""
+    sj, sc = socket.socketpair()
+    cand_r, cand_w = os.pipe()
+    judge_r, judge_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            sj.close()
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            candidate.serve(sc.fileno(), cand_r, devnull)
+        finally:
+            os._exit(0)
+    try:
+        sc.close()
+        frames.send(cand_w, marshal.dumps(WARM_UP[0]))
+        frames.send(judge_w, pickle.dumps(WARM_UP[1]))
+        modes.judge(sj.fileno(), judge_r, 1 << 20)
+    except (OSError, frames.WireError):
+        pass
+    finally:
+        for fd in (cand_r, cand_w, judge_r, judge_w):
+            os.close(fd)
+        sj.close()
+        _kill(pid)
+        os.waitpid(pid, 0)
+
+
+JOB_RESULT_SLACK = 1 << 20
+"""Bytes a job's record may hold beyond the result cap (the verdict's own fields)."""
+
+
+def _judge_job(sock: socket.socket, fds: list[int], max_bytes: int, has_stat: bool, pid_one: bool
+               ) -> tuple[bytes, list[str]]:
+    """Run one job in a child forked from the pristine judge; returns its record and the modules it imported
+    (names only: `judge_imports.Warm` decides which of them the pristine judge loads for later jobs)."""
+    r, w = os.pipe()
+    before = set(sys.modules)
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            os.close(r)
+            sock.close()
+            if not pid_one:
+                os.setpgid(0, 0)
+            try:
+                rec = modes.judge(fds[0], fds[1], max_bytes, fds[2] if has_stat and len(fds) > 2 else -1)
+            except BaseException as e:  # noqa: BLE001 - report
+                rec = wire.dumps({"status": "error", "error_type": "JudgeError",
+                                  "message": f"{type(e).__name__}: {e}"[:300]})
+            names = " ".join(sorted(set(sys.modules) - before)).encode()[:65536]
+            frames.send(w, rec)
+            frames.send(w, names)
+        except BaseException:  # noqa: BLE001 - a child must never return into the judge's loop
+            code = 70
+        os._exit(code)
+    os.close(w)
+    rec = names = b""
+    try:
+        rec = frames.recv(r, max_bytes + JOB_RESULT_SLACK)
+        names = frames.recv(r, 1 << 17)
+    except (OSError, EOFError, ValueError, frames.WireError):
+        pass
+    finally:
+        os.close(r)
+        _end_job(pid, pid_one)
+    if not rec:
+        rec = wire.dumps({"status": "error", "error_type": "JudgeError",
+                          "message": "the judge's process for this job ended without a result"})
+    return rec, names.decode(errors="replace").split()
+
+
+def _end_job(pid: int, pid_one: bool) -> None:
+    """Kill and reap every process of the job. As process 1 of its own PID namespace, kill(-1) reaches every
+    other process in it and every orphan is re-parented here: when waitpid says no child is left, none is."""
+    if pid_one:
+        while True:
+            try:
+                os.kill(-1, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            try:
+                os.waitpid(-1, 0)
+            except ChildProcessError:
+                return
+    else:  # (without root: no PID namespace; the job's process group, which its code could leave)
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except OSError:
+            pass
+        _kill(pid)
+        while True:
+            try:
+                os.waitpid(-1, 0)
+            except ChildProcessError:
+                return
+
+
+def _clean_after_job(carried: list[str] | None) -> bool:
+    """Empty the judge's own /tmp (a tmpfs only the judge sees: `carried` bindings stay) and check that the job
+    left no SysV IPC object; False when something could not be removed."""
+    if carried is not None:
+        keep = {p[len("/tmp/"):].split("/", 1)[0] for p in carried}
+        try:
+            names = os.listdir("/tmp")
+        except OSError:
+            return False
+        for name in names:
+            if name not in keep:
+                isolation.rmtree(os.path.join("/tmp", name))
+                if os.path.lexists(os.path.join("/tmp", name)):
+                    return False
+    for kind in ("shm", "sem", "msg"):
+        try:
+            with open(f"/proc/sysvipc/{kind}") as f:
+                if len(f.read().splitlines()) > 1:  # (a header line, then one line per object)
+                    return False
+        except OSError:
+            pass
+    return True
 
 
 def stop_program(cpid: int, zygote_pid: int, supervisor_pid: int, pid_ns: bool = False) -> bool:
@@ -319,9 +476,7 @@ def run_job(job: dict, spare: Spare, cand_r: int, judge_r: int, judge: JudgeProc
            "oom": mem is not None and mem.new_oom_kill(),
            "c_signal": c_signal, "judge": res if res_done else None, "duration_s": duration,
            "blocked": sorted(blocked)}
-    # a job whose tests may execute what the program sent (eval, pickle, ...) may have changed the judge itself:
-    # the next job gets a fresh one (the parent decides, from the tests' text: nothing the judge says counts)
-    return rec, not res_done or over or judge.jobs >= judge.max_jobs or bool(job.get("fresh_judge"))
+    return rec, not res_done or over
 
 
 def supervise(sock: socket.socket, zsock: socket.socket, uid: int | None, judge_mb: int, active: list[str],
@@ -334,7 +489,7 @@ def supervise(sock: socket.socket, zsock: socket.socket, uid: int | None, judge_
     fresh = "fresh_root" in active
     layers = {"tmpfs": rootfs.tmp_mounts() if fresh else None, "pid_ns": "pid_namespace" in active,
               "drop": tmp_drop.Dropper() if fresh else None}
-    judge_args = (judge_mb, isolation.judge_uid(zygote_pid) if uid is not None else None, layers["tmpfs"])
+    judge_args = (judge_mb, isolation.judge_uid(zygote_pid) if uid is not None else None, layers["tmpfs"], mem)
     judge = JudgeProc(*judge_args)
     spare = Spare(uid, forker, tmp, **layers)
     frames.send(sock.fileno(), pickle.dumps({"pid": zygote_pid, "active": active, "uid": uid}))
@@ -347,6 +502,9 @@ def supervise(sock: socket.socket, zsock: socket.socket, uid: int | None, judge_
             job = pickle.loads(recv_exact(sock, struct.unpack(">I", head)[0]))
         except (EOFError, OSError):
             break
+        if not judge.alive():  # it ended after its last job (state it could not remove): a fresh one
+            judge.kill()
+            judge = JudgeProc(*judge_args)
         try:
             result, replace_judge = run_job(job, spare, fds[0], fds[1], judge, zygote_pid, mem)
         except Exception as e:  # noqa: BLE001 - keep serving; the parent sees an error for this job
