@@ -10,7 +10,7 @@ from hypothesis import given, settings, strategies as st
 
 from codechat.tasks import TaskFormatError, load_tasks, load_tasks_with_format, save_tasks
 from codechat.tasks.stdio import STDIO_INSTRUCTION
-from codechat.tasks.stdio_loaders import decode_pickled_field, restricted_unpickle
+from codechat.tasks.pickled import decode_pickled_field, restricted_unpickle
 
 
 def pickled(x) -> str:
@@ -189,7 +189,7 @@ def test_restricted_unpickler_refuses_code(tmp_path):
 
 
 def test_zlib_bomb_is_refused(monkeypatch):
-    import codechat.tasks.stdio_loaders as sl
+    import codechat.tasks.pickled as sl
 
     monkeypatch.setattr(sl, "MAX_DECODED", 1 << 16)
     bomb = base64.b64encode(zlib.compress(pickle.dumps("x" * (1 << 20)))).decode()

@@ -17,21 +17,18 @@ Call-based tests (APPS `fn_name`, LiveCodeBench `functional`) become function ta
 calling `Solution().NAME(*args)` for a LeetCode-style `class Solution` starter, else `NAME(*args)`, with the
 harnesses' usual imports (`from typing import *`, ...) before the program (`metadata["prelude"]`).
 
-Pickled fields are untrusted: they are decoded by `restricted_unpickle`, which admits only plain values
-(str, bytes, numbers, lists, tuples, dicts, sets, None, bools) and never imports or calls anything.
+Pickled fields are untrusted: they are decoded under size budgets by `pickled.py`, which admits only plain
+values (str, bytes, numbers, lists, tuples, dicts, sets, None, bools) and never imports or calls anything.
 """
 from __future__ import annotations
 
-import base64
-import io
 import json
-import pickle
 import re
-import zlib
 from pathlib import Path
 from typing import Any, Callable
 
 from codechat.tasks.model import Task, TaskFormatError
+from codechat.tasks.pickled import decode_pickled_field
 from codechat.tasks.statement import statement_rules
 from codechat.tasks.stdio import StdioSpec, io_tests, stdio_prompt
 
@@ -52,55 +49,6 @@ SAME = '''def _codechat_same(got, want, unwrap=False):
     return got == want or (unwrap and isinstance(want, list) and len(want) == 1 and got == plain(want[0]))
 '''
 """Setup of call-based tasks: runs in the judge (the tests call it on the program's returned plain values)."""
-
-MAX_DECODED = 256 << 20
-"""Largest decompressed test field accepted, in bytes (a zlib bomb stops here with an error)."""
-
-_PLAIN = (str, bytes, int, float, bool, type(None), list, tuple, dict, set, frozenset)
-
-
-class _PlainUnpickler(pickle.Unpickler):
-    def find_class(self, module, name):
-        raise pickle.UnpicklingError(f"refusing to load {module}.{name}: only plain values are allowed")
-
-    def persistent_load(self, pid):
-        raise pickle.UnpicklingError("refusing a persistent id")
-
-
-def _check_plain(x: Any, depth: int = 0) -> None:
-    if depth > 100 or not isinstance(x, _PLAIN):
-        raise pickle.UnpicklingError(f"not a plain value: {type(x).__name__}")
-    if isinstance(x, dict):
-        for k, v in x.items():
-            _check_plain(k, depth + 1)
-            _check_plain(v, depth + 1)
-    elif isinstance(x, (list, tuple, set, frozenset)):
-        for v in x:
-            _check_plain(v, depth + 1)
-
-
-def restricted_unpickle(data: bytes) -> Any:
-    """pickle.loads that admits only plain values: any class, function or persistent id is refused."""
-    value = _PlainUnpickler(io.BytesIO(data)).load()
-    _check_plain(value)
-    return value
-
-
-def decode_pickled_field(text: str, where: str) -> Any:
-    """base64(zlib(pickle(x))) -> x, for plain x only; any other content is a one-line TaskFormatError."""
-    try:
-        raw = base64.b64decode(text.encode("ascii"), validate=True)
-        d = zlib.decompressobj()
-        data = d.decompress(raw, MAX_DECODED)
-        if d.unconsumed_tail:
-            raise TaskFormatError(f"{where}: compressed test field decodes to more than {MAX_DECODED >> 20} MiB")
-        return restricted_unpickle(data)
-    except TaskFormatError:
-        raise
-    except Exception as e:  # noqa: BLE001 - untrusted bytes: any failure of the decoders is a bad file
-        raise TaskFormatError(f"{where}: cannot decode the compressed test field: {type(e).__name__}: {e}"[:300]
-                              ) from None
-
 
 def _str(rec: dict, key: str, where: str, required: bool = False) -> str:
     """A text field ('' when absent or null, unless `required`); anything else is a one-line error."""
@@ -263,7 +211,7 @@ def _lcb_cases(value: Any, what: str, where: str) -> list:
     if value in (None, ""):
         return []
     if isinstance(value, str) and not value.lstrip().startswith("["):
-        value = decode_pickled_field(value, where)
+        value = decode_pickled_field(value, where, what)
     cases = _json(value, what, where)
     if not isinstance(cases, list) or not all(isinstance(c, dict) and "input" in c and "output" in c
                                                for c in cases):
@@ -307,7 +255,7 @@ def from_sandboxfusion(rec: dict, where: str) -> Task:
     tid = str(labels.get("task_id") or labels.get("name") or rec.get("id", where.rsplit(":", 1)[-1]))
     test = rec["test"]
     if isinstance(test, str) and not test.lstrip().startswith("["):  # LiveCodeBench: pickled input_output
-        decoded = decode_pickled_field(test, where)
+        decoded = decode_pickled_field(test, where, "test")
         if not isinstance(decoded, dict) or "input_output" not in decoded:
             raise TaskFormatError(f"{where}: decoded test field has no 'input_output'")
         return _apps(tid, content, decoded["input_output"], None, "", where, labels=labels)
