@@ -133,6 +133,11 @@ class Spare:
             isolation.rmtree(self.tmp)
 
 
+READY_S = 2.0
+"""Seconds the supervisor waits for the judge to be ready for the next job (normally a few ms) before it
+replaces the judge instead."""
+
+
 class JudgeProc:
     """The judge: a long-lived child that forks one process per job (`_judge_server`): a job's task code runs in
     a process no later job sees, forked from a pristine judge that never runs task code. It is replaced after
@@ -161,19 +166,38 @@ class JudgeProc:
         if self.sock.recv(1) != b"R":
             self.kill()
             raise OSError("the judge failed to give up root")
-        if mem is not None:  # (ready: no job has run yet, so everything the judge forks is born inside)
+        if mem is not None:  # before it forks any job's process: they are all born inside
             mem.judge_join(self.pid, memory_mb << 20)
+        self.sock.sendall(b"G")
+        self.ready = False
+        if not self.wait_ready():  # (its first job's process)
+            self.kill()
+            raise OSError("the judge did not start")
 
-    def alive(self) -> bool:
-        """Whether the judge is still serving (it ends itself when a job left state it cannot remove)."""
+    def wait_ready(self, timeout_s: float = READY_S) -> bool:
+        """Wait until the judge has cleaned up after its last job and forked the next job's process (it says
+        b"R"); False when it ended instead (state it could not remove) or does not answer in time (a job's
+        process that sent its record and then hung): the caller replaces it."""
+        if self.ready:
+            return True
         try:
-            return os.waitpid(self.pid, os.WNOHANG) == (0, 0)
-        except ChildProcessError:
-            return False
+            if select.select([self.sock], [], [], timeout_s)[0] and self.sock.recv(1) == b"R":
+                self.ready = True
+        except OSError:
+            pass
+        return self.ready
 
-    def submit(self, sj: int, judge_r: int, max_bytes: int, cand_stat: int) -> None:
-        fds = [sj, judge_r] + ([cand_stat] if cand_stat >= 0 else [])
-        socket.send_fds(self.sock, [_JOB_HEAD.pack(max_bytes, cand_stat >= 0)], fds)
+    def submit(self, sj: int, judge_r: int, max_bytes: int, cand_stat: int) -> int:
+        """Hand the job to the judge's waiting job process; returns the read end of its result pipe."""
+        self.ready = False
+        res_r, res_w = os.pipe()
+        fds = [sj, judge_r, res_w] + ([cand_stat] if cand_stat >= 0 else [])
+        try:
+            socket.send_fds(self.sock, [_JOB_HEAD.pack(max_bytes, cand_stat >= 0)], fds)
+        except OSError:
+            pass  # the judge is gone: the result pipe closes, the job errs, and the judge is replaced
+        os.close(res_w)
+        return res_r
 
     def kill(self) -> None:
         _kill(self.pid)
@@ -212,10 +236,13 @@ def _drop_root(uid: int, carried: list[str] | None) -> None:
 
 def _judge_server(sock: socket.socket, memory_mb: int, uid: int | None = None, carried: list[str] | None = None
                   ) -> None:
-    """The pristine judge: forks one child per job (`_judge_job`) and never runs a job's task code itself, so
+    """The pristine judge: never runs a job's task code itself. Each job runs in a process forked for it
+    beforehand (`JobProc`), which takes the job straight from the supervisor and answers it straight back, so
     nothing a job's tests, setup or checker do (patching the judge's functions, evaluating the program's text)
-    reaches a later job. After each job every process the job left is killed and reaped and the judge's /tmp
-    emptied; leftover state it cannot remove (SysV IPC objects) ends this judge, and the supervisor starts another."""
+    reaches a later job. Once that process exits, every process the job left is killed and reaped, the judge's
+    /tmp emptied, the next job's process forked, and only then does the supervisor hear b"R" and send the next
+    job (no process of a job is alive when the next one arrives). State it cannot remove (SysV IPC objects) ends
+    this judge instead, and the supervisor starts another."""
     os.setpgid(0, 0)
     die_with_parent()
     devnull = os.open(os.devnull, os.O_RDWR)
@@ -232,24 +259,83 @@ def _judge_server(sock: socket.socket, memory_mb: int, uid: int | None = None, c
     warm = judge_imports.Warm()
     _warm_up()
     gc.collect()
-    procs._libc.malloc_trim(0)
-    gc.freeze()  # the jobs' children then never touch these objects' pages in a GC pass: fewer copies per fork
-    sock.sendall(b"R")  # ready (JudgeProc waits for it)
+    gc.freeze()  # the jobs' processes then never touch these objects' pages in a GC pass: fewer copies per fork
+    sock.sendall(b"R")  # root given up (JudgeProc waits for it) ...
+    if sock.recv(1) != b"G":  # ... and moves us into the judge's cgroup before any job's process is forked
+        return
     while True:
-        head, fds, _, _ = socket.recv_fds(sock, _JOB_HEAD.size, 3)
-        if not head:
-            return
-        head += recv_exact(sock, _JOB_HEAD.size - len(head))
-        max_bytes, has_stat = _JOB_HEAD.unpack(head)
-        rec, learned = _judge_job(sock, fds, max_bytes, has_stat, pid_one)
-        for fd in fds:
-            os.close(fd)
-        sock.sendall(struct.pack(">I", len(rec)) + rec)
-        if not _clean_after_job(carried if uid is not None else None):
-            return  # state a later job could see: the supervisor replaces this judge
+        job = JobProc(sock, pid_one)
+        sock.sendall(b"R")
+        closed = job.wait()
+        _end_job(job.pid, pid_one)
+        learned = job.modules()
+        if closed or not _clean_after_job(carried if uid is not None else None):
+            return  # the supervisor is done, or a job left state a later job could see: it replaces us
         if warm.learn(learned):
             gc.collect()
             gc.freeze()
+
+
+JOB_CLOSED = 3
+"""Exit status of a job process whose supervisor closed the connection instead of sending a job."""
+
+
+class JobProc:
+    """The process one job runs in, forked from the pristine judge before the job arrives. It takes the job
+    (its fds) from the supervisor's socket, closes that socket before any task code runs (so nothing the job
+    starts can take or answer a later job), runs it (`modes.judge`), writes the record to the job's own result
+    pipe, and tells the judge which modules it imported (names only, for `judge_imports.Warm`)."""
+
+    def __init__(self, sock: socket.socket, pid_one: bool):
+        self.names_r, names_w = os.pipe()
+        before = set(sys.modules)
+        self.pid = os.fork()
+        if self.pid == 0:
+            code = 0
+            try:
+                os.close(self.names_r)
+                if not pid_one:
+                    os.setpgid(0, 0)
+                code = self._serve(sock, names_w, before)
+            except BaseException:  # noqa: BLE001 - a child must never return into the judge's loop
+                code = 70
+            os._exit(code)
+        os.close(names_w)
+
+    @staticmethod
+    def _serve(sock: socket.socket, names_w: int, before: set) -> int:
+        head, fds, _, _ = socket.recv_fds(sock, _JOB_HEAD.size, 4)
+        sock.close()
+        if len(head) != _JOB_HEAD.size or len(fds) < 3:
+            return JOB_CLOSED
+        max_bytes, has_stat = _JOB_HEAD.unpack(head)
+        try:
+            rec = modes.judge(fds[0], fds[1], max_bytes, fds[3] if has_stat and len(fds) > 3 else -1)
+        except BaseException as e:  # noqa: BLE001 - report
+            rec = wire.dumps({"status": "error", "error_type": "JudgeError",
+                              "message": f"{type(e).__name__}: {e}"[:300]})
+        frames.send(fds[2], rec)
+        os.set_blocking(names_w, False)  # (a full pipe drops the names: they only save later imports)
+        try:
+            os.write(names_w, " ".join(sorted(set(sys.modules) - before)).encode()[:4096])
+        except OSError:
+            pass
+        return 0
+
+    def wait(self) -> bool:
+        """Wait for the job's process to end; whether it ended because the supervisor closed the connection."""
+        _, status = os.waitpid(self.pid, 0)
+        return os.WIFEXITED(status) and os.WEXITSTATUS(status) == JOB_CLOSED
+
+    def modules(self) -> list[str]:
+        """The modules the job imported (read once every process of the job is gone: nothing else writes)."""
+        os.set_blocking(self.names_r, False)
+        try:
+            data = os.read(self.names_r, 4096)
+        except OSError:
+            data = b""
+        os.close(self.names_r)
+        return data.decode(errors="replace").split()
 
 
 WARM_UP = ({"code": "def f(a, b):\n    return a + b\n", "setup": "", "mode": "tests"},
@@ -285,51 +371,6 @@ def _warm_up() -> None:
         sj.close()
         _kill(pid)
         os.waitpid(pid, 0)
-
-
-JOB_RESULT_SLACK = 1 << 20
-"""Bytes a job's record may hold beyond the result cap (the verdict's own fields)."""
-
-
-def _judge_job(sock: socket.socket, fds: list[int], max_bytes: int, has_stat: bool, pid_one: bool
-               ) -> tuple[bytes, list[str]]:
-    """Run one job in a child forked from the pristine judge; returns its record and the modules it imported
-    (names only: `judge_imports.Warm` decides which of them the pristine judge loads for later jobs)."""
-    r, w = os.pipe()
-    before = set(sys.modules)
-    pid = os.fork()
-    if pid == 0:
-        code = 0
-        try:
-            os.close(r)
-            sock.close()
-            if not pid_one:
-                os.setpgid(0, 0)
-            try:
-                rec = modes.judge(fds[0], fds[1], max_bytes, fds[2] if has_stat and len(fds) > 2 else -1)
-            except BaseException as e:  # noqa: BLE001 - report
-                rec = wire.dumps({"status": "error", "error_type": "JudgeError",
-                                  "message": f"{type(e).__name__}: {e}"[:300]})
-            names = " ".join(sorted(set(sys.modules) - before)).encode()[:65536]
-            frames.send(w, rec)
-            frames.send(w, names)
-        except BaseException:  # noqa: BLE001 - a child must never return into the judge's loop
-            code = 70
-        os._exit(code)
-    os.close(w)
-    rec = names = b""
-    try:
-        rec = frames.recv(r, max_bytes + JOB_RESULT_SLACK)
-        names = frames.recv(r, 1 << 17)
-    except (OSError, EOFError, ValueError, frames.WireError):
-        pass
-    finally:
-        os.close(r)
-        _end_job(pid, pid_one)
-    if not rec:
-        rec = wire.dumps({"status": "error", "error_type": "JudgeError",
-                          "message": "the judge's process for this job ended without a result"})
-    return rec, names.decode(errors="replace").split()
 
 
 def _end_job(pid: int, pid_one: bool) -> None:
@@ -427,13 +468,13 @@ def run_job(job: dict, spare: Spare, cand_r: int, judge_r: int, judge: JudgeProc
             cand_stat = os.open(f"/proc/{cand_pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
         except OSError:
             pass
-    judge.submit(spare.sj.fileno(), judge_r, job["max_result_bytes"], cand_stat)
+    res_r = judge.submit(spare.sj.fileno(), judge_r, job["max_result_bytes"], cand_stat)
     for fd in (cand_r, judge_r) + ((cand_stat,) if cand_stat >= 0 else ()):
         os.close(fd)
     deadline = t0 + job["timeout_s"]
     out_head, out_total, events, res = b"", 0, b"", b""
     timed_out = over = res_done = False
-    jfd = judge.sock.fileno()
+    jfd = res_r
     watch = [spare.out_r, jfd, spare.ev_r]
     while not res_done:
         left = deadline - time.monotonic()
@@ -458,6 +499,7 @@ def run_job(job: dict, spare: Spare, cand_r: int, judge_r: int, judge: JudgeProc
                 watch.remove(fd)
         if over:
             break
+    os.close(res_r)
     duration = time.monotonic() - t0
     clean = stop_program(spare.pid, zygote_pid, os.getpid(), spare.pid_ns)
     # fast path: the zygote only collects the (killed) program; slow path: it waits for the program (its exit
@@ -502,7 +544,7 @@ def supervise(sock: socket.socket, zsock: socket.socket, uid: int | None, judge_
             job = pickle.loads(recv_exact(sock, struct.unpack(">I", head)[0]))
         except (EOFError, OSError):
             break
-        if not judge.alive():  # it ended after its last job (state it could not remove): a fresh one
+        if not judge.wait_ready():  # it ended after its last job (state it could not remove): a fresh one
             judge.kill()
             judge = JudgeProc(*judge_args)
         try:
