@@ -9,7 +9,10 @@ class VerifierConfig:
     workers: int = 0
     """Sandbox worker processes; 0 = one per CPU core."""
     timeout_s: float = 5.0
-    """Wall-clock limit per program (a task's own timeout_s wins when set)."""
+    """Wall-clock limit per program (a task's own timeout_s wins when set, up to max_task_timeout_s)."""
+    max_task_timeout_s: float = 60.0
+    """Largest time limit a task's own timeout_s may set (a record's 1e10 or 1e300 is clamped to it; NaN,
+    negative or non-numbers are that task's `error`): the operator's cap on what a task file or client asks for."""
     memory_mb: int = 1024
     """Address-space limit per program, in MiB."""
     max_output_bytes: int = 65536
@@ -36,6 +39,9 @@ class VerifierConfig:
     allows 3x the limit + 1 s (function tasks: 5x + 2 s)."""
     stop_at_first_failure: bool = False
     """stdin/stdout tasks: run no test after the first failing one (tests after it count as not passed)."""
+    stop_in_training: bool = True
+    """In training, stop_at_first_failure is on unless a reward reads tests_passed (pass-fraction): a looping
+    stdin/stdout sample costs one test's time limit, not every test's. False = run every test (reporting)."""
     total_timeout_s: float = 60.0
     """stdin/stdout tasks: limit on the summed time of all tests of one completion (0 = none); tests past it
     count as not passed (and are not started) and the verdict is `timeout`. Bounded by default: a looping

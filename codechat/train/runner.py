@@ -35,7 +35,7 @@ from codechat.train.rundir_logs import claim_run_dir, truncate_logs
 from codechat.train.stages import STAGES, batch_sizes, stage_steps
 from codechat.verifier.dedup import DedupVerifier
 from codechat.train.watch import resume_point, sigterm_as_interrupt
-from codechat.verifier.factory import make_verifier
+from codechat.verifier.factory import make_verifier, training_verifier_config
 
 
 def _set_name(spec: str) -> str:
@@ -128,7 +128,8 @@ def train(cfg: RunConfig | None = None, resume: str | Path | None = None, overri
                            stages=[(s, stage_steps(cfg, s)) for s in cfg.stages]) if main \
         else dist.NullLogger()
     ckpt = Checkpointer(run_dir, cfg.checkpoint.keep_last)
-    with make_verifier(dist.per_rank_verifier(cfg.verifier)) as verifier:
+    vcfg = training_verifier_config(cfg.verifier, cfg.rewards.components)  # (stdio: stop at the first failure)
+    with make_verifier(dist.per_rank_verifier(vcfg)) as verifier:
         verifier = DedupVerifier(verifier, cfg.verifier.cache_size, cfg.verifier.dedup)  # once per distinct program
         ctx = Context(cfg, policy, verifier, logger, ckpt, state, run_dir, train_tasks, eval_tasks, extra,
                       resume=trainer_state)

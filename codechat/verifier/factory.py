@@ -1,6 +1,8 @@
 """`make_verifier(cfg)`: the one place that maps `verifier.backend` to an implementation of the `Verifier` API."""
 from __future__ import annotations
 
+import dataclasses
+
 from codechat import CodechatError
 from codechat.config import VerifierConfig
 from codechat.verifier.ray_backend import RayVerifier  # light: it imports ray only when a RayVerifier starts
@@ -19,3 +21,15 @@ def make_verifier(cfg: VerifierConfig | None = None) -> Verifier:
     if cfg.backend == "ray":
         return RayVerifier(cfg)
     raise CodechatError(f"verifier.backend '{cfg.backend}' is not available (valid: {', '.join(BACKENDS)})")
+
+
+PARTIAL_CREDIT = frozenset({"pass-fraction"})
+"""Rewards that read how many tests passed, not only whether all did."""
+
+
+def training_verifier_config(cfg: VerifierConfig, rewards: dict[str, float]) -> VerifierConfig:
+    """The verifier settings training runs with: with `stop_in_training` and no reward reading tests_passed
+    (`PARTIAL_CREDIT`), stdin/stdout completions stop at their first failing test (`stop_at_first_failure`)."""
+    if cfg.stop_in_training and not any(rewards.get(name) for name in PARTIAL_CREDIT):
+        return dataclasses.replace(cfg, stop_at_first_failure=True)
+    return cfg

@@ -21,6 +21,7 @@ from typing import Iterator
 from codechat.config import VerifierConfig
 from codechat.sandbox import Job, Limits, RunResult
 from codechat.tasks import Task
+from codechat.verifier.task_limits import TaskLimitError, task_timeout
 from codechat.verifier.verdict import Verdict
 
 WALL_FACTOR, WALL_SLACK_S = 3.0, 1.0
@@ -46,14 +47,15 @@ class StdioRun:
         self._time = 0.0
         self.early: Verdict | None = None
         """The verdict when nothing runs (no code, no tests)."""
-        if code is None:
+        try:
+            self.limit_s = task_timeout(task.timeout_s, cfg.timeout_s, cfg.max_task_timeout_s, task.task_id)
+        except TaskLimitError as e:
+            self.limit_s = cfg.timeout_s
+            self.early = Verdict("error", False, 0.0, tests_total=self.n, error_type="TaskError", message=str(e))
+        if self.early is None and code is None:
             self.early = Verdict("no_code", False, 0.0, tests_total=self.n, message="no code in the completion")
-        elif not self.n:
+        elif self.early is None and not self.n:
             self.early = Verdict("error", False, 0.0, error_type="NoTests", message=f"task {task.task_id} has no tests")
-
-    @property
-    def limit_s(self) -> float:
-        return float(self.task.timeout_s or self.cfg.timeout_s)
 
     def job(self, i: int) -> Job:
         cfg, spec, test = self.cfg, self.task.stdio, self.task.stdio.tests[i]

@@ -32,6 +32,7 @@ from codechat.sandbox import Job, Limits, RunResult, SandboxPool
 from codechat.sandbox.timelimits import WALL_FACTOR, WALL_GRACE_S, WALL_SLACK_S
 from codechat.tasks import Task
 from codechat.verifier.stdio import StdioRun
+from codechat.verifier.task_limits import TaskLimitError, task_timeout
 from codechat.verifier.thinking import check_tags, split_thinking
 from codechat.verifier.answer import KIND as ANSWER_KIND, AnswerChecker
 from codechat.verifier.verdict import Verdict
@@ -209,8 +210,8 @@ class Verifier:
 
     # --- jobs --------------------------------------------------------------------------------------------------
     def _job(self, mode: str, code: str, timeout_s: float | None, memory_mb: int | None = None,
-             wall_s: float | None = None, **kw) -> Job:
-        timeout = float(timeout_s or self.cfg.timeout_s)
+             wall_s: float | None = None, task_id: str = "", **kw) -> Job:
+        timeout = task_timeout(timeout_s, self.cfg.timeout_s, self.cfg.max_task_timeout_s, task_id)
         limits = Limits(cpu_s=int(math.ceil(timeout)) + 1, memory_mb=memory_mb or self.cfg.memory_mb,
                         nproc=self.cfg.nproc,
                         nofile=self.cfg.nofile, fsize_mb=self.cfg.fsize_mb)
@@ -223,7 +224,7 @@ class Verifier:
         cfg = self.cfg
         if not (cfg.test_timeout_s or cfg.cpu_time_limit):
             return {}, None
-        total = float(task.timeout_s or cfg.timeout_s)
+        total = task_timeout(task.timeout_s, cfg.timeout_s, cfg.max_task_timeout_s, task.task_id)
         wall = total * WALL_FACTOR + WALL_SLACK_S if cfg.cpu_time_limit else total + WALL_GRACE_S + 0.25
         return {"test_s": float(cfg.test_timeout_s), "total_s": total, "cpu": cfg.cpu_time_limit}, wall
 
@@ -244,10 +245,13 @@ class Verifier:
             return Verdict("no_code", False, 0.0, tests_total=total, message="no code in the completion")
         if not task.tests:
             return Verdict("error", False, 0.0, error_type="NoTests", message=f"task {task.task_id} has no tests")
-        time_limits, wall = self._time_limits(task)
-        return self._job("tests", code, task.timeout_s, wall_s=wall, setup=task.setup,
-                         entry_point=task.entry_point, tests=list(task.tests), prelude=task_prelude(task),
-                         time_limits=time_limits)
+        try:
+            time_limits, wall = self._time_limits(task)
+            return self._job("tests", code, task.timeout_s, wall_s=wall, setup=task.setup, task_id=task.task_id,
+                             entry_point=task.entry_point, tests=list(task.tests), prelude=task_prelude(task),
+                             time_limits=time_limits)
+        except TaskLimitError as e:
+            return Verdict("error", False, 0.0, tests_total=total, error_type="TaskError", message=str(e))
 
     def verify(self, task: Task, completion: str) -> Verdict:
         if self.cfg.thinking.enabled:  # thinking blocks: verifier/thinking.py
@@ -318,6 +322,7 @@ class Verifier:
         if len(inputs) != len(expected):
             raise CodechatError(f"verify_io: {len(inputs)} inputs but {len(expected)} expected outputs")
         job = self._job("io", code, task.timeout_s, memory_mb, setup=task.setup, entry_point=task.entry_point,
+                        task_id=task.task_id,
                         inputs=[list(a) for a in inputs], expected=list(expected), atol=float(atol or 0))
         return self._verdict(self.pool.run(job), len(inputs))
 
