@@ -222,9 +222,9 @@ class _Server:
         return ["ok", value]
 
     def _call_io(self, target, spec: list, args: tuple, kwargs: dict) -> list:
-        text, inp, out, capture = spec
+        text, inp, out, capture, binary = spec
         saved = sys.stdin, sys.stdout, builtins.input, builtins.print
-        stdin = io.StringIO(text) if isinstance(text, str) else None
+        stdin = (_BinaryStdin if binary else io.StringIO)(text) if isinstance(text, str) else None
         cap = prints.Capped() if capture else None
         try:
             if stdin is not None:
@@ -242,7 +242,7 @@ class _Server:
         reply = _call_reply(value, args, kwargs, printed)
         if len(reply) == 2:
             reply += [[], ""]
-        return reply + [stdin.tell() if stdin is not None else 0]
+        return reply + [(stdin.consumed() if binary else stdin.tell()) if stdin is not None else 0]
 
     def arm(self, budget_s: float, cpu: bool) -> None:
         """Interrupt the program's calls once this test's budget is spent (CPU or wall clock): the timer's
@@ -257,6 +257,25 @@ class _Server:
 
         _signal.signal(_signal.SIGPROF if cpu else _signal.SIGALRM, on_timer)
         _signal.setitimer(which, max(budget_s, 0.001))
+
+
+class _BinaryStdin(io.StringIO):
+    """A test's stdin text that also has `.buffer`, as the test's own stdin had (a TextIOWrapper, a file): a
+    program reads either its text or its bytes (`sys.stdin.buffer.read()`); `consumed` counts characters."""
+    _buf: io.BytesIO | None = None
+    _start = 0
+
+    @property
+    def buffer(self) -> io.BytesIO:
+        if self._buf is None:
+            self._start = self.tell()
+            self._buf = io.BytesIO(self.getvalue()[self._start:].encode("utf-8", "surrogateescape"))
+        return self._buf
+
+    def consumed(self) -> int:
+        if self._buf is None:
+            return self.tell()
+        return self._start + len(self._buf.getvalue()[:self._buf.tell()].decode("utf-8", "surrogateescape"))
 
 
 class _TimeLimit(BaseException):

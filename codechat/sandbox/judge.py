@@ -272,14 +272,16 @@ MAX_STDIN = 8 << 20
 
 def _test_io() -> tuple[list | None, tuple | None]:
     """What a call must carry when the test replaced sys.stdin or patched input/print: ([stdin text or None,
-    input or None, print or None, capture prints], (the test's stdin, its position)) or (None, None)."""
+    input or None, print or None, capture prints, stdin has bytes], (the test's stdin, its position)) or
+    (None, None)."""
     stdin = sys.stdin if sys.stdin is not _STDIN else None
     inp = builtins.input if builtins.input is not _INPUT else None
     out = builtins.print if builtins.print is not _PRINT else None
     if stdin is None and inp is None and out is None:
         return None, None
-    text, where = None, None
+    text, where, binary = None, None, False
     if stdin is not None:
+        binary = hasattr(stdin, "buffer")  # (a TextIOWrapper or a file: the program may read its bytes)
         try:
             pos = stdin.tell()
             text = stdin.read(MAX_STDIN)
@@ -287,7 +289,7 @@ def _test_io() -> tuple[list | None, tuple | None]:
         except (OSError, ValueError, AttributeError):
             text = ""
     wrap = lambda fn: (lambda *a, **k: fn(*a, **k)) if fn is not None else None  # noqa: E731 - a callback
-    return [text, wrap(inp), wrap(out), sys.stdout is not _STDOUT], where
+    return [text, wrap(inp), wrap(out), sys.stdout is not _STDOUT, binary], where
 
 
 def _consume(stdin: tuple, consumed: int) -> None:

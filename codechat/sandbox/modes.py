@@ -164,8 +164,8 @@ def _close(a, b, atol: float) -> bool:
 
 
 def outputs_match(out, exp, atol: float) -> bool:
-    """EvalPlus's rule: exact equality, or closeness (rtol=1e-7, atol) when the expected value is float(s).
-    No broadcasting: a float expected needs a number, a sequence of floats a sequence of the same length
+    """EvalPlus's rule: exact equality, or closeness (rtol=1e-7, atol) when the expected value is float(s) and
+    the output has the same type (evalplus asserts `type(out) == type(exp)` first). No broadcasting: a float expected needs a number, a sequence of floats a sequence of the same length
     (an empty list is not close to 2.5, as it is under np.allclose)."""
     if atol == 0 and _is_floats(exp):
         atol = 1e-6
@@ -174,11 +174,11 @@ def outputs_match(out, exp, atol: float) -> bool:
             return True
     except Exception:  # noqa: BLE001 - e.g. an array compared elementwise
         pass
-    if not atol or not _is_floats(exp):
-        return False
+    if not atol or not _is_floats(exp) or type(out) is not type(exp):  # evalplus checks the type first: a
+        return False  # tuple is not close to a list of floats, nor an int to a float
     if isinstance(exp, float):
         return _close(out, exp, atol)
-    return type(out) in (list, tuple) and len(out) == len(exp) and all(_close(a, b, atol) for a, b in zip(out, exp))
+    return len(out) == len(exp) and all(_close(a, b, atol) for a, b in zip(out, exp))
 
 
 def _call_each(chan: Channel, entries: list, job: dict, on_value) -> list[tuple]:

@@ -21,8 +21,8 @@ import struct
 import sys
 import time
 
-from codechat.sandbox import (audit_hook, candidate, cgroup, frames, isolation, judge_imports, modes, procs, rootfs, seccomp,
-                              tmp_drop, wire)
+from codechat.sandbox import (audit_hook, candidate, cgroup, frames, isolation, judge_imports, modes, procs, rootfs,
+                              seccomp, tmp_drop, wire)
 from codechat.sandbox.procs import _LIMITS, _REPLY, _REQ, _child_fds, _fork, _kill, die_with_parent
 
 

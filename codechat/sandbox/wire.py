@@ -18,9 +18,10 @@ Judge -> candidate (socket, pickle, trusted direction): (op, ref, args, kwargs) 
          (budget_s, cpu), a test's time budget, no reply; value: the object REF names now, no args)
     ref  ("n", NAME) a name of the program's module, or ("h", ID) a handle the candidate gave earlier;
     `callout` is `call` with the program's prints captured and returned (the test redirected stdout);
-    `callio` is `call` whose first argument is [STDIN TEXT | None, INPUT | None, PRINT | None, CAPTURE]: the test
-    replaced sys.stdin or patched input/print, and the call runs with them (input/print as the test's callables,
-    by callback); its reply carries a fifth element, the characters of STDIN the program read.
+    `callio` is `call` whose first argument is [STDIN TEXT | None, INPUT | None, PRINT | None, CAPTURE, BYTES]:
+    the test replaced sys.stdin or patched input/print, and the call runs with them (input/print as the test's
+    callables, by callback; with BYTES the stdin also has `.buffer`, as the test's had); its reply carries a
+    fifth element, the characters of STDIN the program read.
 Candidate -> judge (socket, tagged JSON of plain data, at most `max_result_mb` per frame), one of:
     HELLO  = ["loaded", [ENTRY, ...]]          ENTRY = [NAME, "value", PLAIN] | [NAME, "object", TYPE]
                                                       | [NAME, "module", MODNAME]      (at most MAX_NAMES)

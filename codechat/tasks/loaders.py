@@ -15,6 +15,7 @@ import ast
 import gzip
 import json
 import math
+import re
 import zlib
 import warnings
 from pathlib import Path
@@ -244,10 +245,31 @@ def _from_evalplus(rec: dict, where: str) -> Task:
 def _from_humaneval(rec: dict, where: str) -> Task:
     _need(rec, ["task_id", "prompt", "test", "entry_point"], where)
     meta = {}
+    prelude = _code_prelude(rec["prompt"], rec["entry_point"])
+    if prelude:  # the official harness runs prompt + completion + test: the prompt's code comes first
+        meta["prelude"] = prelude
     if rec.get("canonical_solution"):
-        meta["solution"] = rec["prompt"] + rec["canonical_solution"]
+        meta["solution"] = (rec["prompt"] if not prelude else "") + rec["canonical_solution"]
     tests = [rec["test"] + f"\ncheck({rec['entry_point']})\n"]
     return Task(str(rec["task_id"]), rec["prompt"], tests, rec["entry_point"], "", None, meta)
+
+
+def _code_prelude(prompt: str, entry_point: str) -> str:
+    """A HumanEval-format prompt that is code (imports, helper classes) but does not define the entry point: the
+    prelude the program and the tests run after (empty when the prompt is prose or defines the entry point, whose
+    prelude the verifier takes from the prompt itself)."""
+    head = re.match(r"[A-Za-z_]\w*", str(entry_point))
+    if not prompt.strip() or head is None:
+        return ""
+    try:
+        tree = ast.parse(prompt)
+    except (SyntaxError, ValueError):
+        return ""
+    code = (ast.Import, ast.ImportFrom, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef, ast.Assign)
+    if not any(isinstance(n, code) for n in tree.body):
+        return ""  # (a docstring or comment alone is no prelude)
+    defined = {n.name for n in ast.walk(tree) if isinstance(n, code[2:5])}
+    return "" if head.group(0) in defined else prompt.rstrip("\n") + "\n"
 
 
 def _from_leetcode(rec: dict, where: str) -> Task:

@@ -14,7 +14,9 @@ Rules, in order:
      default): an exact reference takes only its exact value (`1000000000.0` is not 1000000007, `0.3333333` is not
      1/3), a decimal reference is matched to half a unit of its last digit; `lenient`: a decimal on either side
      within `rel_tol` relative. Both sides sets of exact numbers (`1, 2`, `\\{2, 1\\}`): as sets;
-  3. otherwise math-verify in a worker (answer_worker.py): a timeout kills the worker and is reported as such.
+  3. both sides write a known unit (`\\text{ m}^2`, `\\text{ cm}`) and the units differ: different
+     (answer_units.py; math-verify drops units);
+  4. otherwise math-verify in a worker (answer_worker.py): a timeout kills the worker and is reported as such.
      Strict: when the reference holds no decimal, the answer's decimals are read as exact rationals first, so
      `1.41421356` is not `\\sqrt{2}`.
 Simplified: a worker serves one comparison at a time; `workers` of them run in parallel.
@@ -36,6 +38,7 @@ from pathlib import Path
 from codechat import CodechatError
 from codechat.config import AnswerConfig
 from codechat.verifier.answer_extract import EXTRACTORS, has_percent, plain_number, strip_percent
+from codechat.verifier.answer_units import units_differ
 
 PERCENT_MODES = ("both", "ratio", "number")
 NUMBER_MODES = ("strict", "lenient")
@@ -202,7 +205,7 @@ class EquivPool:
                 out.append([strip_percent(ref), strip_percent(answer)])
             else:
                 out += [[r, a] for r in percent_variants(ref, mode) for a in percent_variants(answer, mode)]
-        return out
+        return [[r, a] for r, a in out if not units_differ(r, a)]  # (`m^2` is not `cm^2`: answer_units.py)
 
     def exact(self, pairs: list[list[str]]) -> tuple[bool, list[list[str]]]:
         """(some plain-number pair is equal, the pairs that need the symbolic comparison)."""

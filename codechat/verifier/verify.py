@@ -125,9 +125,10 @@ def _fenced_blocks(text: str) -> list[tuple[str, str]]:
 def extract_code(completion: str, task: Task) -> str | None:
     """The program to run, or None when the completion holds no code.
 
-    Fenced blocks (```python or bare ```): the last one that defines the entry point, else the last Python
-    block. Unfenced text is taken as code, minus leading prose lines. HumanEval-style continuation: when the
-    prompt itself defines the entry point, the completion continues the prompt (prompt + completion); if the
+    Fenced blocks (```python or bare ```): the last one that defines the entry point, else the last
+    ```python block (a bare fence after it holds sample input or a shell command), else the last bare one.
+    Unfenced text is taken as code, minus leading prose lines. HumanEval-style continuation: when the prompt
+    itself defines the entry point, the completion continues the prompt (prompt + completion); if the
     completion redefines the function, the prompt still comes first so its imports apply.
     """
     if not completion or not completion.strip():
@@ -135,8 +136,9 @@ def extract_code(completion: str, task: Task) -> str | None:
     blocks = _fenced_blocks(completion)
     if blocks:
         py = [b for lang, b in blocks if lang in _PY_LANGS] or [b for _, b in blocks]
-        defining = [b for b in py if _defines(b, _head(task.entry_point))]
-        code = _with_helpers((defining or py)[-1], py)
+        tagged = [b for lang, b in blocks if lang in _PY_LANGS and lang]  # (a bare fence after the ```python one
+        defining = [b for b in py if _defines(b, _head(task.entry_point))]  # is sample input or a command)
+        code = _with_helpers((defining or tagged or py)[-1], py)
     else:
         code = completion
         lines = code.splitlines(keepends=True)
