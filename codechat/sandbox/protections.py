@@ -14,7 +14,7 @@ PROTECTIONS = {  # what each layer a zygote reports as active does (`codechat ve
     "seccomp": "seccomp filter: no ptrace, mount, namespaces, bpf, perf, keyrings, kexec, modules; "
                "sockets AF_UNIX only",
     "judge_unprivileged": "the judge drops root once set up: own uid, PID, IPC and mount namespaces, seccomp; "
-                          "replaced after a job whose tests can execute program values",
+                          "each job's task code runs in a process forked for it from a pristine judge",
     "memory_cgroup": "memory cgroup per worker: memory_mb holds for all of a program's processes together, "
                      "its /tmp files and memfds; without it memory_mb is each process's address space only "
                      "(x nproc processes), /tmp is capped at 256 MiB, unmapped memfds are not counted",
