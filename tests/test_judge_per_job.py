@@ -103,3 +103,20 @@ def test_a_job_that_kills_its_judge_costs_no_later_job_its_verdict(v):
                              "os.kill(os.getpid(), signal.SIGKILL)"], "probe")
     assert not v.verify(kill, RIGHT).passed
     later_jobs_judged_right(v)
+
+
+@root_only
+def test_a_batch_mixing_hostile_task_code_with_honest_jobs_judges_every_honest_job_right():
+    # hostile tasks (patching the judge, sympified program text, leftover processes and files) interleaved with
+    # honest right and wrong programs on two workers, pipelined: no honest verdict changes
+    hostile = [(Task("patch", "", [f"{ALWAYS_PASS}assert probe() == 'ok'"], "probe"), RIGHT),
+               (Task("setup", "", ["assert probe() == 'ok'"], "probe", setup=ALWAYS_PASS), RIGHT),
+               (Task("left", "", ["import os, time\nopen('/tmp/x', 'w')\nif os.fork() == 0:\n    time.sleep(2)\n"
+                                  "    os._exit(0)\nassert probe() == 'ok'"], "probe"), RIGHT)]
+    honest = [(PROBE, RIGHT), (PROBE, WRONG)]
+    pairs = [(hostile + honest)[i % 5] for i in range(60)]
+    with Verifier(VerifierConfig(workers=2, timeout_s=10, memory_mb=512)) as ver:
+        verdicts = ver.verify_many(pairs)
+    for (task, code), verdict in zip(pairs, verdicts):
+        if task is PROBE:
+            assert verdict.passed is (code == RIGHT), (code, verdict)
