@@ -44,6 +44,8 @@ class StdioRun:
         self.n = len(task.stdio.tests)
         self.results: list[RunResult | None] = []
         self.stopped = False
+        self.submitted = 0
+        """Tests handed to the pool so far (when they are submitted one at a time: Verifier._imap_stopping)."""
         self._time = 0.0
         self.early: Verdict | None = None
         """The verdict when nothing runs (no code, no tests)."""

@@ -288,6 +288,9 @@ class Verifier:
 
     def _imap(self, pairs: Iterable[tuple[Task, str]]) -> Iterator[Verdict]:
         # per job: the verdict when nothing runs, the number of tests, or (StdioRun, is its last job)
+        if self.cfg.stop_at_first_failure:
+            yield from self._imap_stopping(pairs)
+            return
         early: deque = deque()
 
         def jobs():
@@ -314,6 +317,74 @@ class Verifier:
                     yield e[0].verdict()
             else:
                 yield e if r is None else self._verdict(r, e)
+
+    def _imap_stopping(self, pairs: Iterable[tuple[Task, str]]) -> Iterator[Verdict]:
+        """`_imap` when a stdin/stdout completion stops at its first failing test: its tests are submitted one at
+        a time (the next once the last one's result is in), while other completions' jobs keep every worker
+        busy; so a looping completion costs one test's limit, not the tests already queued behind it.
+        Verdicts still come in input order."""
+        early: deque = deque()  # per job: (index, StdioRun) | (index, Verdict when nothing runs | tests count) | None
+        waiting: deque = deque()  # (index, StdioRun) with a test submitted whose result is not in yet
+        done: dict[int, Verdict] = {}
+
+        def release():
+            """Submit the next test of each waiting run whose last result is in (or finish it)."""
+            for _ in range(len(waiting)):
+                i, run = waiting.popleft()
+                k = len(run.results)
+                if k < run.submitted:
+                    waiting.append((i, run))
+                elif run.stopped or k == run.n:
+                    while len(run.results) < run.n:
+                        run.add(None)  # (not run: the outcome is decided)
+                    done[i] = run.verdict()
+                else:
+                    run.submitted += 1
+                    waiting.append((i, run))
+                    early.append((i, run))
+                    yield run.job(k)
+
+        def jobs():
+            for i, (task, completion) in enumerate(pairs):
+                yield from release()
+                if task.stdio is not None:
+                    run = StdioRun(task, extract_code(completion, task), self.cfg)
+                    if run.early is not None:
+                        done[i] = run.early
+                        continue
+                    run.submitted = 1
+                    waiting.append((i, run))
+                    early.append((i, run))
+                    yield run.job(0)
+                    continue
+                job = self._tests_job(task, completion)
+                if isinstance(job, Verdict):
+                    done[i] = job
+                    continue
+                early.append((i, len(task.tests)))
+                yield job
+            while waiting:
+                before = len(early)
+                yield from release()
+                if len(early) == before and waiting:
+                    early.append(None)  # nothing to submit until a result is in: let the pool collect one
+                    yield None
+
+        nxt = 0
+        for r in self.pool.run_many(jobs()):
+            e = early.popleft()
+            if e is not None:
+                i, what = e
+                if isinstance(what, StdioRun):
+                    what.add(r)
+                else:
+                    done[i] = self._verdict(r, what)
+            while nxt in done:
+                yield done.pop(nxt)
+                nxt += 1
+        while nxt in done:  # (verdicts decided without running anything, after the last job)
+            yield done.pop(nxt)
+            nxt += 1
 
     def verify_io(self, task: Task, completion: str, inputs: list[list], expected: list,
                   atol: float = 0.0, memory_mb: int | None = None) -> Verdict:
