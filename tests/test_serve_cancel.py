@@ -9,6 +9,7 @@ import time
 import httpx
 import pytest
 
+from codechat.integrations.trl import CodechatReward
 from serve_helpers import served
 
 LOOP = "while True:\n    pass"
@@ -74,3 +75,19 @@ def test_a_request_not_started_by_its_queue_deadline_is_503_and_never_runs():
         m = httpx.get(url + "/metrics", timeout=10).json()
         assert m["programs"] == 1  # the expired request never ran
         assert httpx.post(url + "/run_code", json={"code": "print(1)"}, timeout=30).json()["status"] == "Success"
+
+
+def test_the_trl_reward_comes_back_after_a_503_instead_of_failing_the_step():
+    with served("--workers", "1", "--queue-timeout", "1") as (url, _):
+        busy = threading.Thread(target=lambda: httpx.post(
+            url + "/run_code", json={"code": "import time\ntime.sleep(3)"}, timeout=30))
+        busy.start()
+        time.sleep(0.5)
+        task = {"task_id": "f", "prompt": "", "entry_point": "f", "tests": ["assert f(1) == 1"]}
+        reward = CodechatReward(column="task", url=url)
+        got = reward(prompts=["p", "p"], completions=["def f(x):\n    return x", "def f(x):\n    return 0"],
+                     task=[task, task])
+        busy.join()
+        assert got == [1.0, 0.0]
+        m = httpx.get(url + "/metrics", timeout=10).json()
+        assert m["responses"].get("503", 0) >= 1  # it was refused first, then came back
