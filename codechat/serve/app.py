@@ -10,10 +10,11 @@ Operations, in the order a request meets them: the bearer token (every route but
 body is read; then the body, within `body_timeout_s` (408) and `max_body_mb` (413); malformed JSON or fields get
 400 naming the field. The work then runs in a thread under a `Cancel` (sandbox/cancel.py): a client that
 disconnects has its sandbox runs killed and its slot freed at once, and a request not started on a worker
-`queue_timeout_s` after it arrived gets 503 + Retry-After and never runs. Responses always encode (safejson.py). Single runs go through a thread pool of one
-thread per sandbox worker, each borrowing one worker, so a burst of single runs never starves a batch of all
-of them; batches run one at a time, each on every worker it can borrow. A worker that dies mid-request gives
-that program `infra_error` (SandboxError on /run_code), is replaced, and the server keeps serving.
+`queue_timeout_s` after it arrived gets 503 + Retry-After and never runs. Responses always encode (safejson.py).
+Single runs go through a thread pool of one thread per sandbox worker, each borrowing one worker, so a burst
+of single runs never starves a batch of all of them; batches run one at a time, each on every worker it can
+borrow. A worker that dies mid-request gives that program `infra_error` (SandboxError on /run_code), is
+replaced, and the server keeps serving.
 """
 from __future__ import annotations
 
@@ -175,6 +176,19 @@ async def _disconnected(request: Request) -> None:
         pass
 
 
+def _retried(fn, *args):
+    """fn(*args), run again when it raised SystemError: CPython 3.11's `ast` keeps its recursion count per
+    interpreter, so two threads parsing at once (a /verify's task loading beside a running batch) can fail
+    one of them with "AST constructor recursion depth mismatch"; the work itself is pure and repeatable."""
+    for attempt in range(3):
+        try:
+            return fn(*args)
+        except SystemError:
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
 def _refusal(svc: Service, endpoint: str, e: _Refused) -> JSONResponse:
     svc.metrics.request(endpoint, e.status)
     return _JSON({"error": str(e)}, status_code=e.status, headers=e.headers)
@@ -218,10 +232,10 @@ def build_app(cfg: ServeConfig, closing: Callable[[], bool] = lambda: False) -> 
                 req = await svc.body(request)
                 try:  # loading task records is CPU work: off the event loop, beside (not behind) batches
                     pairs, ids = await asyncio.get_running_loop().run_in_executor(
-                        None, batch.parse, req, svc.loaded, cfg.max_batch, cfg.max_task_timeout_s)
+                        None, _retried, batch.parse, req, svc.loaded, cfg.max_batch, cfg.max_task_timeout_s)
                 except batch.BadVerifyRequest as e:
                     raise _Refused(413 if "over the limit" in str(e) else 400, str(e)) from None
-                verdicts, stats = await svc.in_thread(request, t0, svc.batch, svc.verify_batch, pairs)
+                verdicts, stats = await svc.in_thread(request, t0, svc.batch, _retried, svc.verify_batch, pairs)
         except _Refused as e:
             return _refusal(svc, "/verify", e)
         except _Gone:
