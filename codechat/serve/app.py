@@ -42,6 +42,7 @@ from codechat.verifier.verify import Verifier
 
 RETRY_FULL_S, RETRY_CLOSING_S = 1, 5
 CLIENT_GONE = 499
+_TIMEOUT = getattr(asyncio, "timeout", None)
 
 
 class _JSON(JSONResponse):
@@ -104,7 +105,11 @@ class Service:
                     raise _Refused(413, f"request body is over the {limit}-byte limit")
 
         try:
-            await asyncio.wait_for(read(), self.cfg.body_timeout_s)
+            if _TIMEOUT is not None:  # Python 3.11+: a deadline on this task, no task of its own
+                async with _TIMEOUT(self.cfg.body_timeout_s):
+                    await read()
+            else:
+                await asyncio.wait_for(read(), self.cfg.body_timeout_s)
         except asyncio.TimeoutError:
             raise _Refused(408, f"the request body did not arrive within {self.cfg.body_timeout_s:g}s") from None
         try:

@@ -47,12 +47,14 @@ class _GuardedH11(H11Protocol):
         self._head_timer = self.loop.call_later(self.header_timeout_s, self._head_timeout)
 
     def data_received(self, data: bytes) -> None:
-        if self._head_timer is None and (self.cycle is None or self.cycle.response_complete):
-            self._head_timer = self.loop.call_later(self.header_timeout_s, self._head_timeout)
+        between = self.cycle is None or self.cycle.response_complete
         super().data_received(data)
-        if self.cycle is not None and not self.cycle.response_complete and self._head_timer is not None:
-            self._head_timer.cancel()  # the headers are complete: the app (body timeout) takes over
-            self._head_timer = None
+        if self.cycle is not None and not self.cycle.response_complete:
+            if self._head_timer is not None:  # the head is complete: the app (body timeout) takes over
+                self._head_timer.cancel()
+                self._head_timer = None
+        elif between and self._head_timer is None:  # the first bytes of a next request, its head incomplete
+            self._head_timer = self.loop.call_later(self.header_timeout_s, self._head_timeout)
 
     def connection_lost(self, exc) -> None:
         if self._head_timer is not None:
