@@ -12,17 +12,22 @@ from urllib.parse import urlparse
 import httpx
 import pytest
 
-from serve_helpers import served
+from serve_helpers import server_log, served
 
 TOKEN = "t0ken"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
 @pytest.fixture(scope="module")
-def url():
+def server():
     with served("--workers", "1", "--token", TOKEN, "--header-timeout", "1", "--body-timeout", "1",
                 "--max-connections", "16", "--max-pending", "2") as s:
-        yield s[0]
+        yield s
+
+
+@pytest.fixture(scope="module")
+def url(server):
+    return server[0]
 
 
 def _connect(url) -> socket.socket:
@@ -151,3 +156,22 @@ def test_a_deeply_nested_task_record_is_400_naming_tasks(url):
                    headers=AUTH, timeout=30)
     assert r.status_code == 400 and "tasks" in r.json()["error"]
     assert _honest(url).status_code == 200
+
+
+def test_an_oversized_head_is_refused_and_closed(url):
+    s = _connect(url)
+    s.sendall(b"POST /run_code HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * (32 << 10))  # still no end of head
+    assert _status(s, 5) == 400 and _closed_by_server(s, 5)
+    s.close()
+    assert _honest(url).status_code == 200
+
+
+def test_a_client_leaving_mid_body_is_dropped_quietly(server):
+    url, proc = server
+    s = _connect(url)
+    s.sendall(_head("/run_code", 1000) + b'{"code": ')
+    time.sleep(0.2)
+    s.close()
+    time.sleep(0.5)
+    assert _honest(url).status_code == 200
+    assert "Traceback" not in server_log(proc)  # no request of this module made the server fail

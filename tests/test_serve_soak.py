@@ -14,7 +14,7 @@ from urllib.parse import urlparse
 import httpx
 import pytest
 
-from serve_helpers import served
+from serve_helpers import server_log, served
 
 SOAK_S = float(os.environ.get("CODECHAT_SOAK_S", "60"))
 TASK = {"task_id": "add", "prompt": "", "entry_point": "f", "tests": ["assert f(1, 2) == 3", "assert f(2, 2) == 4"]}
@@ -114,6 +114,8 @@ def test_a_minute_of_honest_and_hostile_clients_loses_and_misjudges_nothing():
             th.join()
         m = httpx.get(url + "/metrics", timeout=30).json()
         assert proc.poll() is None
+        log = server_log(proc)
+    assert "Traceback" not in log, log[-3000:]
     assert t.lost == 0, t.lost_why[:5]
     assert t.wrong == 0 and t.answered > 50 and t.hostile > 50
     assert "500" not in m["responses"]

@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
@@ -112,6 +112,8 @@ class Service:
                 await asyncio.wait_for(read(), self.cfg.body_timeout_s)
         except asyncio.TimeoutError:
             raise _Refused(408, f"the request body did not arrive within {self.cfg.body_timeout_s:g}s") from None
+        except ClientDisconnect:  # the client left mid-body: nobody to answer
+            raise _Gone() from None
         try:
             return safejson.loads(bytes(buf))
         except safejson.BadJSON as e:
