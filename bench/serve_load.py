@@ -19,8 +19,8 @@ codes; `error_kinds` counts them by exception or HTTP code), `refused` (429/503 
 answered; the client waits Retry-After and resends).
 With --baseline-root, both servers run side by side (idle while the other is measured) and each (mode, clients)
 phase runs old, new, new, old; the JSON line then holds `new_vs_old` (new programs/s over old, per phase) and
-the load average. Ends with one JSON line: {"inproc_programs_per_s", "phases": [{mode, clients, programs_per_s, p50_s, p99_s,
-wrong, errors, refused}], "batch_vs_inproc": {clients: ratio}}.
+the load average. Ends with one JSON line: {"inproc_programs_per_s", "phases": [{mode, clients, programs_per_s,
+p50_s, p99_s, wrong, errors, refused}], "batch_vs_inproc": {clients: ratio}}.
 """
 from __future__ import annotations
 

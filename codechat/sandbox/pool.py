@@ -378,7 +378,7 @@ class SandboxPool:
                         done[i] = merge(None)
                     free.append(k)
         finally:
-            for k in busy:  # abandoned mid-way (the caller stopped iterating or was cancelled): the reply is unknown
+            for k in busy:  # abandoned mid-way (the caller stopped or was cancelled): the reply is unknown
                 slots[k] = self._broken(slots[k])
             if c is not None and c.cancelled:  # a zygote released after the kill may be dead too
                 slots = [self._broken(z) for z in slots]

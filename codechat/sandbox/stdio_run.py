@@ -111,7 +111,8 @@ def serve(sock_fd: int, payload: dict, install_hook) -> None:
             with open(name, "xb") as f:
                 f.write(data)
     except OSError as e:
-        os.write(sock_fd, b"E" + f"OSError: cannot write file {name!r}: {e.strerror}"[:300].encode(errors="replace"))
+        why = f"OSError: cannot write file {name!r}: {e.strerror}"[:300]
+        os.write(sock_fd, b"E" + why.encode(errors="replace"))
         return
     in_fd = _stdin_fd(payload["stdin"])
     os.dup2(in_fd, 0)
