@@ -3,6 +3,7 @@ next to the in-process verifier on the same programs in the same run.
 
     python bench/serve_load.py                          # 16 and 64 clients, 10 s per phase, 2 workers
     python bench/serve_load.py --clients 16,64,256 --seconds 60 --max-pending 128
+    python bench/serve_load.py --baseline-root /work/main    # that checkout's server vs this one's, ABBA
 
 Workload: small function tasks (`add`/`mul`/`rev` with 3 asserts each); completions alternate right and wrong,
 so every answer has a known verdict. A single run (/run_code) is one completion with its asserts appended,
@@ -16,8 +17,10 @@ Counted per phase: programs/s (answered programs: a batch counts its completions
 `wrong` (an answer that disagrees with the known verdict), `errors` (transport errors, timeouts, other HTTP
 codes; `error_kinds` counts them by exception or HTTP code), `refused` (429/503 with Retry-After: overload
 answered; the client waits Retry-After and resends).
-Ends with one JSON line: {"inproc_programs_per_s", "phases": [{mode, clients, programs_per_s, p50_s, p99_s,
-wrong, errors, refused}], "batch_vs_inproc": {clients: ratio}}.
+With --baseline-root, both servers run side by side (idle while the other is measured) and each (mode, clients)
+phase runs old, new, new, old; the JSON line then holds `new_vs_old` (new programs/s over old, per phase) and
+the load average. Ends with one JSON line: {"inproc_programs_per_s", "phases": [{mode, clients, programs_per_s,
+p50_s, p99_s, wrong, errors, refused}], "batch_vs_inproc": {clients: ratio}}.
 """
 from __future__ import annotations
 
@@ -143,6 +146,47 @@ def phase(url: str, mode: str, clients: int, seconds: float, group: int) -> dict
             **{k: counts[k] for k in ("wrong", "errors", "refused")}, "error_kinds": kinds}
 
 
+def start_server(root: Path, workers: int, max_pending: int) -> tuple[subprocess.Popen, str]:
+    """`codechat serve` of the checkout at `root` (PYTHONPATH), healthy; returns (process, URL)."""
+    env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "codechat", "serve", "--port", "0", "--workers", str(workers),
+                             "--max-pending", str(max_pending)], env=env, stdout=subprocess.PIPE, text=True,
+                            cwd=root)
+    url = "http://127.0.0.1:" + re.search(r":(\d+)\s*$", proc.stdout.readline()).group(1)
+    for _ in range(600):
+        try:
+            if httpx.get(url + "/health", timeout=5).status_code == 200:
+                break
+        except httpx.TransportError:
+            time.sleep(0.1)
+    return proc, url
+
+
+def compare(a) -> None:
+    """--baseline-root: the same phases on the baseline checkout's server and this one, alternated ABBA."""
+    servers = {"old": start_server(Path(a.baseline_root), a.workers, a.max_pending),
+               "new": start_server(ROOT, a.workers, a.max_pending)}
+    phases, ratios = [], {}
+    try:
+        for mode in ("run_code", "verify"):
+            for c in [int(x) for x in a.clients.split(",")]:
+                got: dict[str, list[float]] = {"old": [], "new": []}
+                for side in ("old", "new", "new", "old"):
+                    p = phase(servers[side][1], mode, c, a.seconds, a.group)
+                    p["side"] = side
+                    phases.append(p)
+                    got[side].append(p["programs_per_s"])
+                    print(f"{side} {mode:>8} {c:>4} clients: {p['programs_per_s']:8.1f} programs/s  p50 "
+                          f"{p['p50_s']:.3f}s  wrong {p['wrong']}  errors {p['errors']}", file=sys.stderr)
+                ratios[f"{mode}/{c}"] = round(sum(got["new"]) / max(1e-9, sum(got["old"])), 3)
+    finally:
+        for proc, _ in servers.values():
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=60)
+    print(json.dumps({"workers": a.workers, "seconds": a.seconds, "group": a.group, "load": os.getloadavg(),
+                      "new_vs_old": ratios, "phases": phases}))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--clients", default="16,64", help="comma-separated client counts")
@@ -150,20 +194,16 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--group", type=int, default=8, help="completions per /verify request")
     ap.add_argument("--max-pending", type=int, default=256, help="the server's --max-pending")
+    ap.add_argument("--baseline-root", default="",
+                    help="another checkout (e.g. main): compare its server with this one's, phases alternated")
     a = ap.parse_args()
+    if a.baseline_root:
+        compare(a)
+        return
     before = inproc(a.workers, a.group, a.seconds)
     print(f"in-process verify_many: {before:.1f} programs/s", file=sys.stderr)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "codechat", "serve", "--port", "0", "--workers", str(a.workers),
-                             "--max-pending", str(a.max_pending)], env=env, stdout=subprocess.PIPE, text=True)
+    proc, url = start_server(ROOT, a.workers, a.max_pending)
     try:
-        url = "http://127.0.0.1:" + re.search(r":(\d+)\s*$", proc.stdout.readline()).group(1)
-        for _ in range(600):
-            try:
-                if httpx.get(url + "/health", timeout=5).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.1)
         phases = []
         for mode in ("run_code", "verify"):
             for c in [int(x) for x in a.clients.split(",")]:

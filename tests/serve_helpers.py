@@ -7,6 +7,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -19,12 +20,15 @@ ROOT = Path(__file__).resolve().parents[1]
 def served(*args: str, env: dict | None = None):
     """Yields (base URL, process); stops the server (SIGTERM) afterwards."""
     e = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **(env or {})}
+    # stderr to a file, not a pipe nobody reads: a server logging more than a pipe holds would block on it
+    log = tempfile.TemporaryFile("w+")
     proc = subprocess.Popen([sys.executable, "-m", "codechat", "serve", "--port", "0", *args], env=e,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+                            stdout=subprocess.PIPE, stderr=log, text=True, cwd=ROOT)
+    proc.log = log
     try:
         line = proc.stdout.readline()
         m = re.search(r"http://\S+:(\d+)", line)
-        assert m, f"no listening line: {line!r} {proc.stderr.read() if proc.poll() is not None else ''}"
+        assert m, f"no listening line: {line!r} {server_log(proc) if proc.poll() is not None else ''}"
         url = f"http://127.0.0.1:{m.group(1)}"
         deadline = time.monotonic() + 60
         while True:
@@ -44,6 +48,12 @@ def served(*args: str, env: dict | None = None):
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+def server_log(proc) -> str:
+    """What the server wrote to stderr so far."""
+    proc.log.seek(0)
+    return proc.log.read()
 
 
 def zygote_pids(server_pid: int) -> list[int]:

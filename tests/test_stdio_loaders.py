@@ -99,7 +99,7 @@ def test_apps_taco_jsonl_record(tmp_path):
     a, b = load_tasks(write(tmp_path, recs))
     assert (a.task_id, a.kind, a.solution, a.stdio.tests[0].output) == ("7", "stdio", recs[0]["solutions"][2:-2], "3\n")
     assert (b.kind, b.entry_point, len(b.tests)) == ("function", "sq", 2)
-    assert b.tests[0] == "assert _codechat_same(sq(*[2]), [4], True)"
+    assert b.tests[0] == "assert _codechat_same(_codechat_fn('sq')(*[2]), [4], True)"
 
 
 def test_codecontests_record_with_solutions_and_time_limit(tmp_path):

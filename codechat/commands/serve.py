@@ -9,6 +9,7 @@ come from CODECHAT_SERVE_TOKEN. Needs the `serve` extra (`pip install codechat[s
 from __future__ import annotations
 
 import argparse
+import math
 import os
 
 from codechat import CodechatError
@@ -36,6 +37,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"/verify: most completions per request; more gets 413 (default {d.max_batch})")
     p.add_argument("--max-run-timeout", type=float, default=d.max_run_timeout_s,
                    help=f"/run_code: largest run_timeout accepted (default {d.max_run_timeout_s:g})")
+    p.add_argument("--max-task-timeout", type=float, default=d.max_task_timeout_s,
+                   help=f"/verify: largest timeout_s a request's task records get (default {d.max_task_timeout_s:g})")
+    p.add_argument("--max-connections", type=int, default=d.max_connections,
+                   help=f"open connections at once; a request beyond them gets 503 (default {d.max_connections})")
+    p.add_argument("--header-timeout", type=float, default=d.header_timeout_s,
+                   help=f"seconds a connection has to complete a request's headers (default {d.header_timeout_s:g})")
+    p.add_argument("--body-timeout", type=float, default=d.body_timeout_s,
+                   help=f"seconds an admitted request has to send its body; else 408 (default {d.body_timeout_s:g})")
+    p.add_argument("--queue-timeout", type=float, default=d.queue_timeout_s,
+                   help=f"seconds a request may wait for a sandbox worker; else 503 (default {d.queue_timeout_s:g})")
     p.add_argument("--cache-size", type=int, default=d.cache_size,
                    help="/verify: distinct verdicts kept across requests (default 0: dedup within a request)")
     p.add_argument("--grace", type=float, default=d.grace_s,
@@ -46,7 +57,9 @@ def config_from_args(args) -> ServeConfig:
     cfg = ServeConfig(host=args.host, port=args.port, token=args.token or os.environ.get(TOKEN_ENV, ""),
                       allow_no_token=args.no_token, tasks=args.tasks, max_pending=args.max_pending,
                       max_body_mb=args.max_body_mb, max_batch=args.max_batch, max_run_timeout_s=args.max_run_timeout,
-                      cache_size=args.cache_size, grace_s=args.grace)
+                      cache_size=args.cache_size, grace_s=args.grace, max_task_timeout_s=args.max_task_timeout,
+                      max_connections=args.max_connections, header_timeout_s=args.header_timeout,
+                      body_timeout_s=args.body_timeout, queue_timeout_s=args.queue_timeout)
     if not 0 <= cfg.port < 65536:
         raise CodechatError(f"--port must be in 0..65535, got {cfg.port}")
     if cfg.host not in LOCAL_HOSTS and not cfg.token and not cfg.allow_no_token:
@@ -54,8 +67,11 @@ def config_from_args(args) -> ServeConfig:
                             f"or pass --no-token for a network you trust")
     for name, v in (("--max-pending", cfg.max_pending), ("--max-body-mb", cfg.max_body_mb),
                     ("--max-batch", cfg.max_batch),
-                    ("--max-run-timeout", cfg.max_run_timeout_s), ("--grace", cfg.grace_s)):
-        if not v > 0:
+                    ("--max-run-timeout", cfg.max_run_timeout_s), ("--grace", cfg.grace_s),
+                    ("--max-task-timeout", cfg.max_task_timeout_s), ("--max-connections", cfg.max_connections),
+                    ("--header-timeout", cfg.header_timeout_s), ("--body-timeout", cfg.body_timeout_s),
+                    ("--queue-timeout", cfg.queue_timeout_s)):
+        if not (v > 0 and math.isfinite(v)):
             raise CodechatError(f"{name} must be positive, got {v}")
     if cfg.cache_size < 0:
         raise CodechatError(f"--cache-size must be >= 0, got {cfg.cache_size}")

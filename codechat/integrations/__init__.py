@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import httpx
 
@@ -33,7 +34,9 @@ def as_record(value, where: str) -> dict:
     if not isinstance(value, dict):
         raise CodechatError(f"{where}: a task record must be an object, JSON text or a list of asserts, "
                             f"got {type(value).__name__}")
-    return value
+    # a `datasets` column mixing formats (codechat and MBPP rows) holds every key of every row, None where a
+    # row has none (Arrow's struct type): a row is read by its own, non-null fields
+    return {k: v for k, v in value.items() if v is not None}
 
 
 class Judge:
@@ -75,8 +78,23 @@ class Judge:
         body = {"tasks": tasks, "completions": [{"task_id": t, "completion": c} for t, c in zip(ids, completions)]}
         if self.fmt:
             body["format"] = self.fmt
-        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
-        r = httpx.post(self.url + "/verify", json=body, headers=headers, timeout=self.timeout_s)
+        headers = {"Content-Type": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        # ASCII JSON: a completion holding a lone surrogate (a model can emit one) travels as its \u escape,
+        # where httpx's own encoder (strict UTF-8) would raise
+        content = json.dumps(body, ensure_ascii=True).encode("ascii")
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            r = httpx.post(self.url + "/verify", content=content, headers=headers,
+                           timeout=max(1.0, deadline - time.monotonic()))
+            retry = r.status_code in (429, 503) and time.monotonic() < deadline
+            if not retry:
+                break
+            try:  # the server is full or closing: come back when it says (bounded by this call's timeout)
+                time.sleep(min(30.0, max(0.1, float(r.headers.get("retry-after", "1")))))
+            except ValueError:
+                time.sleep(1.0)
         if r.status_code != 200:
             raise CodechatError(f"{self.url}/verify answered {r.status_code}: {r.text[:300]}")
         out = []

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from codechat.sandbox import cgroup, frames, wire
+from codechat.sandbox import cancel, cgroup, frames, wire
 from codechat.sandbox.protections import (ALL_PROTECTIONS, ALWAYS, PROTECTIONS,  # noqa: F401 (re-exported)
                                            missing_protections_message, protection_report)
 from codechat.sandbox.isolation import Limits
@@ -52,6 +52,8 @@ class Job:
     max_result_bytes: int = 16 << 20
     stdin: bytes = b""
     """Mode `stdio`: the program's standard input (the candidate gets only this test's input)."""
+    files: dict = field(default_factory=dict)
+    """Mode `stdio`: {relative path: bytes} written into the program's working directory before it runs."""
     stdio: dict = field(default_factory=dict)
     """Mode `stdio`, judge side only: `input`, `float_tol`, `checker`, `cpu_limit_s` (see sandbox/stdio_judge.py)."""
     prelude: str = ""
@@ -121,6 +123,7 @@ class Zygote:
             payload = {"code": str(job.code), "setup": str(job.setup), "mode": str(job.mode)}
             if job.mode == "stdio":
                 payload["stdin"] = bytes(job.stdin)
+                payload["files"] = {str(k): bytes(v) for k, v in job.files.items()}
             _write_quietly(cand_w, marshal.dumps(payload))
             _write_quietly(judge_w, pickle.dumps({
                 "mode": job.mode, "prelude": job.prelude, "setup": job.setup, "entry_point": job.entry_point,
@@ -265,18 +268,27 @@ class SandboxPool:
     def run(self, job: Job) -> RunResult:
         if self._closed:
             raise RuntimeError("the sandbox pool is closed")
-        z = self._idle.get()
-        raw = None
+        z = cancel.borrow(self._idle)
+        c, raw, killed = cancel.current(), None, False
         try:
             if z is None:
                 z = self._start()
-            raw = z.run(job)
+            if c is not None:
+                c.hold(z.proc.pid)
+            try:
+                raw = z.run(job)
+            finally:
+                killed = c is not None and c.release(z.proc.pid)
+            if killed:
+                raise EOFError("cancelled")
         except (OSError, EOFError, wire.WireError, pickle.UnpicklingError):
             if z is not None:
-                self._discard(z)  # broken or hung: the next job on this slot starts a fresh zygote
+                self._discard(z)  # broken, hung or cancelled: the next job on this slot starts a fresh zygote
             z = None
         finally:
             self._idle.put(z)
+        if killed:
+            raise cancel.Cancelled("the request was cancelled")
         return merge(raw)
 
     def run_many(self, jobs: Iterable[Job | None]) -> Iterator[RunResult | None]:
@@ -284,7 +296,8 @@ class SandboxPool:
         thread: no thread pool, no hand-offs between threads. At most two jobs per zygote wait in order."""
         if self._closed:
             raise RuntimeError("the sandbox pool is closed")
-        slots = [self._idle.get()]  # at least one zygote (waits if other threads hold them all)
+        c = cancel.current()
+        slots = [cancel.borrow(self._idle)]  # at least one zygote (waits if other threads hold them all)
         while True:
             try:
                 slots.append(self._idle.get_nowait())
@@ -298,6 +311,8 @@ class SandboxPool:
         exhausted = False
         try:
             while True:
+                if c is not None and c.cancelled:
+                    raise cancel.Cancelled("the request was cancelled")
                 while free and not exhausted and submitted - nxt < 2 * len(slots):
                     job = next(it, _END)
                     if job is _END:
@@ -311,6 +326,8 @@ class SandboxPool:
                     try:
                         if slots[k] is None:
                             slots[k] = self._start()
+                        if c is not None:
+                            c.hold(slots[k].proc.pid)
                         slots[k].submit(job)
                         busy[k] = (i, time.monotonic() + job.timeout_s + 30)
                     except (OSError, EOFError, wire.WireError, pickle.UnpicklingError):
@@ -335,14 +352,19 @@ class SandboxPool:
                     try:
                         if deadline <= now and slots[k].sock.fileno() not in ready:
                             raise TimeoutError("the zygote stopped answering")
-                        done[i] = merge(slots[k].collect())
+                        raw = slots[k].collect()
+                        if c is not None and c.release(slots[k].proc.pid):
+                            raise EOFError("cancelled")
+                        done[i] = merge(raw)
                     except (OSError, EOFError, wire.WireError, pickle.UnpicklingError):
                         slots[k] = self._broken(slots[k])
                         done[i] = merge(None)
                     free.append(k)
         finally:
-            for k in busy:  # abandoned mid-way (the caller stopped iterating): the reply is unknown
+            for k in busy:  # abandoned mid-way (the caller stopped or was cancelled): the reply is unknown
                 slots[k] = self._broken(slots[k])
+            if c is not None and c.cancelled:  # a zygote released after the kill may be dead too
+                slots = [self._broken(z) for z in slots]
             for z in slots:
                 self._idle.put(z)
 

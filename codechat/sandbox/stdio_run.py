@@ -104,6 +104,16 @@ def serve(sock_fd: int, payload: dict, install_hook) -> None:
         kind = "SyntaxError" if isinstance(e, SyntaxError) else type(e).__name__
         os.write(sock_fd, b"E" + f"{kind}: {e}"[:300].encode(errors="replace"))
         return
+    try:  # the caller's extra files (serve's `files`), as the program's own uid, under its limits
+        for name, data in payload.get("files", {}).items():
+            if os.path.dirname(name):
+                os.makedirs(os.path.dirname(name), exist_ok=True)
+            with open(name, "xb") as f:
+                f.write(data)
+    except OSError as e:
+        why = f"OSError: cannot write file {name!r}: {e.strerror}"[:300]
+        os.write(sock_fd, b"E" + why.encode(errors="replace"))
+        return
     in_fd = _stdin_fd(payload["stdin"])
     os.dup2(in_fd, 0)
     os.close(in_fd)

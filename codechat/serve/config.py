@@ -27,9 +27,21 @@ class ServeConfig:
     run_timeout_s: float = 10.0
     """/run_code: `run_timeout` when the request sets none (SandboxFusion's default)."""
     max_run_timeout_s: float = 60.0
-    """/run_code: largest `run_timeout` accepted (a larger one is a SandboxError naming it)."""
+    """/run_code: the operator's cap on `run_timeout` (a larger one runs with this one)."""
     memory_mb: int = 1024
-    """/run_code: `memory_limit_MB` when the request sets none."""
+    """/run_code: the operator's memory cap: `memory_limit_MB` above it (or -1, "no limit") runs with it."""
+    max_task_timeout_s: float = 60.0
+    """/verify: largest `timeout_s` a request's task records get (a larger one runs with this one)."""
+    max_connections: int = 1024
+    """Open connections (and requests in progress) at once; a request beyond them is answered 503 (uvicorn's
+    `limit_concurrency`)."""
+    header_timeout_s: float = 10.0
+    """A connection must complete a request's headers this many seconds after it opens or starts the request."""
+    body_timeout_s: float = 30.0
+    """An admitted request must deliver its whole body within this many seconds (else 408)."""
+    queue_timeout_s: float = 60.0
+    """A request not started on a sandbox worker this many seconds after it arrived is answered 503 +
+    Retry-After, and never runs."""
     max_stdout_mb: float = 4.0
     """/run_code: stdout kept per program; more ends the run with status Error."""
     tasks: str = ""

@@ -47,6 +47,17 @@ SAME = '''def _codechat_same(got, want, unwrap=False):
         return x
     got = plain(got)
     return got == want or (unwrap and isinstance(want, list) and len(want) == 1 and got == plain(want[0]))
+
+
+def _codechat_fn(name):
+    """The function under test: LeetCode's `Solution().name` when the program wrote that class, else `name`."""
+    try:
+        cls = Solution  # bound only when the program defines it
+    except NameError:
+        cls = None
+    if cls is not None and hasattr(cls, name):
+        return getattr(cls(), name)
+    return globals()[name]
 '''
 """Setup of call-based tasks: runs in the judge (the tests call it on the program's returned plain values)."""
 
@@ -81,10 +92,14 @@ def _method_of(starter: str) -> tuple[str | None, str | None]:
 
 
 def _call_target(fn_name: str, starter: str) -> tuple[str, str]:
-    """(entry point, expression that calls it) for a call-based test."""
+    """(entry point, expression that calls it) for a call-based test. Without a starter naming a class, an
+    answer may still be LeetCode's `class Solution` with the method `fn_name` (verl's APPS ground truths carry
+    only `fn_name`): then the tests call `Solution().fn_name`, else the function `fn_name`."""
     cls, method = _method_of(starter)
     if cls and (method == fn_name or not fn_name):
         return cls, f"{cls}().{method}"
+    if cls is None and fn_name.isidentifier():
+        return fn_name, f"_codechat_fn({fn_name!r})"
     return fn_name, fn_name
 
 
