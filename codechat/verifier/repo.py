@@ -124,7 +124,7 @@ class RepoJudge:
         self._task_locks: dict[str, threading.RLock] = {}
         self._n = 0
         self._logs: dict[str, int] = {}
-        self._missing: dict[str, set[str]] = {}
+        self._base_runs: dict[str, tuple[str, set[str]]] = {}
         self.warm = WarmRunner() if warm else None
         """The warm runner every test run of this judge (and of the agent's run_tests) forks from, or None."""
         self.trash = Trash()
@@ -286,23 +286,29 @@ class RepoJudge:
         return self._decide(task, run, hidden_files, keep, dropped, applied, env.key if env else "codechat",
                             ws.root), run.output
 
-    def base_missing(self, task: RepoTask) -> set[str]:
-        """Modules the environment lacks that the tests need on the untouched base (run once per task, only
-        when a judgement meets one): an env_error must be the environment's, never the patch's doing."""
+    def base_run(self, task: RepoTask) -> tuple[str, set[str]]:
+        """(status, missing modules) of the same tests on the untouched base, in the same environment (run once
+        per task, only when a judgement meets an environment-looking failure): an `env_error` must be the
+        environment's doing, never the patch's. A base that runs (`ok`) makes the patched run's crash the
+        patch's; a missing module counts only if the base lacks it too."""
         with self._task_lock(task.task_id):
-            if task.task_id not in self._missing:
+            if task.task_id not in self._base_runs:
                 ws = self.clone(task)
                 try:
                     self._write_tests(task, ws)
                     run = run_tests(ws.root, self._targets(task), task.limits.test_timeout_s, self.max_output_bytes,
                                     self.hide_paths, env=self.env_for(task), memory_mb=self.memory_mb, warm=self.warm)
                     gone = missing_module(run.collect_errors, ws.root)
-                    self._missing[task.task_id] = {gone} if gone else set()
+                    self._base_runs[task.task_id] = (run.status, {gone} if gone else set())
                 except (PatchError, WorkspaceError, OSError):
-                    self._missing[task.task_id] = set()
+                    self._base_runs[task.task_id] = ("env_error", set())
                 finally:
                     self.discard(ws)
-            return self._missing[task.task_id]
+            return self._base_runs[task.task_id]
+
+    def base_missing(self, task: RepoTask) -> set[str]:
+        """Modules the environment lacks that the tests need on the untouched base (`base_run`)."""
+        return self.base_run(task)[1]
 
     def _targets(self, task: RepoTask, ws: Workspace | None = None) -> list[str]:
         """Hidden test files and visible ones; in a workspace, only the visible files the change left (a deleted
@@ -331,6 +337,11 @@ class RepoJudge:
                       tests_passed=sum(run.tests.values()), tests_total=len(run.tests), env=env_name)
         if run.status != "ok":
             last = run.message or (run.output.strip().splitlines()[-1:] or [run.status])[0]
+            if run.status == "env_error" and applied and self.base_run(task)[0] == "ok":
+                # the same tests run on the untouched base: the change broke the run (a syntax error or a raise
+                # at import, a removed name, an exit during collection), which is its own failure
+                return RepoVerdict("failed", False, 0.0, message=f"the change breaks the test run (the base "
+                                   f"runs): {last[:300]}", **common)
             return RepoVerdict(run.status, False, 0.0, message=last, **common)
         if run.tampered:
             return RepoVerdict("rejected", False, 0.0, message=f"test runner patched during the run: "
