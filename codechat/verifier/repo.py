@@ -31,7 +31,7 @@ from codechat.tasks.repo import RepoTask, materialize
 from codechat.verifier.patches import PatchError, apply_diff, parse_diff
 from codechat.verifier.repo_env import TestEnv
 from codechat.verifier.repo_rules import CONFIG_FILES, drop_reason, hazard, matches, resolve_ids, test_targets
-from codechat.verifier.repo_run import RUNNER, TestRun, missing_module, run_tests
+from codechat.verifier.repo_run import RUNNER, TestRun, changed_lines, missing_module, run_tests
 from codechat.verifier.repo_warm import WarmRunner
 from codechat.verifier.verdict import Verdict
 
@@ -266,7 +266,7 @@ class RepoJudge:
 
     def _run(self, task: RepoTask, ws: Workspace, kept: dict, dropped: list[str],
              keep: set[str]) -> tuple[RepoVerdict, str]:
-        applied = []
+        applied, untrusted = [], {}
         try:
             for path, text in kept.items():
                 if text is None:
@@ -274,15 +274,19 @@ class RepoJudge:
                         (ws.root / path).unlink()
                         applied.append(path)
                 else:
+                    f = ws.root / path
+                    before = f.read_text(encoding="utf-8", errors="replace") if f.is_file() and not f.is_symlink() \
+                        else None
                     ws.write(path, text)
                     applied.append(path)
+                    untrusted[path] = changed_lines(before, text)
             self._write_tests(task, ws)
         except (PatchError, WorkspaceError, OSError) as e:
             return RepoVerdict("error", False, 0.0, dropped=dropped, message=f"cannot apply: {e}"), ""
         env = self.env_for(task)
         hidden_files = test_targets(sorted(set(task.hidden_tests) | self._patch_paths(task)))
         run = run_tests(ws.root, self._targets(task, ws), task.limits.test_timeout_s, self.max_output_bytes, self.hide_paths,
-                        env=env, memory_mb=self.memory_mb, warm=self.warm)
+                        env=env, memory_mb=self.memory_mb, warm=self.warm, untrusted=untrusted)
         return self._decide(task, run, hidden_files, keep, dropped, applied, env.key if env else "codechat",
                             ws.root), run.output
 
