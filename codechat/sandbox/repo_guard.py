@@ -17,8 +17,8 @@ standard library and the environment's packages do not.
   `gc` object walks, `ctypes`, new code objects (`code.__new__`/`replace`, `marshal.loads`, `compile` under a
   real path, `function.__new__`, assigning `__code__`); and from anyone: tracing and profiling hooks, opening
   `/proc/*/mem`. The decision is made by the innermost frame that is not a helper that hands frames or
-  attributes to its caller (`inspect`, `traceback`, `asyncio`, `ctypes`, `string`, `bdb`/`pdb`, pytest's
-  `_code`, `logging.currentframe`). Every refusal is also recorded (`violations`): the run is `rejected`.
+  attributes to its caller (`inspect`, `traceback.walk_stack`/`walk_tb`, `asyncio`, `ctypes`, `string`,
+  `bdb`/`pdb`, pytest's `_code`, `logging.currentframe`). Every refusal is also recorded (`violations`): the run is `rejected`.
 - On every import the finders in `sys.meta_path` and `sys.path_hooks` are checked: one added or changed
   whose code the change wrote is recorded.
 - `Snapshot` holds, taken before any repository code runs, the identity of every hook implementation of
@@ -37,7 +37,11 @@ FRAME_ATTRS = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame"})
 FROM_WRITTEN = frozenset({"sys._getframe", "sys._current_frames", "gc.get_objects", "gc.get_referrers",
                           "gc.get_referents", "code.__new__", "marshal.loads", "marshal.load", "function.__new__"})
 ALWAYS = frozenset({"sys.settrace", "sys.setprofile"})
-HELPER_MODULES = ("inspect", "traceback", "string", "bdb", "pdb")
+HELPER_MODULES = ("inspect", "string", "bdb", "pdb")
+HELPER_FUNCTIONS = {"traceback": ("walk_stack", "walk_tb", "extract", "_extract_from_extended_frame_gen", "<genexpr>"),
+                    "logging": ("<lambda>",)}
+"""Functions that hand frames (or their locals) to whoever calls them: `traceback.walk_stack` and
+`StackSummary.extract(..., capture_locals=True)`, `logging.currentframe`. Formatting a traceback is no helper."""
 HELPER_PACKAGES = ("asyncio", "ctypes")
 FINDER_METHODS = ("find_spec", "find_module", "find_loader", "create_module", "exec_module", "load_module",
                   "invalidate_caches", "get_code", "get_data", "get_source")
@@ -64,14 +68,16 @@ class Guard:
             mod = sys.modules.get(name)
             if mod is not None:
                 self.helper_dirs.append(os.path.join(os.path.dirname(mod.__file__), ""))
-        logging = sys.modules.get("logging")
-        if logging is not None and hasattr(logging, "currentframe"):
-            self.helper_codes.add(logging.currentframe.__code__)
+        for name, functions in HELPER_FUNCTIONS.items():
+            mod = sys.modules.get(name)
+            if mod is not None and getattr(mod, "__file__", None):
+                self.helper_codes.update((mod.__file__, f) for f in functions)
         self.helper_dirs = tuple(self.helper_dirs)
         self.violations: list = []
         self.finders = (tuple(sys.meta_path), tuple(sys.path_hooks))
         self._busy = False
         self._cache: dict = {}
+        self._vetted: set = {id(None)}
 
     def written(self, filename: str, line: int) -> bool:
         """Was the code at `filename:line` written by the change (or does it have no trusted file)?"""
@@ -91,7 +97,7 @@ class Guard:
 
     def _helper(self, code) -> bool:
         f = code.co_filename
-        return f in self.helper_files or f.startswith(self.helper_dirs) or code in self.helper_codes
+        return f in self.helper_files or f.startswith(self.helper_dirs) or (f, code.co_name) in self.helper_codes
 
     def by_written_code(self, frame) -> bool:
         """Is the innermost frame from `frame` outwards that is not a helper one the change wrote?"""
@@ -114,8 +120,7 @@ class Guard:
         elif event == "compile":
             check = isinstance(args[1], str) and args[1].startswith("/")
         elif event == "import":
-            if (tuple(sys.meta_path), tuple(sys.path_hooks)) != self.finders:
-                self._check_finders()
+            self.check_finders()
             return
         elif event in ALWAYS:
             self._refuse(event, "tracing and profiling are off in a judged run")
@@ -143,13 +148,22 @@ class Guard:
                                    if event not in ALWAYS and event != "open" else f"refused {msg}")
         raise RuntimeError(f"codechat judge: {msg} is not allowed in a judged test run")
 
-    def _check_finders(self) -> None:
+    def check_finders(self) -> None:
+        """Record a finder or path hook added (or a path entry finder cached) since the last check whose code
+        the change wrote. Called on import events, and by the runner after each test module is collected and
+        as each test ends (importlib.import_module raises no import event)."""
+        cached = sys.path_importer_cache
+        if (tuple(sys.meta_path), tuple(sys.path_hooks)) == self.finders \
+                and all(id(f) in self._vetted for f in list(cached.values())):
+            return
         self._busy = True
         try:
             old = set(map(id, self.finders[0] + self.finders[1]))
-            for f in list(sys.meta_path) + list(sys.path_hooks):
-                if id(f) not in old and not self.trusted_object(f):
-                    self.violations.append(f"import hook added by code the change wrote: {type(f).__name__}")
+            for f in list(sys.meta_path) + list(sys.path_hooks) + list(cached.values()):
+                if id(f) not in old and id(f) not in self._vetted:
+                    if not self.trusted_object(f):
+                        self.violations.append(f"import hook added by code the change wrote: {type(f).__name__}")
+                    self._vetted.add(id(f))
             self.finders = (tuple(sys.meta_path), tuple(sys.path_hooks))
         finally:
             self._busy = False
@@ -161,6 +175,11 @@ class Guard:
             return self.trusted_callable(obj)
         inst = getattr(obj, "__dict__", {}) if not isinstance(obj, type) else {}
         if any(m in inst for m in FINDER_METHODS):
+            return False
+        loaders = inst.get("_loaders")  # a FileFinder built with loaders of the change's own
+        if isinstance(loaders, list) and not all(self.trusted_object(x) for pair in loaders
+                                                 for x in (pair if isinstance(pair, tuple) else (pair,))
+                                                 if not isinstance(x, str)):
             return False
         for cls in (obj if isinstance(obj, type) else type(obj)).__mro__:
             for name, v in vars(cls).items():

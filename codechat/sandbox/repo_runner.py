@@ -196,11 +196,13 @@ def main() -> None:
             self.phases.setdefault(report.nodeid, {})[report.when] = report.outcome
             if report.when == "teardown" and self.snapshot is not None and len(self.problems) < 20:
                 self.problems += self.snapshot.changes(full=False)
+                self.guard.check_finders()
                 mod = self.modules_by_id.get(report.nodeid)
                 if mod is not None:
                     self.problems += self.rebound(mod)
 
         def pytest_collectreport(self, report):
+            self.guard.check_finders()  # (a test module was just imported)
             if report.failed:
                 lines = str(report.longreprtext).strip().splitlines()
                 self.collect_errors.append(f"{report.nodeid or '<session>'}: {lines[-1][:300] if lines else ''}")
