@@ -7,9 +7,9 @@
     python bench/swebench_gold.py --envs DIR [--trees ../shared/data/repo/swebench] [--log-dir LOGS]
         judges, for each instance with a tree, the gold patch, an empty patch and a wrong one (the gold without
         its largest hunk; a one-hunk gold loses its added lines), with the environments built by
-        `codechat repo env build bench/swebench_envs.json --out DIR`. An instance whose FAIL_TO_PASS tests all
-        need the internet (marked `offline_skip` in bench/swebench_envs.json) is not judged: the JSON line lists it
-        under "skipped" with the reason.
+        `codechat repo env build bench/swebench_envs.json --out DIR`. An instance any of whose FAIL_TO_PASS tests
+        needs the internet (marked `offline_skip` in bench/swebench_envs.json) is not judged: the JSON line lists
+        it under "skipped" with the reason.
 Ends with one JSON line of figures.
 """
 from __future__ import annotations
@@ -111,13 +111,10 @@ def _diff(patch: str, drop_largest: bool) -> str:
 
 
 def offline_reason(rec: dict, envs: dict) -> str | None:
-    """Why an instance cannot be judged offline: every FAIL_TO_PASS test of it is marked `offline_skip` in its
-    environment (the reason given there), or None."""
+    """Why an instance cannot be judged offline: a FAIL_TO_PASS test of it is marked `offline_skip` in its
+    environment (`TestEnv.offline_reason`), or None."""
     env = envs.get(f"{rec['repo']}@{rec['version']}")
-    f2p = json.loads(rec["FAIL_TO_PASS"])
-    if env is None or not f2p or not all(t in env.offline_skip for t in f2p):
-        return None
-    return f"every FAIL_TO_PASS test is marked offline_skip: {env.offline_skip[f2p[0]]}"
+    return env.offline_reason(json.loads(rec["FAIL_TO_PASS"])) if env is not None else None
 
 
 def run_live(records: list[dict], trees: Path, envs_dir: str, log_dir: str | None) -> dict:
