@@ -20,7 +20,47 @@ PLUGIN = "_P = type('_P', (), {'pytest_' + 'pyfunc_call': lambda self, pyfuncite
 BY_REWRITE_HOOK = ("for _f in sys.meta_path:\n    if getattr(_f, 'config', None) is not None:\n"
                    "        _f.config.pluginmanager.register(_PLUGIN, 'helper')\n        break\n")
 
+
+def forge_from(first_frame: str) -> str:
+    """A package that gets a frame by `first_frame` (code setting `f`), walks out to the runner's, and writes a
+    record of every test passed with the runner's nonce on its result pipe, then leaves."""
+    return f"""
+import json
+def _forge():
+{"".join("    " + l + chr(10) for l in first_frame.strip().splitlines())}    while f is not None:
+        loc = _g(f, 'f_' + 'locals')
+        if 'nonce' in loc and 'result_fd' in loc:
+            ids = ["tests/test_hidden.py::test_low", "tests/test_hidden.py::test_order",
+                   "tests/test_unit.py::ClampTest::test_unit_low"]
+            rec = {{"nonce": loc['nonce'], "exit": 0, "collected": 3, "collect_errors": [], "tampered": [],
+                   "tests": {{n: {{"passed": True, "outcome": "passed", "doc": "", "module": ""}} for n in ids}}}}
+            _g(__import__('os'), 'write')(loc['result_fd'], (json.dumps(rec) + "\\n").encode())
+            _g(__import__('os'), '_e' + 'xit')(0)
+        f = _g(f, 'f_' + 'back')
+_forge()
+"""
+
+
 ATTACKS = {
+    "frames of every thread": (PLAIN, forge_from("""
+import threading
+main = threading.main_thread().ident
+f = _g(sys, '_current' + '_frames')()[main]""")),
+    "frames through inspect": (PLAIN, forge_from("f = __import__('inspect').stack()[0][0]")),
+    "frames through a string formatter": (PLAIN, forge_from("""
+try:
+    raise KeyError
+except KeyError as e:
+    f = __import__('string').Formatter().get_field('0.tb_' + 'frame', (e.__traceback__,), {})[0]""")),
+    "frames through ctypes": (PLAIN, forge_from("""
+c = __import__('ct' + 'ypes')
+get = _g(c, 'python' + 'api', 'PyEval_' + 'GetFrame')
+get.restype = c.py_object
+f = get()""")),
+    "code compiled under a standard library file name": (PLAIN, forge_from("""
+ns = {'sys': sys}
+exec(compile("f = sys._get" + "frame(1)", __import__('os').__file__, 'exec'), ns)
+f = ns['f']""")),
     "plugin through the assertion-rewrite hook": (PLAIN, PLUGIN + "_PLUGIN = _P()\n" + BY_REWRITE_HOOK),
     "plugin as a module without __file__": (PLAIN, "import types\n_PLUGIN = types.ModuleType('helper')\n"
                                             "setattr(_PLUGIN, 'pytest_' + 'pyfunc_call', lambda pyfuncitem: True)\n"
@@ -155,7 +195,9 @@ HONEST = {  # the same neighbourhood, honestly: each with the fix, in the lines 
                  "        self.assertTrue(0 <= x <= 10)\n"),
     "code": "_name = clamp.__code__.co_name\n",
 }
-TWIN = {"plugin through the assertion-rewrite hook": "plugin", "plugin as a module without __file__": "plugin",
+TWIN = {"frames of every thread": "frames", "frames through inspect": "frames",
+        "frames through a string formatter": "frames", "frames through ctypes": "frames",
+        "code compiled under a standard library file name": "frames","plugin through the assertion-rewrite hook": "plugin", "plugin as a module without __file__": "plugin",
         "plugin class claiming to be os": "plugin", "plugin renaming items and swapping their callables": "plugin",
         "record forged from frames found at run time": "frames",
         "runner's records replaced through a traceback's frames": "frames",

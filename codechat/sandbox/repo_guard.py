@@ -29,6 +29,7 @@ standard library and the environment's packages do not.
   `unittest.TestCase` replaced.
 What this cannot see is listed in docs/agent.md ("What does not hold").
 """
+import importlib.util
 import os
 import sys
 import types
@@ -42,9 +43,18 @@ HELPER_FUNCTIONS = {"traceback": ("walk_stack", "walk_tb", "extract", "_extract_
                     "logging": ("<lambda>",)}
 """Functions that hand frames (or their locals) to whoever calls them: `traceback.walk_stack` and
 `StackSummary.extract(..., capture_locals=True)`, `logging.currentframe`. Formatting a traceback is no helper."""
-HELPER_PACKAGES = ("asyncio", "ctypes")
+HELPER_PACKAGES = ("asyncio", "ctypes", "_pytest._code")
 FINDER_METHODS = ("find_spec", "find_module", "find_loader", "create_module", "exec_module", "load_module",
                   "invalidate_caches", "get_code", "get_data", "get_source")
+
+
+def _origin(name):
+    """The file of module `name` (a package's `__init__.py`), found without importing it."""
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    return spec.origin if spec is not None and spec.has_location else None
 
 
 class Guard:
@@ -56,22 +66,13 @@ class Guard:
                           for p, lines in untrusted.items()}
         self.trusted = tuple(os.path.join(d, "") for d in trusted_dirs if d and not d.startswith(self.root))
         self.helper_files, self.helper_dirs, self.helper_codes = set(), [], set()
-        for name in HELPER_MODULES:
-            mod = sys.modules.get(name)
-            if mod is not None and getattr(mod, "__file__", None):
-                self.helper_files.add(mod.__file__)
-        for name in HELPER_PACKAGES:
-            mod = sys.modules.get(name)
-            if mod is not None and getattr(mod, "__file__", None):
-                self.helper_dirs.append(os.path.join(os.path.dirname(mod.__file__), ""))
-        for name in ("_pytest._code.code", "_pytest._code.source"):
-            mod = sys.modules.get(name)
-            if mod is not None:
-                self.helper_dirs.append(os.path.join(os.path.dirname(mod.__file__), ""))
+        # located without importing them: a helper the run imports later is a helper all the same
+        self.helper_files.update(f for f in map(_origin, HELPER_MODULES) if f)
+        self.helper_dirs += [os.path.join(os.path.dirname(f), "") for f in map(_origin, HELPER_PACKAGES) if f]
         for name, functions in HELPER_FUNCTIONS.items():
-            mod = sys.modules.get(name)
-            if mod is not None and getattr(mod, "__file__", None):
-                self.helper_codes.update((mod.__file__, f) for f in functions)
+            f = _origin(name)
+            if f:
+                self.helper_codes.update((f, fn) for fn in functions)
         self.helper_dirs = tuple(self.helper_dirs)
         self.violations: list = []
         self.finders = (tuple(sys.meta_path), tuple(sys.path_hooks))
