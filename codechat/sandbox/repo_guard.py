@@ -43,7 +43,7 @@ HELPER_FUNCTIONS = {"traceback": ("walk_stack", "walk_tb", "extract", "_extract_
                     "logging": ("<lambda>",)}
 """Functions that hand frames (or their locals) to whoever calls them: `traceback.walk_stack` and
 `StackSummary.extract(..., capture_locals=True)`, `logging.currentframe`. Formatting a traceback is no helper."""
-HELPER_PACKAGES = ("asyncio", "ctypes", "_pytest._code")
+HELPER_PACKAGES = ("asyncio", "ctypes")
 FINDER_METHODS = ("find_spec", "find_module", "find_loader", "create_module", "exec_module", "load_module",
                   "invalidate_caches", "get_code", "get_data", "get_source")
 
@@ -57,6 +57,25 @@ def _origin(name):
     return spec.origin if spec is not None and spec.has_location else None
 
 
+_STDLIB_HELPERS = None
+
+
+def _helpers() -> tuple:
+    """(helper files, helper dirs, (file, function name) pairs), located without importing them: a helper the
+    run imports later is a helper all the same. The standard library's part is found once per process (a warm
+    runner's forks inherit it); pytest's `_code` is looked up at each run, once pytest is imported."""
+    global _STDLIB_HELPERS
+    if _STDLIB_HELPERS is None:
+        files = {f for f in map(_origin, HELPER_MODULES) if f}
+        dirs = [os.path.join(os.path.dirname(f), "") for f in map(_origin, HELPER_PACKAGES) if f]
+        codes = {(f, fn) for f, functions in [(_origin(n), fs) for n, fs in HELPER_FUNCTIONS.items()] if f
+                 for fn in functions}
+        _STDLIB_HELPERS = (files, dirs, codes)
+    files, dirs, codes = _STDLIB_HELPERS
+    code_dir = _origin("_pytest._code") if "_pytest" in sys.modules else None
+    return set(files), tuple(dirs + ([os.path.join(os.path.dirname(code_dir), "")] if code_dir else [])), set(codes)
+
+
 class Guard:
     """Classifies code as written by the change or not, and refuses what the change's code may not do."""
 
@@ -65,15 +84,7 @@ class Guard:
         self.untrusted = {os.path.join(root, p): (None if lines is None else frozenset(lines))
                           for p, lines in untrusted.items()}
         self.trusted = tuple(os.path.join(d, "") for d in trusted_dirs if d and not d.startswith(self.root))
-        self.helper_files, self.helper_dirs, self.helper_codes = set(), [], set()
-        # located without importing them: a helper the run imports later is a helper all the same
-        self.helper_files.update(f for f in map(_origin, HELPER_MODULES) if f)
-        self.helper_dirs += [os.path.join(os.path.dirname(f), "") for f in map(_origin, HELPER_PACKAGES) if f]
-        for name, functions in HELPER_FUNCTIONS.items():
-            f = _origin(name)
-            if f:
-                self.helper_codes.update((f, fn) for fn in functions)
-        self.helper_dirs = tuple(self.helper_dirs)
+        self.helper_files, self.helper_dirs, self.helper_codes = _helpers()
         self.violations: list = []
         self.finders = (tuple(sys.meta_path), tuple(sys.path_hooks))
         self._busy = False

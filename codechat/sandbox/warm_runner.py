@@ -112,6 +112,7 @@ def _load(isolation):
         except ImportError:
             pass
     _fill_caches()
+    repo_runner.repo_guard._helpers()  # where the standard library's frame helpers live, found once
     prebuilt = _prebuild(repo_runner.ARGS)
     return repo_runner, prebuilt, sorted(_top_names() - START - runner_imports)
 

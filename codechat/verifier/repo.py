@@ -238,6 +238,12 @@ class RepoJudge:
         if self.envs is not None and self.env_for(task) is None:
             return self._log(task, change, RepoVerdict("env_error", False, 0.0, dropped=dropped, message=
                              f"no environment for {task.metadata.get('repo')}@{task.metadata.get('version')}"))
+        env = self.env_for(task)
+        why = env.offline_reason(task.fail_to_pass) if env else None
+        if why:  # judged on the tests that can run, a required change could pass on 1 of 7 of them
+            return self._log(task, change, RepoVerdict("env_error", False, 0.0, dropped=dropped, message=why, env=env.key,
+                             warnings=[f"{t!r}: not run ({env.offline_skip[t]})" for t in task.fail_to_pass
+                                       if t in env.offline_skip][:50]))
         keep = self.baseline(task)
         ws = self.clone(task)
         try:
@@ -358,9 +364,6 @@ class RepoJudge:
         offline = env.offline_skip if env else {}
         warnings = [f"{t!r}: not run ({why})" for t, why in offline.items()
                     if t in task.fail_to_pass or t in task.pass_to_pass]
-        why = env.offline_reason(task.fail_to_pass) if env else None
-        if why:  # judged on the tests that can run, a required change could pass on 1 of 7 of them
-            return RepoVerdict("env_error", False, 0.0, message=why, warnings=warnings[:50], **common)
         if task.fail_to_pass:
             f2p = resolve_ids(task.fail_to_pass, run.tests, run.docs, run.modules)
         else:
