@@ -1,7 +1,7 @@
 """The judge's pytest runner, executed inside the sandbox as `python -I repo_runner.py RESULT_FD` in a workspace.
 
-Standalone (imports nothing of codechat): it reads one JSON line on stdin, {"nonce", "root", "targets",
-"pythonpath"}, puts `pythonpath` (tree directories) and the root first on sys.path, clears PYTEST_* and
+Standalone (imports nothing of codechat; loads `repo_guard.py` beside it by path): it reads one JSON line on
+stdin, {"nonce", "root", "targets", "pythonpath", "untrusted"}, puts `pythonpath` (tree directories) and the root first on sys.path, clears PYTEST_* and
 PYTHONPATH from the environment and sets PYTEST_DISABLE_PLUGIN_AUTOLOAD, imports
 pytest and records the identity of the functions that decide a test's outcome *before* any repository code
 can run, and runs pytest with a plugin object of its own
@@ -15,8 +15,11 @@ pytest reports through the result object rather than by raising: saw the call ru
 calls is the one the test module or class held when it was collected (not one a hook swapped in since). Each test's record holds
 its docstring's first line (django's runner names a test by it). The record lists `tampered` when any watched
 function (pytest's runner, call, report and assertion-rewrite entry points, pluggy's dispatch, this plugin's
-hooks, os.write) was replaced during the run. What this cannot stop, because the tests run in the same
-process as the code under test, is documented in docs/agent.md.
+hooks, os.write) was replaced during the run, and whatever the guard (`repo_guard.py`: an audit hook installed
+before `pytest.main`, and a snapshot of hook implementations and of pytest's and unittest's functions taken as
+the first conftest is about to load) refused or found changed as each test ended; `untrusted` (the lines the
+change wrote, per file) tells the guard whose code is whose. What this cannot stop, because the tests run in the
+same process as the code under test, is documented in docs/agent.md.
 """
 import ast
 import importlib.util
