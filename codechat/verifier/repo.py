@@ -43,9 +43,11 @@ STATUSES = ("passed", "failed", "no_tests", "timeout", "error", "rejected", "env
 """passed: required tests pass and nothing broke; failed: a required or previously passing test failed;
 no_tests: the hidden files yielded no test; timeout: the test run hit its wall clock; error: the change could
 not be applied or the runner did not report (early exit, crash); rejected: the change tampers with the runner
-(found in its text, or a runner function replaced during the run); env_error: the environment could not run
-the tests (no environment for the repository, no pytest in it, a module the tree does not hold missing at
-collection, an INTERNALERROR): says nothing about the patch, left out of the loss like `infra_error`."""
+(found in its text, or refused or found changed by the runner's guard during the run); env_error: the
+environment could not run the tests (no environment for the repository, no pytest in it, a module the tree does
+not hold missing at collection, an INTERNALERROR or usage error that the untouched base meets too, a FAIL_TO_PASS
+test that needs the internet): says nothing about the patch, left out of the loss like `infra_error`. A run the
+change breaks (the base runs the same tests) is `failed`."""
 
 
 @dataclass
