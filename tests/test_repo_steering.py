@@ -5,6 +5,7 @@ import pytest
 
 from codechat.tasks.repo import RepoTask
 from codechat.verifier.repo import RepoJudge
+from codechat.verifier.repo_run import changed_lines
 
 BUGGY = "def clamp(x, lo, hi):\n    if x < lo:\n        return hi\n    if x > hi:\n        return hi\n    return x\n"
 FIXED = ("def clamp(x, lo, hi):\n    if lo > hi:\n        raise ValueError('lo > hi')\n    if x < lo:\n"
@@ -233,3 +234,9 @@ def test_the_attacks_pass_the_text_scan(judge):
     for name, (required, code) in ATTACKS.items():
         v = judge.judge(task_for(required), {"lib/bounds.py": BUGGY + "\n" + GETATTR + code})
         assert "reaches into the test runner" not in v.message, name
+
+
+def test_changed_lines_are_the_lines_the_change_wrote():
+    assert changed_lines("a\nb\nc\n", "a\nx\nb\nc\ny\n") == [2, 5]
+    assert changed_lines("a\nb\n", "a\nB\n") == [2] and changed_lines("a\nb\n", "a\n") == []
+    assert changed_lines(None, "new\n") is None  # a new file is the change's whole
