@@ -4,12 +4,13 @@
         the judge's rules over all 300 Lite records (no environment needed): how many records could never
         resolve, and why (an id style no adapter matches, a gold edit dropped as shadowing or protected, a gold
         line refused by the hazard scan, a data file run as a test).
-    python bench/swebench_gold.py --envs DIR [--trees ../shared/data/repo/swebench] [--log-dir LOGS]
+    python bench/swebench_gold.py --envs DIR [--trees ../shared/data/repo/swebench] [--log-dir LOGS] [--warm]
         judges, for each instance with a tree, the gold patch, an empty patch and a wrong one (the gold without
-        its largest hunk; a one-hunk gold loses its added lines), with the environments built by
-        `codechat repo env build bench/swebench_envs.json --out DIR`. An instance whose FAIL_TO_PASS tests all
-        need the internet (marked `offline_skip` in bench/swebench_envs.json) is not judged: the JSON line lists it
-        under "skipped" with the reason.
+        its largest hunk; a one-hunk gold loses its added lines) and an attack (`PLUGIN`: no fix, every test made a
+        no-op by a plugin registered through pytest's own objects), with the environments built by
+        `codechat repo env build bench/swebench_envs.json --out DIR`. An instance any of whose FAIL_TO_PASS tests
+        needs the internet (marked `offline_skip` in bench/swebench_envs.json) is not judged: the JSON line lists
+        it under "skipped" with the reason.
 Ends with one JSON line of figures.
 """
 from __future__ import annotations
@@ -111,16 +112,13 @@ def _diff(patch: str, drop_largest: bool) -> str:
 
 
 def offline_reason(rec: dict, envs: dict) -> str | None:
-    """Why an instance cannot be judged offline: every FAIL_TO_PASS test of it is marked `offline_skip` in its
-    environment (the reason given there), or None."""
+    """Why an instance cannot be judged offline: a FAIL_TO_PASS test of it is marked `offline_skip` in its
+    environment (`TestEnv.offline_reason`), or None."""
     env = envs.get(f"{rec['repo']}@{rec['version']}")
-    f2p = json.loads(rec["FAIL_TO_PASS"])
-    if env is None or not f2p or not all(t in env.offline_skip for t in f2p):
-        return None
-    return f"every FAIL_TO_PASS test is marked offline_skip: {env.offline_skip[f2p[0]]}"
+    return env.offline_reason(json.loads(rec["FAIL_TO_PASS"])) if env is not None else None
 
 
-def run_live(records: list[dict], trees: Path, envs_dir: str, log_dir: str | None) -> dict:
+def run_live(records: list[dict], trees: Path, envs_dir: str, log_dir: str | None, warm: bool = False) -> dict:
     envs = load_envs(envs_dir)
     have = [r for r in records if (trees / f"{r['instance_id']}.tar.gz").is_file()]
     fig, skipped = Counter(), {}
@@ -128,7 +126,7 @@ def run_live(records: list[dict], trees: Path, envs_dir: str, log_dir: str | Non
         for r in have:
             with tarfile.open(trees / f"{r['instance_id']}.tar.gz") as tf:
                 tf.extractall(Path(tmp) / r["instance_id"], filter="data")
-        with RepoJudge(envs=envs, log_dir=log_dir) as judge:
+        with RepoJudge(envs=envs, log_dir=log_dir, warm=warm) as judge:
             for r in have:
                 why = offline_reason(r, envs)
                 if why:
@@ -136,7 +134,9 @@ def run_live(records: list[dict], trees: Path, envs_dir: str, log_dir: str | Non
                     print(f"{r['instance_id']:<24} skipped: {why}", file=sys.stderr)
                     continue
                 task = from_swebench(r, r["instance_id"], tmp)
-                for kind, patch in (("gold", r["patch"]), ("empty", ""), ("wrong", _diff(r["patch"], True))):
+                kinds = [("gold", r["patch"]), ("empty", ""), ("wrong", _diff(r["patch"], True))]
+                kinds += [("plugin", _plugin_change(r["patch"], judge.base(task)))]
+                for kind, patch in kinds:
                     t0 = time.monotonic()
                     v = judge.judge(task, patch)
                     fig[f"{kind}_resolved"] += v.passed
@@ -144,7 +144,23 @@ def run_live(records: list[dict], trees: Path, envs_dir: str, log_dir: str | Non
                     print(f"{r['instance_id']:<24} {kind:<5} {v.status:<9} {time.monotonic() - t0:5.1f}s "
                           f"{v.message[:150]}", file=sys.stderr)
     return {"instances": len(have) - len(skipped), "skipped": skipped, "gold_resolved": fig["gold_resolved"], "empty_resolved": fig["empty_resolved"],
-            "wrong_resolved": fig["wrong_resolved"], "env_errors": fig["env_errors"]}
+            "wrong_resolved": fig["wrong_resolved"], "plugin_resolved": fig["plugin_resolved"],
+            "env_errors": fig["env_errors"], "warm": warm}
+
+
+PLUGIN = ("\nimport sys as _s, types as _t\n_m = _t.ModuleType('helper')\n"
+          "setattr(_m, 'pytest_' + 'pyfunc_call', lambda pyfuncitem: True)\n"
+          "for _f in _s.meta_path:\n    if getattr(_f, 'config', None) is not None:\n"
+          "        _f.config.pluginmanager.register(_m, 'helper')\n        break\n")
+"""An attacker's change: no fix, and every test function made a no-op by a plugin registered through pytest's
+assertion-rewrite hook (a module without `__file__`), with every name the text scan looks for built at run time."""
+
+
+def _plugin_change(gold: str, base: Path) -> dict:
+    """{path: text}: the package `__init__.py` of the gold's first file, with `PLUGIN` appended."""
+    first = parse_diff(gold)[0].path.split("/")
+    init = "/".join(first[:2] if first[0] == "src" else first[:1]) + "/__init__.py"
+    return {init: (base / init).read_text(encoding="utf-8") + PLUGIN}
 
 
 def main() -> None:
@@ -154,6 +170,7 @@ def main() -> None:
     ap.add_argument("--trees", default=str(DATA / "swebench"), help="INSTANCE_ID.tar.gz trees")
     ap.add_argument("--envs", help="directory of built environments (codechat repo env build)")
     ap.add_argument("--log-dir", help="per-instance logs (patch, test output, report)")
+    ap.add_argument("--warm", action="store_true", help="fork every test run from a warm runner (as training does)")
     args = ap.parse_args()
     records = json.loads(Path(args.records).read_text())
     if args.static:
@@ -162,7 +179,7 @@ def main() -> None:
     if not args.envs:
         sys.exit("swebench_gold.py: give --envs DIR (built by `codechat repo env build bench/swebench_envs.json "
                  "--out DIR`) or --static")
-    print(json.dumps(run_live(records, Path(args.trees), args.envs, args.log_dir)))
+    print(json.dumps(run_live(records, Path(args.trees), args.envs, args.log_dir, args.warm)))
 
 
 if __name__ == "__main__":

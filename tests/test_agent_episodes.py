@@ -65,6 +65,14 @@ def test_protected_edits_refused_and_counted(box):
     assert box.ws.changes() == {}
 
 
+@pytest.mark.parametrize("path", ["conftest.py/.", "./conftest.py", "tests//test_dates.py", "corelib/./conftest.py",
+                                  "sitecustomize.py", "corelib/evil.pth", "json.py", "corelib/__pycache__/x.pyc"])
+def test_protected_by_the_normalised_path_as_the_judge_drops(box, path):
+    r = call(box, "write_file", path=path, content="import os\n")
+    assert not r.ok and r.protected_attempt, r.text
+    assert box.ws.changes() == {}
+
+
 def test_output_cap(judge):
     ws = judge.clone(TASK)
     try:

@@ -73,20 +73,25 @@ def test_swebench_tree_without_git_gets_the_gold_as_reference(shared_data, tmp_p
     assert set(task.solution) == {"src/flask/config.py"} and "mode" in task.solution["src/flask/config.py"]
 
 
-def test_offline_tests_are_left_out_with_a_warning():
+def test_offline_tests_are_left_out_of_pass_to_pass_and_make_a_requirement_unjudgeable():
     task = RepoTask("net", "", {"src/pkg/__init__.py": "def one():\n    return 2\n"},
                     hidden_tests={"tests/test_one.py": "from pkg import one\n\ndef test_one():\n    assert one() == 1\n"
                                   "\n\ndef test_net():\n    raise OSError('no network')\n"},
-                    fail_to_pass=["tests/test_one.py::test_one", "tests/test_one.py::test_net"],
+                    fail_to_pass=["tests/test_one.py::test_one"], pass_to_pass=["tests/test_one.py::test_net"],
                     metadata={"repo": "me/pkg", "version": "1.0"})
     env = TestEnv("me/pkg", "1.0", pythonpath=["src"], dir=sys.prefix,
                   offline_skip={"tests/test_one.py::test_net": "calls example.org"})
     with RepoJudge(envs={env.key: env}) as judge:
         v = judge.judge(task, FIX)
         assert v.passed and any("calls example.org" in w for w in v.warnings), v.message
+        # a requirement is never shrunk to the tests that can run: 1 of 2 required tests offline is unjudgeable
+        task.fail_to_pass, task.pass_to_pass = ["tests/test_one.py::test_one", "tests/test_one.py::test_net"], []
+        v = judge.judge(task, FIX)
+        assert v.status == "env_error" and "1 of 2 FAIL_TO_PASS tests are marked offline_skip" in v.message, v.message
+        assert v.verdict().status == "infra_error" and any("calls example.org" in w for w in v.warnings)
         task.fail_to_pass = ["tests/test_one.py::test_net"]
         v = judge.judge(task, FIX)
-    assert v.status == "env_error" and "offline_skip" in v.message
+    assert v.status == "env_error" and "1 of 1 FAIL_TO_PASS" in v.message
 
 
 def _other_python() -> str | None:
@@ -128,7 +133,7 @@ def test_environment_on_another_interpreter_runs_in_the_sandbox(tmp_path):
     assert empty.status == "failed"
 
 
-def test_bench_skips_an_instance_whose_fail_to_pass_all_need_the_network_with_the_reason():
+def test_bench_skips_an_instance_any_of_whose_fail_to_pass_needs_the_network_with_the_reason():
     spec = importlib.util.spec_from_file_location("swebench_gold", Path(__file__).parents[1] / "bench" /
                                                   "swebench_gold.py")
     bench = importlib.util.module_from_spec(spec)
@@ -136,4 +141,5 @@ def test_bench_skips_an_instance_whose_fail_to_pass_all_need_the_network_with_th
     env = TestEnv("psf/requests", "2.7", offline_skip={"t.py::a": "calls httpbin.org", "t.py::b": "calls httpbin.org"})
     rec = {"repo": "psf/requests", "version": "2.7", "FAIL_TO_PASS": json.dumps(["t.py::a", "t.py::b"])}
     assert "calls httpbin.org" in bench.offline_reason(rec, {env.key: env})
-    assert bench.offline_reason({**rec, "FAIL_TO_PASS": json.dumps(["t.py::a", "t.py::c"])}, {env.key: env}) is None
+    assert "1 of 2" in bench.offline_reason({**rec, "FAIL_TO_PASS": json.dumps(["t.py::a", "t.py::c"])}, {env.key: env})
+    assert bench.offline_reason({**rec, "FAIL_TO_PASS": json.dumps(["t.py::c"])}, {env.key: env}) is None

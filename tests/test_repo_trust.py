@@ -155,7 +155,7 @@ def test_plugin_registered_by_the_code_under_test_is_rejected(judge):
             "    if type(_o).__name__ == 'Config' and hasattr(_o, 'pluginmanager'):\n"
             "        _o.pluginmanager.register(_P())\n        break\n")
     v = judge.judge(TASK, {"lib/__init__.py": hack})
-    assert v.status == "rejected" and "implements pytest_pyfunc_call" in v.message, v.message + v.output_tail
+    assert v.status == "rejected" and "refused gc.get_objects" in v.message, v.message + v.output_tail
 
 
 def test_patch_importing_a_missing_module_is_its_own_failure(judge):

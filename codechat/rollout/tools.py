@@ -37,9 +37,10 @@ from typing import Any
 import regex
 
 from codechat.config import AgentConfig
-from codechat.sandbox.workspace import Workspace, WorkspaceError, run_isolated
+from codechat.sandbox.workspace import Workspace, WorkspaceError, run_isolated, safe_path
 from codechat.tasks.repo import RepoTask
 from codechat.verifier.repo import ALWAYS_PROTECTED, run_tests
+from codechat.verifier.repo_rules import drop_reason
 
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
 RESULT_OPEN, RESULT_CLOSE = "<tool_response>", "</tool_response>"
@@ -189,7 +190,11 @@ class ToolBox:
         return res
 
     def _protected(self, path: str) -> bool:
-        return self.task.is_protected(path) or path.rsplit("/", 1)[-1] in ALWAYS_PROTECTED
+        """By the normalised path (`conftest.py/.` is conftest.py), with the rules the final judgement drops
+        edits by (`repo_rules.drop_reason`): what the judge would discard never reaches the episode's runs."""
+        path = safe_path(path)
+        return self.task.is_protected(path) or path.rsplit("/", 1)[-1] in ALWAYS_PROTECTED \
+            or drop_reason(path, self.task.is_protected, self.ws.exists) is not None
 
     def _list_files(self, path: str = ".") -> ToolResult:
         files = self.ws.listing(path)

@@ -19,11 +19,18 @@ import sys
 
 from codechat.sandbox import isolation
 
+CHANNEL_FD = 3
+"""The fd a command's result pipe has (`run_isolated(channel=True)`), as in a warm test run."""
+
 
 def main(spec: dict) -> None:
     isolation.enter_workspace(spec["workspace"], tuple(spec.get("hide", ())), tuple(spec.get("binds", ())),
                               spec["rlimits"])
     argv = spec["argv"]
+    chan = spec.get("channel", -1)
+    if chan >= 0 and chan != CHANNEL_FD:  # the result pipe at the same number as in a warm run
+        os.dup2(chan, CHANNEL_FD)
+        os.close(chan)
     os.execve(argv[0], argv, spec["env"])
 
 

@@ -105,6 +105,17 @@ def _make_target(root: str, path: str, is_dir: bool) -> str:
     return target
 
 
+def _dedupe(plan: list[tuple[str, str, bool]]) -> list[tuple[str, str, bool]]:
+    """The plan with each host path once (the first entry wins: an environment's venv or site-packages is
+    both an import dir and a requested bind)."""
+    seen, out = set(), []
+    for entry in plan:
+        if entry[0] not in seen:
+            seen.add(entry[0])
+            out.append(entry)
+    return out
+
+
 def build_root(package_dir: str, hide_paths: tuple[str, ...] = (), binds: tuple[str, ...] = ()) -> list[str]:
     """Replace this process's root by the minimal view (see the module docstring); returns the exposed dirs.
     Needs root in a private mount namespace. `package_dir` is the directory of the `codechat` package.
@@ -132,8 +143,18 @@ def build_root(package_dir: str, hide_paths: tuple[str, ...] = (), binds: tuple[
     covers = [os.path.realpath(h) for h in hide_paths if os.path.isdir(h)]
     covers += [package_dir] + [os.path.join(e, "codechat") for e in exposed]
     covers = sorted({c for c in covers if os.path.isdir(c) and any(_under(c, e) for e in visible)}, key=len)
-    handles = {p: os.open(p, os.O_PATH | os.O_CLOEXEC) for p, kind, _ in plan if kind != "link"}
-    handles.update({p: os.open(p, os.O_PATH | os.O_CLOEXEC) for p in sandbox_dirs if p not in handles})
+    plan = _dedupe(plan)
+    # one O_PATH handle per host path, every one closed below: a process that never execs (the warm test
+    # runner's forks) would otherwise keep a handle taken before pivot_root, and `..` from it is the host's /
+    handles: dict[str, int] = {}
+    try:
+        for p in [p for p, kind, _ in plan if kind != "link"] + sandbox_dirs:
+            if p not in handles:
+                handles[p] = os.open(p, os.O_PATH | os.O_CLOEXEC)
+    except OSError:
+        for fd in handles.values():
+            os.close(fd)
+        raise
     targets = {p: os.readlink(p) for p, kind, _ in plan if kind == "link"}  # read now: /tmp is covered next
     root = "/tmp"  # any existing dir serves as the mount point: every host path is reached through `handles`
     mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=4m,nr_inodes=4096")

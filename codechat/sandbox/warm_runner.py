@@ -112,6 +112,7 @@ def _load(isolation):
         except ImportError:
             pass
     _fill_caches()
+    repo_runner.repo_guard._helpers()  # where the standard library's frame helpers live, found once
     prebuilt = _prebuild(repo_runner.ARGS)
     return repo_runner, prebuilt, sorted(_top_names() - START - runner_imports)
 
@@ -178,6 +179,10 @@ def _child(isolation, repo_runner, prebuilt, req: dict, fds: list) -> None:
     os.dup2(chan_w, 3)
     os.closerange(4, 1 << 16)  # the socket to the warm process goes with them: a run cannot ask for forks
     isolation.enter_workspace(req["workspace"], tuple(req["hide"]), tuple(req["binds"]), req["rlimits"])
+    # nothing taken while entering the sandbox survives into the run (a cold run loses it at execve): no handle
+    # from before pivot_root, no namespace fd; the run starts with fds 0-3 only, as a cold one does
+    os.closerange(4, 1 << 16)
+    isolation.OWN_PIDNS_FD = -1
     os.environ.clear()
     os.environ.update(req["env"])
     sys.argv = [os.path.join(SANDBOX_DIR, "repo_runner.py"), "3"]

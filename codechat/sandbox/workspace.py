@@ -251,13 +251,14 @@ def run_isolated(argv: list[str], workspace: Path, timeout_s: float = 10.0, limi
                  max_output_bytes: int = 16384, hide_paths: tuple[str, ...] = (), channel: bool = False,
                  max_channel_bytes: int = 16 << 20, stdin: bytes = b"", binds: tuple[str, ...] = ()) -> ExecResult:
     """Run argv (argv[0] an absolute path) with cwd = workspace under isolation; see the module docstring.
-    channel: open a pipe whose write end the command gets (its number replaces `{fd}` in argv).
+    channel: open a pipe whose write end the command gets as fd 3 (`{fd}` in argv becomes 3), as in a warm run.
     binds: more host directories visible read-only inside (a test environment's venv)."""
     limits = limits or isolation.Limits(cpu_s=int(timeout_s) + 1, memory_mb=1024, nproc=64, nofile=256)
     chan_r, chan_w = os.pipe() if channel else (-1, -1)
-    argv = [a.replace("{fd}", str(chan_w)) for a in argv]
+    argv = [a.replace("{fd}", "3") for a in argv]  # launch.py moves the pipe to fd 3 before the exec
     spec = {"workspace": str(Path(workspace).resolve()), "rlimits": isolation.rlimits(limits),
-            "hide": list(hide_paths), "argv": argv, "env": EXEC_ENV, "binds": python_binds() + list(binds)}
+            "hide": list(hide_paths), "argv": argv, "env": EXEC_ENV, "binds": python_binds() + list(binds),
+            "channel": chan_w}
     start = time.monotonic()
     try:
         proc = subprocess.Popen([sys.executable, "-S", "-m", "codechat.sandbox.launch", json.dumps(spec)],

@@ -31,7 +31,7 @@ from codechat.tasks.repo import RepoTask, materialize
 from codechat.verifier.patches import PatchError, apply_diff, parse_diff
 from codechat.verifier.repo_env import TestEnv
 from codechat.verifier.repo_rules import CONFIG_FILES, drop_reason, hazard, matches, resolve_ids, test_targets
-from codechat.verifier.repo_run import RUNNER, TestRun, missing_module, run_tests
+from codechat.verifier.repo_run import RUNNER, TestRun, changed_lines, missing_module, run_tests
 from codechat.verifier.repo_warm import WarmRunner
 from codechat.verifier.verdict import Verdict
 
@@ -43,9 +43,11 @@ STATUSES = ("passed", "failed", "no_tests", "timeout", "error", "rejected", "env
 """passed: required tests pass and nothing broke; failed: a required or previously passing test failed;
 no_tests: the hidden files yielded no test; timeout: the test run hit its wall clock; error: the change could
 not be applied or the runner did not report (early exit, crash); rejected: the change tampers with the runner
-(found in its text, or a runner function replaced during the run); env_error: the environment could not run
-the tests (no environment for the repository, no pytest in it, a module the tree does not hold missing at
-collection, an INTERNALERROR): says nothing about the patch, left out of the loss like `infra_error`."""
+(found in its text, or refused or found changed by the runner's guard during the run); env_error: the
+environment could not run the tests (no environment for the repository, no pytest in it, a module the tree does
+not hold missing at collection, an INTERNALERROR or usage error that the untouched base meets too, a FAIL_TO_PASS
+test that needs the internet): says nothing about the patch, left out of the loss like `infra_error`. A run the
+change breaks (the base runs the same tests) is `failed`."""
 
 
 @dataclass
@@ -124,7 +126,7 @@ class RepoJudge:
         self._task_locks: dict[str, threading.RLock] = {}
         self._n = 0
         self._logs: dict[str, int] = {}
-        self._missing: dict[str, set[str]] = {}
+        self._base_runs: dict[str, tuple[str, set[str]]] = {}
         self.warm = WarmRunner() if warm else None
         """The warm runner every test run of this judge (and of the agent's run_tests) forks from, or None."""
         self.trash = Trash()
@@ -238,6 +240,12 @@ class RepoJudge:
         if self.envs is not None and self.env_for(task) is None:
             return self._log(task, change, RepoVerdict("env_error", False, 0.0, dropped=dropped, message=
                              f"no environment for {task.metadata.get('repo')}@{task.metadata.get('version')}"))
+        env = self.env_for(task)
+        why = env.offline_reason(task.fail_to_pass) if env else None
+        if why:  # judged on the tests that can run, a required change could pass on 1 of 7 of them
+            return self._log(task, change, RepoVerdict("env_error", False, 0.0, dropped=dropped, message=why, env=env.key,
+                             warnings=[f"{t!r}: not run ({env.offline_skip[t]})" for t in task.fail_to_pass
+                                       if t in env.offline_skip][:50]))
         keep = self.baseline(task)
         ws = self.clone(task)
         try:
@@ -266,7 +274,7 @@ class RepoJudge:
 
     def _run(self, task: RepoTask, ws: Workspace, kept: dict, dropped: list[str],
              keep: set[str]) -> tuple[RepoVerdict, str]:
-        applied = []
+        applied, untrusted = [], {}
         try:
             for path, text in kept.items():
                 if text is None:
@@ -274,35 +282,45 @@ class RepoJudge:
                         (ws.root / path).unlink()
                         applied.append(path)
                 else:
+                    f = ws.root / path
+                    before = f.read_text(encoding="utf-8", errors="replace") if f.is_file() and not f.is_symlink() \
+                        else None
                     ws.write(path, text)
                     applied.append(path)
+                    untrusted[path] = changed_lines(before, text)
             self._write_tests(task, ws)
         except (PatchError, WorkspaceError, OSError) as e:
             return RepoVerdict("error", False, 0.0, dropped=dropped, message=f"cannot apply: {e}"), ""
         env = self.env_for(task)
         hidden_files = test_targets(sorted(set(task.hidden_tests) | self._patch_paths(task)))
         run = run_tests(ws.root, self._targets(task, ws), task.limits.test_timeout_s, self.max_output_bytes, self.hide_paths,
-                        env=env, memory_mb=self.memory_mb, warm=self.warm)
+                        env=env, memory_mb=self.memory_mb, warm=self.warm, untrusted=untrusted)
         return self._decide(task, run, hidden_files, keep, dropped, applied, env.key if env else "codechat",
                             ws.root), run.output
 
-    def base_missing(self, task: RepoTask) -> set[str]:
-        """Modules the environment lacks that the tests need on the untouched base (run once per task, only
-        when a judgement meets one): an env_error must be the environment's, never the patch's doing."""
+    def base_run(self, task: RepoTask) -> tuple[str, set[str]]:
+        """(status, missing modules) of the same tests on the untouched base, in the same environment (run once
+        per task, only when a judgement meets an environment-looking failure): an `env_error` must be the
+        environment's doing, never the patch's. A base that runs (`ok`) makes the patched run's crash the
+        patch's; a missing module counts only if the base lacks it too."""
         with self._task_lock(task.task_id):
-            if task.task_id not in self._missing:
+            if task.task_id not in self._base_runs:
                 ws = self.clone(task)
                 try:
                     self._write_tests(task, ws)
                     run = run_tests(ws.root, self._targets(task), task.limits.test_timeout_s, self.max_output_bytes,
                                     self.hide_paths, env=self.env_for(task), memory_mb=self.memory_mb, warm=self.warm)
                     gone = missing_module(run.collect_errors, ws.root)
-                    self._missing[task.task_id] = {gone} if gone else set()
+                    self._base_runs[task.task_id] = (run.status, {gone} if gone else set())
                 except (PatchError, WorkspaceError, OSError):
-                    self._missing[task.task_id] = set()
+                    self._base_runs[task.task_id] = ("env_error", set())
                 finally:
                     self.discard(ws)
-            return self._missing[task.task_id]
+            return self._base_runs[task.task_id]
+
+    def base_missing(self, task: RepoTask) -> set[str]:
+        """Modules the environment lacks that the tests need on the untouched base (`base_run`)."""
+        return self.base_run(task)[1]
 
     def _targets(self, task: RepoTask, ws: Workspace | None = None) -> list[str]:
         """Hidden test files and visible ones; in a workspace, only the visible files the change left (a deleted
@@ -331,6 +349,11 @@ class RepoJudge:
                       tests_passed=sum(run.tests.values()), tests_total=len(run.tests), env=env_name)
         if run.status != "ok":
             last = run.message or (run.output.strip().splitlines()[-1:] or [run.status])[0]
+            if run.status == "env_error" and applied and self.base_run(task)[0] == "ok":
+                # the same tests run on the untouched base: the change broke the run (a syntax error or a raise
+                # at import, a removed name, an exit during collection), which is its own failure
+                return RepoVerdict("failed", False, 0.0, message=f"the change breaks the test run (the base "
+                                   f"runs): {last[:300]}", **common)
             return RepoVerdict(run.status, False, 0.0, message=last, **common)
         if run.tampered:
             return RepoVerdict("rejected", False, 0.0, message=f"test runner patched during the run: "
@@ -339,14 +362,12 @@ class RepoJudge:
         if gone and gone in self.base_missing(task):  # a patch that imports a missing module is its own fault
             return RepoVerdict("env_error", False, 0.0, message=f"the environment lacks module {gone!r} "
                                f"(collection: {run.collect_errors[0][:200]})", **common)
-        offline = self.env_for(task).offline_skip if self.env_for(task) else {}
+        env = self.env_for(task)
+        offline = env.offline_skip if env else {}
         warnings = [f"{t!r}: not run ({why})" for t, why in offline.items()
                     if t in task.fail_to_pass or t in task.pass_to_pass]
-        if task.fail_to_pass and all(t in offline for t in task.fail_to_pass):
-            return RepoVerdict("env_error", False, 0.0, message=f"every FAIL_TO_PASS test is marked offline_skip "
-                               f"({offline[task.fail_to_pass[0]]})", **common)
         if task.fail_to_pass:
-            f2p = resolve_ids([t for t in task.fail_to_pass if t not in offline], run.tests, run.docs, run.modules)
+            f2p = resolve_ids(task.fail_to_pass, run.tests, run.docs, run.modules)
         else:
             own = {n: ok for n, ok in run.tests.items() if n.split("::", 1)[0] in hidden_files}
             f2p = {"passed": sorted(n for n, ok in own.items() if ok),

@@ -10,8 +10,9 @@ candidate is run once to check its version (a pyenv shim of a version not enable
 installed from pip's configured index (pytest among them: the environment's own pytest runs the tests);
 `pythonpath` lists directories of the repository tree put first on sys.path (`src` for a src/ layout, `.` by
 default): the repository is not pip-installed, because every judgement runs on a fresh copy of the tree.
-`offline_skip` maps test ids that need the internet (the sandbox has none) to the reason; the judge leaves
-them out of FAIL_TO_PASS / PASS_TO_PASS and lists them in the verdict's warnings.
+`offline_skip` maps test ids that need the internet (the sandbox has none) to the reason. An instance is
+judgeable only when all its FAIL_TO_PASS tests can run (`offline_reason`): otherwise the judge answers
+`env_error` saying how many of them cannot; PASS_TO_PASS ids marked offline are left out, with a warning.
 
     codechat repo env build SPEC --out DIR   # DIR/<owner>__<name>-<version>/ : a venv and env.json
     codechat repo env check DIR              # each environment's python and pytest versions, or why it fails
@@ -57,6 +58,15 @@ class TestEnv:
     @property
     def key(self) -> str:
         return f"{self.repo}@{self.version}"
+
+    def offline_reason(self, fail_to_pass: list[str]) -> str | None:
+        """Why an instance with these FAIL_TO_PASS ids cannot be judged offline (some need the internet), or
+        None when every one of them can run: a requirement is never shrunk to the tests that can."""
+        off = [t for t in fail_to_pass if t in self.offline_skip]
+        if not off:
+            return None
+        return (f"{len(off)} of {len(fail_to_pass)} FAIL_TO_PASS tests are marked offline_skip "
+                f"({self.offline_skip[off[0]]}): the instance cannot be judged offline")
 
     @property
     def interpreter(self) -> str:

@@ -5,6 +5,7 @@ show (pytest's summary comes last).
 """
 from __future__ import annotations
 
+import difflib
 import json
 import re
 import secrets
@@ -43,6 +44,14 @@ class TestRun:
     message: str = ""
 
 
+def changed_lines(before: str | None, after: str) -> list[int] | None:
+    """The 1-based line numbers of `after` that a change from `before` added or replaced (None: a new file)."""
+    if before is None:
+        return None
+    sm = difflib.SequenceMatcher(None, before.splitlines(), after.splitlines(), autojunk=False)
+    return [j + 1 for tag, _, _, j1, j2 in sm.get_opcodes() if tag in ("replace", "insert") for j in range(j1, j2)]
+
+
 def missing_module(collect_errors: list[str], root: Path) -> str | None:
     """The module a collection error says is missing, when the tree does not hold it (an environment fault,
     not the patch's): None otherwise."""
@@ -57,12 +66,14 @@ def missing_module(collect_errors: list[str], root: Path) -> str | None:
 
 def run_tests(root: Path, targets: list[str], timeout_s: float, max_output_bytes: int = 16384,
               hide_paths: tuple[str, ...] = (), env: TestEnv | None = None, memory_mb: int = 2048,
-              warm=None) -> TestRun:
+              warm=None, untrusted: dict | None = None) -> TestRun:
     """Run pytest on `targets` in the workspace at root, in the sandbox, through the judge's runner.
-    warm: a `repo_warm.WarmRunner` to fork the run from (it says when a run must be cold), or None: cold."""
+    warm: a `repo_warm.WarmRunner` to fork the run from (it says when a run must be cold), or None: cold.
+    untrusted: {path: [line numbers] or None (the whole file)}: the code a change wrote (`changed_lines`), which
+    the runner's guard keeps from reaching the runner (`sandbox/repo_guard.py`)."""
     nonce = secrets.token_hex(16)
     spec = json.dumps({"nonce": nonce, "root": str(root), "targets": targets,
-                       "pythonpath": env.pythonpath if env else []}) + "\n"
+                       "pythonpath": env.pythonpath if env else [], "untrusted": untrusted or {}}) + "\n"
     limits = isolation.Limits(cpu_s=int(timeout_s) + 1, memory_mb=memory_mb, nproc=64, nofile=256, fsize_mb=16)
     python = env.interpreter if env else sys.executable
     cap, binds = max(max_output_bytes, MAX_OUTPUT_BYTES), tuple(env.host_dirs()) if env else ()
