@@ -2,11 +2,13 @@
 
 Only the module of the command being run is imported (the command list and its help come from the COMMANDS
 registry), so `codechat --help` stays fast however heavy a command's imports are.
-User errors (CodechatError) print as one line `codechat: error: ...` and exit with status 2; no traceback.
+User errors (CodechatError) print as one line `codechat: error: ...` and exit with status 2; no traceback; so does
+a full disk (ENOSPC, EDQUOT).
 """
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import sys
 
@@ -62,6 +64,12 @@ def main(argv: list[str] | None = None) -> int:
         return int(importlib.import_module(COMMANDS[args.command].module).run(args) or 0)
     except CodechatError as e:
         print(f"codechat: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # a full disk mid-run: one line (checkpoint writes say more: train/checkpoint.py)
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        print(f"codechat: error: {e.filename or 'writing'}: {e.strerror}; free some space (a training run "
+              f"continues with codechat train --resume RUN_DIR from its last complete checkpoint)", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("codechat: interrupted", file=sys.stderr)

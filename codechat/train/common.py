@@ -20,7 +20,7 @@ from codechat.policy.lora import is_lora
 from codechat.policy.sampler import pad_rows
 from codechat.tasks import Task
 from codechat.train import dist
-from codechat.train.checkpoint import Checkpointer, TrainState, set_rng_state
+from codechat.train.checkpoint import Checkpointer, TrainState, set_rng_state, write_dir
 from codechat.train.watch import NoSignalWatch
 
 
@@ -147,17 +147,13 @@ def save_stage_start(ctx: Context) -> None:
         return
     if not is_sharded(ctx.policy.model):
         if ctx.state.step == 0 and not d.is_dir() and dist.is_main():
-            tmp = d.with_name(d.name + ".tmp")
-            ctx.policy.save(tmp)
-            tmp.rename(d)
+            write_dir(d, ctx.policy.save, ctx.run_dir)
         return
     # FSDP: every rank gathers (a collective), rank 0 writes, and the others wait: they load it as the reference
     if dist.decide(ctx.state.step == 0 and not d.is_dir()):
         weights = full_state_dict(ctx.policy.model)
         if dist.is_main():
-            tmp = d.with_name(d.name + ".tmp")
-            ctx.policy.save(tmp, state_dict=weights)
-            tmp.rename(d)
+            write_dir(d, lambda tmp: ctx.policy.save(tmp, state_dict=weights), ctx.run_dir)
     dist.barrier()
 
 
