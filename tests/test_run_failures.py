@@ -1,9 +1,16 @@
 """Failures in the first hour end in one line and never cost finished work: a full disk while a checkpoint is
-written (the partial copy removed, the earlier checkpoints kept, --resume goes on), a full disk elsewhere, and a
-model directory without tokenizer files (chat, eval and train say so instead of running on an empty vocabulary)."""
+written (the partial copy removed, the earlier checkpoints kept, --resume goes on), a full disk elsewhere, a
+model directory without tokenizer files (chat, eval and train say so instead of running on an empty vocabulary),
+and W&B: no login is one line before anything is written, a resumed run continues its W&B run."""
 import errno
+import importlib.machinery
+import itertools
 import json
 import shutil
+import sys
+import types
+
+import pytest
 
 from safetensors import SafetensorError
 from tokenizers import Tokenizer, models
@@ -73,3 +80,45 @@ def test_a_model_directory_without_tokenizer_files_is_one_line_in_chat_eval_and_
     assert main(["eval", "--model", str(model), "--tasks", "builtin:toy"]) == 2
     assert "the tokenizer has no vocabulary (1 tokens besides its" in one_line(capsys.readouterr().err)
     assert not (tmp_path / "r").exists()
+
+
+def fake_wandb(monkeypatch, fail: str = "") -> list[dict]:
+    """A stand-in for the wandb package (not a dependency of the tests): records each init's arguments."""
+    calls, ids = [], (f"id{i}" for i in itertools.count())
+    mod = types.ModuleType("wandb")
+    mod.__spec__ = importlib.machinery.ModuleSpec("wandb", None)  # transformers looks before the model loads
+    mod.util = types.SimpleNamespace(generate_id=lambda: next(ids))
+
+    def init(**kw):
+        if fail:
+            raise RuntimeError(fail)
+        calls.append(kw)
+        return types.SimpleNamespace(id=kw["id"], log=lambda *a, **k: None, finish=lambda: None)
+
+    mod.init = init
+    monkeypatch.setitem(sys.modules, "wandb", mod)
+    return calls
+
+
+def test_a_resumed_run_continues_its_wandb_run_and_a_forced_one_opens_a_new(tmp_path, monkeypatch):
+    calls, run = fake_wandb(monkeypatch), tmp_path / "r"
+    assert main(["train", *BASE, f"run_dir={run}", "rl.steps=1", "log.wandb=true"]) == 0
+    assert main(["train", "--resume", str(run), "rl.steps=2"]) == 0
+    assert [(c["id"], c["resume"]) for c in calls] == [("id0", "allow"), ("id0", "allow")]
+    assert main(["train", *BASE, f"run_dir={run}", "rl.steps=1", "log.wandb=true", "--force"]) == 0
+    assert calls[-1]["id"] == "id1" and (run / "wandb-run-id").read_text().strip() == "id1"
+
+
+def test_no_wandb_login_is_one_line_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    fake_wandb(monkeypatch, fail="api_key not configured (no-tty). call wandb.login(key=[your_api_key])")
+    assert main(["train", *BASE, f"run_dir={tmp_path / 'r'}", "rl.steps=1", "log.wandb=true"]) == 2
+    line = one_line(capsys.readouterr().err)
+    assert "log.wandb: W&B did not start (api_key not configured" in line and "wandb login" in line
+    assert not (tmp_path / "r").exists()
+
+
+def test_without_wandb_installed_the_run_says_so_and_logs_to_metrics(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "wandb", None)  # import wandb -> ImportError
+    with pytest.warns(UserWarning, match="wandb is not installed"):
+        assert main(["train", *BASE, f"run_dir={tmp_path / 'r'}", "rl.steps=1", "log.wandb=true"]) == 0
+    assert (tmp_path / "r" / "metrics.jsonl").read_text().count("\n") == 1

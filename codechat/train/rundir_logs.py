@@ -29,7 +29,7 @@ from codechat.io.jsonl import read_records
 
 LOGS = ("metrics.jsonl", "rollouts.jsonl", "audit.jsonl")
 """The step-numbered logs of a run directory."""
-RUN_FILES = ("config.yaml", *LOGS, "checkpoints", "final", "best", "stages", "plugins", "curves.png")
+RUN_FILES = ("config.yaml", *LOGS, "checkpoints", "final", "best", "stages", "plugins", "curves.png", "wandb-run-id")
 """What a run leaves in its directory (a fresh run with --force removes them)."""
 
 

@@ -30,7 +30,7 @@ from codechat.train import dist
 from codechat.train.checkpoint import Checkpointer, TrainState
 from codechat.train.common import Context
 from codechat.train.context import drop_long, prompt_limit
-from codechat.train.metrics import MetricsLogger, plot_run
+from codechat.train.metrics import MetricsLogger, plot_run, start_wandb
 from codechat.train.rundir_logs import check_run_dir, clear_run_dir, truncate_logs
 from codechat.train.runlock import RunLock
 from codechat.train.stages import STAGES, batch_sizes, stage_steps
@@ -144,6 +144,7 @@ def _run(cfg: RunConfig, run_dir: Path, state: TrainState, trainer_state: dict |
     limit = prompt_limit(cfg, policy)  # over-long prompts dropped, with a count (train/context.py)
     train_tasks, eval_tasks = drop_long(train_tasks, policy, limit, "train"), drop_long(eval_tasks, policy, limit, "eval")
     extra = {k: drop_long(v, policy, limit, k) for k, v in extra.items()}
+    wandb_run = start_wandb(cfg.log, run_dir, dataclasses.asdict(cfg), resume) if main else None
     if main:  # the inputs are good: only now is anything of the run written (a failed start leaves no run behind)
         if resume:  # also a run killed before its first checkpoint: it restarts at step 0 with empty logs
             truncate_logs(run_dir, state.global_step)
@@ -153,7 +154,7 @@ def _run(cfg: RunConfig, run_dir: Path, state: TrainState, trainer_state: dict |
         configio.save_config(cfg, run_dir / "config.yaml")
     total = sum(stage_steps(cfg, s) for s in cfg.stages)
     logger = MetricsLogger(run_dir, cfg.log, total_steps=total, run_config=dataclasses.asdict(cfg),
-                           stages=[(s, stage_steps(cfg, s)) for s in cfg.stages]) if main \
+                           stages=[(s, stage_steps(cfg, s)) for s in cfg.stages], wandb_run=wandb_run) if main \
         else dist.NullLogger()
     ckpt = Checkpointer(run_dir, cfg.checkpoint.keep_last)
     with make_verifier(dist.per_rank_verifier(cfg.verifier)) as verifier:
