@@ -86,6 +86,14 @@ def make_optimizer(model: torch.nn.Module, lr: float, warmup: int, total: int, c
     return opt, torch.optim.lr_scheduler.LambdaLR(opt, factor)
 
 
+def schedule_step(scheduler) -> None:
+    """Advance the schedule one step, with or without an optimizer step before it: a step whose every group had
+    zero variance updates nothing but still counts (the warmup counts steps), which torch would warn about."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", r"Detected call of `lr_scheduler\.step\(\)` before `optimizer\.step\(\)`")
+        scheduler.step()
+
+
 def restore(ctx: Context, optimizer, scheduler) -> None:
     """Load optimizer, scheduler and RNG state when resuming into the middle of this stage."""
     if ctx.resume is None:
