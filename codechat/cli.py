@@ -56,7 +56,12 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser(argv)
-    args = parser.parse_args(argv)
+    args, rest = parser.parse_known_args(argv)
+    if rest and isinstance(getattr(args, "overrides", None), list) and \
+            all("=" in a and not a.startswith("-") for a in rest):
+        args.overrides += rest  # KEY=VALUE after a flag (`train --force seed=3`): argparse stops the list at the flag
+    elif rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if not getattr(args, "command", None):
         parser.print_help()
         return 0

@@ -77,8 +77,9 @@ def test_the_runnable_examples_of_readme_and_docs_run_on_a_fresh_clone(tmp_path)
     clone.mkdir()
     for d in ("configs", "tests"):  # what the examples name from the clone
         (clone / d).symlink_to(ROOT / d)
-    if SHARED.is_dir():
-        (tmp_path / "shared").symlink_to(SHARED)
+    if SHARED.is_dir():  # the examples' ../shared/data
+        (tmp_path / "shared").mkdir()
+        (tmp_path / "shared" / "data").symlink_to(SHARED)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     failed, ran = [], 0
     for doc in documents():

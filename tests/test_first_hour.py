@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from codechat.cli import main
 from codechat.config.io import load_config
 from codechat.tasks import load_tasks
 from codechat.train import train
@@ -47,3 +48,13 @@ def test_make_demo_uses_the_thread_count_of_the_readme_table():
     measured = re.search(r"2-core AMD EPYC VM, [0-9-]+, `OMP_NUM_THREADS=(\d+)`", (ROOT / "README.md").read_text())
     out = subprocess.run(["make", "-n", "demo"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     assert measured and f"OMP_NUM_THREADS={measured.group(1)} .venv/bin/codechat demo" in out
+
+
+def test_overrides_may_follow_a_flag(tmp_path, capsys):
+    """`codechat train --config C --force key=value` (argparse alone ends the override list at the flag)."""
+    assert main(["train", "--print-config", "--force", "seed=7", "rl.lr=0.5", *BASE[:2]]) == 0
+    out = capsys.readouterr().out
+    assert "seed: 7" in out and "lr: 0.5" in out and "train: builtin:toy" in out
+    with pytest.raises(SystemExit):
+        main(["train", "--print-config", "--force", "--no-such-flag"])
+    assert "unrecognized arguments: --no-such-flag" in capsys.readouterr().err
