@@ -15,7 +15,6 @@ deletes, and leaves every other file in the directory alone.
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import shutil
 import sys
@@ -24,7 +23,6 @@ from pathlib import Path
 import yaml
 
 from codechat import CodechatError
-from codechat.config import RunConfig
 from codechat.io.jsonl import read_records
 
 LOGS = ("metrics.jsonl", "rollouts.jsonl", "audit.jsonl")
@@ -49,14 +47,17 @@ def truncate_logs(run_dir: str | Path, step: int) -> dict[str, int]:
     return dropped
 
 
+WRITTEN = ("run_dir", "stages", "model", "data")
+"""Sections every config.yaml that codechat writes (the resolved config) has, whatever its version."""
+
+
 def _is_codechat_config(path: Path) -> bool:
-    """A config.yaml that codechat wrote: a mapping of RunConfig's sections, `stages` among them."""
+    """A config.yaml that codechat wrote: a mapping with the resolved config's sections."""
     try:
         cfg = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return False
-    known = {f.name for f in dataclasses.fields(RunConfig)}
-    return isinstance(cfg, dict) and "stages" in cfg and set(cfg) <= known
+    return isinstance(cfg, dict) and set(WRITTEN) <= set(cfg)
 
 
 def check_run_dir(run_dir: str | Path, force: bool = False) -> list[str]:
