@@ -98,10 +98,10 @@ def test_a_killed_run_resumes_after_its_lock_goes_stale(tmp_path, capsys):
 
 
 def test_a_failed_start_writes_nothing_and_the_corrected_command_runs(tmp_path, capsys):
-    run = tmp_path / "r"
+    run = tmp_path / "runs" / "r"
     for typo in ("data.train=builtin:toyy", f"model.path={tmp_path / 'no-such-model'}"):
         assert main(["train", *BASE, f"run_dir={run}", typo]) == 2
-        assert not run.exists()  # no config.yaml to block the retry or be replayed by --resume
+        assert not run.parent.exists()  # no config.yaml to block the retry or be replayed by --resume
         capsys.readouterr()
     assert main(["train", "--resume", str(run)]) == 2
     assert "not a run directory" in capsys.readouterr().err

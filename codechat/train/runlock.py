@@ -2,8 +2,8 @@
 
     lock = RunLock.acquire(run_dir)   # CodechatError naming the holder's pid when a live run holds it
     ...                               # train: rank 0 holds it from before the inputs load until the run ends
-    lock.release()                    # the lock file is removed; a directory the lock created and nothing else
-                                      # filled (a failed start) is removed with it
+    lock.release()                    # the lock file is removed; the directories the lock created that nothing
+                                      # else filled (a failed start) are removed with it
 
 Protects against: two `codechat train` writing into one run directory at once (a second run, a `--force` or a
 `--resume` into a live run), where metrics lose lines, rollouts double and the checkpoints of both mix. The lock
@@ -35,8 +35,10 @@ def _read_pid(fd: int) -> int | None:
 class RunLock:
     """An acquired run-directory lock (see the module docstring)."""
 
-    def __init__(self, run_dir: Path, fd: int, created: bool):
-        self.run_dir, self.fd, self.created = run_dir, fd, created
+    def __init__(self, run_dir: Path, fd: int, created: list[Path]):
+        self.run_dir, self.fd = run_dir, fd
+        self.created = created
+        """The directories acquire made, run_dir first (removed again by release while empty)."""
 
     @property
     def path(self) -> Path:
@@ -46,7 +48,7 @@ class RunLock:
     def acquire(cls, run_dir: str | Path) -> "RunLock":
         """Lock `run_dir` (created when missing) for this process; refused while another live run holds it."""
         run_dir = Path(run_dir)
-        created = not run_dir.exists()
+        created = [d for d in (run_dir, *run_dir.parents) if not d.exists()]
         try:
             run_dir.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -83,7 +85,7 @@ class RunLock:
         return cls(run_dir, fd, created)
 
     def release(self) -> None:
-        """Remove the lock file and unlock; a directory this lock created that is empty again is removed."""
+        """Remove the lock file and unlock; the directories this lock created that are empty again are removed."""
         if self.fd < 0:
             return
         try:
@@ -92,8 +94,8 @@ class RunLock:
             pass
         os.close(self.fd)
         self.fd = -1
-        if self.created:
+        for d in self.created:  # only while empty: a start that failed before writing anything leaves nothing
             try:
-                self.run_dir.rmdir()  # only when empty: a start that failed before writing anything
+                d.rmdir()
             except OSError:
-                pass
+                break
