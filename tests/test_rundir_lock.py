@@ -4,6 +4,7 @@ command runs; --force keeps the old run until the new one's inputs load and repl
 torchrun rank 0 holds the lock and every rank stops when it is taken."""
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -14,7 +15,7 @@ import pytest
 from codechat.cli import main
 from codechat.config import DistConfig
 from codechat.train import dist
-from codechat.train.runlock import LOCK_NAME
+from codechat.train.runlock import LOCK_NAME, RunLock
 from codechat.train.runner import _claim
 from train_helpers import run_ranks
 
@@ -160,3 +161,26 @@ def test_under_torchrun_rank_0_holds_the_lock_and_every_rank_stops_when_it_is_ta
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_a_forked_child_that_outlives_the_run_does_not_hold_its_lock(tmp_path):
+    """A sandbox worker forked while the lock is held keeps running after its run is SIGKILLed: the next run
+    still gets the directory (flock belongs to the open file, which fork would share)."""
+    run = tmp_path / "r"
+    parent = subprocess.Popen([sys.executable, "-c", (
+        "import os, sys, time\n"
+        "from codechat.train.runlock import RunLock\n"
+        "RunLock.acquire(sys.argv[1])\n"
+        "child = os.fork()\n"
+        "if child == 0:\n"
+        "    time.sleep(60); os._exit(0)\n"
+        "print(child, flush=True); time.sleep(60)\n"), str(run)], stdout=subprocess.PIPE, text=True)
+    child = int(parent.stdout.readline())
+    parent.kill()
+    parent.wait()
+    try:
+        os.kill(child, 0)  # still running
+        lock = RunLock.acquire(run)  # its copy of the fd was closed at the fork
+        lock.release()
+    finally:
+        os.kill(child, signal.SIGKILL)

@@ -26,6 +26,23 @@ LOCK_NAME = ".lock"
 """The lock file in a run directory (holds the pid of the run that holds the lock)."""
 
 
+_HELD: set[int] = set()
+"""The lock fds this process holds: a forked child (a sandbox worker) closes its copies, so a child that outlives
+a killed run cannot keep the directory locked (flock belongs to the open file, which fork shares)."""
+
+
+def _close_inherited() -> None:
+    for fd in _HELD:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _HELD.clear()
+
+
+os.register_at_fork(after_in_child=_close_inherited)
+
+
 def _read_pid(fd: int) -> int | None:
     os.lseek(fd, 0, os.SEEK_SET)
     text = os.read(fd, 64).decode("ascii", "replace").strip()
@@ -82,6 +99,7 @@ class RunLock:
                   f"{LOCK_NAME}", file=sys.stderr, flush=True)
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        _HELD.add(fd)
         return cls(run_dir, fd, created)
 
     def release(self) -> None:
@@ -92,6 +110,7 @@ class RunLock:
             self.path.unlink(missing_ok=True)  # while still locked: the next run locks a fresh file
         except OSError:
             pass
+        _HELD.discard(self.fd)
         os.close(self.fd)
         self.fd = -1
         for d in self.created:  # only while empty: a start that failed before writing anything leaves nothing
