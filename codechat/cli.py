@@ -18,8 +18,8 @@ from codechat.commands import COMMANDS
 
 TOUR = ("codechat demo", "codechat tasks show ../shared/data/mbpp/mbpp.jsonl --limit 2",
         "codechat verify --tasks T.jsonl --completions C.jsonl --out R.jsonl",
-        "codechat train --config configs/grpo.yaml run_dir=runs/g1", "codechat eval --model runs/g1 --tasks builtin:synthetic-heldout",
-        "codechat chat runs/g1")
+        "codechat train --config configs/sft.yaml", "codechat train --config configs/grpo.yaml run_dir=runs/g1",
+        "codechat eval --model runs/g1 --tasks builtin:synthetic-heldout", "codechat chat runs/g1")
 """The path from clone to a trained, evaluated model one can talk to, shown under `codechat --help`."""
 
 
