@@ -6,7 +6,9 @@ import errno
 import importlib.machinery
 import itertools
 import json
+import os
 import shutil
+import subprocess
 import sys
 import types
 
@@ -122,3 +124,25 @@ def test_without_wandb_installed_the_run_says_so_and_logs_to_metrics(tmp_path, m
     with pytest.warns(UserWarning, match="wandb is not installed"):
         assert main(["train", *BASE, f"run_dir={tmp_path / 'r'}", "rl.steps=1", "log.wandb=true"]) == 0
     assert (tmp_path / "r" / "metrics.jsonl").read_text().count("\n") == 1
+
+
+def _can_mount_tmpfs() -> bool:
+    return shutil.which("unshare") is not None and subprocess.run(
+        ["unshare", "-m", "sh", "-c", "mount -t tmpfs -o size=1m tmpfs /mnt"], capture_output=True).returncode == 0
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _can_mount_tmpfs(), reason="needs root and mount namespaces (unshare -m)")
+def test_a_really_full_disk_is_one_line_and_keeps_the_finished_checkpoint(tmp_path):
+    """A 50 MiB tmpfs in a private mount namespace: the first checkpoint (~30 MiB) fits, the second does not."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    run = disk / "r"
+    script = (f"mount -t tmpfs -o size=50m tmpfs {disk} && {sys.executable} -m codechat train "
+              + " ".join(BASE) + f" rl.steps=4 checkpoint.keep_last=5 run_dir={run}; echo rc=$?; "
+              f"ls {run / 'checkpoints'}")
+    p = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=600,
+                       env={**os.environ, "OMP_NUM_THREADS": "1"})
+    line = one_line(p.stderr)
+    assert "step-0000002: not written" in line and "MiB were free" in line and "--resume" in line, p.stderr
+    assert p.stdout.split() == ["rc=2", "step-0000001"]  # no step-0000002.tmp left

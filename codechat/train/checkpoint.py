@@ -66,10 +66,12 @@ def write_dir(final: Path, write: Callable[[Path], None], run_dir: Path) -> None
             shutil.rmtree(final)
         os.replace(tmp, final)
     except WRITE_ERRORS as e:  # e.g. ENOSPC: drop the partial copy, keep every finished one
+        why = " ".join(str(e).split())[:300]  # torch.save on a full disk says only "unexpected pos ...": add the space
+        free = shutil.disk_usage(final.parent).free if final.parent.is_dir() else 0  # (before the copy goes)
         shutil.rmtree(tmp, ignore_errors=True)
-        why = " ".join(str(e).split())[:300]
-        raise CodechatError(f"{final}: not written ({why}); its partial copy is removed and the earlier "
-                            f"checkpoints are intact (free some space, then codechat train --resume {run_dir})") from None
+        raise CodechatError(f"{final}: not written ({why}; {free / 2**20:.0f} MiB were free); its partial copy is "
+                            f"removed and the earlier checkpoints are intact (free some space, then codechat train "
+                            f"--resume {run_dir})") from None
 
 
 def _fsync_tree(path: Path) -> None:
