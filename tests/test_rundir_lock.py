@@ -1,7 +1,8 @@
 """The run directory under usual mistakes: a live run refuses a second run, a --force and a --resume into it; a
 stale lock of a dead process is taken over with a message; a failed start writes nothing, so the corrected
 command runs; --force keeps the old run until the new one's inputs load and replaces only codechat runs; under
-torchrun rank 0 holds the lock and every rank stops when it is taken."""
+torchrun rank 0 holds the lock and every rank stops when it is taken; a forked child that outlives its run does
+not keep the lock."""
 import json
 import os
 import signal
