@@ -1,5 +1,6 @@
-"""`codechat tasks show SPEC`: what a task set holds (any spec data.train takes), and what is wrong with it; `codechat tasks check FILE`:
-run each reference solution several times, list failing and flaky tasks (`--write-quarantine` for data.exclude).
+"""`codechat tasks show SPEC`: what a task set holds (any spec data.train takes), and what is wrong with it;
+`codechat tasks check FILE`: run each reference solution several times, list failing and flaky tasks
+(`--write-quarantine` for data.exclude).
 """
 from __future__ import annotations
 

@@ -6,8 +6,8 @@ does not exist is an error, never a hub id.
 
 Errors (CodechatError, one line naming the path): missing path, a directory without config.json, a config.json
 that is not a causal LM, a directory without a tokenizer (no tokenizer file, or one with no vocabulary beyond
-its special tokens: transformers would build an empty one from config.json alone). Documented fix-up: a tokenizer without a pad token
-gets pad = eos (a warning says so); a tokenizer with neither is an error.
+its special tokens: transformers would build an empty one from config.json alone). Documented fix-up: a
+tokenizer without a pad token gets pad = eos (a warning says so); a tokenizer with neither is an error.
 
 Prompts: `encode_prompt(text)` applies the tokenizer's chat template (one user turn, generation prompt added)
 when `ModelConfig.chat`, else encodes `text` as a plain continuation (with BOS if the tokenizer adds one).
