@@ -2,11 +2,13 @@
 
 Only the module of the command being run is imported (the command list and its help come from the COMMANDS
 registry), so `codechat --help` stays fast however heavy a command's imports are.
-User errors (CodechatError) print as one line `codechat: error: ...` and exit with status 2; no traceback.
+User errors (CodechatError) print as one line `codechat: error: ...` and exit with status 2; no traceback; so does
+a full disk (ENOSPC, EDQUOT).
 """
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import sys
 
@@ -16,8 +18,8 @@ from codechat.commands import COMMANDS
 
 TOUR = ("codechat demo", "codechat tasks show ../shared/data/mbpp/mbpp.jsonl --limit 2",
         "codechat verify --tasks T.jsonl --completions C.jsonl --out R.jsonl",
-        "codechat train --config configs/grpo.yaml run_dir=runs/g1", "codechat eval --model runs/g1 --tasks builtin:synthetic-heldout",
-        "codechat chat runs/g1")
+        "codechat train --config configs/sft.yaml", "codechat train --config configs/grpo.yaml run_dir=runs/g1",
+        "codechat eval --model runs/g1 --tasks builtin:synthetic-heldout", "codechat chat runs/g1")
 """The path from clone to a trained, evaluated model one can talk to, shown under `codechat --help`."""
 
 
@@ -54,7 +56,12 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser(argv)
-    args = parser.parse_args(argv)
+    args, rest = parser.parse_known_args(argv)
+    if rest and isinstance(getattr(args, "overrides", None), list) and \
+            all("=" in a and not a.startswith("-") for a in rest):
+        args.overrides += rest  # KEY=VALUE after a flag (`train --force seed=3`): argparse stops the list at the flag
+    elif rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if not getattr(args, "command", None):
         parser.print_help()
         return 0
@@ -62,6 +69,12 @@ def main(argv: list[str] | None = None) -> int:
         return int(importlib.import_module(COMMANDS[args.command].module).run(args) or 0)
     except CodechatError as e:
         print(f"codechat: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # a full disk mid-run: one line (checkpoint writes say more: train/checkpoint.py)
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        print(f"codechat: error: {e.filename or 'writing'}: {e.strerror}; free some space (a training run "
+              f"continues with codechat train --resume RUN_DIR from its last complete checkpoint)", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("codechat: interrupted", file=sys.stderr)

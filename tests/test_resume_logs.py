@@ -33,7 +33,7 @@ def test_truncate_keeps_records_up_to_the_step(tmp_path):
 
 def test_claim_refuses_an_existing_run_unless_forced(tmp_path):
     claim_run_dir(tmp_path / "new")  # nothing there: fine
-    (tmp_path / "config.yaml").write_text("seed: 1\n")
+    (tmp_path / "config.yaml").write_text("run_dir: r\nstages: [grpo]\nmodel: {path: tiny}\ndata: {}\n")
     (tmp_path / "notes.txt").write_text("mine")
     with pytest.raises(CodechatError, match="--force"):
         claim_run_dir(tmp_path)

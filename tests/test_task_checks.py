@@ -95,12 +95,19 @@ def test_overlap_by_id_within_a_family_and_by_normalised_prompt():
     found = {o.eval_set: o for o in overlap(train, evals)}
     assert set(found) == {"plus", "mine"}  # "11" in a codechat file is not MBPP's 11
     assert found["plus"].by_id == ["Mbpp/11"] and found["mine"].by_prompt == ["y"] and found["mine"].count == 1
-    assert normalise_prompt(train[0].prompt) == "write a function to add assert add 1 2 3"
+    assert normalise_prompt(train[0].prompt) == "write a function to add assert add 1 2 == 3"
     with pytest.warns(UserWarning, match=r"train/eval overlap: 1 of 2 tasks of plus are also in T \(1 by id"):
         warn_overlap(train, {"plus": evals["plus"]}, "T")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert warn_overlap(train, {"clean": evals["clean"]}) == []
+
+
+def test_the_arith_sets_do_not_overlap_though_prompts_differ_only_in_operators():
+    """`Expand $(x + 6)(x + 7)$.` and `Expand $(x - 6)(x - 7)$.` are different problems: no false overlap warning
+    between the generated train and held-out arithmetic sets (split by a hash of the exact text)."""
+    assert normalise_prompt("Expand $(x + 6)(x + 7)$.") != normalise_prompt("Expand $(x - 6)(x - 7)$.")
+    assert overlap(load_tasks("builtin:arith-train"), {"heldout": load_tasks("builtin:arith-heldout")}) == []
 
 
 def test_mbpp_plus_overlaps_sanitized_mbpp_completely(shared_data):

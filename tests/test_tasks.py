@@ -132,6 +132,19 @@ def test_cli_show_warns_about_duplicates_free_and_prints_examples(shared_data, c
     assert "format: mbpp" in out and "tasks: 974" in out and "--- 1 " in out
 
 
+def test_cli_show_takes_every_spec_training_takes(shared_data, capsys):
+    """FILE:SPLIT, A+B and a repository set, as data.train takes them (not "no such file")."""
+    assert main(["tasks", "show", f"{shared_data}/mbpp/mbpp.jsonl:train", "--limit", "0"]) == 0
+    assert "format: mbpp 374\ntasks: 374" in capsys.readouterr().out
+    assert main(["tasks", "show", "builtin:toy+builtin:basic", "--limit", "0"]) == 0
+    assert "format: builtin:basic 53, builtin:toy 10\ntasks: 63" in capsys.readouterr().out
+    assert main(["tasks", "show", "builtin:repo-train", "--limit", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "format: repository tasks" in out and "--- " in out
+    assert main(["tasks", "show", f"{shared_data}/mbpp/mbpp.jsonl:dev"]) == 2
+    assert "unknown split 'dev'" in capsys.readouterr().err
+
+
 def test_cli_show_warns_on_tasks_without_tests(tmp_path, capsys):
     p = _write(tmp_path, '{"task_id": "a", "prompt": "p", "tests": []}\n')
     assert main(["tasks", "show", str(p)]) == 0

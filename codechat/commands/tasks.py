@@ -1,5 +1,6 @@
-"""`codechat tasks show FILE`: what a task file holds, and what is wrong with it; `codechat tasks check FILE`:
-run each reference solution several times, list failing and flaky tasks (`--write-quarantine` for data.exclude).
+"""`codechat tasks show SPEC`: what a task set holds (any spec data.train takes), and what is wrong with it;
+`codechat tasks check FILE`: run each reference solution several times, list failing and flaky tasks
+(`--write-quarantine` for data.exclude).
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from codechat.config import VerifierConfig
 from codechat.tasks import load_tasks, load_tasks_with_format
 from codechat.tasks.builtin import builtin_names, load_builtin
 from codechat.tasks.quarantine import write_quarantine
+from codechat.tasks.repo_loaders import is_repo_spec, load_repo_tasks
 from codechat.tasks.statement import not_unique
 from codechat.verifier.check import check_references
 from codechat.verifier.verify import Verifier
@@ -18,8 +20,9 @@ from codechat.verifier.verify import Verifier
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
-    show = sub.add_parser("show", help="summarise a task file (or builtin / builtin:NAME)")
-    show.add_argument("file", help="task file (JSONL / JSON / .gz) or builtin[:NAME]")
+    show = sub.add_parser("show", help="summarise a task set: a file, FILE:SPLIT, A+B, builtin[:NAME]")
+    show.add_argument("file", help="task file (JSONL / JSON / .gz), FILE:SPLIT, A+B, builtin[:NAME], or a "
+                                   "repository set (builtin:repo-train, a folder of repository tasks)")
     show.add_argument("--limit", type=int, default=2, help="number of example tasks to print (default 2)")
     show.add_argument("--format", default=None, help="force a format instead of detecting it")
     sub.add_parser("list", help="list the built-in task sets")
@@ -68,6 +71,33 @@ def summarize(tasks, fmt: str, limit: int = 2) -> str:
     return "\n".join(lines)
 
 
+def summarize_repo(tasks, limit: int = 2) -> str:
+    """`tasks show` of repository tasks: counts, files and tests per task, example issues."""
+    lines = ["format: repository tasks", f"tasks: {len(tasks)}",
+             f"files per task: min {min(len(t.files) for t in tasks)}, max {max(len(t.files) for t in tasks)}",
+             f"hidden test files per task: max {max(len(t.hidden_tests) for t in tasks)}; "
+             f"with visible tests: {sum(bool(t.visible_tests) for t in tasks)}"]
+    for t in tasks[:limit]:
+        lines += [f"--- {t.task_id} ({len(t.files)} files)", t.problem.rstrip()[:600]]
+    return "\n".join(lines)
+
+
+def show(args: argparse.Namespace) -> str:
+    """`tasks show`: the summary of any task spec that training accepts as data.train."""
+    spec = args.file
+    if is_repo_spec(spec):
+        return summarize_repo(load_repo_tasks(spec), args.limit)
+    if spec.startswith("builtin") and "+" not in spec:
+        return summarize(load_builtin(spec), "codechat (built-in)", args.limit)
+    try:
+        tasks, fmt = load_tasks_with_format(spec, args.format)
+    except CodechatError:
+        tasks = load_tasks(spec, args.format)  # FILE:SPLIT, A+B: one line of its own when it is not one either
+        fmts = Counter(t.metadata.get("source", "codechat") for t in tasks)
+        fmt = ", ".join(f"{k} {n}" for k, n in fmts.most_common())
+    return summarize(tasks, fmt, args.limit)
+
+
 def check(args: argparse.Namespace) -> int:
     """`tasks check`: exit 1 when some reference fails or is flaky."""
     if args.runs < 1:
@@ -97,9 +127,5 @@ def run(args: argparse.Namespace) -> int:
         for name in builtin_names():
             print(f"builtin:{name}  ({len(load_builtin('builtin:' + name))} tasks)")
         return 0
-    if args.file.startswith("builtin"):
-        tasks, fmt = load_builtin(args.file), "codechat (built-in)"
-    else:
-        tasks, fmt = load_tasks_with_format(args.file, args.format)
-    print(summarize(tasks, fmt, args.limit))
+    print(show(args))
     return 0

@@ -11,6 +11,7 @@ import math
 import re
 import types
 import typing
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -170,6 +171,10 @@ def validate(cfg: RunConfig) -> None:
     problems = [p for check in registered_checks() for p in check(cfg)]
     if problems:
         raise ConfigError(_with_key(problems[0], cfg))
+    if "sft" in cfg.stages and cfg.sft.warmup >= cfg.sft.steps > 0:  # legal, but rarely what was meant
+        warnings.warn(f"sft.warmup: {cfg.sft.warmup} warmup steps in sft.steps={cfg.sft.steps}: the learning rate "
+                      f"reaches sft.lr={cfg.sft.lr:g} only at the last step, if at all (set sft.warmup below "
+                      f"sft.steps)", stacklevel=2)
     s, o, m, d = cfg.sampling, cfg.optim, cfg.model, cfg.dist
     checks = [
         ("sampling.temperature: expected >= 0", s.temperature >= 0), ("sampling.top_p: expected in (0, 1]", 0 < s.top_p <= 1),

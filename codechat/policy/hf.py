@@ -5,8 +5,9 @@ presets.py) or a local model directory. No hub access: `local_files_only=True` e
 does not exist is an error, never a hub id.
 
 Errors (CodechatError, one line naming the path): missing path, a directory without config.json, a config.json
-that is not a causal LM, a directory without a tokenizer. Documented fix-up: a tokenizer without a pad token
-gets pad = eos (a warning says so); a tokenizer with neither is an error.
+that is not a causal LM, a directory without a tokenizer (no tokenizer file, or one with no vocabulary beyond
+its special tokens: transformers would build an empty one from config.json alone). Documented fix-up: a
+tokenizer without a pad token gets pad = eos (a warning says so); a tokenizer with neither is an error.
 
 Prompts: `encode_prompt(text)` applies the tokenizer's chat template (one user turn, generation prompt added)
 when `ModelConfig.chat`, else encodes `text` as a plain continuation (with BOS if the tokenizer adds one).
@@ -151,13 +152,25 @@ def pick_device(name: str):
         raise CodechatError(f"device '{name}': expected auto, cpu or cuda[:N]") from None
 
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model", "tiktoken.model")
+"""Files one of which holds a tokenizer's vocabulary (transformers builds an empty one from config.json alone)."""
+
+
 def load_tokenizer(path: Path, label: str):
     from transformers import AutoTokenizer  # transformers: heavy, loaded on use (CLI start-up)
 
+    if not any((path / name).is_file() for name in TOKENIZER_FILES):
+        raise CodechatError(f"{label}: the model directory has no tokenizer (none of {', '.join(TOKENIZER_FILES[:3])}"
+                            f"); copy the tokenizer files of the model it came from into it")
     try:
         tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
     except (OSError, ValueError, TypeError) as e:
-        raise CodechatError(f"{label}: no usable tokenizer in the directory ({str(e).splitlines()[0]})") from None
+        raise CodechatError(f"{label}: no usable tokenizer in the directory ({' '.join(str(e).split())[:200]})") \
+            from None
+    added = len(tok.get_added_vocab())
+    if len(tok) - added < 2:  # special tokens only: every text would encode to nothing
+        raise CodechatError(f"{label}: the tokenizer has no vocabulary ({len(tok) - added} tokens besides its {added} "
+                            f"special ones); copy the tokenizer files of the model it came from into the directory")
     if tok.pad_token_id is None:
         if tok.eos_token_id is None:
             raise CodechatError(f"{label}: tokenizer has neither a pad nor an eos token; set pad_token")

@@ -194,7 +194,8 @@ def rollout_metrics(r: Rollouts) -> dict[str, float]:
 
 
 def rollout_records(r: Rollouts, step: int, eos_ids) -> list[str]:
-    """One rollouts.jsonl line per sample: step, task_id, group, completion, reward, passed, status, and how the
+    """One rollouts.jsonl line per sample: step, task_id, group, prompt (the task text the model was posed: the
+    prompt, or an episode's issue text), completion, reward, passed, status, and how the
     sample ended: `finish_reason` ('stop' or 'length') and `eos` (its last token is an EOS id, which the text does
     not show: a stop-string finish or a truncated sample has none). Episodes add `turn_versions`: the policy
     version that sampled each model turn (they differ within an episode with rl.partial_rollouts)."""
@@ -203,9 +204,11 @@ def rollout_records(r: Rollouts, step: int, eos_ids) -> list[str]:
     for i, v in enumerate(r.verdicts):
         n = int(r.batch.n_tokens[i])
         ended_eos = n > 0 and int(r.batch.tokens[i, n - 1]) in eos
-        rec = {"step": step, "task_id": r.task_of(i).task_id, "group": int(r.group_ids[i]),
-               "completion": r.batch.texts[i], "reward": float(r.rewards[i]), "passed": v.passed,
-               "status": v.status, "finish_reason": r.batch.finish_reason[i], "eos": ended_eos}
+        t = r.task_of(i)
+        rec = {"step": step, "task_id": t.task_id, "group": int(r.group_ids[i]),
+               "prompt": t.problem if r.episodes else prompt_text(t), "completion": r.batch.texts[i],
+               "reward": float(r.rewards[i]), "passed": v.passed, "status": v.status,
+               "finish_reason": r.batch.finish_reason[i], "eos": ended_eos}
         if r.episodes:
             rec["turn_versions"] = [u.version for u in r.episodes[i].transcript.turns]
         out.append(json.dumps(rec) + "\n")

@@ -7,7 +7,7 @@ spans every split (224 test, 39 validation, 108 train, 7 prompt of its 378), so 
 108 MBPP+ tasks by id (and 1 more by prompt): train on it and evaluate on `MbppPlus...:test`.
 
 `overlap(train, evals)` finds eval tasks that are also training tasks, by id within one benchmark family (MBPP's
-`11`, `Mbpp/11`; HumanEval's `HumanEval/3`) or by normalised prompt (lower case, words only, the MBPP
+`11`, `Mbpp/11`; HumanEval's `HumanEval/3`) or by normalised prompt (lower case, words and operators, the MBPP
 "Your code should pass this test" line and docstring quotes dropped); `warn_overlap` turns it into one warning per
 eval set. What it does not catch: paraphrased prompts, or the same problem under another benchmark's id.
 """
@@ -61,8 +61,9 @@ _MBPP_LINE = re.compile(r"your code should pass (this test|these tests):?", re.I
 
 
 def normalise_prompt(prompt: str) -> str:
-    """Lower-case words of the prompt, without MBPP's test preamble, quotes or punctuation."""
-    return " ".join(re.findall(r"[a-z0-9_]+", _MBPP_LINE.sub(" ", prompt).lower()))
+    """Lower-case words and operators of the prompt, without MBPP's test preamble, quotes or other punctuation
+    (operators stay: `(x + 6)(x + 7)` and `(x - 6)(x - 7)` are different problems)."""
+    return " ".join(re.findall(r"[a-z0-9_]+|[-+*/=<>^%!]+", _MBPP_LINE.sub(" ", prompt).lower()))
 
 
 def id_key(task: Task) -> tuple[str, str]:

@@ -3,7 +3,9 @@
 A checkpoint is a directory `checkpoints/step-XXXXXXX/` holding the model in Hugging Face format, `trainer.pt`
 (optimizer, scheduler, RNG states) and `state.json` (stage, step, data position, best metric). It is written
 into `*.tmp`, every file fsynced, then renamed: a run killed at any moment, mid-save included, resumes from the
-last complete checkpoint (leftover `*.tmp` directories are ignored and cleaned up).
+last complete checkpoint (leftover `*.tmp` directories are ignored and cleaned up). A write that fails (a full
+disk: OSError, or safetensors' SafetensorError) removes its partial `*.tmp` copy and stops the run with one
+line; the checkpoints written before it are never touched.
 """
 from __future__ import annotations
 
@@ -13,10 +15,11 @@ import random
 import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
 
 from codechat import CodechatError
 from codechat.io.rundir import update_links
@@ -44,6 +47,31 @@ class TrainState:
     """Name of the checkpoint holding best_metric (never deleted by rotation)."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Stage-specific values (e.g. the regression baselines at the stage start)."""
+
+
+WRITE_ERRORS = (OSError, RuntimeError, SafetensorError)
+"""What a failed write raises: OSError (ENOSPC, EDQUOT, EIO), torch.save's RuntimeError, safetensors' error."""
+
+
+def write_dir(final: Path, write: Callable[[Path], None], run_dir: Path) -> None:
+    """`write(tmp)` into `final`.tmp, fsync it, rename it to `final` (replacing one of the same name); a failed
+    write removes the partial copy and raises one line, leaving every other directory as it was."""
+    tmp = final.with_name(final.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        tmp.mkdir(parents=True)
+        write(tmp)
+        _fsync_tree(tmp)
+        if final.exists():  # re-saving the same step (e.g. stage end right after a periodic save)
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    except WRITE_ERRORS as e:  # e.g. ENOSPC: drop the partial copy, keep every finished one
+        why = " ".join(str(e).split())[:300]  # torch.save on a full disk says only "unexpected pos ...": add the space
+        free = shutil.disk_usage(final.parent).free if final.parent.is_dir() else 0  # (before the copy goes)
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise CodechatError(f"{final}: not written ({why}; {free / 2**20:.0f} MiB were free); its partial copy is "
+                            f"removed and the earlier checkpoints are intact (free some space, then codechat train "
+                            f"--resume {run_dir})") from None
 
 
 def _fsync_tree(path: Path) -> None:
@@ -91,24 +119,16 @@ class Checkpointer:
         opt_state = optimizer_state(policy.model, optimizer) if optimizer else None
         if not dist.is_main():
             return None
-        name = f"step-{state.global_step:07d}"
-        final, tmp = self.dir / name, self.dir / f"{name}.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        try:
-            tmp.mkdir(parents=True)
+        final = self.dir / f"step-{state.global_step:07d}"
+
+        def write(tmp: Path) -> None:
             policy.save(tmp / "model", state_dict=weights)
             torch.save({"optimizer": opt_state,
                         "scheduler": scheduler.state_dict() if scheduler else None,
                         "rng": rng_state(), **(extra or {})}, tmp / "trainer.pt")
             (tmp / "state.json").write_text(json.dumps(asdict(state), indent=1))
-            _fsync_tree(tmp)
-        except (OSError, RuntimeError) as e:  # e.g. ENOSPC: drop the partial copy, keep every finished one
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise CodechatError(f"{final}: checkpoint not written ({e}); the earlier checkpoints are intact, "
-                                f"--resume starts from the latest") from None
-        if final.exists():  # re-saving the same step (e.g. stage end right after a periodic save)
-            shutil.rmtree(final)
-        os.replace(tmp, final)
+
+        write_dir(final, write, self.dir.parent)
         _fsync_tree(self.dir)
         update_links(self.dir.parent, final, state.best_checkpoint)  # RUN/final, RUN/best (codechat/io/rundir.py)
         self._rotate(state)

@@ -20,7 +20,7 @@ from codechat.policy.lora import is_lora
 from codechat.policy.sampler import pad_rows
 from codechat.tasks import Task
 from codechat.train import dist
-from codechat.train.checkpoint import Checkpointer, TrainState, set_rng_state
+from codechat.train.checkpoint import Checkpointer, TrainState, set_rng_state, write_dir
 from codechat.train.watch import NoSignalWatch
 
 
@@ -86,6 +86,14 @@ def make_optimizer(model: torch.nn.Module, lr: float, warmup: int, total: int, c
     return opt, torch.optim.lr_scheduler.LambdaLR(opt, factor)
 
 
+def schedule_step(scheduler) -> None:
+    """Advance the schedule one step, with or without an optimizer step before it: a step whose every group had
+    zero variance updates nothing but still counts (the warmup counts steps), which torch would warn about."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", r"Detected call of `lr_scheduler\.step\(\)` before `optimizer\.step\(\)`")
+        scheduler.step()
+
+
 def restore(ctx: Context, optimizer, scheduler) -> None:
     """Load optimizer, scheduler and RNG state when resuming into the middle of this stage."""
     if ctx.resume is None:
@@ -147,17 +155,13 @@ def save_stage_start(ctx: Context) -> None:
         return
     if not is_sharded(ctx.policy.model):
         if ctx.state.step == 0 and not d.is_dir() and dist.is_main():
-            tmp = d.with_name(d.name + ".tmp")
-            ctx.policy.save(tmp)
-            tmp.rename(d)
+            write_dir(d, ctx.policy.save, ctx.run_dir)
         return
     # FSDP: every rank gathers (a collective), rank 0 writes, and the others wait: they load it as the reference
     if dist.decide(ctx.state.step == 0 and not d.is_dir()):
         weights = full_state_dict(ctx.policy.model)
         if dist.is_main():
-            tmp = d.with_name(d.name + ".tmp")
-            ctx.policy.save(tmp, state_dict=weights)
-            tmp.rename(d)
+            write_dir(d, lambda tmp: ctx.policy.save(tmp, state_dict=weights), ctx.run_dir)
     dist.barrier()
 
 

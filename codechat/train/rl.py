@@ -39,7 +39,7 @@ from codechat.rollout.collect import Rollouts, rollout_metrics, rollout_records
 from codechat.rollout.thinking import behaviour_logprobs
 from codechat.train import dist
 from codechat.train.common import Context, end_step, grad_norm_clip, make_optimizer, reference_model, restore, \
-    save_stage_start
+    save_stage_start, schedule_step
 from codechat.train.episodes import is_repo_batch, model_token_budget
 from codechat.train.groups import sample_groups
 from codechat.train.probe import GapProbe
@@ -258,7 +258,7 @@ def run_rl(ctx: Context) -> None:
             metrics.update(rl_update(ctx, r, adv[rows], rows, ref, opt, a, **opening))
         else:
             metrics["skipped_update"] = 1.0
-        sched.step()
+        schedule_step(sched)  # also after a step without an update
         if producer is None:  # (the producer loads each batch's snapshot into an engine with its own weights)
             push_weights(engine, ctx.policy.model)  # vLLM: the new weights in memory, no disk round trip
         metrics["time/update_s"] = time.perf_counter() - t0

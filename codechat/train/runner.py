@@ -30,8 +30,9 @@ from codechat.train import dist
 from codechat.train.checkpoint import Checkpointer, TrainState
 from codechat.train.common import Context
 from codechat.train.context import drop_long, prompt_limit
-from codechat.train.metrics import MetricsLogger, plot_run
-from codechat.train.rundir_logs import claim_run_dir, truncate_logs
+from codechat.train.metrics import MetricsLogger, plot_run, start_wandb
+from codechat.train.rundir_logs import check_run_dir, clear_run_dir, truncate_logs
+from codechat.train.runlock import RunLock
 from codechat.train.stages import STAGES, batch_sizes, stage_steps
 from codechat.verifier.dedup import DedupVerifier
 from codechat.train.watch import resume_point, sigterm_as_interrupt
@@ -79,7 +80,8 @@ def load_task_sets(cfg: RunConfig):
 def train(cfg: RunConfig | None = None, resume: str | Path | None = None, overrides: list[str] | None = None,
           force: bool = False) -> Path:
     """Run (or resume) a training run; returns the run directory. A fresh run into a directory that holds one
-    is refused unless `force` (which removes the earlier run's files)."""
+    is refused unless `force` (which removes the earlier run's files once the new run's inputs have loaded); a
+    directory that a live run holds is refused always (train/runlock.py)."""
     state, trainer_state, model_path = TrainState(), None, None
     if resume:
         run_dir = Path(resume)
@@ -97,16 +99,35 @@ def train(cfg: RunConfig | None = None, resume: str | Path | None = None, overri
     own_group = dist.init(cfg.dist)  # under torchrun: join the ranks; rank 0 alone writes files
     dist.check_batches(batch_sizes(cfg))
     check_autocast(cfg.rl.autocast_bf16, pick_device(cfg.model.device))  # before the run directory is claimed
-    main = dist.is_main()
-    if main:
-        if resume:  # also a run killed before its first checkpoint: it restarts at step 0 with empty logs
-            truncate_logs(run_dir, state.global_step)
-        else:
-            claim_run_dir(run_dir, force)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        record_plugins([*cfg.rewards.components, cfg.data.loader], run_dir)  # RUN/plugins/: what --resume loads
-        configio.save_config(cfg, run_dir / "config.yaml")
+    lock, found = _claim(run_dir, resume is not None, force)
+    try:
+        return _run(cfg, run_dir, state, trainer_state, model_path, resume is not None, found, own_group)
+    finally:
+        if lock is not None:
+            lock.release()
 
+
+def _claim(run_dir: Path, resume: bool, force: bool) -> tuple[RunLock | None, list[str]]:
+    """Rank 0 locks run_dir (one live run per directory) and, for a fresh run, checks what it would replace;
+    every rank raises when that fails. Nothing of the run is written yet."""
+    lock, found, err = None, [], ""
+    if dist.is_main():
+        try:
+            lock = RunLock.acquire(run_dir)
+            found = [] if resume else check_run_dir(run_dir, force)
+        except CodechatError as e:
+            if lock is not None:
+                lock.release()
+            lock, err = None, str(e)
+    if dist.decide(bool(err)):
+        raise CodechatError(err or f"{run_dir}: rank 0 could not claim the run directory (its error says why)")
+    return lock, found
+
+
+def _run(cfg: RunConfig, run_dir: Path, state: TrainState, trainer_state: dict | None, model_path: str | None,
+         resume: bool, found: list[str], own_group: bool) -> Path:
+    """The run, once run_dir is locked: load and check every input, then write the run's files and train."""
+    main = dist.is_main()
     random.seed(cfg.seed)
     np.random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
@@ -123,9 +144,17 @@ def train(cfg: RunConfig | None = None, resume: str | Path | None = None, overri
     limit = prompt_limit(cfg, policy)  # over-long prompts dropped, with a count (train/context.py)
     train_tasks, eval_tasks = drop_long(train_tasks, policy, limit, "train"), drop_long(eval_tasks, policy, limit, "eval")
     extra = {k: drop_long(v, policy, limit, k) for k, v in extra.items()}
+    wandb_run = start_wandb(cfg.log, run_dir, dataclasses.asdict(cfg), resume) if main else None
+    if main:  # the inputs are good: only now is anything of the run written (a failed start leaves no run behind)
+        if resume:  # also a run killed before its first checkpoint: it restarts at step 0 with empty logs
+            truncate_logs(run_dir, state.global_step)
+        else:
+            clear_run_dir(run_dir, found)
+        record_plugins([*cfg.rewards.components, cfg.data.loader], run_dir)  # RUN/plugins/: what --resume loads
+        configio.save_config(cfg, run_dir / "config.yaml")
     total = sum(stage_steps(cfg, s) for s in cfg.stages)
     logger = MetricsLogger(run_dir, cfg.log, total_steps=total, run_config=dataclasses.asdict(cfg),
-                           stages=[(s, stage_steps(cfg, s)) for s in cfg.stages]) if main \
+                           stages=[(s, stage_steps(cfg, s)) for s in cfg.stages], wandb_run=wandb_run) if main \
         else dist.NullLogger()
     ckpt = Checkpointer(run_dir, cfg.checkpoint.keep_last)
     vcfg = training_verifier_config(cfg.verifier, cfg.rewards.components)  # (stdio: stop at the first failure)
