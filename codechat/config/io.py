@@ -197,6 +197,8 @@ def validate(cfg: RunConfig) -> None:
         ("model.dtype: expected float32, bfloat16 or float16", m.dtype in ("float32", "bfloat16", "float16")),
         ("model.compute_dtype: expected float32 or bfloat16 (or empty: the weights' dtype)",
          m.compute_dtype in COMPUTE_DTYPES),
+        ("model.lora_targets: expected all-linear or module names (at least one)",
+         bool(m.lora_targets) and all(isinstance(t, str) and t for t in m.lora_targets)),
         ("rollout.engine: expected hf or vllm", cfg.rollout.engine in ("hf", "vllm")),
         ("dist.parallel: expected ddp or fsdp", d.parallel in ("ddp", "fsdp")),
         ("dist.backend: expected auto, nccl or gloo", d.backend in ("auto", "nccl", "gloo")),
