@@ -224,8 +224,8 @@ class FastLM:
     def checkpointed(self, layer) -> bool:
         """Activation checkpointing is on for `layer` (model.grad_checkpointing: transformers' flag, on each
         decoder layer in transformers 5, on the decoder before)."""
-        return bool(getattr(layer, "gradient_checkpointing", False) or getattr(self.inner, "gradient_checkpointing",
-                                                                               False))
+        inner = getattr(self.inner, "gradient_checkpointing", False)
+        return bool(getattr(layer, "gradient_checkpointing", False) or inner)
 
     def _layer(self, i: int, layer, h, rope, mask, past):
         """One decoder layer: h (B, L, C) -> h, and its own k, v (B, Hkv, L, D); past: (k, v) before them."""

@@ -76,7 +76,7 @@ def _batch_shape(cfg: RunConfig) -> tuple[int, int]:
     return 2, 2
 
 
-def _peak_mb(device) -> float:
+def peak_mb(device) -> float:
     if getattr(device, "type", "") == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
@@ -108,7 +108,7 @@ def dry_run(cfg: RunConfig) -> DryRunReport:
     update_s = time.perf_counter() - t0
     est = estimate(cfg, model, max(len(p) for p in r.prompts), len(r.verdicts))
     return DryRunReport(len(train_tasks), len(eval_tasks), context_length(model), limit, len(r.verdicts),
-                        r.passed.float().mean().item(), r.sample_s, r.verify_s, update_s, _peak_mb(dev), est)
+                        r.passed.float().mean().item(), r.sample_s, r.verify_s, update_s, peak_mb(dev), est)
 
 
 def print_report(rep: DryRunReport) -> None:
