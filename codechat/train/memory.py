@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from codechat.config import RunConfig
-from codechat.policy.fastlm import usable
+from codechat.policy.fastlm import FastLM
 from codechat.policy.lora import is_lora
 
 ACT_BYTES_PER_HIDDEN = 35
@@ -80,6 +80,6 @@ def estimate(cfg: RunConfig, model, prompt_tokens: int, samples: int) -> MemoryE
     per_layer = ACT_BYTES_PER_HIDDEN * hidden * (cb / 2)
     acts = tokens * (layers * hidden * 4 + per_layer) if cfg.model.grad_checkpointing else tokens * layers * per_layer
     rows = micro * cfg.sampling.max_new_tokens
-    logits = 0 if usable(model) else 3 * rows * c.vocab_size * 4  # the fast path fuses the head (lm_head.py)
+    logits = 0 if FastLM.supports(model) else 3 * rows * c.vocab_size * 4  # the fast path fuses the head (lm_head.py)
     return MemoryEstimate(weights=w, gradients=g, adamw=2 * g, autocast_copies=copies,
                           reference=w if needs_ref and not lora else 0, kv_cache=kv, activations=acts, logits=logits)
