@@ -15,8 +15,9 @@ class ModelConfig:
     """Parameter dtype: float32, bfloat16 or float16 (bf16/fp16 on GPU). With compute_dtype=bfloat16 keep float32:
     the master weights, gradients and AdamW state then stay fp32 (pure bf16 weights round small updates away)."""
     compute_dtype: str = ""
-    """Compute dtype of every forward (sampling, update, reference, SFT, DPO): "" or float32 = the weights' dtype;
-    bfloat16 = bf16 autocast over the `dtype` weights, i.e. mixed precision (policy/precision.py)."""
+    """Compute dtype of every forward (the hf engine's sampling, update, reference, SFT, DPO; vLLM samples in
+    rollout.vllm_dtype): "" or float32 = the weights' dtype; bfloat16 = bf16 autocast over the `dtype` weights,
+    i.e. mixed precision (policy/precision.py)."""
     grad_checkpointing: bool = False
     """Activation checkpointing: keep each decoder layer's input only and recompute the layer in the backward
     (less activation memory for one more forward of the layers)."""
