@@ -138,3 +138,20 @@ def test_system_prompt_reaches_the_chat_template():
     assert SYSTEM not in a and f"<|im_start|>system\n{SYSTEM}<|im_end|>" in b and b.endswith(
         "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
     assert load_config(None, [f"model.system_prompt={SYSTEM}"]).model.system_prompt == SYSTEM
+
+
+def test_hostile_rows_fail_in_one_line_or_load_as_text(tmp_path):
+    """A ground truth nested past the JSON parser's depth, a state.json naming a file outside its directory and
+    a tests field of numbers: each one line naming the file."""
+    deep = "{" + '"a":[' * 100_000 + "]" * 100_000 + "}"
+    row = {"prompt": [{"role": "user", "content": "q"}], "reward_model": {"ground_truth": deep}}
+    (t,) = load_tasks(write_parquet([row], tmp_path / "deep.parquet"))  # not JSON it can read: an answer
+    assert t.kind == "answer"
+    d = tmp_path / "ds"
+    d.mkdir()
+    (d / "state.json").write_text(json.dumps({"_data_files": [{"filename": "../../etc/passwd"}]}))
+    with pytest.raises(TaskFormatError, match="outside the directory"):
+        load_tasks(d)
+    with pytest.raises(TaskFormatError, match="must be test code") as e:
+        load_tasks(write_parquet([{"prompt": "p", "tests": [1, 2]}], tmp_path / "n.parquet"))
+    assert "\n" not in str(e.value)

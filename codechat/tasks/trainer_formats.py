@@ -112,7 +112,7 @@ def _json_or_text(v: Any) -> Any:
     if isinstance(v, str) and v.lstrip().startswith("{"):
         try:
             return json.loads(v)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth: the text itself
             return v
     return v
 
