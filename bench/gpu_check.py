@@ -288,12 +288,14 @@ def step_figures(run: Path, device: str, t0: float) -> dict:
         torch.device(device))), "sample_s": mean("time/sample_s"), "verify_s": mean("time/verify_s"),
         "update_s": mean("time/update_s"), "logp_gap_mean": mean("logp_gap_mean"),
         "logp_gap_max": max((r.get("logp_gap_max", 0.0) for r in rows), default=0.0),
-        "probe_kl": mean("probe/kl"), "loss_finite": all(r.get("loss", 0.0) == r.get("loss", 0.0) for r in rows)}
+        "probe_kl": mean("probe/kl"), "loss_finite": all(r.get("loss", 0.0) == r.get("loss", 0.0) for r in rows),
+        "skipped_updates": sum("skipped_update" in r for r in rows)}
 
 
 def run_config(name: str, model: Path, device: str, work: Path, steps: int, extra: list[str]) -> dict:
     """configs/NAME's first `steps` GRPO steps on `model` (built-in tasks: the machine has no data; a random model
-    passes nothing, so zero-variance groups are kept to exercise the update) -> step_figures."""
+    passes nothing and writes to the token limit, so zero-variance groups and truncated samples are kept to
+    exercise the update) -> step_figures; ok when every step updated with a finite loss."""
     from codechat.config.io import load_config
     from codechat.train import train
 
@@ -301,11 +303,12 @@ def run_config(name: str, model: Path, device: str, work: Path, steps: int, extr
         torch.cuda.reset_peak_memory_stats()
     over = [f"model.path={model}", f"model.device={device}", f"run_dir={work}/{name}", f"rl.steps={steps}",
             "data.train=builtin:synthetic-train", "data.eval=", "checkpoint.every=0", "log.progress=false",
-            "log.plot=false", "log.audit=false", "rl.zero_variance=keep", "rl.probe_every=1", *extra]
+            "log.plot=false", "log.audit=false", "rl.zero_variance=keep", "rl.mask_truncated=false",
+            "rl.probe_every=1", *extra]
     t0 = time.perf_counter()
     run = train(load_config(str(ROOT / "configs" / name), over))
     out = step_figures(run, device, t0)
-    out["ok"] = bool(out["steps"] == steps and out["loss_finite"])
+    out["ok"] = bool(out["steps"] == steps and out["loss_finite"] and not out["skipped_updates"])
     return out
 
 
