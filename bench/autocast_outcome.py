@@ -1,11 +1,11 @@
-"""Benchmark: does `rl.autocast_bf16` change what GRPO learns? The demo's GRPO stage twice from one checkpoint.
+"""Benchmark: does `model.compute_dtype: bfloat16` change what GRPO learns? The demo's GRPO stage twice from one checkpoint.
 
     python bench/autocast_outcome.py --out /tmp/ac            # SFT + RFT once, then GRPO in fp32 and in bf16
     python bench/autocast_outcome.py --out /tmp/ac --base /tmp/ac/base --steps 40 --seeds 0,1
 
 Runs `make demo`'s settings (codechat/demos/demo.py `DEMO`) with `stages=[sft,rft]` into OUT/base (skipped when --base
 names a finished run), then for every seed one `stages=[grpo]` run from those weights in fp32 and one with
-`rl.autocast_bf16=true` (same seed, so the same first batch of prompts), each ending with the demo's held-out
+`model.compute_dtype=bfloat16` (same seed, so the same first batch of prompts), each ending with the demo's held-out
 evaluation (`builtin:synthetic-heldout`, 8 samples per task at T=1 and greedy). Reported per variant: held-out
 pass@1 and greedy pass@1 at the end (mean over seeds), the GRPO train pass rate over the last 10 steps, and the
 median update seconds per step (`time/update_s`). bf16 autocast runs only where the CPU (or GPU) has native bf16
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--device", default="cpu")
     a = ap.parse_args(argv)
     if not bf16_native(a.device):
-        sys.exit(f"autocast_outcome: {a.device} has no native bf16, so rl.autocast_bf16 cannot run here")
+        sys.exit(f"autocast_outcome: {a.device} has no native bf16, where model.compute_dtype=bfloat16 is emulated and slow")
     out = Path(a.out)
     base = Path(a.base) if a.base else run(["stages=[sft,rft]", f"run_dir={out}/base", f"model.device={a.device}"])
     seeds = [int(s) for s in a.seeds.split(",")]
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> None:
     for seed in seeds:
         for name in res:
             d = run(["stages=[grpo]", f"model.path={base}", f"run_dir={out}/{name}-s{seed}", f"seed={seed}",
-                     f"rl.steps={a.steps}", f"model.device={a.device}", f"rl.autocast_bf16={name == 'bf16'}"])
+                     f"rl.steps={a.steps}", f"model.device={a.device}", f"model.compute_dtype={'bfloat16' if name == 'bf16' else 'float32'}"])
             res[name].append(figures(d))
             print(f"[autocast_outcome] seed {seed} {name}: {res[name][-1]}", flush=True)
     mean = {n: {k: statistics.mean(f[k] for f in fs) for k in fs[0]} for n, fs in res.items()}

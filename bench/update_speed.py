@@ -1,6 +1,6 @@
 """Benchmark: the RL update of bench/vs_trl.py's workload in fp32 against a variant, in CPU seconds.
 
-    python bench/update_speed.py              # fp32 vs rl.autocast_bf16, 5 alternating repeats; one JSON line
+    python bench/update_speed.py              # fp32 vs model.compute_dtype=bfloat16, 5 alternating repeats; one JSON line
     python bench/update_speed.py --repeats 3 --threads 1
     python bench/update_speed.py --pair head  # fp32, the fused LM head (policy/lm_head.py) vs the (R, V) one
 
@@ -33,7 +33,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import codechat.policy.lm_head as lm_head_mod  # noqa: E402
 from codechat.policy.logprobs import completion_logprobs  # noqa: E402
-from codechat.policy.precision import update_autocast  # noqa: E402
+from codechat.policy.precision import compute_autocast  # noqa: E402
 
 P, G, T, VOCAB = 4, 8, 64, 1024
 
@@ -55,7 +55,7 @@ def workload(seed: int = 0):
 @contextlib.contextmanager
 def variant(name: str):
     """fp32 (the default path: at this size the (R, V) head), fused_head (fp32, the fused head forced on whatever
-    the size), plain_head (fp32, the (R, V) head forced) or bf16 (rl.autocast_bf16)."""
+    the size), plain_head (fp32, the (R, V) head forced) or bf16 (model.compute_dtype=bfloat16)."""
     if name in ("plain_head", "fused_head"):
         keep = lm_head_mod.FUSE_MIN_LOGITS
         lm_head_mod.FUSE_MIN_LOGITS = 1 << 62 if name == "plain_head" else 0
@@ -64,7 +64,7 @@ def variant(name: str):
         finally:
             lm_head_mod.FUSE_MIN_LOGITS = keep
     else:
-        with update_autocast(name == "bf16", "cpu"):
+        with compute_autocast("bfloat16" if name == "bf16" else "", "cpu"):
             yield
 
 

@@ -21,7 +21,7 @@ The last line is JSON: `{"codechat_s_per_step", "trl_s_per_step", "ratio" (codec
 
 Fairness choices (flags change them): TRL runs in fp32 like codechat (`bf16=False`; GRPOConfig defaults `bf16` to
 True, i.e. bf16 autocast through accelerate even on a CPU, which a CPU with AMX runs ~5x faster per GEMM and one
-without bf16 units ~30x slower: `--trl-bf16` restores it, to compare with codechat's `rl.autocast_bf16=true`),
+without bf16 units ~30x slower: `--trl-bf16` restores it, to compare with codechat's `model.compute_dtype=bfloat16`),
 with gradient checkpointing off (GRPOConfig defaults it on, which
 trades ~30% more compute for memory; codechat has none), its reward function runs the programs on as many
 threads as there are CPUs (codechat's verifier uses one worker per CPU by default), and both use the same torch
@@ -334,7 +334,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", type=int, default=1, help="torch threads in each child (see the docstring)")
     ap.add_argument("--trl-grad-ckpt", action="store_true", help="TRL with gradient checkpointing (its default)")
     ap.add_argument("--trl-bf16", action="store_true",
-                    help="TRL with its default bf16 autocast (else fp32, as codechat runs unless rl.autocast_bf16)")
+                    help="TRL with its default bf16 autocast (else fp32, as codechat runs unless model.compute_dtype=bfloat16)")
     ap.add_argument("--override", action="append", default=[], help="extra codechat config override key=value")
     ap.add_argument("--child", choices=["trl", "codechat"], help=argparse.SUPPRESS)
     ap.add_argument("--model", help=argparse.SUPPRESS)

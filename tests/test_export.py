@@ -71,7 +71,9 @@ def test_export_merges_lora(run, tmp_path):
     src = tmp_path / "lora_src"
     shutil.copytree(run, src, symlinks=True)
     model_dir = (src / "final").resolve()
-    policy.save(model_dir)  # what the checkpointer writes for a LoRA run: merged weights
+    shutil.rmtree(model_dir)
+    policy.save(model_dir)  # what the checkpointer writes for a LoRA run: the adapters alone, naming their base
+    assert (model_dir / "adapter_config.json").is_file() and not (model_dir / "model.safetensors").exists()
     out = tmp_path / "hf"
     assert main(["model", "export", str(src), "--out", str(out)]) == 0
     merged = load_policy(ModelConfig(path=str(src), device="cpu"))

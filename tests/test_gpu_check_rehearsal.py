@@ -35,7 +35,8 @@ def test_gpu_check_without_cuda_prints_one_skip_line_and_exits_0():
 
 @pytest.mark.slow
 def test_gpu_check_rehearsal_part_on_cpu():
-    """SFT and GRPO steps of configs/qwen-rehearsal.yaml and the sampler, on the cached 2 x 64 Qwen build."""
+    """GRPO steps of configs/qwen-rehearsal.yaml and the sampler, on the cached 2 x 64 Qwen build: the figures a
+    lent GPU prints (memory, step time, the sampler-trainer log-prob gap)."""
     qwen_dir("qwen2.5")  # skips without the extra; builds the cached model once
     n = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -43,4 +44,20 @@ def test_gpu_check_rehearsal_part_on_cpu():
         out = load_gpu_check().check_rehearsal("cpu", steps=1)
     finally:
         torch.set_num_threads(n)
-    assert out["ok"] and out["sft_steps"] == out["grpo_steps"] == 1 and out["sampler_tok_s"] > 0, out
+    assert out["ok"] and out["grpo_steps"] == 1 and out["sampler_tok_s"] > 0, out
+    assert out["peak_mem_mb"] > 0 and out["update_s"] > 0 and 0 <= out["logp_gap_max"] < 0.5, out
+
+
+@pytest.mark.slow
+def test_gpu_check_configs_part_on_cpu():
+    """The real-checkpoint configs' first step (configs/qwen-coder-0.5b.yaml with its algorithm and precision
+    settings; small sizes on CPU) on the cached Qwen build instead of the checkpoint."""
+    path = qwen_dir("qwen2.5")
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        out = load_gpu_check().check_configs("cpu", str(path), steps=1)
+    finally:
+        torch.set_num_threads(n)
+    fig = out["qwen-coder-0.5b.yaml"]
+    assert out["ok"] and fig["steps"] == 1 and fig["peak_mem_mb"] > 0 and "probe_kl" in fig, out

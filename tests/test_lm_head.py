@@ -5,7 +5,8 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from codechat.policy import completion_logprobs
-from codechat.policy.lm_head import TiedGrad, _FusedHead, blocks_for, fusable, head_logprobs, tied_embedding
+from codechat.policy.lm_head import TiedGrad, _FusedHead, blocks_for, compute_dtype, fusable, head_logprobs, \
+    tied_embedding
 from policy_helpers import tiny_policy
 
 
@@ -41,7 +42,8 @@ def test_gradcheck_and_no_entropy():
     head = torch.nn.Linear(5, 11).double()
     h = torch.randn(7, 5, generator=g, dtype=torch.float64, requires_grad=True)
     tok = torch.randint(0, 11, (7,), generator=g)
-    assert torch.autograd.gradcheck(lambda x, w, b: _FusedHead.apply(x, w, b, tok, 0.8, True, (2, 4), None)[0],
+    assert torch.autograd.gradcheck(lambda x, w, b: _FusedHead.apply(x, w, b, tok, 0.8, True, (2, 4), None,
+                                                                                   torch.float64)[0],
                                     (h, head.weight, head.bias))
     lp, ent = head_logprobs(h, head, tok, 0.5, with_entropy=False, blocks=(3, 5))
     assert torch.allclose(lp, plain(h, head, tok, 0.5)[0]) and (ent == 0).all()
@@ -54,9 +56,44 @@ def test_blocks_and_fusable(monkeypatch):
     assert not fusable(head, h)  # 27 logits: the (R, V) path is cheaper
     assert fusable(torch.nn.Linear(4, 1 << 16, bias=False), torch.randn(1, 4))  # one row of a large vocabulary
     monkeypatch.setattr("codechat.policy.lm_head.FUSE_MIN_LOGITS", 27)
-    assert fusable(head, h) and not fusable(head, h.double()) and not fusable(head.bfloat16(), h)
+    assert fusable(head, h) and fusable(head, h.double()) and fusable(torch.nn.Linear(4, 9).bfloat16(), h.bfloat16())
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        assert not fusable(head, h)
+        assert fusable(head, h) and compute_dtype(head.weight, h) == torch.bfloat16
+    assert compute_dtype(head.weight, h) == torch.float32
+
+
+@pytest.mark.parametrize("weights", ["float32", "bfloat16"])
+@pytest.mark.parametrize("bias", [False, True])
+def test_bf16_compute_equals_autocasts_linear_and_fp32_softmax(weights, bias):
+    """Under bf16 autocast over fp32 weights (mixed precision) and with pure bf16 weights: the fused head gives
+    what autocast's (or bf16's) linear followed by an fp32 log-softmax gives, within bf16 rounding, and d W comes
+    back in W's own dtype (fp32 masters get an fp32 gradient)."""
+    g = torch.Generator().manual_seed(5)
+    head = torch.nn.Linear(16, 300, bias=bias).to(getattr(torch, weights))
+    h0 = torch.randn(37, 16, generator=g).to(head.weight.dtype)
+    tok = torch.randint(0, 300, (37,), generator=g)
+    up = torch.randn(37, generator=g)
+    out = {}
+    for fused in (True, False):
+        h = h0.clone().requires_grad_(True)
+        head.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=weights == "float32"):
+            if fused:
+                lp, ent = head_logprobs(h, head, tok, 0.9, blocks=(8, 64))
+            else:
+                lsm = torch.log_softmax(head(h).float() / 0.9, -1)  # (R, V)
+                lp, ent = lsm.gather(1, tok[:, None])[:, 0], -(lsm.exp() * lsm).sum(-1)
+        (lp * up).sum().backward()
+        out[fused] = lp.detach(), ent.detach(), h.grad.float(), head.weight.grad, \
+            head.bias.grad if bias else None
+    (lp_f, ent_f, dh_f, dw_f, db_f), (lp_p, ent_p, dh_p, dw_p, db_p) = out[True], out[False]
+    assert lp_f.dtype == torch.float32 and dw_f.dtype == head.weight.dtype
+    assert torch.allclose(lp_f, lp_p, atol=0.05) and torch.allclose(ent_f, ent_p, atol=0.05)
+    for a, b in ((dh_f, dh_p), (dw_f.float(), dw_p.float())) + (((db_f.float(), db_p.float()),) if bias else ()):
+        assert (a - b).norm() <= 0.02 * b.norm(), ((a - b).norm(), b.norm())
+    exact = torch.log_softmax(torch.nn.functional.linear(h0.double(), head.weight.double(),
+                                                         head.bias.double() if bias else None) / 0.9, -1)
+    assert 0 < (lp_f.double() - exact.gather(1, tok[:, None])[:, 0]).abs().max() < 0.1  # bf16 GEMMs: an effect
 
 
 @pytest.mark.parametrize("fused_head", [True, False])

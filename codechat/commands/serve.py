@@ -25,6 +25,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--token", default=None, help=f"bearer token required on every route but /health "
                                                  f"(default: ${TOKEN_ENV}); required beyond localhost")
     p.add_argument("--no-token", action="store_true", help="listen beyond localhost without a token")
+    p.add_argument("--no-plus", action="store_true", help="judge MBPP+/HumanEval+ tasks by their shown asserts "
+                   "only (default: also on evalplus's plus inputs, as the training reward)")
     p.add_argument("--workers", type=int, default=None, help="sandbox workers (default: one per CPU core)")
     p.add_argument("--tasks", default="", help="task set loaded at start: /verify may name its tasks by id")
     p.add_argument("--timeout", type=float, default=None, help="/verify: wall-clock seconds per program (default 5)")
@@ -76,6 +78,7 @@ def config_from_args(args) -> ServeConfig:
     if cfg.cache_size < 0:
         raise CodechatError(f"--cache-size must be >= 0, got {cfg.cache_size}")
     v = cfg.verifier
+    v.plus_inputs = not args.no_plus
     if args.workers is not None:
         if args.workers < 0:
             raise CodechatError(f"--workers must be >= 0 (0 = one per CPU core), got {args.workers}")

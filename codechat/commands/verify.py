@@ -25,6 +25,7 @@ from codechat.io.jsonl import read_jsonl, scan_jsonl
 from codechat.sandbox.pool import SandboxPool, protection_report
 from codechat.tasks import Task, load_tasks
 from codechat.tasks.repo_loaders import is_repo_spec
+from codechat.verifier.factory import make_verifier
 from codechat.verifier.verdict import Verdict
 from codechat.verifier.verify import Verifier
 
@@ -45,6 +46,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--regress", metavar="FILE", help="JSONL of known attacks {task, completion, description}: "
                                                      "exit 1 if any is judged a pass")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--no-plus", action="store_true", help="judge MBPP+/HumanEval+ tasks by their shown asserts "
+                   "only (default: also on evalplus's plus inputs, as the training reward)")
     p.add_argument("--cpu-time", action="store_true", help="judge time limits on CPU time (stdin/stdout tests; "
                    "function tasks: --timeout and --test-timeout)")
     p.add_argument("--test-timeout", type=float, default=None, metavar="S",
@@ -87,6 +90,7 @@ def _config(args):
             raise CodechatError(f"--total-timeout-s must be >= 0 (0 = none), got {total}")
         cfg.total_timeout_s = total
     cfg.stop_at_first_failure = bool(getattr(args, "stop_at_first_failure", False))
+    cfg.plus_inputs = not getattr(args, "no_plus", False)
     if args.percent:
         cfg.answer.percent = args.percent
     if args.numbers:
@@ -141,7 +145,8 @@ def run_verify(args) -> int:
     good = [r for r in rows if "error" not in r]
     by_line: dict[int, Verdict] = {}
     counts: Counter = Counter()
-    with Verifier(cfg) as v, _progress(len(rows), args.quiet) as bar, open(args.out, "w", encoding="utf-8") as out:
+    with make_verifier(cfg) as v, _progress(len(rows), args.quiet) as bar, \
+            open(args.out, "w", encoding="utf-8") as out:
         job = bar.add_task("verifying", total=len(rows))
         for r in rows:
             if "error" in r:

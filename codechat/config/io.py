@@ -20,6 +20,7 @@ import yaml
 from codechat import CodechatError, plugins
 from codechat.algos import check_config
 from codechat.config import RewardConfig, RunConfig
+from codechat.config.rollout import COMPUTE_DTYPES
 from codechat.config.checks import registered_checks
 from codechat.rollout.rewards import check_components
 from codechat.rollout.thinking import check_thinking
@@ -149,6 +150,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         if not isinstance(data, dict):
             raise ConfigError(f"{p}: expected a mapping at the top level")
     data = apply_overrides(data, overrides or [])
+    _renamed_autocast(data)
     rewards = data.get("rewards")
     if isinstance(rewards, dict) and rewards and not set(rewards) & {f.name for f in dataclasses.fields(RewardConfig)}:
         data["rewards"] = {"components": rewards}  # the short form: a mapping of component -> weight
@@ -163,6 +165,21 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
             raise ConfigError(f"data.loader: {e}") from None
     validate(cfg)
     return cfg
+
+
+def _renamed_autocast(data: dict) -> None:
+    """`rl.autocast_bf16: true` (the update's forwards only) is now `model.compute_dtype: bfloat16` (every
+    forward): an old config or run directory still loads, the setting carried over with a warning."""
+    rl = data.get("rl")
+    if not isinstance(rl, dict) or "autocast_bf16" not in rl:
+        return
+    on = _coerce(rl.pop("autocast_bf16"), bool, "rl.autocast_bf16")
+    if on:
+        model = data.setdefault("model", {})
+        if isinstance(model, dict):
+            model.setdefault("compute_dtype", "bfloat16")
+        warnings.warn("rl.autocast_bf16 is now model.compute_dtype=bfloat16 (every forward in bf16 autocast over "
+                      "the model.dtype weights); set that instead")
 
 
 def validate(cfg: RunConfig) -> None:
@@ -182,6 +199,10 @@ def validate(cfg: RunConfig) -> None:
         ("algo.kl_beta: expected >= 0", cfg.algo.kl_beta >= 0),
         ("checkpoint.keep_last: expected >= 1", cfg.checkpoint.keep_last >= 1),
         ("model.dtype: expected float32, bfloat16 or float16", m.dtype in ("float32", "bfloat16", "float16")),
+        ("model.compute_dtype: expected float32 or bfloat16 (or empty: the weights' dtype)",
+         m.compute_dtype in COMPUTE_DTYPES),
+        ("model.lora_targets: expected all-linear or module names (at least one)",
+         bool(m.lora_targets) and all(isinstance(t, str) and t for t in m.lora_targets)),
         ("rollout.engine: expected hf or vllm", cfg.rollout.engine in ("hf", "vllm")),
         ("dist.parallel: expected ddp or fsdp", d.parallel in ("ddp", "fsdp")),
         ("dist.backend: expected auto, nccl or gloo", d.backend in ("auto", "nccl", "gloo")),

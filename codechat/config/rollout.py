@@ -3,21 +3,37 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+COMPUTE_DTYPES = ("", "float32", "bfloat16")
+"""model.compute_dtype values: "" and float32 = the weights' dtype (no autocast); bfloat16 = bf16 autocast."""
+
 
 @dataclass
 class ModelConfig:
     path: str = "tiny"
     """A local Hugging Face model directory, or a built-in preset name (`tiny`, `small`)."""
     dtype: str = "float32"
-    """Parameter dtype: float32, bfloat16 or float16 (bf16/fp16 on GPU)."""
+    """Parameter dtype: float32, bfloat16 or float16 (bf16/fp16 on GPU). With compute_dtype=bfloat16 keep float32:
+    the master weights, gradients and AdamW state then stay fp32 (pure bf16 weights round small updates away)."""
+    compute_dtype: str = ""
+    """Compute dtype of every forward (the hf engine's sampling, update, reference, SFT, DPO; vLLM samples in
+    rollout.vllm_dtype): "" or float32 = the weights' dtype; bfloat16 = bf16 autocast over the `dtype` weights,
+    i.e. mixed precision (policy/precision.py)."""
+    grad_checkpointing: bool = False
+    """Activation checkpointing: keep each decoder layer's input only and recompute the layer in the backward
+    (less activation memory for one more forward of the layers)."""
     device: str = "auto"
     """`auto` (cuda when available, else cpu), `cpu`, or `cuda[:N]`."""
     lora_r: int = 0
     """LoRA rank through PEFT; 0 trains all parameters."""
     lora_alpha: int = 16
     """LoRA alpha."""
+    lora_targets: list[str] = field(default_factory=lambda: ["all-linear"])
+    """Modules given adapters: `all-linear` (every linear layer but the LM head) or module names such as
+    [q_proj, k_proj, v_proj, o_proj]."""
     chat: bool = False
     """Pose tasks as a chat through the tokenizer's chat template instead of plain continuation."""
+    system_prompt: str = ""
+    """With chat: a system turn put before every task's user turn (empty = none, the template's own default)."""
 
 
 @dataclass

@@ -117,10 +117,6 @@ class RLConfig:
     """Probe prompts: the first this many of the stage's data order, one completion each."""
     probe_warn_kl: float = 0.05
     """Warn (and log probe/drift = 1) when probe/kl exceeds this."""
-    autocast_bf16: bool = False
-    """Run the update's forwards (policy, pi_old, reference) under bf16 autocast (policy/precision.py): ~1.5x less
-    update CPU on AMX CPUs, log-probs off by ~2e-3 from the fp32 sampler's, and the demo's GRPO stage ended 10
-    points lower in held-out pass@1 with it (bench/autocast_outcome.py); off = exact fp32."""
     partial_rollouts: bool = False
     """async_steps >= 1, repository tasks: the producer's episodes switch to the trainer's newest weights at turn
     boundaries, so a long episode is carried over weight updates; each turn records the policy version that

@@ -8,6 +8,10 @@ from dataclasses import dataclass, field
 class VerifierConfig:
     workers: int = 0
     """Sandbox worker processes; 0 = one per CPU core."""
+    plus_inputs: bool = True
+    """MBPP+ / HumanEval+ tasks (with evalplus's base and plus inputs): a completion passes only when its outputs
+    match the reference's on every input, base and plus (evalplus's plus score; verifier/plus.py), in training
+    rewards, `codechat verify` and `serve /verify`; false: by the task's shown asserts only."""
     timeout_s: float = 5.0
     """Wall-clock limit per program (a task's own timeout_s wins when set, up to max_task_timeout_s)."""
     max_task_timeout_s: float = 60.0

@@ -26,6 +26,7 @@ import weakref
 
 import torch
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 from codechat.policy.lean_ops import WeightedRMSNorm, lean_swiglu, lean_training, swiglu
 from codechat.policy.lm_head import TiedGrad, tied_embedding
@@ -210,15 +211,30 @@ class FastLM:
         h = self.embed(ids) if embeds is None else embeds  # (B, L, C)
         rope = self._rope(h, pos)
         new_kv = []
+        training = self.lm.training and torch.is_grad_enabled()
         for i, layer in enumerate(self.inner.layers):
-            attn = layer.self_attn
-            q, k, v = self._qkv(attn, self._norm(layer.input_layernorm, h), rope, i)
+            pi = past[i] if past is not None else None
+            if training and self.checkpointed(layer):  # only h (and this layer's k, v) kept; the layer runs again in the backward
+                h, k, v = checkpoint(self._layer, i, layer, h, rope, mask, pi, use_reentrant=False)
+            else:
+                h, k, v = self._layer(i, layer, h, rope, mask, pi)
             new_kv.append((k, v))
-            if past is not None:
-                k, v = torch.cat([past[i][0], k], dim=2), torch.cat([past[i][1], v], dim=2)
-            h = h + self._attend(attn, q, k, v, mask)
-            h = h + self._mlp(layer, self._norm(layer.post_attention_layernorm, h), i)
         return h, new_kv
+
+    def checkpointed(self, layer) -> bool:
+        """Activation checkpointing is on for `layer` (model.grad_checkpointing: transformers' flag, on each
+        decoder layer in transformers 5, on the decoder before)."""
+        inner = getattr(self.inner, "gradient_checkpointing", False)
+        return bool(getattr(layer, "gradient_checkpointing", False) or inner)
+
+    def _layer(self, i: int, layer, h, rope, mask, past):
+        """One decoder layer: h (B, L, C) -> h, and its own k, v (B, Hkv, L, D); past: (k, v) before them."""
+        attn = layer.self_attn
+        q, k, v = self._qkv(attn, self._norm(layer.input_layernorm, h), rope, i)
+        kk, vv = (torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)) if past is not None else (k, v)
+        h = h + self._attend(attn, q, kk, vv, mask)
+        h = h + self._mlp(layer, self._norm(layer.post_attention_layernorm, h), i)
+        return h, k, v
 
     # --- one decoding step: prompt KV shared by its samples, generated KV per sample ---------------------------
     def new_cache(self, batch: int, length: int, dtype, device):
@@ -267,8 +283,13 @@ class FastLM:
         return o.reshape(B, 1, H * D)
 
     # --- self-check against the model's own forward -----------------------------------------------------------
-    @torch.no_grad()
     def check(self, atol: float = 1e-3) -> bool:
+        """_check in the weights' own precision: the first call may come from inside a bf16 autocast region
+        (model.compute_dtype), whose rounding would fail an fp32 model's check."""
+        with torch.no_grad(), torch.autocast(self.lm.lm_head.weight.device.type, enabled=False):
+            return self._check(atol)
+
+    def _check(self, atol: float = 1e-3) -> bool:
         """True when our final-normed hidden states match the model's on a small left-padded batch (run once per
         model), within atol (x30 for low precision) of their largest entry. Both paths apply the model's own LM
         head to them, so it is left out: no (B, L, V) logits (at a 152k vocabulary, ~35 MB of temporaries)."""

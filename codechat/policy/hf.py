@@ -23,7 +23,8 @@ from pathlib import Path
 from codechat import CodechatError
 from codechat.config import ModelConfig
 from codechat.policy import fsdp
-from codechat.policy.lora import add_lora
+from codechat.policy.lora import adapter_base, add_lora, is_adapter_dir, is_lora, load_adapters, save_adapters
+from codechat.policy.precision import compute_autocast
 from codechat.policy.presets import PRESET_NAMES, preset_dir, save_tokenizer
 from codechat.io.rundir import resolve_model
 
@@ -44,19 +45,28 @@ class Policy:
     """The config it was loaded with."""
     eos_token_ids: tuple[int, ...] = ()
     """Token ids that end a sample: the tokenizer's EOS plus generation_config.eos_token_id."""
+    base_path: str = ""
+    """The base model's directory (absolute): what a LoRA checkpoint's adapters name as their base."""
 
     def encode_prompt(self, text: str) -> list[int]:
-        """Chat template (one user turn + generation prompt) when config.chat, else plain continuation."""
+        """Chat template (config.system_prompt's system turn when set, one user turn, generation prompt) when
+        config.chat, else plain continuation."""
         tok = self.tokenizer
         if self.config.chat:
             if not getattr(tok, "chat_template", None):
                 raise CodechatError(f"{self.config.path}: chat=true but the tokenizer has no chat template")
-            ids = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
+            system = [{"role": "system", "content": self.config.system_prompt}] if self.config.system_prompt else []
+            ids = tok.apply_chat_template([*system, {"role": "user", "content": text}], add_generation_prompt=True,
                                           tokenize=True)
             if isinstance(ids, dict) or hasattr(ids, "keys"):  # BatchEncoding in transformers 5
                 ids = ids["input_ids"]
             return list(ids)
         return list(tok(text, add_special_tokens=True)["input_ids"])
+
+    def autocast(self):
+        """The context of every forward: bf16 autocast over the weights when config.compute_dtype asks for it
+        (mixed precision, policy/precision.py), else a no-op."""
+        return compute_autocast(self.config.compute_dtype, self.device, next(self.model.parameters()).dtype)
 
     def decode(self, ids) -> str:
         """Text of token ids, special tokens (EOS, pad, chat markers) dropped."""
@@ -65,15 +75,16 @@ class Policy:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
     def save(self, out_dir, state_dict: dict | None = None) -> Path:
-        """Save in HF format (LoRA adapters merged into a copy), loadable by load_policy and from_pretrained.
-        state_dict: the weights to write instead of the model's own (an FSDP model's gathered weights)."""
+        """Save in HF format, loadable by load_policy (and from_pretrained); with LoRA the adapters alone in
+        PEFT's format, naming base_path as their base (policy/lora.py). state_dict: the weights to write instead
+        of the model's own (an FSDP model's gathered weights)."""
         quiet_transformers()
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         model = self.model
-        if hasattr(model, "merge_and_unload"):  # PEFT: save a merged copy, keep training the adapters
-            model = copy.deepcopy(model).merge_and_unload()
-        if _rank() == 0 and not fsdp.is_sharded(model):
+        if is_lora(model):
+            save_adapters(model, out, self.base_path)
+        elif _rank() == 0 and not fsdp.is_sharded(model):
             model.save_pretrained(out, **({"state_dict": state_dict} if state_dict is not None else {}))
         else:  # transformers writes nothing on ranks > 0; an FSDP model's class is FSDP<Arch>: write it plainly
             _write_plain(model, out, state_dict)
@@ -128,6 +139,8 @@ def resolve_path(path: str) -> Path:
     if not p.is_dir():
         raise CodechatError(f"{path}: not a directory; expected a Hugging Face model directory")
     cfg = p / "config.json"
+    if is_adapter_dir(p):  # LoRA adapters: load_policy finds their base in adapter_config.json
+        return p
     if not cfg.is_file():
         raise CodechatError(f"{path}: not a model directory (no config.json)")
     try:
@@ -179,8 +192,10 @@ def load_tokenizer(path: Path, label: str):
     return tok
 
 
-def load_policy(cfg: ModelConfig) -> Policy:
-    """Load model + tokenizer from `cfg.path` (preset or local dir), in eval mode, on `cfg.device`."""
+def load_policy(cfg: ModelConfig, adapters: str | Path | None = None) -> Policy:
+    """Load model + tokenizer from `cfg.path` (preset or local dir), in eval mode, on `cfg.device`. A LoRA
+    adapter directory (as `cfg.path`, or `adapters` over the base `cfg.path`: a resumed LoRA run) is loaded
+    over its base: trainable adapters when cfg.lora_r > 0, else merged (policy/lora.py)."""
     import torch  # torch and transformers: heavy, loaded on use (CLI start-up)
     from transformers import AutoModelForCausalLM  # see above
 
@@ -188,16 +203,27 @@ def load_policy(cfg: ModelConfig) -> Policy:
         raise CodechatError(f"dtype '{cfg.dtype}': expected one of {', '.join(DTYPES)}")
     quiet_transformers()
     path = resolve_path(cfg.path)
+    if adapters is None and is_adapter_dir(path):
+        adapters, path = path, resolve_path(adapter_base(path))
     device = pick_device(cfg.device)
-    tok = load_tokenizer(path, cfg.path)
+    tok = load_tokenizer(Path(adapters) if adapters is not None else path, cfg.path)
     try:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, cfg.dtype), local_files_only=True)
     except (OSError, ValueError, KeyError) as e:
         raise CodechatError(f"{cfg.path}: cannot load the model ({str(e).splitlines()[0]})") from None
     model.to(device).eval()
+    if cfg.grad_checkpointing:  # transformers' forward and fastlm.py's both read the flag this sets
+        on = getattr(model, "activation_checkpointing_enable", None)  # transformers 5; the older name before
+        if on is not None:
+            on(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     eos = {tok.eos_token_id} if tok.eos_token_id is not None else set()
     gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
     eos |= set(gen_eos if isinstance(gen_eos, (list, tuple)) else [] if gen_eos is None else [gen_eos])
-    if cfg.lora_r > 0:
+    if adapters is not None:
+        model = load_adapters(model, Path(adapters), trainable=cfg.lora_r > 0)
+    elif cfg.lora_r > 0:
         model = add_lora(model, cfg)
-    return Policy(model=model, tokenizer=tok, device=device, config=cfg, eos_token_ids=tuple(sorted(eos)))
+    return Policy(model=model, tokenizer=tok, device=device, config=cfg, eos_token_ids=tuple(sorted(eos)),
+                  base_path=str(Path(path).resolve()))

@@ -1,33 +1,51 @@
-"""Lower-precision compute for the RL update (`rl.autocast_bf16`), off by default.
+"""Mixed precision (`model.compute_dtype`): bf16 compute over the weights of `model.dtype`, as real trainers run it.
 
-`update_autocast(enabled, device)` is the context the update's forwards (policy, pi_old, reference) run in:
-torch.autocast to bfloat16 on the model's device type, or nothing. Under it the projections, MLP and LM head
-run in bf16 (on a CPU with AMX/AVX512-bf16, fp32 GEMMs run at ~80 GFLOP/s on one core, bf16 ones at ~470);
-the residual stream, RMSNorm statistics, attention (fastlm.py keeps CPU attention fp32: the bf16 SDPA backward
-is several times slower than the fp32 one) and the log-softmax stay fp32.
+    model: {dtype: float32, compute_dtype: bfloat16}    # bf16 matmuls, fp32 master weights and AdamW state
 
-What it changes: every log-prob, by ~2e-3 on average (bench/update_speed.py reports the figure); the sampler
-still runs in fp32, so the sampler/trainer gap metrics (logp_gap_*) and truncated IS see that difference. Hence
-opt-in. Not changed: the weights, gradients and optimizer state stay in the model's dtype.
+`compute_autocast(compute_dtype, device)` is the context every forward of a run enters (the sampler's, the
+update's policy, pi_old and reference passes, SFT's and DPO's losses, the probe and `--dry-run`): torch.autocast to
+bfloat16 on the model's device type, or nothing when compute_dtype is "" or equals the weights' dtype. Under it
+the projections, MLP and LM head run in bf16 (the fused head too: lm_head.py casts each block of the head to bf16
+and keeps the softmax statistics fp32); the residual stream, RMSNorm statistics, the log-softmax and (on CPU,
+fastlm.py) attention stay fp32. What stays fp32: the weights, their gradients (autocast's bf16 copies send theirs
+back through the cast) and the AdamW moments, so an update of 1e-6 x a weight still moves it
+(tests/test_mixed_precision.py), where pure bf16 weights (`model.dtype: bfloat16`) round most of them away.
+This is the HF Trainer's `bf16=True` and verl's FSDP `mixed_precision: {param_dtype: bf16, reduce_dtype: fp32}`
+up to the gradient reduction, which here is fp32 as well.
 
-Refused (`check_autocast`, at the start of a run) where bf16 is not native: a CPU without AVX512-bf16/AMX
-(measured on an AVX2 AMD EPYC: bf16 GEMMs 25-50x slower than fp32, and one `rl_update` moved the weights 0.68x
-of fp32's step away from fp32's, against < 0.05x on AMX), or a GPU without bf16.
+Devices: a CUDA GPU without bf16 is refused (`check_autocast`). A CPU without AVX512-bf16/AMX runs it (the CPU
+rehearsal of a GPU run does) with a warning: there bf16 GEMMs are emulated, many times slower than fp32 (measured
+on an AVX2 AMD EPYC: 25-50x), and a bf16 update lands 0.68x of fp32's step away from fp32's, against < 0.05x on
+AMX (bench/update_speed.py).
 """
 from __future__ import annotations
 
 import contextlib
+import warnings
 
 import torch
 
 from codechat import CodechatError
+from codechat.config.rollout import COMPUTE_DTYPES
 
 
-def update_autocast(enabled: bool, device) -> contextlib.AbstractContextManager:
-    """torch.autocast(device type, bfloat16) when enabled, else a no-op context."""
-    if not enabled:
+
+def autocast_dtype(compute_dtype: str, weight_dtype) -> torch.dtype | None:
+    """The autocast dtype for compute_dtype over weights of `weight_dtype`, or None (no autocast)."""
+    if compute_dtype not in COMPUTE_DTYPES:
+        raise CodechatError(f"model.compute_dtype: '{compute_dtype}' is not one of float32, bfloat16 (or empty)")
+    if compute_dtype in ("", "float32"):
+        return None
+    dt = getattr(torch, compute_dtype)
+    return None if weight_dtype == dt else dt
+
+
+def compute_autocast(compute_dtype: str, device, weight_dtype=torch.float32) -> contextlib.AbstractContextManager:
+    """torch.autocast(device type, compute dtype) when it differs from the weights' dtype, else a no-op."""
+    dt = autocast_dtype(compute_dtype, weight_dtype)
+    if dt is None:
         return contextlib.nullcontext()
-    return torch.autocast(torch.device(device).type, dtype=torch.bfloat16)
+    return torch.autocast(torch.device(device).type, dtype=dt)
 
 
 def bf16_native(device) -> bool:
@@ -40,9 +58,14 @@ def bf16_native(device) -> bool:
     return True
 
 
-def check_autocast(enabled: bool, device) -> None:
-    """Refuse rl.autocast_bf16 on a device without native bf16 (slower and less exact there), in one line."""
-    if enabled and not bf16_native(device):
-        cap = torch.backends.cpu.get_cpu_capability() if torch.device(device).type == "cpu" else str(device)
-        raise CodechatError(f"rl.autocast_bf16=true: {device} has no native bf16 ({cap}; needs AVX512-bf16 or AMX "
-                            "on a CPU), where bf16 runs many times slower than fp32 and less exactly: leave it off")
+def check_autocast(compute_dtype: str, device) -> None:
+    """Refuse bf16 compute on a GPU without bf16 (one line); warn on a CPU without native bf16 (slow there)."""
+    if compute_dtype != "bfloat16" or bf16_native(device):
+        return
+    dev = torch.device(device)
+    if dev.type != "cpu":
+        raise CodechatError(f"model.compute_dtype=bfloat16: {device} has no bf16 support; use compute_dtype="
+                            "float32 on this GPU")
+    warnings.warn(f"model.compute_dtype=bfloat16: this CPU has no native bf16 "
+                  f"({torch.backends.cpu.get_cpu_capability()}; AVX512-bf16 or AMX has): bf16 matmuls are emulated, "
+                  "many times slower than fp32 (fine for a rehearsal of a GPU run; drop it for speed)")

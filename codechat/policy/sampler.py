@@ -188,7 +188,9 @@ class Sampler:
         was_training = model.training
         model.eval()
         try:
-            with full_weights(model):  # FSDP: the trainer gathers once around a whole rollout; this is a fallback
+            # FSDP: the trainer gathers once around a whole rollout (this is a fallback); model.compute_dtype:
+            # the sampler computes as the trainer does, so their log-probs agree
+            with full_weights(model), self.policy.autocast():
                 index, out_tok, out_logp, n_tok, reason, texts = self._generate(prompts, n, cfg, on_finish, keys,
                                                                                  max_new)
         finally:

@@ -38,6 +38,7 @@ from codechat.serve.config import ServeConfig
 from codechat.serve.metrics import Metrics
 from codechat.tasks import load_tasks
 from codechat.verifier.dedup import DedupVerifier
+from codechat.verifier.plus import PlusVerifier
 from codechat.verifier.verify import Verifier
 
 RETRY_FULL_S, RETRY_CLOSING_S = 1, 5
@@ -66,8 +67,11 @@ class Service:
     def __init__(self, cfg: ServeConfig, closing: Callable[[], bool] = lambda: False):
         self.cfg, self.closing = cfg, closing
         self.verifier = Verifier(cfg.verifier)
-        self.dedup = DedupVerifier(self.verifier, cache_size=cfg.cache_size, dedup=cfg.verifier.dedup)
         self.loaded = {t.task_id: t for t in load_tasks(cfg.tasks)} if cfg.tasks else {}
+        # MBPP+ plus inputs for the tasks the server loaded; a request's own records run no reference
+        judge = PlusVerifier(self.verifier, trusted=lambda t: self.loaded.get(t.task_id) is t) \
+            if cfg.verifier.plus_inputs else self.verifier
+        self.dedup = DedupVerifier(judge, cache_size=cfg.cache_size, dedup=cfg.verifier.dedup)
         self.single = ThreadPoolExecutor(self.verifier.workers, thread_name_prefix="run_code")
         self.batch = ThreadPoolExecutor(1, thread_name_prefix="verify")  # one batch at a time: each takes all
         self.metrics = Metrics()

@@ -7,7 +7,9 @@ atol kept on the task), `humaneval` (prompt/test/entry_point with
 `check(candidate)`), `leetcode` (LeetCodeDataset: `class Solution` answers, the record's `prompt` is a prelude of
 imports and helpers that the program and the judge both run); competitive-programming sets `apps` (also APPS folders), `codecontests`, `livecodebench`,
 `sandboxfusion`, `deepcoder` (stdio_loaders.py); answer tasks `gsm8k`, `math`, `answer` (tasks/answer.py). Files
-may be JSONL or a JSON array, gzipped or plain; `A+B` loads several sets as one (a mixed code + math training set).
+may be JSONL or a JSON array, gzipped or plain, or tables: Parquet files and `datasets` save_to_disk directories,
+whose rows may also be verl's RL records or TRL-style prompt/test rows (tasks/trainer_formats.py); `A+B` loads
+several sets as one (a mixed code + math training set).
 """
 from __future__ import annotations
 
@@ -26,9 +28,11 @@ from codechat.tasks.model import Task, TaskFormatError
 from codechat.tasks.stdio import spec_from_record, spec_to_record
 from codechat.tasks.stdio_loaders import STDIO_LOADERS, detect_stdio_format, load_apps_dir
 from codechat.tasks.statement import not_unique
+from codechat.tasks.trainer_formats import LOADERS as TRAINER_LOADERS, SYSTEM_TURN, detect_trainer_format, \
+    is_table, read_table
 
 FORMATS = ["codechat", "mbpp", "mbpp-sanitized", "mbpp-originfmt", "evalplus", "leetcode", "humaneval", *STDIO_LOADERS,
-           *answer.LOADERS]
+           *answer.LOADERS, *TRAINER_LOADERS]
 
 
 def read_records(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
@@ -103,6 +107,8 @@ def detect_format(rec: dict[str, Any]) -> str | None:
         return "leetcode"
     if {"prompt", "test", "entry_point"} <= keys:
         return "humaneval"
+    if (trainer := detect_trainer_format(rec)) is not None:  # verl records; TRL rows: a chat prompt or no task_id
+        return trainer
     if {"prompt", "tests"} <= keys:
         return "codechat"
     # APPS, CodeContests, LiveCodeBench, SandboxFusion, DeepCoder; then GSM8K, MATH, our answer JSONL
@@ -295,6 +301,7 @@ _LOADERS: dict[str, Callable[[dict, str], Task]] = {
     "mbpp-originfmt": _from_mbpp_originfmt, "evalplus": _from_evalplus, "leetcode": _from_leetcode, "humaneval": _from_humaneval,
     **STDIO_LOADERS,
     **answer.LOADERS,
+    **TRAINER_LOADERS,
 }
 
 
@@ -311,9 +318,10 @@ def load_tasks_with_format(path: str | Path, fmt: str | None = None) -> tuple[li
     """Load every task in `path`; returns (tasks, format). `fmt` forces a format instead of detecting it."""
     if fmt is not None and fmt not in _LOADERS:
         raise TaskFormatError(f"{path}: unknown format '{fmt}' (valid: {', '.join(FORMATS)})")
-    if Path(path).is_dir() and fmt in (None, "apps"):  # an APPS problem folder, or a folder of them
+    table = is_table(Path(path))
+    if Path(path).is_dir() and not table and fmt in (None, "apps"):  # an APPS problem folder, or a folder of them
         return _unique(load_apps_dir(Path(path)), path), "apps"
-    records = read_records(path)
+    records = read_table(Path(path)) if table else read_records(path)
     first_line, first = records[0]
     if fmt is None:
         fmt = detect_format(first)
@@ -336,6 +344,10 @@ def load_tasks_with_format(path: str | Path, fmt: str | None = None) -> tuple[li
         warnings.warn(f"{path}: {weak} of {len(tasks)} MBPP+ OriginFmt tests are not in the inputs/results shape, "
                       f"so they run as their own script: weaker tests (no per-input limits, no base/plus scores)",
                       stacklevel=2)
+    system = sum(SYSTEM_TURN in t.metadata for t in tasks)
+    if system:
+        warnings.warn(f"{path}: {system} of {len(tasks)} chat prompts carry a system turn, which codechat does not pose "
+                      f"per task: set model.system_prompt to it to keep it", stacklevel=2)
     n = sum(map(not_unique, tasks))
     if n:
         warnings.warn(f"{path}: {n} of {len(tasks)} tasks accept any of several answers and have no checker, so "

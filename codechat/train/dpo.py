@@ -133,12 +133,13 @@ def run_dpo(ctx: Context) -> None:
         prompts = [b[0] for b in batch] * 2
         answers = [b[1] for b in batch] + [b[2] for b in batch]
         if total:  # every rank (FSDP: the reference gather is a collective)
-            with torch.no_grad(), full_weights(ref), reference(ref):
+            with torch.no_grad(), full_weights(ref), reference(ref), ctx.policy.autocast():
                 ref_lp = seq_logp(ref, prompts, answers, pad_id) if batch else None  # (2P,)
         if total and not batch:
             idle_pass(model)  # FSDP: match the other ranks' forward/backward
         if batch:
-            lp = seq_logp(model, prompts, answers, pad_id)  # (2P,)
+            with ctx.policy.autocast():  # model.compute_dtype
+                lp = seq_logp(model, prompts, answers, pad_id)  # (2P,)
             P = len(batch)
             n_tok = torch.tensor([sum(answer_parts(a)[1]) for a in answers[:P]],
                                  dtype=lp.dtype, device=lp.device)  # (P,) the scored tokens of each chosen side

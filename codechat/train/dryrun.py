@@ -3,7 +3,10 @@
 Loads the tasks and the model, applies the context guard (data.max_prompt_tokens), samples and verifies one
 batch of the first sampling stage's size, runs one forward/backward of the loss on it (no optimizer step, the
 weights are left as they were) and reports the time and peak memory of each part, so a config can be checked
-in seconds before a long run. It does not test later stages' own settings beyond config validation.
+in seconds before a long run, with the settings of the run (model.compute_dtype, model.grad_checkpointing, LoRA).
+Beside the measured peak it prints an estimate of a step's peak for the configured model and batch
+(train/memory.py), the figure to compare with a GPU's memory. It does not test later stages' own settings beyond
+config validation.
 
     codechat train --config configs/grpo.yaml --dry-run
 """
@@ -21,6 +24,7 @@ from codechat.policy import Sampler, completion_logprobs, load_policy
 from codechat.policy.context import context_length
 from codechat.rollout.collect import collect
 from codechat.train.context import drop_long, prompt_limit
+from codechat.train.memory import MemoryEstimate, estimate
 from codechat.train.runner import load_task_sets
 from codechat.verifier.factory import make_verifier
 
@@ -47,6 +51,8 @@ class DryRunReport:
     """Seconds of one forward + backward of the loss over the batch (no optimizer step)."""
     peak_mem_mb: float
     """Peak accelerator memory (CUDA), else the process's peak resident memory, in MiB."""
+    estimate: MemoryEstimate | None = None
+    """The estimated peak of a step of this config's model and batch (train/memory.py)."""
 
     def lines(self) -> list[str]:
         step = self.sample_s + self.verify_s + self.update_s
@@ -54,7 +60,8 @@ class DryRunReport:
                 f"prompts up to {self.prompt_limit}",
                 f"one step of {self.samples} samples: {step:.2f}s (sample {self.sample_s:.2f}s, verify "
                 f"{self.verify_s:.2f}s, update {self.update_s:.2f}s), peak memory {self.peak_mem_mb:.0f} MiB, "
-                f"pass rate {self.pass_rate:.2f}", "config ok: nothing written; drop --dry-run to train"]
+                f"pass rate {self.pass_rate:.2f}"] + ([self.estimate.line()] if self.estimate else []) + \
+            ["config ok: nothing written; drop --dry-run to train"]
 
 
 def _batch_shape(cfg: RunConfig) -> tuple[int, int]:
@@ -69,7 +76,7 @@ def _batch_shape(cfg: RunConfig) -> tuple[int, int]:
     return 2, 2
 
 
-def _peak_mb(device) -> float:
+def peak_mb(device) -> float:
     if getattr(device, "type", "") == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
@@ -92,13 +99,16 @@ def dry_run(cfg: RunConfig) -> DryRunReport:
     model, dev = policy.model, policy.device
     model.train()
     b = r.batch
-    logp = completion_logprobs(model, r.prompts, b.prompt_index.to(dev), b.tokens.to(dev), b.mask.to(dev).float())
+    with policy.autocast():  # model.compute_dtype, as the run's update
+        logp = completion_logprobs(model, r.prompts, b.prompt_index.to(dev), b.tokens.to(dev),
+                                   b.mask.to(dev).float())  # (N, T)
     loss = -(logp * b.mask.to(dev)).sum() / b.mask.sum().clamp(min=1)  # (N, T) -> scalar
     loss.backward()
     model.zero_grad(set_to_none=True)
     update_s = time.perf_counter() - t0
+    est = estimate(cfg, model, max(len(p) for p in r.prompts), len(r.verdicts))
     return DryRunReport(len(train_tasks), len(eval_tasks), context_length(model), limit, len(r.verdicts),
-                        r.passed.float().mean().item(), r.sample_s, r.verify_s, update_s, _peak_mb(dev))
+                        r.passed.float().mean().item(), r.sample_s, r.verify_s, update_s, peak_mb(dev), est)
 
 
 def print_report(rep: DryRunReport) -> None:

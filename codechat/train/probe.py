@@ -78,7 +78,7 @@ class GapProbe:
             return {}
         b, temp = probe.batch, self.ctx.cfg.sampling.temperature
         dev = next(model.parameters()).device
-        with torch.no_grad():
+        with torch.no_grad(), self.ctx.policy.autocast():
             trainer = completion_logprobs(model, probe.prompts, b.prompt_index.to(dev), b.tokens.to(dev),
                                           b.mask.to(dev), temperature=temp if temp > 0 else 1.0)  # (N, T)
         m = b.mask.to(dev)  # (N, T)

@@ -33,7 +33,6 @@ from codechat.config import AlgoConfig, RunConfig
 from codechat.policy import completion_logprobs, reference
 from codechat.policy.engine import make_engine, push_weights, sampling_weights
 from codechat.policy.fsdp import full_weights, idle_pass
-from codechat.policy.precision import update_autocast
 from codechat.rollout.audit import append_audit, audit_rollouts
 from codechat.rollout.collect import Rollouts, rollout_metrics, rollout_records
 from codechat.rollout.thinking import behaviour_logprobs
@@ -124,7 +123,7 @@ def rl_update(ctx: Context, r: Rollouts, adv: torch.Tensor, rows: torch.Tensor, 
     mask = r.batch.mask[rows].to(dev).float()  # (N, T)
     plan = dist.minibatch_plan(len(rows), c.minibatch_size, c.epochs, seed=ctx.step_seed(7))
     seen = [0, 0]  # rows asked for, rows run through the model (rl.dedup: distinct ones only), over every pass
-    lowp = lambda: update_autocast(c.autocast_bf16, dev)  # noqa: E731  (every forward below; off: a no-op)
+    lowp = ctx.policy.autocast  # every forward below: bf16 autocast under model.compute_dtype, else a no-op
     with lowp():
         old = None if len(plan) == 1 else old_logprobs(model, r, rows, plan[0], temp, c.dedup, seen)  # (N, T)
         ref_lp = frozen_logprobs(ref, r, rows, temp, as_reference=True, dedup=c.dedup,

@@ -21,6 +21,7 @@ from codechat.plugins import load_with, record as record_plugins
 from codechat.policy import load_policy
 from codechat.policy.fsdp import shard
 from codechat.policy.hf import pick_device
+from codechat.policy.lora import is_adapter_dir
 from codechat.policy.precision import check_autocast
 from codechat.tasks.repo_loaders import is_repo_spec
 from codechat.tasks.quarantine import exclude, read_quarantine
@@ -98,7 +99,7 @@ def train(cfg: RunConfig | None = None, resume: str | Path | None = None, overri
         run_dir = Path(cfg.run_dir)
     own_group = dist.init(cfg.dist)  # under torchrun: join the ranks; rank 0 alone writes files
     dist.check_batches(batch_sizes(cfg))
-    check_autocast(cfg.rl.autocast_bf16, pick_device(cfg.model.device))  # before the run directory is claimed
+    check_autocast(cfg.model.compute_dtype, pick_device(cfg.model.device))  # before the run directory is claimed
     lock, found = _claim(run_dir, resume is not None, force)
     try:
         return _run(cfg, run_dir, state, trainer_state, model_path, resume is not None, found, own_group)
@@ -131,8 +132,10 @@ def _run(cfg: RunConfig, run_dir: Path, state: TrainState, trainer_state: dict |
     random.seed(cfg.seed)
     np.random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
-    model_cfg = cfg.model if model_path is None else dataclasses.replace(cfg.model, path=model_path)
-    policy = load_policy(model_cfg)
+    if model_path is not None and is_adapter_dir(Path(model_path)):  # LoRA: the configured base + the adapters
+        policy = load_policy(cfg.model, adapters=model_path)
+    else:
+        policy = load_policy(cfg.model if model_path is None else dataclasses.replace(cfg.model, path=model_path))
     dist.broadcast_params(policy.model)
     if cfg.dist.parallel == "fsdp":
         if dist.world() > 1:

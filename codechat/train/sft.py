@@ -34,7 +34,8 @@ def sft_loss(policy, prompts: list[list[int]], answers: list[list[int]],
     tokens, mask, _ = pad_rows(answers, policy.tokenizer.pad_token_id or 0, masks)  # (B, T)
     tokens, mask = tokens.to(policy.device), mask.to(policy.device)
     idx = torch.arange(len(prompts), device=policy.device)
-    logp = completion_logprobs(policy.model, prompts, idx, tokens, mask)  # (B, T)
+    with policy.autocast():  # model.compute_dtype
+        logp = completion_logprobs(policy.model, prompts, idx, tokens, mask)  # (B, T)
     return -(logp * mask).sum() / mask.sum().clamp(min=1)
 
 

@@ -153,7 +153,7 @@ def _canonical(v) -> str:
     return repr(v)
 
 
-def _key(task: Task) -> str:
+def task_key(task: Task) -> str:
     h = hashlib.sha256()
     parts = ["v4", task.task_id, task.solution or "", task.entry_point or "",
              _stable([task.metadata["base_input"], task.metadata["plus_input"]])]
@@ -166,7 +166,7 @@ def _key(task: Task) -> str:
 
 def expected_outputs(verifier, task: Task) -> dict:
     """{"base": [...], "plus": [...], "ref_s": seconds} for a task, from the cache or by running its reference."""
-    path = cache_dir() / f"{_key(task)}.json"
+    path = cache_dir() / f"{task_key(task)}.json"
     if path.is_file():
         return loads(path.read_bytes())
     if not task.solution:

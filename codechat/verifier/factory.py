@@ -6,20 +6,21 @@ import dataclasses
 from codechat import CodechatError
 from codechat.config import VerifierConfig
 from codechat.verifier.ray_backend import RayVerifier  # light: it imports ray only when a RayVerifier starts
+from codechat.verifier.plus import PlusVerifier
 from codechat.verifier.verify import Verifier
 
 BACKENDS = ("local", "ray")
 
 
 def make_verifier(cfg: VerifierConfig | None = None) -> Verifier:
-    """`Verifier` for `cfg.backend`: `local` (process pool here) or `ray` (a sandbox pool per Ray node)."""
+    """`Verifier` for `cfg.backend`: `local` (process pool here) or `ray` (a sandbox pool per Ray node); with
+    cfg.plus_inputs, evalplus tasks judged on their plus inputs too (verifier/plus.py)."""
     cfg = cfg or VerifierConfig()
     if cfg.workers < 0:  # a negative pool size waits forever for workers that never start
         raise CodechatError(f"verifier workers must be >= 0 (0 = one per CPU core), got {cfg.workers}")
-    if cfg.backend == "local":
-        return Verifier(cfg)
-    if cfg.backend == "ray":
-        return RayVerifier(cfg)
+    if cfg.backend in BACKENDS:
+        v = Verifier(cfg) if cfg.backend == "local" else RayVerifier(cfg)
+        return PlusVerifier(v) if cfg.plus_inputs else v  # MBPP+/HumanEval+: plus inputs in the verdict
     raise CodechatError(f"verifier.backend '{cfg.backend}' is not available (valid: {', '.join(BACKENDS)})")
 
 
