@@ -5,6 +5,7 @@ import torch
 from codechat.config import SamplingConfig
 from codechat.policy import Sampler, decoding
 from policy_helpers import tiny_policy
+from qwen_helpers import qwen_policy
 
 LAYOUTS = {"per-row": 10_000, "shared-prompt": -1}  # decoding.FLAT_PROMPT for each
 
@@ -50,6 +51,25 @@ def test_decode_logits_match_a_plain_forward(pol, prompts, layout, monkeypatch):
             new = prompts[1] + prompts[0]
             added = dec.add(torch.tensor([new]), torch.ones(1, len(new), dtype=torch.bool), 2)
             logits, seqs = torch.cat([logits, added]), seqs + [list(new), list(new)]
+
+
+@torch.inference_mode()
+def test_decode_logits_match_a_plain_forward_with_qkv_biases():
+    """A Qwen2-shaped model (q/k/v biases, grouped-query attention) through the per-row cache."""
+    pol = qwen_policy("qwen2.5")
+    dec = decoding.make_decoder(pol.model)
+    prompts = [pol.encode_prompt("def add(a, b):"), pol.encode_prompt("Reverse a string s in Python, please.")]
+    Lp = max(map(len, prompts))
+    ids = torch.tensor([[0] * (Lp - len(p)) + p for p in prompts])
+    valid = torch.tensor([[False] * (Lp - len(p)) + [True] * len(p) for p in prompts])
+    logits = dec.prefill(ids, valid, torch.tensor([0, 0, 1]), 4)
+    assert dec.flat is not None
+    seqs = [list(prompts[0]), list(prompts[0]), list(prompts[1])]
+    for step, tok in enumerate(torch.tensor([[11, 12, 13], [220, 5, 99], [7, 7, 7]])):
+        ref = torch.stack([pol.model(torch.tensor([s])).logits[0, -1] for s in seqs])
+        assert (logits - ref).abs().max() < 1e-4, f"step {step}"
+        seqs = [s + [t] for s, t in zip(seqs, tok.tolist())]
+        logits = dec.step(tok)
 
 
 @pytest.mark.parametrize("max_rows", [0, 2])
