@@ -194,7 +194,8 @@ def main() -> None:
     print(f"in-process verify_many, each run: {[round(x, 1) for x in inprocs]} programs/s", file=sys.stderr)
     ratio = {c: round(statistics.fmean(p["programs_per_s"] for p in phases if p["mode"] == "verify"
                                        and p["clients"] == c) / base, 3) for c in clients}
-    print(json.dumps({"workers": a.workers, "seconds": a.seconds, "group": a.group, "dedup": "within a request, both sides",
+    print(json.dumps({"workers": a.workers, "seconds": a.seconds, "group": a.group,
+                      "dedup": "within a request, both sides",
                       "rounds": a.rounds, "inproc_programs_per_s": round(base, 2),
                       "inproc_runs": [round(x, 2) for x in inprocs], "phases": phases,
                       "batch_vs_inproc": ratio,

@@ -28,8 +28,9 @@ The last line is JSON: codechat's s/step, each TRL column's, `ratio_shipped` and
 Both use the same torch thread count: one by default. On a small or shared machine, torch's OpenMP threads wait
 for each other at every op and a descheduled thread costs a scheduler time slice (~4 ms) per op: with 2 threads
 on 2 busy cores a 64-token decode took 14 s instead of 1 s, measuring the scheduler, not the systems. Raise
---threads on a quiet machine with cores to spare (the sandbox processes need some too). Simplified: a random model rarely passes, so advantages are mostly zero; both systems still do the
-full forward/backward, the KL term and the optimizer step. CPU only.
+--threads on a quiet machine with cores to spare (the sandbox processes need some too). Simplified: a random
+model rarely passes, so advantages are mostly zero; both systems still do the full forward/backward, the KL term
+and the optimizer step. CPU only.
 """
 from __future__ import annotations
 
