@@ -3,8 +3,9 @@
 
 Both train `--steps` GRPO steps from the same starting model on the same prompts and seeds; the producer thread
 of the async run samples and verifies batch s+1 while the trainer updates on batch s. The steady-state time per
-step is the median gap between consecutive step logs after the first (the first batch cannot overlap anything);
-samples/s = samples over that steady-state time. Ends with one JSON line {"sync_s_per_step", "async_s_per_step",
+step is the median gap between consecutive step logs after the first (the first batch cannot overlap anything),
+pooled over --rounds runs per side, the order alternated (sync, async, async, sync, ...: ABBA, so load drift hits
+both alike); samples/s = samples over that steady-state time. Ends with one JSON line {"sync_s_per_step", "async_s_per_step",
 "sync_samples_s", "async_samples_s", "ratio", "threads", "wait_policy", ...} (ratio = async / sync samples/s).
 
 Each side runs in its own fresh process with the same threading environment (OMP_NUM_THREADS=--threads,
@@ -59,7 +60,8 @@ def child(args) -> None:
     phases = {k: round(statistics.median(m[k] for m in steps[1:]), 3)
               for k in ("time/sample_s", "time/verify_s", "time/update_s", "async/wait_s", "time/episodes_s",
                         "episode/turns") if k in steps[-1]}
-    print(json.dumps({"per_step": per_step, "phases": phases}))
+    print(json.dumps({"per_step": per_step, "gaps": [b - a for a, b in zip(stamps, stamps[1:])],
+                      "phases": phases}))
 
 
 def side(args, async_steps: int, run_dir: Path) -> dict:
@@ -70,6 +72,12 @@ def side(args, async_steps: int, run_dir: Path) -> dict:
     if out.returncode != 0:
         sys.exit(f"async_steps={async_steps} failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def pool(runs: list[dict]) -> dict:
+    """One side's rounds -> the median step gap over all of them, the phases' medians over the rounds."""
+    phases = {k: round(statistics.median(r["phases"][k] for r in runs), 3) for k in runs[0]["phases"]}
+    return {"per_step": statistics.median(g for r in runs for g in r["gaps"]), "phases": phases}
 
 
 def main() -> None:
@@ -87,20 +95,26 @@ def main() -> None:
     ap.add_argument("--override", action="append", default=[], help="extra KEY=VALUE config overrides, both sides")
     ap.add_argument("--threads", type=int, default=2, help="OMP_NUM_THREADS of both sides")
     ap.add_argument("--wait-policy", default="passive", choices=["passive", "active"], help="OMP_WAIT_POLICY")
+    ap.add_argument("--rounds", type=int, default=2, help="runs per side, alternated (ABBA); medians pool them")
     ap.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--run-dir", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child is not None:
         return child(args)
+    if args.rounds < 1:
+        ap.error("--rounds must be at least 1")
     args.passthrough = [a for a in sys.argv[1:]]
+    runs: dict[int, list[dict]] = {0: [], 1: []}
     with tempfile.TemporaryDirectory() as d:
-        s = side(args, 0, Path(d) / "sync")
-        a = side(args, 1, Path(d) / "async")
+        for r in range(args.rounds):
+            for k in ((0, 1) if r % 2 == 0 else (1, 0)):
+                runs[k].append(side(args, k, Path(d) / f"{'async' if k else 'sync'}-{r}"))
+    s, a = (pool(runs[k]) for k in (0, 1))
     n = args.P * args.G
     print(json.dumps({"workload": args.workload, "sync_s_per_step": round(s["per_step"], 3), "async_s_per_step": round(a["per_step"], 3),
                       "sync_samples_s": round(n / s["per_step"], 2), "async_samples_s": round(n / a["per_step"], 2),
                       "ratio": round(s["per_step"] / a["per_step"], 3), "threads": args.threads,
-                      "wait_policy": args.wait_policy, "sync_phases": s["phases"], "async_phases": a["phases"]}))
+                      "wait_policy": args.wait_policy, "rounds": args.rounds, "sync_phases": s["phases"], "async_phases": a["phases"]}))
 
 
 if __name__ == "__main__":

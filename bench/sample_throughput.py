@@ -1,13 +1,22 @@
 """New tokens per second: codechat's Sampler vs transformers' `model.generate`, same run, same model.
 
 Both get the same P prompts x G samples (generate: each prompt repeated G times, left-padded, one batch), the
-same max_new_tokens and sampling settings, and both are warmed up once before timing. New tokens are counted
-as produced: up to and including the first EOS of each sample (generate pads after it), so neither side is
-credited for padding. Ends with one JSON line {"ours_tok_s", "hf_tok_s", "ratio"}.
+same max_new_tokens and sampling settings, the same EOS ids (both stop a sample at its first EOS), and both are
+warmed up once before timing. New tokens are counted as produced: up to and including the first EOS of each
+sample (generate pads after it), so neither side is credited for padding. The sides alternate (ours, hf, hf,
+ours, ...) for --repeats rounds in one process; the default clock is this process's CPU time on one torch
+thread, which other load on a shared machine disturbs far less than wall time.
+
+Share of the GEMM rate: the same run times a pure matmul of the decode's shapes (one (B, in) x (in, out) product
+per projection of every layer and the LM head, on the model's own weights, B = P x G rows), alternated with the
+sides. A decoded token costs 2 x (projection and LM-head weights) FLOPs; attention's FLOPs (a few % at these
+contexts) are not counted, which understates both sides alike. share = (tokens x FLOPs/token / time) / (GEMM
+FLOPs / GEMM time): 1.0 would be a decoder that does nothing but those matmuls. Ends with one JSON line
+{"ours_tok_s", "hf_tok_s", "ratio", "ours_gemm_share", "hf_gemm_share", "gemm_gflops", "clock", "repeats"}.
 
     PYTHONPATH=. python bench/sample_throughput.py --preset tiny -P 4 -G 8 --new 64
     PYTHONPATH=. python bench/sample_throughput.py --preset small --tasks ../shared/data/mbpp/mbpp.jsonl
-    PYTHONPATH=. python bench/sample_throughput.py --model /path/to/hf_dir --threads 2
+    PYTHONPATH=. python bench/sample_throughput.py --model /path/to/hf_dir --threads 2 --clock wall
 
 Prompts: by default 8 short built-in code prompts (24-34 tokens with the presets' tokenizers); --tasks FILE
 takes the first P prompts of a task file instead (MBPP: ~60 tokens).
@@ -20,6 +29,7 @@ import statistics
 import time
 
 import torch
+import torch.nn.functional as F
 
 from codechat.config import ModelConfig, SamplingConfig
 from codechat.policy import Sampler, load_policy
@@ -49,7 +59,24 @@ def count_new(seqs: torch.Tensor, eos: set[int]) -> int:
     return total
 
 
-CLOCK = time.perf_counter
+CLOCK = time.process_time
+
+
+def gemm_weights(model) -> list[torch.Tensor]:
+    """Every projection's weight (out, in) of every layer, then the LM head's: the decode's matmul shapes."""
+    ws = [m.weight for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) and "lm_head" not in n]
+    return ws + [model.get_output_embeddings().weight]
+
+
+@torch.no_grad()
+def run_gemm(ws, B: int, reps: int = 20) -> tuple[float, float]:
+    """FLOPs and seconds of `reps` passes of one (B, in) x (in, out) matmul per weight."""
+    xs = [torch.randn(B, w.shape[1], dtype=w.dtype, device=w.device) for w in ws]
+    t0 = CLOCK()
+    for _ in range(reps):
+        for x, w in zip(xs, ws):
+            F.linear(x, w)
+    return reps * sum(2.0 * B * w.numel() for w in ws), CLOCK() - t0
 
 
 def run_ours(sampler, prompts, G, cfg):
@@ -86,17 +113,19 @@ def main() -> None:
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--top-p", type=float, default=1.0)
     ap.add_argument("--top-k", type=int, default=0)
-    ap.add_argument("--repeats", type=int, default=1, help="timed runs per side, interleaved")
+    ap.add_argument("--repeats", type=int, default=4, help="timed runs per side, alternated (ABBA)")
     ap.add_argument("--stat", choices=["median", "best"], default="median",
                     help="summary over repeats: median, or best (each side's fastest run; steadier on a shared "
                          "machine)")
-    ap.add_argument("--threads", type=int, default=0, help="torch threads; 0 = torch's default")
-    ap.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+    ap.add_argument("--threads", type=int, default=1, help="torch threads; 0 = torch's default")
+    ap.add_argument("--clock", choices=["wall", "cpu"], default="cpu",
                     help="wall time, or this process's CPU time (with --threads 1: robust to other load)")
     ap.add_argument("--device", default="cpu")
     args = ap.parse_args()
     global CLOCK
     CLOCK = time.process_time if args.clock == "cpu" else time.perf_counter
+    if args.repeats < 1:
+        ap.error("--repeats must be at least 1")
     if args.threads:
         torch.set_num_threads(args.threads)
 
@@ -117,17 +146,28 @@ def main() -> None:
     warm = SamplingConfig(**{**cfg.__dict__, "max_new_tokens": 4})
     run_ours(sampler, prompts, args.G, warm)
     run_hf(policy, prompts, args.G, warm)
-    ours, hf = [], []
-    for _ in range(args.repeats):  # interleaved, so background load hits both sides alike
-        n, dt = run_ours(sampler, prompts, args.G, cfg)
-        ours.append(n / dt)
-        print(f"ours: {n} new tokens in {dt:.3f} s = {n / dt:.0f} tok/s")
-        n, dt = run_hf(policy, prompts, args.G, cfg)
-        hf.append(n / dt)
-        print(f"hf generate: {n} new tokens in {dt:.3f} s = {n / dt:.0f} tok/s")
+    ws = gemm_weights(policy.model)
+    flops_tok = sum(2.0 * w.numel() for w in ws)  # per decoded token: every projection and the LM head
+    B = args.P * args.G
+    run_gemm(ws, B, 2)
+    ours, hf, gemm = [], [], []
+    sides = {"ours": lambda: run_ours(sampler, prompts, args.G, cfg),
+             "hf generate": lambda: run_hf(policy, prompts, args.G, cfg)}
+    for i in range(args.repeats):  # ABBA: each side goes first every other round, so load drift hits both alike
+        order = ["ours", "hf generate"] if i % 2 == 0 else ["hf generate", "ours"]
+        for side in order:
+            n, dt = sides[side]()
+            (ours if side == "ours" else hf).append(n / dt)
+            print(f"{side}: {n} new tokens in {dt:.3f} s = {n / dt:.0f} tok/s")
+        fl, dt = run_gemm(ws, B)
+        gemm.append(fl / dt)
     pick = statistics.median if args.stat == "median" else max
-    o, h = pick(ours), pick(hf)
-    print(json.dumps({"ours_tok_s": round(o, 1), "hf_tok_s": round(h, 1), "ratio": round(o / h, 2)}))
+    o, h, g = pick(ours), pick(hf), pick(gemm)
+    print(f"pure matmul of the decode's shapes (B={B}): {g / 1e9:.1f} GFLOP/s; {flops_tok / 1e6:.2f} MFLOP per "
+          f"token; share of the GEMM rate: ours {o * flops_tok / g:.2f}, hf generate {h * flops_tok / g:.2f}")
+    print(json.dumps({"ours_tok_s": round(o, 1), "hf_tok_s": round(h, 1), "ratio": round(o / h, 2),
+                      "ours_gemm_share": round(o * flops_tok / g, 3), "hf_gemm_share": round(h * flops_tok / g, 3),
+                      "gemm_gflops": round(g / 1e9, 1), "clock": args.clock, "repeats": args.repeats}))
 
 
 if __name__ == "__main__":

@@ -10,17 +10,20 @@ so every answer has a known verdict. A single run (/run_code) is one completion 
 run as a program (exit 0 when right, AssertionError when wrong); a batch (/verify) is --group completions
 (tasks cycling). The server is started as a subprocess (`codechat serve --workers W`); each client is a thread
 with its own keep-alive connection (httpx.Client) sending its next request as soon as the last is answered
-(a 429/503 makes it wait Retry-After first). Baseline: `Verifier(workers=W).verify_many` on the same batches,
-one after another, for the same time, before the server starts and again after it stops (so the two never
-share the cores); the mean of the two.
+(a 429/503 makes it wait Retry-After first). Baseline: `Verifier(workers=W)` behind the same `DedupVerifier` the
+server puts in front of its pool (a request's repeated (task, completion) pairs run once on both sides; no
+cache across requests on either: the server runs with --cache-size 0), its
+`verify_many` on the same batches one after another, for the same time, before the server starts and again after
+it stops (so the two never share the cores); the mean of the two. With --rounds R the in-process and server
+/verify phases alternate R times (in-process, server, server, in-process, ...; the server stays up between).
 Counted per phase: programs/s (answered programs: a batch counts its completions), p50/p99 request latency,
 `wrong` (an answer that disagrees with the known verdict), `errors` (transport errors, timeouts, other HTTP
 codes; `error_kinds` counts them by exception or HTTP code), `refused` (429/503 with Retry-After: overload
 answered; the client waits Retry-After and resends).
 With --baseline-root, both servers run side by side (idle while the other is measured) and each (mode, clients)
 phase runs old, new, new, old; the JSON line then holds `new_vs_old` (new programs/s over old, per phase) and
-the load average. Ends with one JSON line: {"inproc_programs_per_s", "phases": [{mode, clients, programs_per_s,
-p50_s, p99_s, wrong, errors, refused}], "batch_vs_inproc": {clients: ratio}}.
+the load average. Otherwise ends with one JSON line: {"inproc_programs_per_s", "phases": [{mode, clients,
+programs_per_s, p50_s, p99_s, wrong, errors, refused}], "batch_vs_inproc": {clients: ratio}, "dedup"}.
 """
 from __future__ import annotations
 
@@ -29,6 +32,7 @@ import json
 import os
 import re
 import signal
+import statistics
 import subprocess
 import sys
 import threading
@@ -42,6 +46,7 @@ sys.path.insert(0, str(ROOT))
 from codechat.config import VerifierConfig  # noqa: E402
 from codechat.serve.metrics import percentile  # noqa: E402
 from codechat.tasks.loaders import tasks_from_records  # noqa: E402
+from codechat.verifier.dedup import DedupVerifier  # noqa: E402
 from codechat.verifier.verify import Verifier  # noqa: E402
 
 TASKS = [
@@ -67,9 +72,10 @@ def pairs(n: int) -> list[tuple[str, str, bool]]:
     return [pair(i) for i in range(n)]
 
 
-def inproc(workers: int, group: int, seconds: float) -> float:
+def inproc(workers: int, group: int, seconds: float, dedup: bool) -> float:
     tasks = {t.task_id: t for t in tasks_from_records(TASKS)}
-    with Verifier(VerifierConfig(workers=workers, dedup=False)) as v:
+    with Verifier(VerifierConfig(workers=workers, dedup=False)) as inner:
+        v = DedupVerifier(inner, cache_size=0, dedup=dedup)  # what the server runs each /verify through
         v.verify_many([(tasks["add"], RIGHT["add"])])  # warm
         done, t0 = 0, time.monotonic()
         i = 0
@@ -146,11 +152,11 @@ def phase(url: str, mode: str, clients: int, seconds: float, group: int) -> dict
             **{k: counts[k] for k in ("wrong", "errors", "refused")}, "error_kinds": kinds}
 
 
-def start_server(root: Path, workers: int, max_pending: int) -> tuple[subprocess.Popen, str]:
-    """`codechat serve` of the checkout at `root` (PYTHONPATH), healthy; returns (process, URL)."""
+def start_server(root: Path, workers: int, max_pending: int, extra: list[str] = ()) -> tuple[subprocess.Popen, str]:
+    """`codechat serve` of the checkout at `root` (PYTHONPATH) with `extra` arguments, healthy; (process, URL)."""
     env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "codechat", "serve", "--port", "0", "--workers", str(workers),
-                             "--max-pending", str(max_pending)], env=env, stdout=subprocess.PIPE, text=True,
+                             "--max-pending", str(max_pending), *extra], env=env, stdout=subprocess.PIPE, text=True,
                             cwd=root)
     url = "http://127.0.0.1:" + re.search(r":(\d+)\s*$", proc.stdout.readline()).group(1)
     for _ in range(600):
@@ -196,33 +202,41 @@ def main() -> None:
     ap.add_argument("--max-pending", type=int, default=256, help="the server's --max-pending")
     ap.add_argument("--baseline-root", default="",
                     help="another checkout (e.g. main): compare its server with this one's, phases alternated")
+    ap.add_argument("--rounds", type=int, default=1, help="in-process / server /verify alternations (ABBA)")
     a = ap.parse_args()
     if a.baseline_root:
         compare(a)
         return
-    before = inproc(a.workers, a.group, a.seconds)
-    print(f"in-process verify_many: {before:.1f} programs/s", file=sys.stderr)
-    proc, url = start_server(ROOT, a.workers, a.max_pending)
+    dedup = True  # as the server: repeated pairs within a request run once
+    inprocs = [inproc(a.workers, a.group, a.seconds, dedup)]
+    print(f"in-process verify_many: {inprocs[0]:.1f} programs/s", file=sys.stderr)
+    proc, url = start_server(ROOT, a.workers, a.max_pending, ["--cache-size", "0"])
     try:
         phases = []
+        clients = [int(x) for x in a.clients.split(",")]
         for mode in ("run_code", "verify"):
-            for c in [int(x) for x in a.clients.split(",")]:
-                p = phase(url, mode, c, a.seconds, a.group)
-                print(f"{mode:>8} {c:>4} clients: {p['programs_per_s']:8.1f} programs/s  p50 {p['p50_s']:.3f}s  "
-                      f"p99 {p['p99_s']:.3f}s  wrong {p['wrong']}  errors {p['errors']}  refused {p['refused']}",
-                      file=sys.stderr)
-                phases.append(p)
+            for r in range(a.rounds if mode == "verify" else 1):
+                if r:  # the in-process side between two server rounds: ABBA over the rounds
+                    inprocs.append(inproc(a.workers, a.group, a.seconds, dedup))
+                for c in clients:
+                    p = phase(url, mode, c, a.seconds, a.group)
+                    print(f"{mode:>8} {c:>4} clients: {p['programs_per_s']:8.1f} programs/s  p50 {p['p50_s']:.3f}s  "
+                          f"p99 {p['p99_s']:.3f}s  wrong {p['wrong']}  errors {p['errors']}  refused {p['refused']}",
+                          file=sys.stderr)
+                    phases.append(p)
         metrics = httpx.get(url + "/metrics", timeout=10).json()
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
-    after = inproc(a.workers, a.group, a.seconds)  # again after: the mean evens out load drift over the run
-    base = (before + after) / 2
-    print(f"in-process verify_many after: {after:.1f} programs/s", file=sys.stderr)
-    ratio = {p["clients"]: round(p["programs_per_s"] / base, 3) for p in phases if p["mode"] == "verify"}
+    inprocs.append(inproc(a.workers, a.group, a.seconds, dedup))  # again after: evens out load drift
+    base = statistics.fmean(inprocs)
+    print(f"in-process verify_many, each run: {[round(x, 1) for x in inprocs]} programs/s", file=sys.stderr)
+    ratio = {c: round(statistics.fmean(p["programs_per_s"] for p in phases if p["mode"] == "verify"
+                                       and p["clients"] == c) / base, 3) for c in clients}
     print(json.dumps({"workers": a.workers, "seconds": a.seconds, "group": a.group,
-                      "inproc_programs_per_s": round(base, 2),
-                      "inproc_before_after": [round(before, 2), round(after, 2)], "phases": phases,
+                      "dedup": "within a request, both sides",
+                      "rounds": a.rounds, "inproc_programs_per_s": round(base, 2),
+                      "inproc_runs": [round(x, 2) for x in inprocs], "phases": phases,
                       "batch_vs_inproc": ratio,
                       "server_programs": metrics["programs"], "server_responses": metrics["responses"]}))
 

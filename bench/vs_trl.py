@@ -1,35 +1,36 @@
 """Benchmark: the same GRPO workload through TRL's `GRPOTrainer` and through codechat, in one run.
 
-    python bench/vs_trl.py                 # 6 steps each; ends with one JSON line
-    python bench/vs_trl.py --steps 2 --keep --only trl
-    python bench/vs_trl.py --rounds 2      # trl, codechat, codechat, trl: less sensitive to load drift
+    python bench/vs_trl.py                 # 2 rounds of 6 steps each; ends with one JSON line
+    python bench/vs_trl.py --steps 2 --keep --only trl-shipped
+    python bench/vs_trl.py --rounds 4      # more alternated rounds: less sensitive to load drift
 
 Workload: a randomly initialised Qwen2-architecture model (hidden 256, 4 layers, 4 heads, intermediate
 688, tied embeddings) with a 1,024-token byte-level BPE tokenizer trained here on Python's own stdlib sources (no
 downloads); 4 prompts x 8 samples x up to 64 new tokens per step, temperature 1, beta 0.04 (k3 KL to a frozen
 reference), learning rate 1e-5, one optimizer step per batch; reward = the prompt + completion + the task's
-asserts run as a program in a subprocess (pass = 1, else 0). The parent builds the model directory and the task
-file once, then runs each system in its own child process (`--child trl|codechat`), so each peak RSS
-(`ru_maxrss` of that child; reward/sandbox subprocesses are not counted for either) is its own. Seconds/step is
-the median wall time between consecutive step ends, over the steps after the first (warm-up: allocator, caches,
-the reference copy). The table before it splits a step into sample / verify / update (TRL: its `_generate`, the
-reward function, the rest) and adds `cpu s`, the training process's own CPU seconds per step (median), which a
-busy machine disturbs far less than wall time (it leaves out the reward / sandbox subprocesses), and `upd cpu`, the
-update phase's CPU seconds (TRL: the step's less its generation's and reward function's; codechat: `rl_update`'s).
-The last line is JSON: `{"codechat_s_per_step", "trl_s_per_step", "ratio" (codechat/trl), "codechat_peak_mb",
-"trl_peak_mb", "codechat_update_s", "trl_update_s", "update_speedup" (trl/codechat, wall), "update_cpu_speedup"}`.
+asserts, judged by codechat's verifier on both sides (TRL calls it through `CodechatReward`,
+codechat/integrations/trl.py: the same sandbox, the same "no code, no run" rule), so the verify work is equal.
+Three systems, each in its own child process (`--child ...`), so each peak RSS (`ru_maxrss` of that child;
+sandbox subprocesses are not counted for either) is its own:
+- `trl-shipped`: TRL as a user runs it, GRPOConfig's defaults: gradient checkpointing on and bf16 autocast on
+  (`bf16` defaults to True, through accelerate, on a CPU too);
+- `trl-matched`: TRL at codechat's precision and memory plan: fp32 (`bf16=False`), no gradient checkpointing;
+- `codechat`: codechat's GRPO stage (fp32 unless `--override model.compute_dtype=bfloat16`; the older `rl.autocast_bf16` still loads as that).
+The rounds alternate the order (A B C, C B A, ...), so a drift in machine load hits all alike. Seconds/step is the
+median wall time between consecutive step ends, over the steps after each run's first (warm-up: allocator,
+caches, the reference copy), pooled over the rounds. The table splits a step into sample / verify / update (TRL:
+its `_generate`, the reward function, the rest) and adds `cpu s`, the training process's own CPU seconds per step
+(median), which a busy machine disturbs far less than wall time, and `upd cpu`, the update phase's CPU seconds.
+The last line is JSON: codechat's s/step, each TRL column's, `ratio_shipped` and `ratio_matched`
+(codechat / TRL, wall), `cpu_ratio_shipped` and `cpu_ratio_matched` (the same on CPU seconds), the peaks and
+`peak_ratio_shipped` / `peak_ratio_matched`.
 
-Fairness choices (flags change them): TRL runs in fp32 like codechat (`bf16=False`; GRPOConfig defaults `bf16` to
-True, i.e. bf16 autocast through accelerate even on a CPU, which a CPU with AMX runs ~5x faster per GEMM and one
-without bf16 units ~30x slower: `--trl-bf16` restores it, to compare with codechat's `model.compute_dtype=bfloat16`),
-with gradient checkpointing off (GRPOConfig defaults it on, which
-trades ~30% more compute for memory; codechat has none), its reward function runs the programs on as many
-threads as there are CPUs (codechat's verifier uses one worker per CPU by default), and both use the same torch
-thread count: one by default. On a small or shared machine, torch's OpenMP threads wait for each other at every
-op and a descheduled thread costs a scheduler time slice (~4 ms) per op: with 2 threads on 2 busy cores a 64-token
-decode took 14 s instead of 1 s, measuring the scheduler, not the systems. Raise --threads on a quiet machine with
-cores to spare (the reward / sandbox processes need some too). Simplified: a random model rarely passes, so advantages are mostly zero; both systems still do the
-full forward/backward, the KL term and the optimizer step. CPU only.
+Both use the same torch thread count: one by default. On a small or shared machine, torch's OpenMP threads wait
+for each other at every op and a descheduled thread costs a scheduler time slice (~4 ms) per op: with 2 threads
+on 2 busy cores a 64-token decode took 14 s instead of 1 s, measuring the scheduler, not the systems. Raise
+--threads on a quiet machine with cores to spare (the sandbox processes need some too). Simplified: a random
+model rarely passes, so advantages are mostly zero; both systems still do the full forward/backward, the KL term
+and the optimizer step. CPU only.
 """
 from __future__ import annotations
 
@@ -59,6 +60,9 @@ TASKS = [
     ("double", 'def double(xs):\n    """Return a list with every element of xs doubled."""\n',
      ["assert double([1, 2]) == [2, 4]"]),
 ]
+
+SYSTEMS = ("trl-shipped", "trl-matched", "codechat")
+"""TRL with GRPOConfig's defaults, TRL at codechat's fp32 without checkpointing, codechat."""
 
 WORKLOAD = dict(prompts_per_step=4, group_size=8, max_new_tokens=64, beta=0.04, lr=1e-5, temperature=1.0)
 
@@ -138,37 +142,26 @@ def deltas(ends: list[tuple[float, float]]) -> tuple[list[float], list[float]]:
     return [e[0] - b[0] for b, e in zip(ends, ends[1:])], [e[1] - b[1] for b, e in zip(ends, ends[1:])]
 
 
-def run_program(code: str, timeout_s: float = 5.0) -> float:
-    """1.0 when `python -` given `code` on stdin exits 0 within the time limit, else 0.0 (stdin, not `-c`:
-    sampled text may hold NUL bytes, which argv cannot carry)."""
-    try:
-        r = subprocess.run([sys.executable, "-I", "-"], input=code.encode("utf-8", "replace"), capture_output=True,
-                           timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        return 0.0
-    return 1.0 if r.returncode == 0 else 0.0
-
-
 def child_trl(a: argparse.Namespace) -> dict:
-    """TRL GRPOTrainer on the workload; per-step wall times from a TrainerCallback, phases by wrapping."""
-    from concurrent.futures import ThreadPoolExecutor
-
+    """TRL GRPOTrainer on the workload; per-step wall times from a TrainerCallback, phases by wrapping.
+    a.child: trl-shipped (GRPOConfig's defaults) or trl-matched (fp32, no gradient checkpointing)."""
+    sys.path.insert(0, str(REPO))
     import torch
     import trl
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    tasks = [json.loads(ln) for ln in Path(a.tasks).read_text().splitlines() if ln.strip()]
-    ds = Dataset.from_list([{"prompt": t["prompt"], "tests": t["tests"]} for t in tasks])
-    phase = {"sample_s": 0.0, "verify_s": 0.0, "sample_cpu": 0.0, "verify_cpu": 0.0}
-    workers = os.cpu_count() or 1
+    from codechat.integrations.trl import CodechatReward
 
-    def pass_reward(prompts, completions, tests, **_):
+    tasks = [json.loads(ln) for ln in Path(a.tasks).read_text().splitlines() if ln.strip()]
+    ds = Dataset.from_list([{"prompt": t["prompt"], "task": json.dumps(t)} for t in tasks])
+    phase = {"sample_s": 0.0, "verify_s": 0.0, "sample_cpu": 0.0, "verify_cpu": 0.0}
+    judge = CodechatReward(column="task")
+
+    def pass_reward(prompts, completions, **columns):
         t0, c0 = clocks()
-        programs = [p + c + "\n\n" + "\n".join(ts) + "\n" for p, c, ts in zip(prompts, completions, tests)]
-        with ThreadPoolExecutor(workers) as ex:
-            out = list(ex.map(run_program, programs))
+        out = judge(prompts=prompts, completions=completions, **columns)
         t1, c1 = clocks()
         phase["verify_s"] += t1 - t0
         phase["verify_cpu"] += c1 - c0
@@ -195,7 +188,8 @@ def child_trl(a: argparse.Namespace) -> dict:
         gradient_accumulation_steps=1, num_generations=W["group_size"], max_completion_length=W["max_new_tokens"],
         temperature=W["temperature"], beta=W["beta"], learning_rate=W["lr"], lr_scheduler_type="constant",
         warmup_steps=0, max_grad_norm=1.0, use_cpu=True, report_to="none", logging_steps=1, save_strategy="no",
-        gradient_checkpointing=a.trl_grad_ckpt, bf16=a.trl_bf16, seed=0, dataloader_num_workers=0, disable_tqdm=True)
+        seed=0, dataloader_num_workers=0, disable_tqdm=True,
+        **({} if a.child == "trl-shipped" else {"bf16": False, "gradient_checkpointing": False}))
     model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.float32)
     tok = AutoTokenizer.from_pretrained(a.model)
     trainer = GRPOTrainer(model=model, reward_funcs=pass_reward, args=cfg, train_dataset=ds, processing_class=tok,
@@ -213,12 +207,14 @@ def child_trl(a: argparse.Namespace) -> dict:
 
     trainer._generate = timed_generate
     trainer.train()
+    judge.close()
     steps, cpu = deltas(ends)
     for p, s, c in zip(phases, steps, cpu):
         p["update_s"] = s - p["sample_s"] - p["verify_s"]
         p["update_cpu"] = c - p.pop("sample_cpu") - p.pop("verify_cpu")
     rewards = [h["reward"] for h in trainer.state.log_history if "reward" in h]
-    return {"system": "trl", "version": trl.__version__, "step_s": steps, "cpu_s": cpu, "phases": phases,
+    return {"system": a.child, "version": trl.__version__, "bf16": cfg.bf16,
+            "grad_ckpt": cfg.gradient_checkpointing, "step_s": steps, "cpu_s": cpu, "phases": phases,
             "reward_mean": statistics.fmean(rewards) if rewards else None}
 
 
@@ -281,7 +277,7 @@ def child_main(a: argparse.Namespace) -> None:
     import torch
 
     torch.set_num_threads(a.threads)
-    res = (child_trl if a.child == "trl" else child_codechat)(a)
+    res = (child_codechat if a.child == "codechat" else child_trl)(a)
     res["threads"] = torch.get_num_threads()
     res["peak_mb"] = round(peak_mb(), 1)
     print(RESULT_TAG + json.dumps(res), flush=True)
@@ -293,8 +289,6 @@ def run_child(system: str, a: argparse.Namespace, model: Path, tasks: Path, work
     log = workdir / f"{system}.log"
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", system, "--model", str(model),
            "--tasks", str(tasks), "--workdir", str(workdir), "--steps", str(a.steps), "--threads", str(a.threads)]
-    cmd += ["--trl-grad-ckpt"] if a.trl_grad_ckpt else []
-    cmd += ["--trl-bf16"] if a.trl_bf16 else []
     cmd += [x for o in a.override for x in ("--override", o)]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
                HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
@@ -327,16 +321,13 @@ def pooled(runs: list[dict]) -> dict:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=6, help="RL steps per system (the first is not timed)")
-    ap.add_argument("--rounds", type=int, default=1,
-                    help="run the pair this many times, alternating which goes first; medians pool all rounds")
+    ap.add_argument("--rounds", type=int, default=2,
+                    help="run the systems this many times, the order reversed every other round; medians pool all")
     ap.add_argument("--keep", action="store_true", help="keep the work directory (model, tasks, logs, runs)")
-    ap.add_argument("--only", choices=["trl", "codechat"], help="run one system (no ratio)")
+    ap.add_argument("--only", choices=SYSTEMS, help="run one system (no ratio)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads in each child (see the docstring)")
-    ap.add_argument("--trl-grad-ckpt", action="store_true", help="TRL with gradient checkpointing (its default)")
-    ap.add_argument("--trl-bf16", action="store_true",
-                    help="TRL with its default bf16 autocast (else fp32, as codechat runs unless model.compute_dtype=bfloat16)")
     ap.add_argument("--override", action="append", default=[], help="extra codechat config override key=value")
-    ap.add_argument("--child", choices=["trl", "codechat"], help=argparse.SUPPRESS)
+    ap.add_argument("--child", choices=SYSTEMS, help=argparse.SUPPRESS)
     ap.add_argument("--model", help=argparse.SUPPRESS)
     ap.add_argument("--tasks", help=argparse.SUPPRESS)
     ap.add_argument("--workdir", help=argparse.SUPPRESS)
@@ -352,7 +343,7 @@ def main(argv: list[str] | None = None) -> None:
     tasks = write_tasks(workdir / "tasks.jsonl")
     print(f"[vs_trl] workload built in {time.perf_counter() - t0:.1f}s in {workdir}", file=sys.stderr)
     try:
-        systems = [a.only] if a.only else ["trl", "codechat"]
+        systems = [a.only] if a.only else list(SYSTEMS)
         runs: dict[str, list[dict]] = {s: [] for s in systems}
         for i in range(a.rounds):  # alternate the order so a drift in machine load hits both alike
             for s in (systems if i % 2 == 0 else systems[::-1]):
@@ -361,25 +352,26 @@ def main(argv: list[str] | None = None) -> None:
         if not a.keep:
             import shutil
             shutil.rmtree(workdir, ignore_errors=True)
-    print(f"{'system':<10}{'version':>9}{'s/step':>9}{'sample':>9}{'verify':>9}{'update':>9}{'peak MB':>9}"
+    print(f"{'system':<13}{'version':>9}{'s/step':>9}{'sample':>9}{'verify':>9}{'update':>9}{'peak MB':>9}"
           f"{'cpu s':>8}{'upd cpu':>8}{'reward':>8}{'wall s':>8}", file=sys.stderr)
     out = {}
     for s in systems:
         r = pooled(runs[s])
-        out[f"{s}_s_per_step"] = round(r["s_per_step"], 3)
-        out[f"{s}_peak_mb"] = r["peak_mb"]
-        out[f"{s}_update_s"], out[f"{s}_update_cpu_s"] = round(r["update_s"], 3), round(r["update_cpu"], 3)
-        print(f"{s:<10}{r['version']:>9}{r['s_per_step']:>9.3f}{r['sample_s']:>9.3f}{r['verify_s']:>9.3f}"
-              f"{r['update_s']:>9.3f}{r['peak_mb']:>9.0f}{r['cpu_s']:>8.3f}{r['update_cpu']:>8.3f}{r['reward']:>8.3f}{r['wall_s']:>8.1f}", file=sys.stderr)
-    if len(systems) == 2:
-        final = {"codechat_s_per_step": out["codechat_s_per_step"], "trl_s_per_step": out["trl_s_per_step"],
-                 "ratio": round(out["codechat_s_per_step"] / out["trl_s_per_step"], 3),
-                 "codechat_peak_mb": out["codechat_peak_mb"], "trl_peak_mb": out["trl_peak_mb"],
-                 "codechat_update_s": out["codechat_update_s"], "trl_update_s": out["trl_update_s"],
-                 "update_speedup": round(out["trl_update_s"] / out["codechat_update_s"], 3),
-                 "update_cpu_speedup": round(out["trl_update_cpu_s"] / out["codechat_update_cpu_s"], 3)}
-    else:
-        final = out
+        key = s.replace("-", "_")
+        out[f"{key}_s_per_step"], out[f"{key}_cpu_s"] = round(r["s_per_step"], 3), round(r["cpu_s"], 3)
+        out[f"{key}_peak_mb"] = r["peak_mb"]
+        out[f"{key}_update_s"], out[f"{key}_update_cpu_s"] = round(r["update_s"], 3), round(r["update_cpu"], 3)
+        print(f"{s:<13}{r['version']:>9}{r['s_per_step']:>9.3f}{r['sample_s']:>9.3f}{r['verify_s']:>9.3f}"
+              f"{r['update_s']:>9.3f}{r['peak_mb']:>9.0f}{r['cpu_s']:>8.3f}{r['update_cpu']:>8.3f}{r['reward']:>8.3f}"
+              f"{r['wall_s']:>8.1f}", file=sys.stderr)
+    final = dict(out, rounds=a.rounds)
+    if len(systems) == len(SYSTEMS):
+        for col in ("shipped", "matched"):
+            t = f"trl_{col}"
+            final[f"ratio_{col}"] = round(out["codechat_s_per_step"] / out[f"{t}_s_per_step"], 3)
+            final[f"cpu_ratio_{col}"] = round(out["codechat_cpu_s"] / out[f"{t}_cpu_s"], 3)
+            final[f"peak_ratio_{col}"] = round(out["codechat_peak_mb"] / out[f"{t}_peak_mb"], 3)
+            final[f"update_cpu_speedup_{col}"] = round(out[f"{t}_update_cpu_s"] / out["codechat_update_cpu_s"], 3)
     if a.keep:
         print(f"[vs_trl] kept {workdir}", file=sys.stderr)
     print(json.dumps(final))

@@ -17,6 +17,11 @@ from dataclasses import dataclass
 import torch
 
 from codechat.policy.fastlm import FastLM, unwrap, usable
+from codechat.policy.flatkv import FlatCache, flat_ok, lean_step
+
+FLAT_PROMPT = 512
+"""Prompts up to this many columns (padding and a reused past included) decode with the per-row cache of
+flatkv.py; longer ones with several samples each keep one copy of the prompt's KV (the shared-prompt grid)."""
 
 
 def positions(valid):
@@ -59,6 +64,10 @@ class SharedCache:
 class FastDecoder:
     def __init__(self, fast: FastLM):
         self.fast = fast
+        self.flat: FlatCache | None = None
+        """The per-row cache (flatkv.py) when this batch uses it, else None (the shared-prompt grid)."""
+        self.lean = False
+        """The shared-prompt grid's steps run flatkv.lean_step (fused weights, no autocast, ...)."""
 
     reuses_kv = True
     """`prefill` can start from a past KV (policy/prefix.py)."""
@@ -74,26 +83,47 @@ class FastDecoder:
         if past is not None:  # the decoder's "prompt" KV is the past followed by what was just prefilled
             kv = [(torch.cat([pk, k], 2), torch.cat([pv, v], 2)) for (pk, pv), (k, v) in zip(past[0], kv)]
             valid = torch.cat([past[1], valid], 1)  # (P, S + Lp)
+        self.pos = valid.long().sum(1)[index]  # (N,) position of the next token
+        self.t = 0  # generated-cache column of the next token
         dtype = kv[0][0].dtype
+        one_each = bool((torch.bincount(index) <= 1).all())
+        self.lean = flat_ok(self.fast, ids.device)
+        if self.lean and (valid.shape[1] <= FLAT_PROMPT or one_each):
+            self.flat = FlatCache.build(kv, valid, index, max_new, self.fast.n_kv)
+            return logits[index]
+        self.flat = None
         pmask = torch.zeros(valid.shape, dtype=dtype, device=ids.device).masked_fill(~valid, float("-inf"))
         self.cache = SharedCache(
             prompt=[(k.contiguous(), v.contiguous()) for k, v in kv], pmask=pmask[:, None, None, :],
             gen=self.fast.new_cache(index.numel(), max_new, dtype, ids.device), pidx=index.clone())
         self.cache.regrid()
-        self.pos = valid.long().sum(1)[index]  # (N,) position of the next token
-        self.t = 0  # generated-cache column of the next token
         return logits[index]
 
     def step(self, tok):
         """tok (B,) -> logits (B, V)."""
-        logits = self.fast.decode(tok, self.pos, self.cache, self.t)
+        if self.flat is not None:
+            logits = self.flat.step(self.fast, tok, self.pos, self.t)
+        elif self.lean:
+            logits = lean_step(self.fast, tok, self.pos, self._attend_grid)
+        else:
+            logits = self.fast.decode(tok, self.pos, self.cache, self.t)
         self.pos = self.pos + 1
         self.t += 1
         return logits
 
+    def _attend_grid(self, i, q, k, v):
+        """The shared-prompt grid's attention for lean_step: q (B, H, D), k and v (B, Hkv, D) -> (B, H * D)."""
+        c, t = self.cache, self.t
+        gk, gv = c.gen[i]
+        gk[:, :, t], gv[:, :, t] = k, v
+        o = self.fast._attend_shared(q[:, :, None], c.prompt[i], gk[:, :, : t + 1], gv[:, :, : t + 1], c)
+        return o.view(q.shape[0], -1)
+
     def export(self, b: int, n_gen: int) -> list:
         """Batch row b's KV: its prompt's real tokens, then its first n_gen generated tokens; per layer (k, v)
         each (Hkv, S, D). Copies, so later steps and `select` leave it alone."""
+        if self.flat is not None:
+            return self.flat.export(b, n_gen)
         c = self.cache
         real = c.pmask[c.pidx[b], 0, 0] == 0  # (Lp,) bool
         return [(torch.cat([pk[c.pidx[b]][:, real], gk[b, :, :n_gen]], 1),
@@ -104,9 +134,13 @@ class FastDecoder:
         """Continuous batching: append one prompt, ids and valid (1, L), with n sample rows after the current
         ones; they attend to their prompt and to generated columns from now on only (`gstart`). Returns their
         next-token logits (n, V)."""
-        c = self.cache
         h, kv = self.fast.forward(ids, positions(valid), valid)  # h (1, L, C); kv per layer (1, Hkv, L, D)
         logits = self.fast.logits(h[:, -1])  # (1, V)
+        self.pos = torch.cat([self.pos, torch.full((n,), int(valid.sum()), dtype=torch.long, device=ids.device)])
+        if self.flat is not None:
+            self.flat.add(kv, valid, n, self.t)
+            return logits.expand(n, -1)
+        c = self.cache
         Lp, L = c.pmask.shape[-1], ids.shape[1]
         W = max(Lp, L)  # left-pad the shorter side: padded columns get -inf in pmask, so nothing changes
         lpad = lambda x, w: torch.cat([x.new_zeros(*x.shape[:2], w - x.shape[2], x.shape[3]), x], 2)  # noqa: E731
@@ -123,20 +157,26 @@ class FastDecoder:
         c.gstart = torch.cat([start, torch.full((n,), self.t, dtype=torch.long, device=ids.device)])
         c.pidx = torch.cat([c.pidx, torch.full((n,), P - 1, dtype=torch.long, device=ids.device)])
         c.regrid()
-        self.pos = torch.cat([self.pos, torch.full((n,), int(valid.sum()), dtype=torch.long, device=ids.device)])
         return logits.expand(n, -1)
 
     def grow(self, extra: int) -> None:
         """Make room for `extra` more generated columns (rows added mid-decode run past the first budget)."""
+        if self.flat is not None:
+            return self.flat.grow(extra)
         self.cache.gen = [(torch.cat([k, k.new_zeros(*k.shape[:2], extra, k.shape[3])], 2),
                            torch.cat([v, v.new_zeros(*v.shape[:2], extra, v.shape[3])], 2)) for k, v in self.cache.gen]
 
     @property
     def columns(self) -> int:
+        if self.flat is not None:
+            return self.flat.columns
         return self.cache.gen[0][0].shape[2]
 
     def select(self, rows):
         """Keep only batch rows `rows` (B',), and only the prompts they use; copies the filled part of the cache."""
+        self.pos = self.pos[rows]
+        if self.flat is not None:
+            return self.flat.select(rows, self.t)
         c, t = self.cache, self.t
         used, pidx = torch.unique(c.pidx[rows], return_inverse=True)
         c.prompt = [(k[used], v[used]) for k, v in c.prompt]
@@ -150,7 +190,6 @@ class FastDecoder:
         c.gen = new
         c.gstart = c.gstart[rows] if c.gstart is not None else None
         c.regrid()
-        self.pos = self.pos[rows]
 
 
 class HFDecoder:

@@ -1,0 +1,154 @@
+"""The lean one-token decode step over a per-row static KV cache (short prompts, or one sample per prompt).
+
+Why: at the presets' sizes a decode step's matrices are small (32 rows x a few hundred columns), so every op
+costs about as much as the arithmetic it launches. This step does per layer one fused RMSNorm, the fused q/k/v
+projection, rotary as multiply-add with a rolled copy (`roll(x) * sin'` equals `rotate_half(x) * sin` with the
+first half of sin negated), two cache writes, attention as `baddbmm` (scale and mask fused) + softmax + `bmm`,
+the output projection fused with its residual add (`addmm`), and the SwiGLU MLP as one projection, silu * up and
+`addmm`: 15 ops where the shared-prompt grid path (fastlm.py `decode`) takes ~60.
+
+The cache holds, per row, its prompt's KV (left-padded to the prompt region's width W) followed by its generated
+tokens' KV: (B, Hkv, W + T, D) per layer, preallocated. One additive mask (B * Hkv, 1, W + T) says which columns a
+row may read (-inf on prompt padding, and on generated columns before a row's start when it joined mid-decode).
+Each prompt's KV is copied once per sample: what the shared-prompt grid saves on long prompts with many samples,
+and why the decoder uses this layout only for short prompts or one sample per prompt (decoding.py).
+
+Applies to fp32/bf16/fp16 models with fused weights (FastLM.fuse), no q/k norm, no o_proj bias, no autocast.
+The same math as the model's forward up to float rounding (tests/test_sampler.py compares the logits).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+
+def flat_ok(fast, device) -> bool:
+    """The lean step applies to this FastLM (fused, plain RMSNorms, no q/k norm, no o_proj bias, no autocast)."""
+    if fast.fused is None or fast.qk_norm or torch.is_autocast_enabled(torch.device(device).type):
+        return False
+    for layer in fast.inner.layers:
+        if layer.self_attn.o_proj.bias is not None or type(layer.self_attn.o_proj) is not torch.nn.Linear:
+            return False
+        if type(layer.mlp.down_proj) is not torch.nn.Linear or layer.mlp.down_proj.bias is not None:
+            return False
+    norms = [m for layer in fast.inner.layers for m in (layer.input_layernorm, layer.post_attention_layernorm)]
+    return all(hasattr(m, "variance_epsilon") and hasattr(m, "weight") for m in norms + [fast.inner.norm])
+
+
+def lean_step(fast, tok, pos, attend):
+    """One token per row through every layer with the fewest ops; attend(layer, q (B, H, D), k, v (B, Hkv, D))
+    stores k, v in its cache and returns the attention output (B, H * D). Returns logits (B, V)."""
+    inner = fast.inner
+    H, Hkv, D = fast.n_heads, fast.n_kv, fast.head_dim
+    B = tok.shape[0]
+    h = inner.embed_tokens(tok)  # (B, C)
+    cos, sin = inner.rotary_emb(h, pos[:, None])  # (B, 1, D)
+    sin = torch.cat([-sin[..., : D // 2], sin[..., D // 2:]], -1)  # rotate_half(x) * sin = roll(x) * sin'
+    for i, layer in enumerate(inner.layers):
+        w_qkv, b_qkv, w_gu = fast.fused[i]
+        ln = layer.input_layernorm
+        qkv = F.linear(F.rms_norm(h, h.shape[-1:], ln.weight, ln.variance_epsilon), w_qkv, b_qkv)  # (B, .)
+        qk = qkv[:, : (H + Hkv) * D].view(B, H + Hkv, D)
+        qk = torch.addcmul(qk * cos, qk.roll(D // 2, -1), sin)  # (B, H + Hkv, D) rotary
+        o = attend(i, qk[:, :H], qk[:, H:], qkv[:, (H + Hkv) * D:].view(B, Hkv, D))  # (B, H * D)
+        h = torch.addmm(h, o, layer.self_attn.o_proj.weight.t())  # residual + o_proj
+        ln = layer.post_attention_layernorm
+        gu = F.linear(F.rms_norm(h, h.shape[-1:], ln.weight, ln.variance_epsilon), w_gu)  # (B, 2I)
+        g, u = gu.chunk(2, dim=-1)
+        h = torch.addmm(h, F.silu(g) * u, layer.mlp.down_proj.weight.t())  # residual + down_proj
+    return fast.logits(h)
+
+
+@dataclass
+class FlatCache:
+    k: list
+    """Per layer (B, Hkv, W + T, D): each row's prompt KV in columns [0, W), its generated KV from W on."""
+    v: list
+    """Per layer, as k."""
+    mask: torch.Tensor
+    """(B * Hkv, 1, W + T) additive: 0 where the row may attend, -inf elsewhere."""
+    width: int
+    """W: the prompt region's width (generated column t sits at W + t)."""
+
+    @property
+    def columns(self) -> int:
+        """T: generated columns."""
+        return self.k[0].shape[2] - self.width
+
+    @staticmethod
+    def build(kv, valid, index, max_new: int, n_kv: int) -> "FlatCache":
+        """kv: per layer (k, v) each (P, Hkv, W, D), left-padded prompts; valid (P, W) bool; index (B,) the prompt
+        of each row; max_new: generated columns."""
+        P, Hkv, W, D = kv[0][0].shape
+        B = index.numel()
+        ks, vs = [], []
+        for k, v in kv:
+            nk, nv = k.new_empty(B, Hkv, W + max_new, D), v.new_empty(B, Hkv, W + max_new, D)
+            nk[:, :, :W], nv[:, :, :W] = k[index], v[index]
+            ks.append(nk)
+            vs.append(nv)
+        mask = torch.zeros(B, 1, W + max_new, dtype=kv[0][0].dtype, device=index.device)
+        mask[:, 0, :W].masked_fill_(~valid[index], float("-inf"))
+        return FlatCache(ks, vs, mask.repeat_interleave(n_kv, 0), W)
+
+    def step(self, fast, tok, pos, t: int):
+        """tok, pos (B,): one token per row, written at generated column t. Returns logits (B, V)."""
+        H, Hkv, D = fast.n_heads, fast.n_kv, fast.head_dim
+        B, grp, col, S = tok.shape[0], H // Hkv, self.width + t, self.width + t + 1
+        mask = self.mask[:, :, :S]  # (B * Hkv, 1, S)
+
+        def attend(i, q, k, v):  # q (B, H, D), k and v (B, Hkv, D) -> (B, H * D)
+            K, V = self.k[i], self.v[i]
+            K[:, :, col], V[:, :, col] = k, v
+            s = torch.baddbmm(mask, q.reshape(B * Hkv, grp, D), K[:, :, :S].reshape(B * Hkv, S, D).transpose(1, 2),
+                              alpha=fast.scaling)  # (B * Hkv, grp, S)
+            p = torch.softmax(s, -1) if s.dtype == torch.float32 else torch.softmax(s.float(), -1).to(s.dtype)
+            return torch.bmm(p, V[:, :, :S].reshape(B * Hkv, S, D)).view(B, H * D)
+
+        return lean_step(fast, tok, pos, attend)
+
+    def select(self, rows, t: int) -> None:
+        """Keep batch rows `rows` (B',): copies their filled columns only."""
+        S, Hkv = self.width + t, self.k[0].shape[1]
+        for layer, (k, v) in enumerate(zip(self.k, self.v)):
+            nk, nv = k.new_empty((rows.numel(), *k.shape[1:])), v.new_empty((rows.numel(), *v.shape[1:]))
+            nk[:, :, :S], nv[:, :, :S] = k[rows, :, :S], v[rows, :, :S]
+            self.k[layer], self.v[layer] = nk, nv
+        self.mask = self.mask.view(-1, Hkv, *self.mask.shape[1:])[rows].flatten(0, 1)
+
+    def add(self, kv, valid, n: int, t: int) -> None:
+        """Append n rows of one prompt (kv per layer (1, Hkv, L, D), valid (1, L)) that start at generated column
+        t: they read their prompt and generated columns from t on."""
+        L, W, Hkv = valid.shape[1], self.width, self.k[0].shape[1]
+        if L > W:  # widen every row's prompt region on the left (masked)
+            grow = L - W
+            pad = lambda x: torch.cat([x.new_zeros(*x.shape[:2], grow, x.shape[3]), x], 2)  # noqa: E731
+            self.k, self.v = [pad(k) for k in self.k], [pad(v) for v in self.v]
+            self.mask = torch.cat([self.mask.new_full((*self.mask.shape[:2], grow), float("-inf")), self.mask], 2)
+            W = self.width = L
+        S = self.k[0].shape[2]
+        for layer, (pk, pv) in enumerate(kv):
+            nk, nv = pk.new_zeros(n, Hkv, S, pk.shape[3]), pv.new_zeros(n, Hkv, S, pv.shape[3])
+            nk[:, :, W - L: W], nv[:, :, W - L: W] = pk, pv
+            self.k[layer], self.v[layer] = torch.cat([self.k[layer], nk]), torch.cat([self.v[layer], nv])
+        m = torch.zeros(n, 1, S, dtype=self.mask.dtype, device=self.mask.device)
+        m[:, 0, : W - L] = float("-inf")
+        m[:, 0, W - L: W].masked_fill_(~valid, float("-inf"))
+        m[:, 0, W: W + t] = float("-inf")  # generated columns written before this row joined
+        self.mask = torch.cat([self.mask, m.repeat_interleave(Hkv, 0)])
+
+    def grow(self, extra: int) -> None:
+        """Make room for `extra` more generated columns."""
+        more = lambda x: torch.cat([x, x.new_zeros(*x.shape[:2], extra, x.shape[3])], 2)  # noqa: E731
+        self.k, self.v = [more(k) for k in self.k], [more(v) for v in self.v]
+        self.mask = torch.cat([self.mask, self.mask.new_zeros(*self.mask.shape[:2], extra)], 2)
+
+    def export(self, b: int, n_gen: int) -> list:
+        """Row b's KV: its prompt's real tokens, then its first n_gen generated ones; per layer (k, v) each
+        (Hkv, S, D). Copies."""
+        Hkv = self.k[0].shape[1]
+        real = self.mask[b * Hkv, 0, : self.width + n_gen] == 0  # (W + n_gen,)
+        return [(k[b][:, : self.width + n_gen][:, real], v[b][:, : self.width + n_gen][:, real])
+                for k, v in zip(self.k, self.v)]
