@@ -110,6 +110,9 @@ class RLConfig:
     async_steps: int = 0
     """0 = synchronous (sample, verify, then update); k >= 1 = a producer thread samples and verifies the next
     batches with weights up to k updates old while the trainer updates (train/producer.py; engine hf, ddp only)."""
+    placebo: bool = False
+    """Shuffle each step's advantages across the samples the loss sees (algos/advantages.py
+    `placebo_advantages`): an update of the same size with no reward signal, the control arm of `codechat probe`."""
     probe_every: int = 0
     """Every N RL steps, log the sampler-trainer log-prob gap (probe/kl, probe/max_abs) on fixed probe prompts
     sampled by the step's sampler (train/probe.py); 0 = off."""
