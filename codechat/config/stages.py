@@ -110,6 +110,9 @@ class RLConfig:
     async_steps: int = 0
     """0 = synchronous (sample, verify, then update); k >= 1 = a producer thread samples and verifies the next
     batches with weights up to k updates old while the trainer updates (train/producer.py; engine hf, ddp only)."""
+    embed_lr_scale: float = 1.0
+    """The input embedding (and an LM head tied to it) trains at rl.lr x this; the rest of the model at rl.lr.
+    Under Adam every row of a tied table moves by about the lr each step, whether its token was seen or not."""
     placebo: bool = False
     """Shuffle each step's advantages across the samples the loss sees (algos/advantages.py
     `placebo_advantages`): an update of the same size with no reward signal, the control arm of `codechat probe`."""

@@ -210,7 +210,8 @@ def run_rl(ctx: Context) -> None:
     if a.kl_beta > 0:
         save_stage_start(ctx)
     ref = reference_model(ctx) if a.kl_beta > 0 else None
-    opt, sched = make_optimizer(ctx.policy.model, c.lr, c.warmup, c.steps, cosine=False, cfg=ctx.cfg.optim)
+    opt, sched = make_optimizer(ctx.policy.model, c.lr, c.warmup, c.steps, cosine=False, cfg=ctx.cfg.optim,
+                                 embed_scale=c.embed_lr_scale)
     saved_batches = (ctx.resume or {}).get("async_producer")  # the producer's batches in flight (train/producer.py)
     restore(ctx, opt, sched)
     tracker = None
