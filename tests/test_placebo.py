@@ -84,6 +84,6 @@ def test_probe_runs_both_arms_from_one_model(tmp_path):
     (["--demo", "tiny", "--config", "c.yaml"], "give one of them"),
 ])
 def test_probe_refuses_bad_arguments_in_one_line(tmp_path, capsys, argv, message):
-    assert main(["probe", "tiny", "--out", str(tmp_path / "p"), *argv]) == 2
+    assert main(["probe", "--model", "tiny", "--out", str(tmp_path / "p"), *argv, "rl.lr=1e-4"]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1 and not (tmp_path / "p").exists()

@@ -2,8 +2,8 @@
 real advantages and with them shuffled across each batch (same size of update, no reward signal), same seeds;
 then train pass@1 / pass@k, KL from the start and entropy of both, and real - placebo with a paired interval.
 
-    codechat probe RUN/checkpoints/step-0000330/model --demo tiny --steps 20 --out runs/probe
-    codechat probe MODEL --config configs/grpo.yaml --steps 30 --out runs/probe rl.lr=5e-5
+    codechat probe --model RUN --demo tiny --steps 20 --out runs/probe
+    codechat probe --model MODEL --config configs/grpo.yaml --steps 30 --out runs/probe rl.lr=5e-5
 """
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from codechat.train.placebo import ARMS, format_report, run_probe
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", help="the model the RL steps start from (a model directory or a run's checkpoint model)")
+    p.add_argument("--model", required=True,
+                   help="the model the RL steps start from: a model directory, a preset or a run directory (its final)")
     p.add_argument("--config", help="YAML config whose RL stage is probed (default: the config defaults)")
     p.add_argument("--demo", choices=MODELS, default=None,
                    help="probe the demo's RL settings instead of a config: tiny, or the Qwen-shaped demo's")

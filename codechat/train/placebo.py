@@ -1,7 +1,7 @@
 """The placebo control (`codechat probe`): what did the reward teach, beyond what the update's noise did?
 
-    codechat probe RUN/checkpoints/step-0000330/model --demo tiny --steps 20 --out runs/probe
-    codechat probe MODEL --config C.yaml --steps 30 --out runs/probe rl.lr=5e-5
+    codechat probe --model RUN --demo tiny --steps 20 --out runs/probe
+    codechat probe --model MODEL --config C.yaml --steps 30 --out runs/probe rl.lr=5e-5
 
 From one model, N RL steps of the config's RL stage twice, with the same seeds: `real` (the run's advantages)
 and `placebo` (`rl.placebo`: each step's advantages shuffled across the samples the loss sees, so the update has
@@ -117,7 +117,7 @@ def probe_configs(overrides: list[str], config: str | None, model: str, steps: i
 def run_probe(overrides: list[str], config: str | None, model: str, steps: int, out: str | Path, tasks: int = 32,
               n: int = 8, ks: tuple[int, ...] = (1, 8), arms=ARMS, force: bool = False, seed: int = 1234) -> dict:
     """Train each arm, measure the start model and each arm's final model, write OUT/probe.json; returns it."""
-    out = Path(out)
+    out, model = Path(out), resolve_model(model)
     if steps < 1:
         raise CodechatError(f"--steps {steps}: expected at least 1 RL step")
     if any(k > n for k in ks):
