@@ -72,7 +72,7 @@ def test_probe_runs_both_arms_from_one_model(tmp_path):
     assert json.loads((out / "probe.json").read_text()) == res
     for arm in ("start", "real", "placebo"):
         assert set(res[arm]) >= {"pass@1", "pass@2", "kl", "entropy"} and res[arm]["entropy"] > 0
-    assert res["start"]["kl"] == 0.0 and res["real"]["kl"] >= 0 and len(res["placebo"]["step_pass_rates"]) == 1
+    assert res["start"]["kl"] == res["start"]["kl_from_start"] == 0.0 and res["real"]["kl"] >= 0 <= res["real"]["kl_from_start"] and len(res["placebo"]["step_pass_rates"]) == 1
     assert res["tasks"] == 3 and set(res["real-placebo"]) == {"pass@1", "pass@2"}
     assert load_config(out / "placebo" / "config.yaml").rl.placebo and not load_config(out / "real" / "config.yaml").rl.placebo
 

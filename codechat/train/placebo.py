@@ -8,7 +8,7 @@ and `placebo` (`rl.placebo`: each step's advantages shuffled across the samples 
 the same size and shape but the reward no longer says which sample earned what). Then the start model and each
 arm's final model are sampled on the first `tasks` training tasks, `n` samples each at the sampling temperature,
 with one seed for all three: train pass@1 and pass@k, the token-mean KL of each arm's model from the start model
-on the arm's own samples (k3 estimator), and the token-mean entropy of its next-token distributions.
+on the arm's own samples and of the start from the arm on the start's samples (k3 estimator), and the token-mean entropy of its next-token distributions.
 real - placebo: the paired bootstrap interval over tasks of pass@1 and pass@k (evaluation/stats.py).
 
 An update that is too large shows as a placebo arm far below the start; a reward with signal as real above
@@ -56,11 +56,15 @@ class ArmReport:
     """Token-mean k3 estimate of KL(model || start model) on the model's own samples (0 for the start)."""
     entropy: float
     """Token-mean entropy (nats) of the model's next-token distributions on its own samples."""
+    kl_from_start: float = 0.0
+    """Token-mean k3 estimate of KL(start model || model) on the start model's samples: large when the update
+    made answers the start model samples unlikely (what a reverse-KL penalty on the rollouts sees)."""
     step_pass_rates: list[float] = field(default_factory=list)
     """The RL run's pass rate per step (empty for the start)."""
     first_step_kl: float | None = None
-    """The trainer's logged `kl` of the run's first step (when algo.kl_beta > 0 and rl.epochs > 1: the drift
-    after the step's first optimizer step, on its samples)."""
+    """The trainer's logged `kl` of the run's first step, when algo.kl_beta > 0: the mean over the step's
+    forwards of the KL to the start on the step's own samples (with rl.epochs=2, one optimizer step: the first
+    forward's is 0, so the KL after the first optimizer step is twice this)."""
 
     def per_task(self, k: int) -> dict[str, float]:
         """task id -> unbiased pass@k estimate."""
@@ -68,7 +72,7 @@ class ArmReport:
 
     def summary(self, ks: list[int]) -> dict:
         out = {f"pass@{k}": sum(self.per_task(k).values()) / max(len(self.passes), 1) for k in ks}
-        out |= {"kl": self.kl, "entropy": self.entropy}
+        out |= {"kl": self.kl, "kl_from_start": self.kl_from_start, "entropy": self.entropy}
         if self.step_pass_rates:
             out["step_pass_rates"] = [round(p, 4) for p in self.step_pass_rates]
         if self.first_step_kl is not None:
@@ -76,30 +80,38 @@ class ArmReport:
         return out
 
 
-def measure(policy, start_model, verifier, tasks, n: int, sampling, seed: int, name: str,
-            chunk: int = 64) -> ArmReport:
-    """Sample n completions per task from `policy` (seeded), verify them, and score their drift from
-    `start_model` (None: the policy is the start) and their entropy, `chunk` rows per forward."""
+def drift(model, other, r, temperature: float, chunk: int = 64) -> tuple[float, float]:
+    """On rollouts r sampled from `model`: the token-mean k3 estimate of KL(model || other) (0 when other is None)
+    and the token-mean entropy of `model`'s next-token distributions, `chunk` rows per forward."""
+    b, kl_sum, ent_sum, count = r.batch, 0.0, 0.0, 0.0
+    with torch.no_grad():
+        for s in range(0, len(r.verdicts), chunk):
+            rows = slice(s, s + chunk)
+            args = (r.prompts, b.prompt_index[rows], b.tokens[rows], b.mask[rows].float())
+            lp, ent = completion_logprobs(model, *args, temperature=temperature, with_entropy=True)  # (c, T)
+            m = b.mask[rows].float()  # (c, T)
+            w = m.sum().item()
+            ent_sum += masked_mean(ent, m).item() * w
+            if other is not None:
+                ref = completion_logprobs(other, *args, temperature=temperature)  # (c, T)
+                kl_sum += masked_mean(kl_penalty(lp, ref, "k3"), m).item() * w
+            count += w
+    return kl_sum / max(count, 1.0), ent_sum / max(count, 1.0)
+
+
+def measure(policy, start, verifier, tasks, n: int, sampling, seed: int, name: str):
+    """Sample n completions per task from `policy` (seeded) and verify them -> (ArmReport, the rollouts). start:
+    None when the policy is the start model, else (the start model, the start model's rollouts) for the drift
+    both ways: KL(policy || start) on the policy's samples, KL(start || policy) on the start's."""
     r = collect(policy, Sampler(policy), verifier, tasks, n, sampling, seed=seed)
     passes = {t.task_id: 0 for t in tasks}
     for i, ok in enumerate(r.passed.tolist()):
         passes[r.task_of(i).task_id] += int(ok)
     temp = sampling.temperature if sampling.temperature > 0 else 1.0
-    b, kl_sum, ent_sum, count = r.batch, 0.0, 0.0, 0.0
     policy.model.eval()
-    with torch.no_grad():
-        for s in range(0, len(r.verdicts), chunk):
-            rows = slice(s, s + chunk)
-            args = (r.prompts, b.prompt_index[rows], b.tokens[rows], b.mask[rows].float())
-            lp, ent = completion_logprobs(policy.model, *args, temperature=temp, with_entropy=True)  # (c, T)
-            m = b.mask[rows].float()  # (c, T)
-            w = m.sum().item()
-            ent_sum += masked_mean(ent, m).item() * w
-            if start_model is not None:
-                ref = completion_logprobs(start_model, *args, temperature=temp)  # (c, T)
-                kl_sum += masked_mean(kl_penalty(lp, ref, "k3"), m).item() * w
-            count += w
-    return ArmReport(name, passes, n, kl_sum / max(count, 1.0), ent_sum / max(count, 1.0))
+    kl, ent = drift(policy.model, start[0] if start else None, r, temp)
+    back = drift(start[0], policy.model, start[1], temp)[0] if start else 0.0
+    return ArmReport(name, passes, n, kl, ent, kl_from_start=back), r
 
 
 def probe_configs(overrides: list[str], config: str | None, model: str, steps: int, out: Path,
@@ -134,10 +146,11 @@ def run_probe(overrides: list[str], config: str | None, model: str, steps: int, 
     start.model.eval()
     reports = []
     with make_verifier(cfg0.verifier) as verifier:
-        reports.append(measure(start, None, verifier, train_tasks, n, cfg0.sampling, seed, "start"))
+        rep, start_rollouts = measure(start, None, verifier, train_tasks, n, cfg0.sampling, seed, "start")
+        reports.append(rep)
         for arm, cfg in cfgs.items():
             policy = load_policy(dataclasses.replace(cfg.model, path=resolve_model(str(out / arm))))
-            rep = measure(policy, start.model, verifier, train_tasks, n, cfg.sampling, seed, arm)
+            rep, _ = measure(policy, (start.model, start_rollouts), verifier, train_tasks, n, cfg.sampling, seed, arm)
             logged = [m for m in read_metrics(out / arm) if m.get("pass_rate") is not None]
             rep.step_pass_rates = [m["pass_rate"] for m in logged]
             rep.first_step_kl = logged[0].get("kl") if logged else None
@@ -168,11 +181,11 @@ def report(reports: list[ArmReport], ks: list[int]) -> dict:
 def format_report(result: dict) -> str:
     """The probe's table: one row per model, then real - placebo with its interval."""
     ks = [k for k in result["start"] if k.startswith("pass@")]
-    lines = [f"{'':8} " + " ".join(f"{k:>8}" for k in ks) + f" {'KL':>8} {'entropy':>8}"]
+    lines = [f"{'':8} " + " ".join(f"{k:>8}" for k in ks) + f" {'KL':>8} {'KL back':>8} {'entropy':>8}"]
     for name in ("start", *ARMS):
         if name in result:
             r = result[name]
-            lines.append(f"{name:8} " + " ".join(f"{r[k]:8.3f}" for k in ks) + f" {r['kl']:8.4f} {r['entropy']:8.3f}")
+            lines.append(f"{name:8} " + " ".join(f"{r[k]:8.3f}" for k in ks) + f" {r['kl']:8.4f} {r['kl_from_start']:8.4f} {r['entropy']:8.3f}")
     for k, d in result.get("real-placebo", {}).items():
         lines.append(f"real - placebo {k}: {d['diff']:+.3f} (95% paired CI {d['lo']:+.3f} to {d['hi']:+.3f}, "
                      f"{d['n']} tasks)")
