@@ -16,6 +16,14 @@ BASE = ["data.train=builtin:toy", "sampling.max_new_tokens=12", "log.progress=fa
         "stages=[grpo]", "rl.steps=1", "rl.lr=1e-3"]
 
 
+def test_rl_stages_warm_up_by_default(tmp_path):
+    """A stage's first RL step runs at a tenth of rl.lr, not at the full rate of a fresh AdamW."""
+    run = tmp_path / "run"
+    train(load_config(None, BASE + [f"run_dir={run}", "rl.steps=2", "rl.lr=1e-4"]))
+    lrs = [json.loads(line)["lr"] for line in (run / "metrics.jsonl").read_text().splitlines() if '"lr"' in line]
+    assert lrs[:2] == pytest.approx([1e-5, 2e-5])
+
+
 def test_embed_lr_scale_makes_a_second_group_for_the_table():
     model = load_policy(ModelConfig(path="tiny")).model
     table = model.get_input_embeddings().weight

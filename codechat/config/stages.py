@@ -83,8 +83,10 @@ class RLConfig:
     """RL steps (one step = sample, verify, update)."""
     lr: float = 1e-5
     """Learning rate (constant after warmup)."""
-    warmup: int = 0
-    """Warmup RL steps (the schedule advances once per RL step, whatever rl.epochs and minibatches)."""
+    warmup: int = 10
+    """Warmup RL steps (the schedule advances once per RL step, whatever rl.epochs and minibatches). Each stage
+    starts a fresh AdamW, whose first steps move every touched weight by about the lr whatever its gradient:
+    without a warm-up the first update of a stage is a shock (docs/results/rl-signal.md)."""
     prompts_per_step: int = 4
     """Prompts per step (P)."""
     group_size: int = 8

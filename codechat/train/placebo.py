@@ -7,8 +7,8 @@ From one model, N RL steps of the config's RL stage twice, with the same seeds: 
 and `placebo` (`rl.placebo`: each step's advantages shuffled across the samples the loss sees, so the update has
 the same size and shape but the reward no longer says which sample earned what). Then the start model and each
 arm's final model are sampled on the first `tasks` training tasks, `n` samples each at the sampling temperature,
-with one seed for all three: train pass@1 and pass@k, the token-mean KL of each arm's model from the start model
-on the arm's own samples and of the start from the arm on the start's samples (k3 estimator), and the token-mean entropy of its next-token distributions.
+with one seed for all three: train pass@1 and pass@k, the drift from the start model both ways (token-mean k3
+estimates: KL(arm || start) on the arm's samples, KL(start || arm) on the start's), and the token-mean entropy.
 real - placebo: the paired bootstrap interval over tasks of pass@1 and pass@k (evaluation/stats.py).
 
 An update that is too large shows as a placebo arm far below the start; a reward with signal as real above
