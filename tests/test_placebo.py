@@ -72,9 +72,11 @@ def test_probe_runs_both_arms_from_one_model(tmp_path):
     assert json.loads((out / "probe.json").read_text()) == res
     for arm in ("start", "real", "placebo"):
         assert set(res[arm]) >= {"pass@1", "pass@2", "kl", "entropy"} and res[arm]["entropy"] > 0
-    assert res["start"]["kl"] == res["start"]["kl_from_start"] == 0.0 and res["real"]["kl"] >= 0 <= res["real"]["kl_from_start"] and len(res["placebo"]["step_pass_rates"]) == 1
+    assert res["start"]["kl"] == res["start"]["kl_from_start"] == 0.0
+    assert res["real"]["kl"] >= 0 and res["real"]["kl_from_start"] >= 0 and len(res["placebo"]["step_pass_rates"]) == 1
     assert res["tasks"] == 3 and set(res["real-placebo"]) == {"pass@1", "pass@2"}
-    assert load_config(out / "placebo" / "config.yaml").rl.placebo and not load_config(out / "real" / "config.yaml").rl.placebo
+    assert load_config(out / "placebo" / "config.yaml").rl.placebo
+    assert not load_config(out / "real" / "config.yaml").rl.placebo
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -82,6 +84,7 @@ def test_probe_runs_both_arms_from_one_model(tmp_path):
     (["--steps", "0"], "expected at least 1 RL step"),
     (["--arms", "real,sham"], "expected some of real, placebo"),
     (["--demo", "tiny", "--config", "c.yaml"], "give one of them"),
+    (["data.train=builtin:repo-mini"], "bench/agent_grpo_probe.py --placebo"),
 ])
 def test_probe_refuses_bad_arguments_in_one_line(tmp_path, capsys, argv, message):
     assert main(["probe", "--model", "tiny", "--out", str(tmp_path / "p"), *argv, "rl.lr=1e-4"]) == 2

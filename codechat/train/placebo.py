@@ -34,6 +34,7 @@ from codechat.evaluation.stats import paired_bootstrap
 from codechat.io.rundir import resolve_model
 from codechat.policy import Sampler, completion_logprobs, load_policy
 from codechat.rollout.collect import collect
+from codechat.tasks.repo_loaders import is_repo_spec
 from codechat.train.metrics import read_metrics
 from codechat.train.runner import load_task_sets, train
 from codechat.verifier.factory import make_verifier
@@ -138,6 +139,10 @@ def run_probe(overrides: list[str], config: str | None, model: str, steps: int, 
     if bad or not arms:
         raise CodechatError(f"--arms {','.join(arms)}: expected some of {', '.join(ARMS)}")
     cfgs = probe_configs(list(overrides), config, model, steps, out, arms)
+    spec = next(iter(cfgs.values())).data.train
+    if is_repo_spec(spec):
+        raise CodechatError(f"data.train={spec}: repository episodes are probed by bench/agent_grpo_probe.py "
+                            f"--placebo; codechat probe measures single answers")
     for arm, cfg in cfgs.items():
         train(cfg, force=force)
     cfg0 = next(iter(cfgs.values()))
@@ -185,7 +190,8 @@ def format_report(result: dict) -> str:
     for name in ("start", *ARMS):
         if name in result:
             r = result[name]
-            lines.append(f"{name:8} " + " ".join(f"{r[k]:8.3f}" for k in ks) + f" {r['kl']:8.4f} {r['kl_from_start']:8.4f} {r['entropy']:8.3f}")
+            lines.append(f"{name:8} " + " ".join(f"{r[k]:8.3f}" for k in ks)
+                         + f" {r['kl']:8.4f} {r['kl_from_start']:8.4f} {r['entropy']:8.3f}")
     for k, d in result.get("real-placebo", {}).items():
         lines.append(f"real - placebo {k}: {d['diff']:+.3f} (95% paired CI {d['lo']:+.3f} to {d['hi']:+.3f}, "
                      f"{d['n']} tasks)")
