@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from codechat import CodechatError
 from codechat.algos.advantages import (ADVANTAGES, STD_SCALES, DifficultyTracker, compute_advantages,
-                                       group_stats, zero_variance_groups)
+                                       group_stats, placebo_advantages, zero_variance_groups)
 from codechat.algos.aggregation import AGG_MODES, agg_loss, masked_mean
 from codechat.algos.kl import KL_ESTIMATORS, KL_NO_GRADIENT, kl_loss, kl_penalty
 from codechat.algos.corrections import CORRECTIONS, truncated_is
@@ -24,7 +24,7 @@ from codechat.algos.registry import Registry, UnknownNameError
 __all__ = [
     "ADVANTAGES", "AGG_MODES", "CORRECTIONS", "KL_ESTIMATORS", "KL_NO_GRADIENT", "POLICY_LOSSES", "STD_SCALES", "DifficultyTracker", "Registry",
     "UnknownNameError", "agg_loss", "check_config", "compute_advantages", "dpo_loss", "group_stats", "kl_loss",
-    "kl_penalty", "masked_mean", "policy_loss", "truncated_is", "zero_variance_groups",
+    "kl_penalty", "masked_mean", "placebo_advantages", "policy_loss", "truncated_is", "zero_variance_groups",
 ]
 
 

@@ -13,7 +13,8 @@ to compare with and gets advantage 0 from grpo/rloo; a group whose rewards are a
 (never NaN, even with eps=0).
 
 Also here: `zero_variance_groups` (groups that all pass or all fail carry no signal: skip or resample them) and
-`DifficultyTracker` (a running pass rate per prompt -> per-sample weights that favour hard prompts).
+`DifficultyTracker` (a running pass rate per prompt -> per-sample weights that favour hard prompts), and
+`placebo_advantages` (the advantages shuffled across the batch: the control of `codechat probe`).
 """
 from __future__ import annotations
 
@@ -97,6 +98,18 @@ def compute_advantages(name: str, rewards: torch.Tensor, group_ids: torch.Tensor
     rewards = rewards.float() if not rewards.is_floating_point() else rewards
     adv = ADVANTAGES[name](rewards, group_ids, cfg)  # (B,)
     return adv if weights is None else adv * weights.to(adv)
+
+
+def placebo_advantages(adv: torch.Tensor, rows: torch.Tensor, seed: int) -> torch.Tensor:
+    """A copy of adv (N,) whose entries at `rows` (the samples the loss sees) are permuted among themselves by a
+    seeded shuffle: the same multiset of advantages, so an update of the same size and shape, but each
+    advantage lands on a sample other than the one it scored, so the reward carries no signal. The control
+    arm of `codechat probe` (train/placebo.py): what an RL run gains beyond it is what the reward taught."""
+    out = adv.clone()
+    g = torch.Generator().manual_seed(seed)
+    perm = torch.randperm(len(rows), generator=g)  # (n,)
+    out[rows] = adv[rows[perm]]
+    return out
 
 
 def zero_variance_groups(rewards: torch.Tensor, group_ids: torch.Tensor, tol: float = 1e-8):

@@ -53,6 +53,9 @@ COMMANDS = {
     "repo": Command("codechat.commands.repo_env", "build or check test environments for repository tasks "
                     "(repo env build SPEC --out DIR, repo env check DIR)",
                     ("codechat repo env build bench/swebench_envs.json --out envs/", "codechat repo env check envs/")),
+    "probe": Command("codechat.commands.probe", "the placebo control of an RL stage: N steps with the real "
+                     "advantages and with them shuffled, train pass@k, KL and entropy, real - placebo",
+                    ("codechat probe --model RUN --demo tiny --steps 20 --out runs/probe",)),
     "compare": Command("codechat.commands.compare", "compare GRPO, RLOO, RFT, RFT->GRPO and DPO from one SFT "
                        "checkpoint: pass-rate curves over sample budgets",
                     ("codechat compare --preset curves",)),

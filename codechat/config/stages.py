@@ -83,8 +83,10 @@ class RLConfig:
     """RL steps (one step = sample, verify, update)."""
     lr: float = 1e-5
     """Learning rate (constant after warmup)."""
-    warmup: int = 0
-    """Warmup RL steps (the schedule advances once per RL step, whatever rl.epochs and minibatches)."""
+    warmup: int = 10
+    """Warmup RL steps (the schedule advances once per RL step, whatever rl.epochs and minibatches). Each stage
+    starts a fresh AdamW, whose first steps move every touched weight by about the lr whatever its gradient:
+    without a warm-up the first update of a stage is a shock (docs/results/rl-signal.md)."""
     prompts_per_step: int = 4
     """Prompts per step (P)."""
     group_size: int = 8
@@ -110,6 +112,12 @@ class RLConfig:
     async_steps: int = 0
     """0 = synchronous (sample, verify, then update); k >= 1 = a producer thread samples and verifies the next
     batches with weights up to k updates old while the trainer updates (train/producer.py; engine hf, ddp only)."""
+    embed_lr_scale: float = 1.0
+    """The input embedding (and an LM head tied to it) trains at rl.lr x this; the rest of the model at rl.lr.
+    Under Adam every row of a tied table moves by about the lr each step, whether its token was seen or not."""
+    placebo: bool = False
+    """Shuffle each step's advantages across the samples the loss sees (algos/advantages.py
+    `placebo_advantages`): an update of the same size with no reward signal, the control arm of `codechat probe`."""
     probe_every: int = 0
     """Every N RL steps, log the sampler-trainer log-prob gap (probe/kl, probe/max_abs) on fixed probe prompts
     sampled by the step's sampler (train/probe.py); 0 = off."""

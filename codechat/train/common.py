@@ -65,14 +65,22 @@ class Context:
         return self.run_dir / "stages" / f"{self.state.stage_idx}-{self.stage}-start"
 
 
-def make_optimizer(model: torch.nn.Module, lr: float, warmup: int, total: int, cosine: bool, cfg: OptimConfig):
+def make_optimizer(model: torch.nn.Module, lr: float, warmup: int, total: int, cosine: bool, cfg: OptimConfig,
+                   embed_scale: float = 1.0):
     """AdamW over the trainable parameters (cfg: betas, weight decay) and a LambdaLR: linear warmup over `warmup`
-    scheduler steps, then constant, or with `cosine` a cosine decay to 10% at `total`. The fused kernel where torch
-    has one (CPU, CUDA): the same update in one pass per tensor, where the for-loop AdamW allocates two temporaries
-    the size of each parameter every step (2 x 39 MB for Qwen's 151,936 x 64 table); the HF Trainer's default."""
+    scheduler steps, then constant, or with `cosine` a cosine decay to 10% at `total`. embed_scale != 1: the input
+    embedding (and an LM head tied to it) is a second parameter group at lr x embed_scale (group 0 stays the
+    body's). The fused kernel where torch has one (CPU, CUDA): the same update in one pass per tensor, where the
+    for-loop AdamW allocates two temporaries the size of each parameter every step (2 x 39 MB for Qwen's
+    151,936 x 64 table); the HF Trainer's default."""
     params = [p for p in model.parameters() if p.requires_grad]
     fused = bool(params) and all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)
-    opt = torch.optim.AdamW(params, lr=lr, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay,
+    groups: list = params
+    if embed_scale != 1.0:
+        table = {id(p) for p in model.get_input_embeddings().parameters()}
+        body, embed = [p for p in params if id(p) not in table], [p for p in params if id(p) in table]
+        groups = [{"params": body}] + ([{"params": embed, "lr": lr * embed_scale}] if embed else [])
+    opt = torch.optim.AdamW(groups, lr=lr, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay,
                             fused=fused or None)
 
     def factor(step: int) -> float:

@@ -27,7 +27,7 @@ import time
 
 import torch
 
-from codechat.algos import DifficultyTracker, kl_loss, policy_loss, zero_variance_groups
+from codechat.algos import DifficultyTracker, kl_loss, placebo_advantages, policy_loss, zero_variance_groups
 from codechat.algos.dedup import expand, find_duplicates
 from codechat.config import AlgoConfig, RunConfig
 from codechat.policy import completion_logprobs, reference
@@ -209,7 +209,8 @@ def run_rl(ctx: Context) -> None:
     if a.kl_beta > 0:
         save_stage_start(ctx)
     ref = reference_model(ctx) if a.kl_beta > 0 else None
-    opt, sched = make_optimizer(ctx.policy.model, c.lr, c.warmup, c.steps, cosine=False, cfg=ctx.cfg.optim)
+    opt, sched = make_optimizer(ctx.policy.model, c.lr, c.warmup, c.steps, cosine=False, cfg=ctx.cfg.optim,
+                                 embed_scale=c.embed_lr_scale)
     saved_batches = (ctx.resume or {}).get("async_producer")  # the producer's batches in flight (train/producer.py)
     restore(ctx, opt, sched)
     tracker = None
@@ -246,6 +247,8 @@ def run_rl(ctx: Context) -> None:
         adv, w_met = think.weigh(r, adv, prefix_lp)
         metrics |= w_met  # balanced sampling: adv * pi(forced prefix) / q(prefix)
         rows = train_rows(r, c)
+        if c.placebo:  # the control: the same advantages on other samples (codechat probe)
+            adv = placebo_advantages(adv, rows, ctx.step_seed(11))
         metrics["adv_abs_mean"] = adv.abs().mean().item()
         # 5-6. loss and optimizer steps; the schedule counts RL steps
         t0 = time.perf_counter()
