@@ -7,8 +7,8 @@ QuixBugs from its directory, and the built-in generated family (`builtin:repo-tr
     load_repo_tasks("builtin:repo-heldout")
 Nothing is downloaded: a SWE-bench record whose repository is not on disk stops with one line naming it.
 A record's repository is REPOS/INSTANCE_ID (a tree at the base commit, e.g. unpacked from the harness image's
-/testbed or a `git archive`; used as it is, the base commit unchecked), else a git checkout REPOS/owner__name,
-REPOS/owner/name or REPOS/name (exported at the base commit). The gold patch becomes the task's reference fix
+/testbed or a `git archive`; used as it is, the base commit unchecked), else a git checkout or bare mirror
+REPOS/owner__name, REPOS/owner/name, REPOS/name or REPOS/owner+name/repo (exported at the base commit). The gold patch becomes the task's reference fix
 (`solution`: the patched files; `solution_patch`: the diff). SWE-bench test ids are kept as given; the judge
 matches every id style the records use (verifier/repo_rules.py).
 """
@@ -88,9 +88,9 @@ def find_repo(repo: str, repos: str | None, where: str, instance: str = "") -> t
             tree = inner[0]  # git archive --prefix=NAME/
         return tree, (tree / ".git").exists()
     owner_name = repo.replace("/", "__")
-    candidates = [root / owner_name, root / repo, root / repo.rsplit("/", 1)[-1]]
+    candidates = [root / owner_name, root / repo, root / repo.rsplit("/", 1)[-1], root / repo.replace("/", "+") / "repo"]
     for c in candidates:
-        if (c / ".git").exists():
+        if (c / ".git").exists() or ((c / "HEAD").is_file() and (c / "objects").is_dir()):  # a checkout or a bare mirror
             return c, True
     raise CodechatError(f"{where}: repository {repo} not found under {root} (looked for {instance or 'INSTANCE_ID'}, "
                         f"{', '.join(str(c.relative_to(root)) for c in candidates)}; nothing is downloaded)")

@@ -20,6 +20,7 @@ Guarantees and limits: docs/agent.md.
 from __future__ import annotations
 
 import difflib
+import fnmatch
 import json
 import threading
 from dataclasses import asdict, dataclass, field
@@ -29,9 +30,10 @@ from codechat.sandbox import isolation
 from codechat.sandbox.workspace import Trash, Workspace, WorkspaceError, safe_path, scratch_dir
 from codechat.tasks.repo import RepoTask, materialize
 from codechat.verifier.patches import PatchError, apply_diff, parse_diff
-from codechat.verifier.repo_env import TestEnv
+from codechat.verifier.repo_env import TestEnv, lay_overlay
 from codechat.verifier.repo_rules import CONFIG_FILES, drop_reason, hazard, matches, resolve_ids, test_targets
 from codechat.verifier.repo_run import RUNNER, TestRun, missing_module, run_tests
+from codechat.verifier.repo_suite import run_suite
 from codechat.verifier.repo_warm import WarmRunner
 from codechat.verifier.verdict import Verdict
 
@@ -156,7 +158,11 @@ class RepoJudge:
                 with self._lock:
                     self._n += 1
                     n = self._n
-                self._bases[task.task_id] = materialize(task, self.dir / f"base-{n}")
+                base = materialize(task, self.dir / f"base-{n}")
+                env = self.env_for(task)
+                if env is not None and env.runner == "swebench":
+                    lay_overlay(env, base)
+                self._bases[task.task_id] = base
             return self._bases[task.task_id]
 
     def clone(self, task: RepoTask) -> Workspace:
@@ -195,9 +201,12 @@ class RepoJudge:
         kept, dropped = {}, []
         base = self.base(task)
         hidden = set(task.hidden_tests) | self._patch_paths(task)
+        env = self.env_for(task)
+        runner_files = env.protected if env is not None else []
         for path, text in sorted(changes.items()):
-            why = "hidden test file" if path in hidden else drop_reason(path, task.is_protected,
-                                                                         lambda top: (base / top).exists())
+            why = "hidden test file" if path in hidden else "the test runner's own file" \
+                if any(fnmatch.fnmatchcase(path, g) for g in runner_files) else \
+                drop_reason(path, task.is_protected, lambda top: (base / top).exists())
             if why:
                 dropped.append(f"{path}: {why}")
             else:
@@ -281,8 +290,12 @@ class RepoJudge:
             return RepoVerdict("error", False, 0.0, dropped=dropped, message=f"cannot apply: {e}"), ""
         env = self.env_for(task)
         hidden_files = test_targets(sorted(set(task.hidden_tests) | self._patch_paths(task)))
-        run = run_tests(ws.root, self._targets(task, ws), task.limits.test_timeout_s, self.max_output_bytes, self.hide_paths,
-                        env=env, memory_mb=self.memory_mb, warm=self.warm)
+        if env is not None and env.runner == "swebench":
+            run = run_suite(ws.root, env, task.test_patch or "", task.limits.test_timeout_s, self.max_output_bytes,
+                            self.hide_paths, memory_mb=max(self.memory_mb, 4096))
+        else:
+            run = run_tests(ws.root, self._targets(task, ws), task.limits.test_timeout_s, self.max_output_bytes,
+                            self.hide_paths, env=env, memory_mb=self.memory_mb, warm=self.warm)
         return self._decide(task, run, hidden_files, keep, dropped, applied, env.key if env else "codechat",
                             ws.root), run.output
 
