@@ -10,6 +10,12 @@
         `codechat repo env build bench/swebench_envs.json --out DIR`. An instance whose FAIL_TO_PASS tests all
         need the internet (marked `offline_skip` in bench/swebench_envs.json) is not judged: the JSON line lists it
         under "skipped" with the reason.
+    python bench/swebench_gold.py --all --envs ENVS --mirrors /work/.mirror [--per-repo N] [--out RESULTS.jsonl]
+        every record whose repo@version has an environment built from the official specs (`codechat repo env
+        build RECORDS --mirrors DIR --out ENVS`), trees from the git mirrors at each base commit: per repository,
+        instances, environments built, gold / empty / wrong resolved, env errors, median seconds of a gold
+        judgement and the environments' build seconds (their manifests). --per-repo N: the first N instances of
+        each repository (in record order). One result line per judgement goes to --out as it is made.
 Ends with one JSON line of figures.
 """
 from __future__ import annotations
@@ -147,6 +153,58 @@ def run_live(records: list[dict], trees: Path, envs_dir: str, log_dir: str | Non
             "wrong_resolved": fig["wrong_resolved"], "env_errors": fig["env_errors"]}
 
 
+def run_all(records: list[dict], envs_dir: str, mirrors: str, per_repo: int, out: str | None,
+            log_dir: str | None) -> dict:
+    envs = load_envs(envs_dir)
+    by_repo: dict[str, list[dict]] = {}
+    for r in records:
+        by_repo.setdefault(r["repo"], []).append(r)
+    fig: dict[str, dict] = {}
+    sink = open(out, "a", encoding="utf-8") if out else None
+    with RepoJudge(envs=envs, log_dir=log_dir) as judge:
+        for repo, recs in sorted(by_repo.items()):
+            versions = {r["version"] for r in recs}
+            built = {v for v in versions if f"{repo}@{v}" in envs}
+            if not built:
+                continue
+            build_s = sum(json.loads(m.read_text()).get("build_s", 0) for v in built
+                          if (m := Path(envs[f"{repo}@{v}"].dir) / "manifest.json").is_file())
+            f = fig[repo] = {"instances": 0, "versions": len(versions), "envs_built": len(built), "gold_resolved": 0,
+                             "empty_resolved": 0, "wrong_resolved": 0, "env_errors": 0, "not_resolved": {},
+                             "build_s": round(build_s), "gold_s": []}
+            todo = [r for r in recs if r["version"] in built][:per_repo or None]
+            for r in todo:
+                try:
+                    task = from_swebench(r, r["instance_id"], mirrors)
+                except Exception as e:  # noqa: BLE001 - a record that cannot load is reported, the run goes on
+                    f["not_resolved"][r["instance_id"]] = f"cannot load: {e}"[:200]
+                    continue
+                f["instances"] += 1
+                for kind, patch in (("gold", r["patch"]), ("empty", ""), ("wrong", _diff(r["patch"], True))):
+                    t0 = time.monotonic()
+                    v = judge.judge(task, patch)
+                    dt = time.monotonic() - t0
+                    f[f"{kind}_resolved"] += v.passed
+                    f["env_errors"] += v.status == "env_error"
+                    if kind == "gold":
+                        f["gold_s"].append(dt)
+                        if not v.passed:
+                            f["not_resolved"][r["instance_id"]] = f"{v.status}: {v.message}"[:300]
+                    line = {"instance_id": r["instance_id"], "kind": kind, "status": v.status, "seconds": round(dt, 1),
+                            "message": v.message[:300]}
+                    print(json.dumps(line), file=sys.stderr)
+                    if sink:
+                        sink.write(json.dumps(line) + "\n")
+                        sink.flush()
+            g = sorted(f.pop("gold_s"))
+            f["median_gold_s"] = round(g[len(g) // 2], 1) if g else None
+    if sink:
+        sink.close()
+    total = {k: sum(f[k] for f in fig.values()) for k in ("instances", "gold_resolved", "empty_resolved",
+                                                            "wrong_resolved", "env_errors")}
+    return {**total, "repos": fig}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--records", default=str(DATA / "swe-bench-lite-test.json"))
@@ -154,10 +212,22 @@ def main() -> None:
     ap.add_argument("--trees", default=str(DATA / "swebench"), help="INSTANCE_ID.tar.gz trees")
     ap.add_argument("--envs", help="directory of built environments (codechat repo env build)")
     ap.add_argument("--log-dir", help="per-instance logs (patch, test output, report)")
+    ap.add_argument("--all", action="store_true", help="every repository with an environment built from the specs")
+    ap.add_argument("--mirrors", default="/work/.mirror", help="--all: git mirrors of the repositories")
+    ap.add_argument("--per-repo", type=int, default=0, help="--all: at most N instances per repository (0: all)")
+    ap.add_argument("--repos", default="", help="--all: only repositories whose name contains this text")
+    ap.add_argument("--out", help="--all: append one JSON line per judgement to this file")
     args = ap.parse_args()
     records = json.loads(Path(args.records).read_text())
     if args.static:
         print(json.dumps(run_static(records)))
+        return
+    if args.all:
+        if not args.envs:
+            sys.exit("swebench_gold.py: --all needs --envs DIR (built by `codechat repo env build RECORDS --mirrors "
+                     "DIR --out ENVS`)")
+        recs = [r for r in records if args.repos in r["repo"]]
+        print(json.dumps(run_all(recs, args.envs, args.mirrors, args.per_repo, args.out, args.log_dir)))
         return
     if not args.envs:
         sys.exit("swebench_gold.py: give --envs DIR (built by `codechat repo env build bench/swebench_envs.json "

@@ -1,0 +1,158 @@
+"""SWE-bench environments from the official specs: the test command's runner, the official log parser, and the
+trust rules for a repository's own runner (one attack per test). The mechanism runs on a small django-style
+tree (a `tests/runtests.py` driving unittest) with codechat's interpreter; real repositories run in the slow test
+at the end when their environments are built."""
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from codechat.tasks.repo import RepoTask
+from codechat.verifier.repo import RepoJudge
+from codechat.verifier.repo_env import EnvError, TestEnv, load_envs, parse_env
+from codechat.verifier.swebench_env import RUNNER_FILES, find_mirror, parse_test_cmd
+
+swebench = pytest.importorskip("swebench", reason="the optional swebench package (pip install codechat[swebench])")
+
+RUNTESTS = """import os, sys, unittest
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+labels = [a for a in sys.argv[1:] if not a.startswith("-")]
+result = unittest.TextTestRunner(verbosity=2, stream=sys.stdout).run(unittest.defaultTestLoader.loadTestsFromNames(labels))
+sys.exit(not result.wasSuccessful())
+"""
+TEST_PATCH = """diff --git a/tests/app/tests.py b/tests/app/tests.py
+new file mode 100644
+--- /dev/null
++++ b/tests/app/tests.py
+@@ -0,0 +1,10 @@
++import unittest
++from calc import one
++
++
++class T(unittest.TestCase):
++    def test_one(self):
++        self.assertEqual(one(), 1)
++
++    def test_kept(self):
++        self.assertTrue(True)
+"""
+F2P, P2P = "test_one (app.tests.T.test_one)", "test_kept (app.tests.T.test_kept)"
+FIX = {"calc.py": "def one():\n    return 1\n"}
+
+
+def _task() -> RepoTask:
+    return RepoTask("django__fixture-1", "one() must return 1",
+                    {"calc.py": "def one():\n    return 2\n", "tests/runtests.py": RUNTESTS,
+                     "tests/app/__init__.py": "", "tests/test_sqlite.py": "SECRET_KEY = 'x'\n"},
+                    test_patch=TEST_PATCH, fail_to_pass=[F2P], pass_to_pass=[P2P],
+                    metadata={"repo": "django/django", "version": "9.9"})
+
+
+def _env() -> TestEnv:
+    return TestEnv("django/django", "9.9", runner="swebench", test_cmd="./tests/runtests.py --verbose",
+                   protected=RUNNER_FILES["unittest"], dir=sys.prefix)
+
+
+def _judge(change):
+    env = _env()
+    with RepoJudge(envs={env.key: env}) as judge:
+        return judge.judge(_task(), change)
+
+
+def test_spec_test_commands_map_to_runners():
+    from swebench.harness.constants import MAP_REPO_VERSION_TO_SPECS as specs
+    assert parse_test_cmd(specs["django/django"]["3.0"]["test_cmd"])["script"] == "tests/runtests.py"
+    sym = parse_test_cmd(specs["sympy/sympy"]["1.1"]["test_cmd"])
+    assert sym["kind"] == "sympy" and sym["script"] == "bin/test" and "PYTHONWARNINGS" in sym["environ"]
+    assert parse_test_cmd(specs["pytest-dev/pytest"]["4.4"]["test_cmd"]) == \
+        {"kind": "pytest", "script": "", "args": ["-rA"], "environ": {}}
+    with pytest.raises(EnvError, match="no runner for 'make'"):
+        parse_test_cmd("make check")
+
+
+def test_env_fields_are_checked():
+    with pytest.raises(EnvError, match="runner 'docker' unknown"):
+        parse_env({"repo": "a/b", "version": "1", "runner": "docker"}, "x")
+    with pytest.raises(EnvError, match="'environ' must map"):
+        parse_env({"repo": "a/b", "version": "1", "environ": {"A": 1}}, "x")
+
+
+def test_missing_mirror_names_where_it_looked(tmp_path):
+    with pytest.raises(EnvError, match=r"sympy/sympy: no git mirror under .*sympy__sympy, sympy\+sympy/repo"):
+        find_mirror("sympy/sympy", tmp_path)
+
+
+def test_gold_resolves_and_empty_does_not_with_the_official_parser():
+    good, empty = _judge(FIX), _judge({})
+    assert good.passed, good.message + good.output_tail
+    assert good.fail_to_pass["passed"] == [F2P] and good.pass_to_pass["passed"] == [P2P]
+    assert empty.status == "failed" and empty.failed_tests == [F2P]
+
+
+def test_attack_patch_editing_runtests_is_dropped():
+    v = _judge({**FIX, "tests/runtests.py": "print('test_one (app.tests.T.test_one) ... ok')\n"})
+    assert "tests/runtests.py: the test runner's own file" in v.dropped and v.passed
+
+
+def test_attack_settings_module_edit_is_dropped():
+    v = _judge({"tests/test_sqlite.py": "import unittest\nunittest.TestResult.addFailure = "
+                "unittest.TestResult.addSuccess\n"})
+    assert "tests/test_sqlite.py: the test runner's own file" in v.dropped and not v.passed
+
+
+def test_attack_forged_log_line_passes_nothing():
+    # printed while the test runs, the line is read by the official parser as the test's own: PASSED there
+    v = _judge({"calc.py": "def one():\n    print('\\ntest_one (app.tests.T.test_one) ... ok')\n    return 2\n"})
+    assert not v.passed and F2P in v.failed_tests
+    assert "not reported passed by the runner" in v.output_tail
+
+
+def test_attack_result_class_patched_at_import_is_rejected():
+    v = _judge({"calc.py": "import unittest.result\nunittest.result.TestResult.addFailure = "
+                "lambda self, test, err: self.addSuccess(test)\n\ndef one():\n    return 2\n"})
+    assert v.status == "rejected" and "addFailure" in v.message
+
+
+def test_attack_conftest_in_a_subpackage_is_dropped():
+    v = _judge({**FIX, "tests/app/conftest.py": "raise SystemExit(0)\n"})
+    assert "tests/app/conftest.py: protected" in v.dropped and v.passed
+
+
+def test_attack_early_exit_is_an_error_not_a_pass():
+    v = _judge({"calc.py": "import sys\nprint('test_one (app.tests.T.test_one) ... ok')\nsys.exit(0)\n"})
+    assert not v.passed
+
+
+def test_sympy_and_django_runner_files_are_kept_pristine():
+    env = TestEnv("sympy/sympy", "1.1", runner="swebench", protected=RUNNER_FILES["sympy"], dir=sys.prefix)
+    task = RepoTask("s", "", {"bin/test": "x", "sympy/utilities/runtests.py": "x", "sympy/core.py": "x"},
+                    metadata={"repo": "sympy/sympy", "version": "1.1"})
+    with RepoJudge(envs={env.key: env}) as judge:
+        kept, dropped = judge.filter_changes(task, {"bin/test": "y", "sympy/utilities/runtests.py": "y",
+                                                    "sympy/testing/runtests.py": "y", "sympy/core.py": "y"})
+    assert list(kept) == ["sympy/core.py"] and len(dropped) == 3
+
+
+ENVS = os.environ.get("CODECHAT_SWEBENCH_ENVS", "/tmp/codechat-swebench-envs")
+MIRRORS = os.environ.get("CODECHAT_MIRRORS", "/work/.mirror")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("instance", ["sympy__sympy-14774", "pytest-dev__pytest-5227"])
+def test_real_instance_gold_resolves_empty_does_not(shared_data, instance):
+    from codechat.tasks.repo_loaders import from_swebench
+    recs = {r["instance_id"]: r for r in json.loads((shared_data / "repo" / "swe-bench-lite-test.json").read_text())}
+    rec = recs[instance]
+    envs = load_envs(ENVS) if Path(ENVS).is_dir() else {}
+    if f"{rec['repo']}@{rec['version']}" not in envs:
+        pytest.skip(f"no environment for {rec['repo']}@{rec['version']} under {ENVS} (codechat repo env build)")
+    try:
+        task = from_swebench(rec, instance, MIRRORS)
+    except Exception as e:  # noqa: BLE001 - no mirror here
+        pytest.skip(f"no mirror of {rec['repo']} under {MIRRORS}: {e}")
+    with RepoJudge(envs=envs) as judge:
+        gold, empty = judge.judge(task, rec["patch"]), judge.judge(task, "")
+    assert gold.passed, gold.message + gold.output_tail
+    assert empty.status == "failed"
