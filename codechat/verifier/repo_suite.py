@@ -75,6 +75,10 @@ def run_suite(root: Path, env: TestEnv, test_patch: str, timeout_s: float, max_o
     if rec.get("error"):
         return TestRun("env_error", output=output, duration_s=res.duration_s, message=str(rec["error"])[:300])
     seen = {str(k): [str(x) for x in v] for k, v in (rec.get("seen") or {}).items() if isinstance(v, list)}
+    if cmd["kind"] == "pytest":  # the parser keys a test by its id up to the first space (`-rA` lines split)
+        for k, v in list(seen.items()):
+            if k.split()[0] != k:
+                seen.setdefault(k.split()[0], []).extend(v)
     statuses = parse_log(env.repo, output)
     tests = {name: agrees(name, status, seen) for name, status in statuses.items()}
     forged = sorted(n for n, s in statuses.items() if s in PASSING and not tests[n])
