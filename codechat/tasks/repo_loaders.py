@@ -23,7 +23,8 @@ from codechat.tasks.loaders import read_records
 from codechat.tasks.model import TaskFormatError
 from codechat.tasks.repo import RepoLimits, RepoTask, _str_list, parse_repo_task
 from codechat.tasks.repo_family import REPO_SETS
-from codechat.verifier.patches import PatchError, apply_diff
+from codechat.verifier.patches import PatchError, apply_diff, parse_diff
+from codechat.verifier.repo_rules import test_targets
 
 SWEBENCH_FIELDS = ("instance_id", "problem_statement", "base_commit", "test_patch")
 
@@ -119,8 +120,13 @@ def from_swebench(rec: dict, where: str, repos: str | None) -> RepoTask:
             meta["solution"] = {p: t for p, t in fixed.items() if t is not None}
         except PatchError as e:
             raise TaskFormatError(f"{where}: the gold patch does not apply to {checkout}: {e}") from None
+    # the test files the test patch changes that the base already has: the agent's run_tests runs them (the
+    # judge runs the patched versions)
+    read = _read_base(checkout, commit)
+    visible = test_targets([fp.path for fp in parse_diff(str(rec["test_patch"]))
+                            if not fp.is_new and read(fp.path) is not None])
     return RepoTask(str(rec["instance_id"]), str(rec["problem_statement"]), repo_dir=str(checkout),
-                    commit=commit, test_patch=str(rec["test_patch"]),
+                    commit=commit, test_patch=str(rec["test_patch"]), visible_tests=visible,
                     fail_to_pass=_ids(rec.get("FAIL_TO_PASS"), "FAIL_TO_PASS", where),
                     pass_to_pass=_ids(rec.get("PASS_TO_PASS"), "PASS_TO_PASS", where),
                     limits=RepoLimits(max_turns=40, max_tool_calls=60, wall_s=1800, max_tokens=32768,

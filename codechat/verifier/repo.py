@@ -33,7 +33,7 @@ from codechat.verifier.patches import PatchError, apply_diff, parse_diff
 from codechat.verifier.repo_env import TestEnv, lay_overlay
 from codechat.verifier.repo_rules import CONFIG_FILES, drop_reason, hazard, matches, resolve_ids, test_targets
 from codechat.verifier.repo_run import RUNNER, TestRun, missing_module, run_tests
-from codechat.verifier.repo_suite import run_suite
+from codechat.verifier.repo_suite import directives, path_directives, run_suite
 from codechat.verifier.repo_warm import WarmRunner
 from codechat.verifier.verdict import Verdict
 
@@ -178,17 +178,27 @@ class RepoJudge:
         with self._task_lock(task.task_id):
             if task.task_id not in self._baselines:
                 passing: set[str] = set()
-                if task.visible_tests:
+                # with PASS_TO_PASS or a test patch (SWE-bench), the record says what must keep passing
+                if task.visible_tests and not task.pass_to_pass and not task.test_patch:
                     ws = self.clone(task)
                     try:
-                        run = run_tests(ws.root, task.visible_tests, task.limits.test_timeout_s,
-                                        hide_paths=self.hide_paths, env=self.env_for(task), memory_mb=self.memory_mb, warm=self.warm)
+                        run = self.run_visible(task, ws.root, task.visible_tests)
                     finally:
                         self.discard(ws)
                     passing = {k for k, ok in run.tests.items() if ok} if run.status == "ok" else set()
                 self._baselines[task.task_id] = passing
             del base
             return self._baselines[task.task_id]
+
+    def run_visible(self, task: RepoTask, root: Path, targets: list[str], max_output_bytes: int = 16384,
+                    hide_paths: tuple[str, ...] | None = None) -> TestRun:
+        """Visible tests `targets` of the task in the tree at root, with its environment's runner."""
+        env, hide = self.env_for(task), self.hide_paths if hide_paths is None else hide_paths
+        if env is not None and env.runner == "swebench":
+            return run_suite(root, env, path_directives(env.repo, sorted({t.split("::", 1)[0] for t in targets})),
+                             task.limits.test_timeout_s, max_output_bytes, hide, memory_mb=max(self.memory_mb, 4096))
+        return run_tests(root, targets, task.limits.test_timeout_s, max_output_bytes, hide, env=env,
+                         memory_mb=self.memory_mb, warm=self.warm)
 
     def env_for(self, task: RepoTask) -> TestEnv | None:
         """The task's environment (None: codechat's interpreter, when no environments were given)."""
@@ -291,8 +301,8 @@ class RepoJudge:
         env = self.env_for(task)
         hidden_files = test_targets(sorted(set(task.hidden_tests) | self._patch_paths(task)))
         if env is not None and env.runner == "swebench":
-            run = run_suite(ws.root, env, task.test_patch or "", task.limits.test_timeout_s, self.max_output_bytes,
-                            self.hide_paths, memory_mb=max(self.memory_mb, 4096))
+            run = run_suite(ws.root, env, directives(env.repo, task.test_patch or ""), task.limits.test_timeout_s,
+                            self.max_output_bytes, self.hide_paths, memory_mb=max(self.memory_mb, 4096))
         else:
             run = run_tests(ws.root, self._targets(task, ws), task.limits.test_timeout_s, self.max_output_bytes,
                             self.hide_paths, env=env, memory_mb=self.memory_mb, warm=self.warm)

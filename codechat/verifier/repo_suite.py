@@ -27,6 +27,11 @@ def directives(repo: str, test_patch: str) -> list[str]:
     return get_test_directives({"repo": repo, "test_patch": test_patch})
 
 
+def path_directives(repo: str, paths: list[str]) -> list[str]:
+    """The directives the harness would give for test files `paths` (the agent's run_tests)."""
+    return directives(repo, "".join(f"diff --git a/{p} b/{p}\n" for p in paths))
+
+
 def parse_log(repo: str, log: str) -> dict[str, str]:
     """{test name: PASSED|FAILED|SKIPPED|ERROR|XFAIL} as the harness's parser for `repo` reads the log."""
     from swebench.harness.log_parsers import MAP_REPO_TO_PARSER  # optional dependency
@@ -39,13 +44,14 @@ def agrees(name: str, status: str, seen: dict[str, list[str]]) -> bool:
     return status in PASSING and "pass" in got and "fail" not in got
 
 
-def run_suite(root: Path, env: TestEnv, test_patch: str, timeout_s: float, max_output_bytes: int = 16384,
+def run_suite(root: Path, env: TestEnv, targets: list[str], timeout_s: float, max_output_bytes: int = 16384,
               hide_paths: tuple[str, ...] = (), memory_mb: int = 4096) -> TestRun:
-    """Run the environment's test command on the test patch's directives in the workspace at root."""
+    """Run the environment's test command on `targets` (the harness's directives: `directives`,
+    `path_directives`) in the workspace at root."""
     cmd = parse_test_cmd(env.test_cmd)
     nonce = secrets.token_hex(16)
     spec = {"nonce": nonce, "root": str(root), "kind": cmd["kind"], "script": cmd["script"],
-            "args": cmd["args"] + directives(env.repo, test_patch), "cwd": "", "pythonpath": env.pythonpath,
+            "args": cmd["args"] + list(targets), "cwd": "", "pythonpath": env.pythonpath,
             "environ": env.environ}
     limits = isolation.Limits(cpu_s=int(timeout_s) + 1, memory_mb=memory_mb, nproc=64, nofile=512, fsize_mb=64)
     res = run_isolated([env.interpreter, "-I", SUITE_RUNNER, "{fd}"], root, timeout_s=timeout_s, limits=limits,
