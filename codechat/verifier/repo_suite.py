@@ -14,7 +14,7 @@ from pathlib import Path
 from codechat.sandbox import isolation
 from codechat.sandbox.workspace import run_isolated
 from codechat.verifier.repo_env import TestEnv
-from codechat.verifier.repo_run import MAX_OUTPUT_BYTES, TestRun
+from codechat.verifier.repo_run import _MISSING, MAX_OUTPUT_BYTES, TestRun, missing_module
 from codechat.verifier.swebench_env import parse_test_cmd
 
 SUITE_RUNNER = str(Path(__file__).resolve().parents[1] / "sandbox" / "suite_runner.py")
@@ -92,7 +92,7 @@ def run_suite(root: Path, env: TestEnv, targets: list[str], timeout_s: float, ma
     run = TestRun("ok", tests, [], list(rec.get("tampered", [])), output, res.duration_s, exit_code=rec.get("exit"))
     if forged:
         run.output += f"\n[judge] read as passed in the log but not reported passed by the runner: {forged[:5]}"
-    if not statuses and rec.get("exit") not in (0, 1):
-        run.status, run.message = "env_error", f"the test command exited {rec.get('exit')} without a test result: " \
-            + ((output.strip().splitlines() or [''])[-1][:200])
+    gone = missing_module([m[0] for m in _MISSING.finditer(output)], root) if not any(tests.values()) else None
+    if gone:  # nothing passed and the environment lacks a module the tree does not hold: not the change's doing
+        run.status, run.message = "env_error", f"the environment lacks module {gone!r}"
     return run

@@ -191,6 +191,15 @@ def _overlay(src: Path, dst: Path) -> list[str]:
     return sorted(paths)
 
 
+PACKAGING = ("setup.py", "setup.cfg", "pyproject.toml")
+
+
+def _changed_packaging(src: Path, commit: str, bases: set[str]) -> list[str]:
+    """The base commits whose packaging files differ from `commit`'s (sorted)."""
+    return sorted(b for b in bases - {commit} if subprocess.run(
+        ["git", "-C", str(src), "diff", "--quiet", commit, b, "--", *PACKAGING], capture_output=True).returncode == 1)
+
+
 def build_swebench_env(repo: str, version: str, records: list[dict], mirrors: Path, out: Path,
                        log=print) -> TestEnv:
     """Build out/<owner>__<name>-<version>/ from the official spec (see the module docstring)."""
@@ -228,15 +237,24 @@ def build_swebench_env(repo: str, version: str, records: list[dict], mirrors: Pa
     elif pkgs:
         _pip([re.sub(r"(?<=[\w])=(?=[\d])", "==", p) for p in pkgs.split()], d, steps, missing)
     _pip(list(spec.get("pip_packages", [])), d, steps, missing)
-    for cmd in list(spec.get("pre_install", [])) + ([spec["install"]] if spec.get("install") else []):
-        if DOCKER_ONLY.search(cmd):
-            skipped.append(cmd)
+    # the harness runs `install` again in every instance's container, at its base commit: the dependencies an
+    # instance's packaging files declare beyond the environment commit's come from installing there once
+    for c in _changed_packaging(src, commit, {str(r["base_commit"]) for r in records}) + [commit]:
+        if c != commit:
+            log(f"{env.key}: install at {c[:12]} (its packaging files differ)")
+        if not _step(f"git checkout -q -f {c}", src, d, steps):
+            if c == commit:
+                raise EnvError(f"{env.key}: git checkout {c[:12]} failed: {steps[-1]['tail'][-200:]}")
             continue
-        log(f"{env.key}: {cmd[:100]}")
-        if not _step(cmd, src, d, steps):
-            _write_manifest(d, spec, commit, python, steps, missing, skipped, [], t_start)
-            last = (steps[-1]["tail"].splitlines() or [""])[-1]
-            raise EnvError(f"{env.key}: `{cmd[:80]}` failed: {last[:200]} (manifest: {d / 'manifest.json'})")
+        for cmd in list(spec.get("pre_install", [])) + ([spec["install"]] if spec.get("install") else []):
+            if DOCKER_ONLY.search(cmd):
+                skipped.append(cmd)
+                continue
+            log(f"{env.key}: {cmd[:100]}")
+            if not _step(cmd, src, d, steps) and c == commit:
+                _write_manifest(d, spec, commit, python, steps, missing, skipped, [], t_start)
+                last = (steps[-1]["tail"].splitlines() or [""])[-1]
+                raise EnvError(f"{env.key}: `{cmd[:80]}` failed: {last[:200]} (manifest: {d / 'manifest.json'})")
     environ = {}
     for cmd in spec.get("eval_commands", []):
         m = re.fullmatch(r"export (\w+)=(\S+)", cmd.strip())
@@ -258,7 +276,7 @@ def _write_manifest(d: Path, spec: dict, commit: str, python: str, steps: list, 
                     overlay: list, t_start: float) -> None:
     (d / "manifest.json").write_text(json.dumps({
         "spec": spec, "commit": commit, "python": python, "steps": steps, "missing": missing,
-        "skipped_docker_only": skipped, "overlay": overlay, "build_s": round(time.monotonic() - t_start, 1)},
+        "skipped_docker_only": sorted(set(skipped)), "overlay": overlay, "build_s": round(time.monotonic() - t_start, 1)},
         indent=1, default=str) + "\n", encoding="utf-8")
 
 
