@@ -125,6 +125,16 @@ def test_attack_early_exit_is_an_error_not_a_pass():
     assert not v.passed
 
 
+def test_a_change_importing_a_missing_module_fails_and_a_base_needing_one_is_env_error():
+    v = _judge({"calc.py": "import absent_module_x\n\ndef one():\n    return 1\n"})
+    assert v.status == "failed", v.message
+    env, task = _env(), _task()
+    task.files["calc.py"] = "import absent_module_x\n\ndef one():\n    return 2\n"
+    with RepoJudge(envs={env.key: env}) as judge:
+        v = judge.judge(task, {"calc.py": "import absent_module_x\n\ndef one():\n    return 1\n"})
+    assert v.status == "env_error" and "absent_module_x" in v.message
+
+
 def test_sympy_and_django_runner_files_are_kept_pristine():
     env = TestEnv("sympy/sympy", "1.1", runner="swebench", protected=RUNNER_FILES["sympy"], dir=sys.prefix)
     task = RepoTask("s", "", {"bin/test": "x", "sympy/utilities/runtests.py": "x", "sympy/core.py": "x"},

@@ -300,12 +300,7 @@ class RepoJudge:
             return RepoVerdict("error", False, 0.0, dropped=dropped, message=f"cannot apply: {e}"), ""
         env = self.env_for(task)
         hidden_files = test_targets(sorted(set(task.hidden_tests) | self._patch_paths(task)))
-        if env is not None and env.runner == "swebench":
-            run = run_suite(ws.root, env, directives(env.repo, task.test_patch or ""), task.limits.test_timeout_s,
-                            self.max_output_bytes, self.hide_paths, memory_mb=max(self.memory_mb, 4096))
-        else:
-            run = run_tests(ws.root, self._targets(task, ws), task.limits.test_timeout_s, self.max_output_bytes,
-                            self.hide_paths, env=env, memory_mb=self.memory_mb, warm=self.warm)
+        run = self._run_hidden(task, ws)
         return self._decide(task, run, hidden_files, keep, dropped, applied, env.key if env else "codechat",
                             ws.root), run.output
 
@@ -317,8 +312,7 @@ class RepoJudge:
                 ws = self.clone(task)
                 try:
                     self._write_tests(task, ws)
-                    run = run_tests(ws.root, self._targets(task), task.limits.test_timeout_s, self.max_output_bytes,
-                                    self.hide_paths, env=self.env_for(task), memory_mb=self.memory_mb, warm=self.warm)
+                    run = self._run_hidden(task, ws, all_visible=True)
                     gone = missing_module(run.collect_errors, ws.root)
                     self._missing[task.task_id] = {gone} if gone else set()
                 except (PatchError, WorkspaceError, OSError):
@@ -326,6 +320,16 @@ class RepoJudge:
                 finally:
                     self.discard(ws)
             return self._missing[task.task_id]
+
+    def _run_hidden(self, task: RepoTask, ws: Workspace, all_visible: bool = False) -> TestRun:
+        """The judgement's test run in ws: the environment's own test command on the test patch's directives
+        (runner `swebench`), else the pytest runner on the hidden and visible test files."""
+        env = self.env_for(task)
+        if env is not None and env.runner == "swebench":
+            return run_suite(ws.root, env, directives(env.repo, task.test_patch or ""), task.limits.test_timeout_s,
+                             self.max_output_bytes, self.hide_paths, memory_mb=max(self.memory_mb, 4096))
+        return run_tests(ws.root, self._targets(task, None if all_visible else ws), task.limits.test_timeout_s,
+                         self.max_output_bytes, self.hide_paths, env=env, memory_mb=self.memory_mb, warm=self.warm)
 
     def _targets(self, task: RepoTask, ws: Workspace | None = None) -> list[str]:
         """Hidden test files and visible ones; in a workspace, only the visible files the change left (a deleted

@@ -14,7 +14,7 @@ from pathlib import Path
 from codechat.sandbox import isolation
 from codechat.sandbox.workspace import run_isolated
 from codechat.verifier.repo_env import TestEnv
-from codechat.verifier.repo_run import _MISSING, MAX_OUTPUT_BYTES, TestRun, missing_module
+from codechat.verifier.repo_run import _MISSING, MAX_OUTPUT_BYTES, TestRun
 from codechat.verifier.swebench_env import parse_test_cmd
 
 SUITE_RUNNER = str(Path(__file__).resolve().parents[1] / "sandbox" / "suite_runner.py")
@@ -78,8 +78,8 @@ def run_suite(root: Path, env: TestEnv, targets: list[str], timeout_s: float, ma
                            message=output.strip().splitlines()[-1][:300])
         return TestRun("error", output=output + f"\n[judge] {why}", duration_s=res.duration_s, message=why)
     rec = records[0]
-    if rec.get("error"):  # the runner is imported from the tree (sympy's runtests, pytest's own): a change that
-        # breaks it has no test result, like one that exits early
+    if rec.get("error") and not _MISSING.search(str(rec["error"])):  # the runner is imported from the tree
+        # (sympy's runtests, pytest's own): a change that breaks it has no test result, like an early exit
         return TestRun("error", output=output, duration_s=res.duration_s, message=str(rec["error"])[:300])
     seen = {str(k): [str(x) for x in v] for k, v in (rec.get("seen") or {}).items() if isinstance(v, list)}
     if cmd["kind"] == "pytest":  # the parser keys a test by its id up to the first space (`-rA` lines split)
@@ -92,7 +92,7 @@ def run_suite(root: Path, env: TestEnv, targets: list[str], timeout_s: float, ma
     run = TestRun("ok", tests, [], list(rec.get("tampered", [])), output, res.duration_s, exit_code=rec.get("exit"))
     if forged:
         run.output += f"\n[judge] read as passed in the log but not reported passed by the runner: {forged[:5]}"
-    gone = missing_module([m[0] for m in _MISSING.finditer(output)], root) if not any(tests.values()) else None
-    if gone:  # nothing passed and the environment lacks a module the tree does not hold: not the change's doing
-        run.status, run.message = "env_error", f"the environment lacks module {gone!r}"
+    if not any(tests.values()):  # a module the tree does not hold is missing: the judge asks whether the base
+        # lacks it too (then it is the environment's fault: env_error), as for the pytest runner's collection errors
+        run.collect_errors = [m[0] for m in _MISSING.finditer(str(rec.get("error") or "") + "\n" + output)][:5]
     return run
