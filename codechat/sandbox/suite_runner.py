@@ -4,7 +4,8 @@ sympy's `bin/test`, pytest for pytest-dev/pytest).
 
 Standalone (imports nothing of codechat). It reads one JSON line on stdin:
     {"nonce", "root", "kind": "unittest"|"sympy"|"pytest", "script": "tests/runtests.py" (unittest, sympy),
-     "args": [...], "cwd": "" (relative to root), "pythonpath": [...], "environ": {NAME: VALUE}}
+     "args": [...], "cwd": "" (relative to root), "pythonpath": [...], "environ": {NAME: VALUE},
+     "writable": true (run on a copy of the tree in the run's private /tmp)}
 puts `pythonpath` and the root first on sys.path, installs a recorder on the runner's outcome functions *before*
 the script runs, runs the script as `__main__` (pytest: `pytest.main(args)`) in this process, writes what it
 printed to stdout (the log the official SWE-bench parser reads) and one JSON record with the nonce on RESULT_FD.
@@ -144,7 +145,16 @@ def main() -> None:
     for k in [k for k in os.environ if k.startswith("PYTEST_") or k == "PYTHONPATH"]:
         del os.environ[k]
     os.environ.update({str(k): str(v) for k, v in spec.get("environ", {}).items()})
+    if spec.get("writable"):  # the sandbox shows the tree read-only; tests that write into it (as they may in
+        # the harness's container) run on a copy in the run's private /tmp, made before any tree code runs
+        import shutil
+        import tempfile
+        copy = os.path.join(tempfile.mkdtemp(prefix="tree-", dir="/tmp"), os.path.basename(root))
+        shutil.copytree(root, copy, symlinks=True)
+        root = copy
     paths = [os.path.join(root, p) for p in spec.get("pythonpath", [])] + [root]
+    # a test that starts `python -m pkg` must import the tree too, as from the harness's editable install
+    os.environ["PYTHONPATH"] = os.pathsep.join(paths)
     os.chdir(os.path.join(root, spec.get("cwd", "")))
     rec, code, watched, error = Record(), None, {}, ""
     script = os.path.join(root, spec["script"]) if spec.get("script") else ""
