@@ -153,56 +153,77 @@ def run_live(records: list[dict], trees: Path, envs_dir: str, log_dir: str | Non
             "wrong_resolved": fig["wrong_resolved"], "env_errors": fig["env_errors"]}
 
 
+def summarize(lines: list[dict], records: list[dict], envs: dict) -> dict:
+    """Per repository: instances judged, environments built, gold/empty/wrong resolved, env errors, why each gold
+    did not resolve, median seconds of a gold judgement, build seconds (manifests); from the judgement lines
+    (`--out`), so a stopped run still gives its figures (`--summarize FILE`)."""
+    repo_of = {r["instance_id"]: r["repo"] for r in records}
+    versions: dict[str, set] = {}
+    for r in records:
+        versions.setdefault(r["repo"], set()).add(r["version"])
+    fig: dict[str, dict] = {}
+    for line in lines:
+        repo = repo_of.get(line["instance_id"])
+        if repo is None:
+            continue
+        if repo not in fig:
+            built = {v for v in versions[repo] if f"{repo}@{v}" in envs}
+            build_s = sum(json.loads(m.read_text()).get("build_s", 0) for v in built
+                          if (m := Path(envs[f"{repo}@{v}"].dir) / "manifest.json").is_file())
+            fig[repo] = {"instances": 0, "versions": len(versions[repo]), "envs_built": len(built),
+                         "gold_resolved": 0, "empty_resolved": 0, "wrong_resolved": 0, "env_errors": 0,
+                         "not_resolved": {}, "empty_resolved_ids": [], "wrong_resolved_ids": [], "build_s": round(build_s), "gold_s": []}
+        f, kind, ok = fig[repo], line["kind"], line["status"] == "passed"
+        f[f"{kind}_resolved"] += ok
+        f["env_errors"] += line["status"] == "env_error"
+        if kind == "gold":
+            f["instances"] += 1
+            f["gold_s"].append(line["seconds"])
+            if not ok:
+                f["not_resolved"][line["instance_id"]] = f"{line['status']}: {line['message']}"[:300]
+        elif ok:
+            f[f"{kind}_resolved_ids"].append(line["instance_id"])
+    for f in fig.values():
+        g = sorted(f.pop("gold_s"))
+        f["median_gold_s"] = round(g[len(g) // 2], 1) if g else None
+    total = {k: sum(f[k] for f in fig.values()) for k in ("instances", "gold_resolved", "empty_resolved",
+                                                            "wrong_resolved", "env_errors")}
+    return {**total, "repos": fig}
+
+
 def run_all(records: list[dict], envs_dir: str, mirrors: str, per_repo: int, out: str | None,
             log_dir: str | None) -> dict:
     envs = load_envs(envs_dir)
     by_repo: dict[str, list[dict]] = {}
     for r in records:
         by_repo.setdefault(r["repo"], []).append(r)
-    fig: dict[str, dict] = {}
+    lines = []
     sink = open(out, "a", encoding="utf-8") if out else None
     with RepoJudge(envs=envs, log_dir=log_dir) as judge:
         for repo, recs in sorted(by_repo.items()):
-            versions = {r["version"] for r in recs}
-            built = {v for v in versions if f"{repo}@{v}" in envs}
-            if not built:
-                continue
-            build_s = sum(json.loads(m.read_text()).get("build_s", 0) for v in built
-                          if (m := Path(envs[f"{repo}@{v}"].dir) / "manifest.json").is_file())
-            f = fig[repo] = {"instances": 0, "versions": len(versions), "envs_built": len(built), "gold_resolved": 0,
-                             "empty_resolved": 0, "wrong_resolved": 0, "env_errors": 0, "not_resolved": {},
-                             "build_s": round(build_s), "gold_s": []}
-            todo = [r for r in recs if r["version"] in built][:per_repo or None]
+            todo = [r for r in recs if f"{repo}@{r['version']}" in envs][:per_repo or None]
             for r in todo:
                 try:
                     task = from_swebench(r, r["instance_id"], mirrors)
                 except Exception as e:  # noqa: BLE001 - a record that cannot load is reported, the run goes on
-                    f["not_resolved"][r["instance_id"]] = f"cannot load: {e}"[:200]
-                    continue
-                f["instances"] += 1
-                for kind, patch in (("gold", r["patch"]), ("empty", ""), ("wrong", _diff(r["patch"], True))):
-                    t0 = time.monotonic()
-                    v = judge.judge(task, patch)
-                    dt = time.monotonic() - t0
-                    f[f"{kind}_resolved"] += v.passed
-                    f["env_errors"] += v.status == "env_error"
-                    if kind == "gold":
-                        f["gold_s"].append(dt)
-                        if not v.passed:
-                            f["not_resolved"][r["instance_id"]] = f"{v.status}: {v.message}"[:300]
-                    line = {"instance_id": r["instance_id"], "kind": kind, "status": v.status, "seconds": round(dt, 1),
-                            "message": v.message[:300]}
+                    judged = [("gold", "error", 0.0, f"cannot load: {e}"[:300])]
+                else:
+                    judged = []
+                    for kind, patch in (("gold", r["patch"]), ("empty", ""), ("wrong", _diff(r["patch"], True))):
+                        t0 = time.monotonic()
+                        v = judge.judge(task, patch)
+                        judged.append((kind, v.status, time.monotonic() - t0, v.message[:300]))
+                for kind, status, dt, message in judged:
+                    line = {"instance_id": r["instance_id"], "kind": kind, "status": status, "seconds": round(dt, 1),
+                            "message": message}
+                    lines.append(line)
                     print(json.dumps(line), file=sys.stderr)
                     if sink:
                         sink.write(json.dumps(line) + "\n")
                         sink.flush()
-            g = sorted(f.pop("gold_s"))
-            f["median_gold_s"] = round(g[len(g) // 2], 1) if g else None
     if sink:
         sink.close()
-    total = {k: sum(f[k] for f in fig.values()) for k in ("instances", "gold_resolved", "empty_resolved",
-                                                            "wrong_resolved", "env_errors")}
-    return {**total, "repos": fig}
+    return summarize(lines, records, envs)
 
 
 def main() -> None:
@@ -217,10 +238,16 @@ def main() -> None:
     ap.add_argument("--per-repo", type=int, default=0, help="--all: at most N instances per repository (0: all)")
     ap.add_argument("--repos", default="", help="--all: only repositories whose name contains this text")
     ap.add_argument("--out", help="--all: append one JSON line per judgement to this file")
+    ap.add_argument("--summarize", nargs="+", metavar="RESULTS", help="the figures of judgement lines written by "
+                    "--out (a stopped or split run); --envs for environments and build seconds")
     args = ap.parse_args()
     records = json.loads(Path(args.records).read_text())
     if args.static:
         print(json.dumps(run_static(records)))
+        return
+    if args.summarize:
+        lines = [json.loads(l) for p in args.summarize for l in Path(p).read_text().splitlines() if l.strip()]
+        print(json.dumps(summarize(lines, records, load_envs(args.envs) if args.envs else {})))
         return
     if args.all:
         if not args.envs:

@@ -145,6 +145,13 @@ def main() -> None:
     for k in [k for k in os.environ if k.startswith("PYTEST_") or k == "PYTHONPATH"]:
         del os.environ[k]
     os.environ.update({str(k): str(v) for k, v in spec.get("environ", {}).items()})
+    if spec.get("environ", {}).get("PYTHONWARNINGS"):  # `-I` ignored it at start-up: apply it as start-up would
+        import warnings
+        for opt in str(spec["environ"]["PYTHONWARNINGS"]).split(","):
+            try:
+                warnings._setoption(opt)
+            except warnings._OptionError as e:
+                print(f"runner: invalid PYTHONWARNINGS entry {opt!r}: {e}", file=sys.stderr)
     if spec.get("writable"):  # the sandbox shows the tree read-only; tests that write into it (as they may in
         # the harness's container) run on a copy in the run's private /tmp, made before any tree code runs
         import shutil
