@@ -166,3 +166,57 @@ def test_real_instance_gold_resolves_empty_does_not(shared_data, instance):
         gold, empty = judge.judge(task, rec["patch"]), judge.judge(task, "")
     assert gold.passed, gold.message + gold.output_tail
     assert empty.status == "failed"
+
+
+def _git(cwd, *args):
+    import subprocess
+    subprocess.run(["git", "-c", "user.email=t@t", "-c", "user.name=t", *args], cwd=cwd, check=True,
+                   capture_output=True)
+
+
+def _mirror(tmp_path):
+    """A bare mirror owner+name/repo of a two-commit repository whose setup.py changes between the commits."""
+    work = tmp_path / "work"
+    (work / "tests").mkdir(parents=True)
+    (work / "setup.py").write_text("# v1\n")
+    (work / "calc.py").write_text("def one():\n    return 2\n")
+    (work / "tests" / "test_calc.py").write_text("from calc import one\n\ndef test_two():\n    assert one() == 2\n")
+    _git(work, "init", "-q")
+    _git(work, "add", "-A")
+    _git(work, "commit", "-qm", "one")
+    (work / "setup.py").write_text("# v2\n")
+    _git(work, "commit", "-qam", "two")
+    (tmp_path / "m" / "me+calc").mkdir(parents=True)
+    _git(tmp_path, "clone", "-q", "--bare", str(work), str(tmp_path / "m" / "me+calc" / "repo"))
+    head = lambda rev: __import__("subprocess").run(["git", "rev-parse", rev], cwd=work, capture_output=True,
+                                                    text=True).stdout.strip()
+    return tmp_path / "m", head("HEAD~1"), head("HEAD")
+
+
+def test_build_from_a_spec_records_steps_overlay_and_installs_at_changed_bases(tmp_path, monkeypatch):
+    from codechat.verifier import swebench_env
+    mirrors, old, new = _mirror(tmp_path)
+    spec = {"python": f"{sys.version_info[0]}.{sys.version_info[1]}", "test_cmd": "pytest -rA",
+            "install": "git rev-parse HEAD >> installed_at.txt"}
+    monkeypatch.setattr(swebench_env, "spec_for", lambda repo, version: dict(spec))
+    recs = [{"instance_id": "me__calc-1", "repo": "me/calc", "version": "1", "base_commit": old,
+             "environment_setup_commit": new}]
+    env = swebench_env.build_swebench_env("me/calc", "1", recs, mirrors, tmp_path / "envs", log=lambda *_: None)
+    manifest = json.loads((Path(env.dir) / "manifest.json").read_text())
+    assert manifest["commit"] == new and manifest["overlay"] == ["installed_at.txt"]
+    # the base commit's setup.py differs: install ran there first, then at the environment commit, last
+    assert (Path(env.dir) / "overlay" / "installed_at.txt").read_text().split() == [old, new]
+    loaded = load_envs(tmp_path / "envs")["me/calc@1"]
+    assert loaded.runner == "swebench" and loaded.test_cmd == "pytest -rA" and loaded.pythonpath == ["."]
+
+
+def test_swebench_record_from_a_bare_mirror_has_visible_tests(tmp_path):
+    from codechat.tasks.repo_loaders import from_swebench
+    mirrors, old, _ = _mirror(tmp_path)
+    test_patch = ("diff --git a/tests/test_calc.py b/tests/test_calc.py\n--- a/tests/test_calc.py\n"
+                  "+++ b/tests/test_calc.py\n@@ -3,2 +3,2 @@\n def test_two():\n-    assert one() == 2\n"
+                  "+    assert one() == 1\n")
+    rec = {"instance_id": "me__calc-1", "repo": "me/calc", "version": "1", "base_commit": old,
+           "problem_statement": "one", "test_patch": test_patch, "FAIL_TO_PASS": ["tests/test_calc.py::test_two"]}
+    task = from_swebench(rec, "x", str(mirrors))
+    assert task.commit == old and task.visible_tests == ["tests/test_calc.py"]
