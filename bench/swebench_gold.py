@@ -192,7 +192,7 @@ def summarize(lines: list[dict], records: list[dict], envs: dict) -> dict:
 
 
 def run_all(records: list[dict], envs_dir: str, mirrors: str, per_repo: int, out: str | None,
-            log_dir: str | None) -> dict:
+            log_dir: str | None, start: int = 0) -> dict:
     envs = load_envs(envs_dir)
     by_repo: dict[str, list[dict]] = {}
     for r in records:
@@ -201,7 +201,7 @@ def run_all(records: list[dict], envs_dir: str, mirrors: str, per_repo: int, out
     sink = open(out, "a", encoding="utf-8") if out else None
     with RepoJudge(envs=envs, log_dir=log_dir) as judge:
         for repo, recs in sorted(by_repo.items()):
-            todo = [r for r in recs if f"{repo}@{r['version']}" in envs][:per_repo or None]
+            todo = [r for r in recs if f"{repo}@{r['version']}" in envs][start:][:per_repo or None]
             for r in todo:
                 try:
                     task = from_swebench(r, r["instance_id"], mirrors)
@@ -236,6 +236,7 @@ def main() -> None:
     ap.add_argument("--all", action="store_true", help="every repository with an environment built from the specs")
     ap.add_argument("--mirrors", default="/work/.mirror", help="--all: git mirrors of the repositories")
     ap.add_argument("--per-repo", type=int, default=0, help="--all: at most N instances per repository (0: all)")
+    ap.add_argument("--start", type=int, default=0, help="--all: skip the first N instances of each repository")
     ap.add_argument("--repos", default="", help="--all: only repositories whose name contains this text")
     ap.add_argument("--out", help="--all: append one JSON line per judgement to this file")
     ap.add_argument("--summarize", nargs="+", metavar="RESULTS", help="the figures of judgement lines written by "
@@ -254,7 +255,7 @@ def main() -> None:
             sys.exit("swebench_gold.py: --all needs --envs DIR (built by `codechat repo env build RECORDS --mirrors "
                      "DIR --out ENVS`)")
         recs = [r for r in records if args.repos in r["repo"]]
-        print(json.dumps(run_all(recs, args.envs, args.mirrors, args.per_repo, args.out, args.log_dir)))
+        print(json.dumps(run_all(recs, args.envs, args.mirrors, args.per_repo, args.out, args.log_dir, args.start)))
         return
     if not args.envs:
         sys.exit("swebench_gold.py: give --envs DIR (built by `codechat repo env build bench/swebench_envs.json "
