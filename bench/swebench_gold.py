@@ -157,6 +157,7 @@ def summarize(lines: list[dict], records: list[dict], envs: dict) -> dict:
     """Per repository: instances judged, environments built, gold/empty/wrong resolved, env errors, why each gold
     did not resolve, median seconds of a gold judgement, build seconds (manifests); from the judgement lines
     (`--out`), so a stopped run still gives its figures (`--summarize FILE`)."""
+    lines = list({(l["instance_id"], l["kind"]): l for l in lines}.values())  # a rerun's line replaces the earlier
     repo_of = {r["instance_id"]: r["repo"] for r in records}
     versions: dict[str, set] = {}
     for r in records:
@@ -240,7 +241,8 @@ def main() -> None:
     ap.add_argument("--repos", default="", help="--all: only repositories whose name contains this text")
     ap.add_argument("--out", help="--all: append one JSON line per judgement to this file")
     ap.add_argument("--summarize", nargs="+", metavar="RESULTS", help="the figures of judgement lines written by "
-                    "--out (a stopped or split run); --envs for environments and build seconds")
+                    "--out (a stopped or split run; a later line of an instance and kind replaces an earlier one); --envs for "
+                    "environments and build seconds")
     args = ap.parse_args()
     records = json.loads(Path(args.records).read_text())
     if args.static:
