@@ -8,17 +8,19 @@ nothing. The record comes back on the private result pipe with the run's nonce, 
 from __future__ import annotations
 
 import json
+import re
 import secrets
 from pathlib import Path
 
 from codechat.sandbox import isolation
 from codechat.sandbox.workspace import run_isolated
 from codechat.verifier.repo_env import TestEnv
-from codechat.verifier.repo_run import _MISSING, MAX_OUTPUT_BYTES, TestRun
+from codechat.verifier.repo_run import MAX_OUTPUT_BYTES, TestRun
 from codechat.verifier.swebench_env import parse_test_cmd
 
 SUITE_RUNNER = str(Path(__file__).resolve().parents[1] / "sandbox" / "suite_runner.py")
 PASSING = ("PASSED", "XFAIL")
+_ANY_MISSING = re.compile(r"No module named '([\w.]+)'")
 
 
 def directives(repo: str, test_patch: str) -> list[str]:
@@ -78,7 +80,7 @@ def run_suite(root: Path, env: TestEnv, targets: list[str], timeout_s: float, ma
                            message=output.strip().splitlines()[-1][:300])
         return TestRun("error", output=output + f"\n[judge] {why}", duration_s=res.duration_s, message=why)
     rec = records[0]
-    if rec.get("error") and not _MISSING.search(str(rec["error"])):  # the runner is imported from the tree
+    if rec.get("error") and not _ANY_MISSING.search(str(rec["error"])):  # the runner is imported from the tree
         # (sympy's runtests, pytest's own): a change that breaks it has no test result, like an early exit
         return TestRun("error", output=output, duration_s=res.duration_s, message=str(rec["error"])[:300])
     seen = {str(k): [str(x) for x in v] for k, v in (rec.get("seen") or {}).items() if isinstance(v, list)}
@@ -94,5 +96,6 @@ def run_suite(root: Path, env: TestEnv, targets: list[str], timeout_s: float, ma
         run.output += f"\n[judge] read as passed in the log but not reported passed by the runner: {forged[:5]}"
     if not any(tests.values()):  # a module the tree does not hold is missing: the judge asks whether the base
         # lacks it too (then it is the environment's fault: env_error), as for the pytest runner's collection errors
-        run.collect_errors = [m[0] for m in _MISSING.finditer(str(rec.get("error") or "") + "\n" + output)][:5]
+        text = str(rec.get("error") or "") + "\n" + output  # any wording: pytest's "Error importing plugin ..." too
+        run.collect_errors = [f"ModuleNotFoundError: No module named '{m[1]}'" for m in _ANY_MISSING.finditer(text)][:5]
     return run
