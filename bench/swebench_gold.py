@@ -11,6 +11,12 @@
         `codechat repo env build bench/swebench_envs.json --out DIR`. An instance any of whose FAIL_TO_PASS tests
         needs the internet (marked `offline_skip` in bench/swebench_envs.json) is not judged: the JSON line lists
         it under "skipped" with the reason.
+    python bench/swebench_gold.py --all --envs ENVS --mirrors /work/.mirror [--per-repo N] [--out RESULTS.jsonl]
+        every record whose repo@version has an environment built from the official specs (`codechat repo env
+        build RECORDS --mirrors DIR --out ENVS`), trees from the git mirrors at each base commit: per repository,
+        instances, environments built, gold / empty / wrong resolved, env errors, median seconds of a gold
+        judgement and the environments' build seconds (their manifests). --per-repo N: the first N instances of
+        each repository (in record order). One result line per judgement goes to --out as it is made.
 Ends with one JSON line of figures.
 """
 from __future__ import annotations
@@ -163,6 +169,80 @@ def _plugin_change(gold: str, base: Path) -> dict:
     return {init: (base / init).read_text(encoding="utf-8") + PLUGIN}
 
 
+def summarize(lines: list[dict], records: list[dict], envs: dict) -> dict:
+    """Per repository: instances judged, environments built, gold/empty/wrong resolved, env errors, why each gold
+    did not resolve, median seconds of a gold judgement, build seconds (manifests); from the judgement lines
+    (`--out`), so a stopped run still gives its figures (`--summarize FILE`)."""
+    lines = list({(l["instance_id"], l["kind"]): l for l in lines}.values())  # a rerun's line replaces the earlier
+    repo_of = {r["instance_id"]: r["repo"] for r in records}
+    versions: dict[str, set] = {}
+    for r in records:
+        versions.setdefault(r["repo"], set()).add(r["version"])
+    fig: dict[str, dict] = {}
+    for line in lines:
+        repo = repo_of.get(line["instance_id"])
+        if repo is None:
+            continue
+        if repo not in fig:
+            built = {v for v in versions[repo] if f"{repo}@{v}" in envs}
+            build_s = sum(json.loads(m.read_text()).get("build_s", 0) for v in built
+                          if (m := Path(envs[f"{repo}@{v}"].dir) / "manifest.json").is_file())
+            fig[repo] = {"instances": 0, "versions": len(versions[repo]), "envs_built": len(built),
+                         "gold_resolved": 0, "empty_resolved": 0, "wrong_resolved": 0, "env_errors": 0,
+                         "not_resolved": {}, "empty_resolved_ids": [], "wrong_resolved_ids": [], "build_s": round(build_s), "gold_s": []}
+        f, kind, ok = fig[repo], line["kind"], line["status"] == "passed"
+        f[f"{kind}_resolved"] += ok
+        f["env_errors"] += line["status"] == "env_error"
+        if kind == "gold":
+            f["instances"] += 1
+            f["gold_s"].append(line["seconds"])
+            if not ok:
+                f["not_resolved"][line["instance_id"]] = f"{line['status']}: {line['message']}"[:300]
+        elif ok:
+            f[f"{kind}_resolved_ids"].append(line["instance_id"])
+    for f in fig.values():
+        g = sorted(f.pop("gold_s"))
+        f["median_gold_s"] = round(g[len(g) // 2], 1) if g else None
+    total = {k: sum(f[k] for f in fig.values()) for k in ("instances", "gold_resolved", "empty_resolved",
+                                                            "wrong_resolved", "env_errors")}
+    return {**total, "repos": fig}
+
+
+def run_all(records: list[dict], envs_dir: str, mirrors: str, per_repo: int, out: str | None,
+            log_dir: str | None, start: int = 0) -> dict:
+    envs = load_envs(envs_dir)
+    by_repo: dict[str, list[dict]] = {}
+    for r in records:
+        by_repo.setdefault(r["repo"], []).append(r)
+    lines = []
+    sink = open(out, "a", encoding="utf-8") if out else None
+    with RepoJudge(envs=envs, log_dir=log_dir) as judge:
+        for repo, recs in sorted(by_repo.items()):
+            todo = [r for r in recs if f"{repo}@{r['version']}" in envs][start:][:per_repo or None]
+            for r in todo:
+                try:
+                    task = from_swebench(r, r["instance_id"], mirrors)
+                except Exception as e:  # noqa: BLE001 - a record that cannot load is reported, the run goes on
+                    judged = [("gold", "error", 0.0, f"cannot load: {e}"[:300])]
+                else:
+                    judged = []
+                    for kind, patch in (("gold", r["patch"]), ("empty", ""), ("wrong", _diff(r["patch"], True))):
+                        t0 = time.monotonic()
+                        v = judge.judge(task, patch)
+                        judged.append((kind, v.status, time.monotonic() - t0, v.message[:300]))
+                for kind, status, dt, message in judged:
+                    line = {"instance_id": r["instance_id"], "kind": kind, "status": status, "seconds": round(dt, 1),
+                            "message": message}
+                    lines.append(line)
+                    print(json.dumps(line), file=sys.stderr)
+                    if sink:
+                        sink.write(json.dumps(line) + "\n")
+                        sink.flush()
+    if sink:
+        sink.close()
+    return summarize(lines, records, envs)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--records", default=str(DATA / "swe-bench-lite-test.json"))
@@ -171,10 +251,30 @@ def main() -> None:
     ap.add_argument("--envs", help="directory of built environments (codechat repo env build)")
     ap.add_argument("--log-dir", help="per-instance logs (patch, test output, report)")
     ap.add_argument("--warm", action="store_true", help="fork every test run from a warm runner (as training does)")
+    ap.add_argument("--all", action="store_true", help="every repository with an environment built from the specs")
+    ap.add_argument("--mirrors", default="/work/.mirror", help="--all: git mirrors of the repositories")
+    ap.add_argument("--per-repo", type=int, default=0, help="--all: at most N instances per repository (0: all)")
+    ap.add_argument("--start", type=int, default=0, help="--all: skip the first N instances of each repository")
+    ap.add_argument("--repos", default="", help="--all: only repositories whose name contains this text")
+    ap.add_argument("--out", help="--all: append one JSON line per judgement to this file")
+    ap.add_argument("--summarize", nargs="+", metavar="RESULTS", help="the figures of judgement lines written by "
+                    "--out (a stopped or split run; a later line of an instance and kind replaces an earlier one); --envs for "
+                    "environments and build seconds")
     args = ap.parse_args()
     records = json.loads(Path(args.records).read_text())
     if args.static:
         print(json.dumps(run_static(records)))
+        return
+    if args.summarize:
+        lines = [json.loads(l) for p in args.summarize for l in Path(p).read_text().splitlines() if l.strip()]
+        print(json.dumps(summarize(lines, records, load_envs(args.envs) if args.envs else {})))
+        return
+    if args.all:
+        if not args.envs:
+            sys.exit("swebench_gold.py: --all needs --envs DIR (built by `codechat repo env build RECORDS --mirrors "
+                     "DIR --out ENVS`)")
+        recs = [r for r in records if args.repos in r["repo"]]
+        print(json.dumps(run_all(recs, args.envs, args.mirrors, args.per_repo, args.out, args.log_dir, args.start)))
         return
     if not args.envs:
         sys.exit("swebench_gold.py: give --envs DIR (built by `codechat repo env build bench/swebench_envs.json "

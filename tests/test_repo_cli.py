@@ -26,6 +26,16 @@ def test_verify_patches(tmp_path, capsys):
     assert "resolve rate 20.0% (1/5)" in capsys.readouterr().out
 
 
+def test_verify_reads_swebench_predictions(tmp_path):
+    t = TASKS[0]
+    pred = {"instance_id": t.task_id, "model_name_or_path": "m", "model_patch": make_diff(t.files.get, t.solution)}
+    (tmp_path / "preds.jsonl").write_text(json.dumps(pred) + "\n")
+    assert main(["verify", "--tasks", "builtin:repo-heldout", "--completions", str(tmp_path / "preds.jsonl"),
+                 "--out", str(tmp_path / "v.jsonl")]) == 0
+    out = json.loads((tmp_path / "v.jsonl").read_text())
+    assert out["task_id"] == t.task_id and out["status"] == "passed"
+
+
 def test_eval_scripted_reference(tmp_path, capsys):
     rc = main(["eval", "--model", "scripted:reference", "--tasks", "builtin:repo-heldout", "--n", "2", "--k", "1,2",
                "--limit", "2", "--out", str(tmp_path / "ev")])

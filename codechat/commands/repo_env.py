@@ -1,28 +1,81 @@
-"""`codechat repo env build SPEC --out DIR` and `codechat repo env check DIR`: test environments for repository
-tasks (a venv per repository and version, pip from the configured index); format in verifier/repo_env.py."""
+"""`codechat repo env build SPEC|RECORDS --out DIR` and `codechat repo env check DIR`: test environments for
+repository tasks. SPEC: codechat's format (verifier/repo_env.py, a venv per entry, pip from the configured index);
+RECORDS: a SWE-bench record set (Lite/Verified JSON or JSONL), one environment per (repo, version) built from the
+official specs with `--mirrors DIR` holding the repositories' git mirrors (verifier/swebench_env.py)."""
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+import time
 from pathlib import Path
 
 from codechat import CodechatError
+from codechat.tasks.loaders import read_records
+from codechat.tasks.model import TaskFormatError
 from codechat.verifier.repo_env import EnvError, build_env, check_env, load_envs, load_specs
+from codechat.verifier.swebench_env import build_swebench_env, group_records
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="what", required=True)
     env = sub.add_parser("env", help="build or check test environments").add_subparsers(dest="action", required=True)
-    b = env.add_parser("build", help="create a venv per spec entry under --out and pip-install its requirements")
-    b.add_argument("spec", help="JSON list of {repo, version, python, requirements, pythonpath, offline_skip}")
+    b = env.add_parser("build", help="create a venv per spec entry (or per repo@version of SWE-bench records)")
+    b.add_argument("spec", help="JSON list of {repo, version, python, requirements, pythonpath, offline_skip}, "
+                                "or SWE-bench records (instance_id, repo, version, base_commit, ...)")
     b.add_argument("--out", required=True, help="directory receiving one environment per entry")
     b.add_argument("--only", default="", help="build only the entries whose repo@version contains this text")
-    c = env.add_parser("check", help="run each environment's python and pytest once")
+    b.add_argument("--mirrors", help="SWE-bench records: directory of git mirrors (owner__name, owner+name/repo)")
+    b.add_argument("--keep", action="store_true", help="SWE-bench records: skip environments already built")
+    c = env.add_parser("check", help="run each environment's python (and pytest) once")
     c.add_argument("dir", help="directory of built environments")
+
+
+def _records(path: str) -> list[dict] | None:
+    """The records of a SWE-bench record set, or None when the file is a codechat environment spec."""
+    try:
+        data = json.loads(Path(path).expanduser().read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        try:
+            data = [r for _, r in read_records(Path(path).expanduser())]
+        except TaskFormatError:
+            return None
+    if isinstance(data, list) and data and all(isinstance(r, dict) and "instance_id" in r for r in data):
+        return data
+    return None
+
+
+def _build_swebench(records: list[dict], args) -> int:
+    if not args.mirrors:
+        raise CodechatError(f"{args.spec}: SWE-bench records need --mirrors DIR (git mirrors of the repositories)")
+    groups = {k: v for k, v in group_records(records).items() if args.only in f"{k[0]}@{k[1]}"}
+    if not groups:
+        raise CodechatError(f"{args.spec}: no repo@version matches --only {args.only!r}")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    failed = 0
+    for (repo, version), recs in sorted(groups.items()):
+        d = out / f"{repo.replace('/', '__')}-{version}"
+        if args.keep and (d / "env.json").is_file():
+            print(f"{repo}@{version}: kept {d}")
+            continue
+        t0 = time.monotonic()
+        try:
+            built = build_swebench_env(repo, version, recs, Path(args.mirrors).expanduser(), out)
+            print(f"{repo}@{version}: built in {time.monotonic() - t0:.0f}s ({len(recs)} records; "
+                  f"{check_env(built)}) {built.dir}")
+        except (EnvError, OSError) as e:
+            failed += 1
+            print(f"error: {e}" if isinstance(e, EnvError) else f"error: {repo}@{version}: {e}", file=sys.stderr)
+    print(f"{len(groups) - failed}/{len(groups)} environments built in {out}")
+    return 1 if failed else 0
 
 
 def run(args) -> int:
     if args.action == "build":
+        records = _records(args.spec)
+        if records is not None:
+            return _build_swebench(records, args)
         specs = [e for e in load_specs(args.spec) if args.only in e.key]
         if not specs:
             raise CodechatError(f"{args.spec}: no environment matches --only {args.only!r}")

@@ -43,8 +43,10 @@ def read_patches(path: str, known: set[str]) -> list[dict]:
         if rec is None:
             rows.append(dict(row, error=why))
             continue
-        change = next((rec[k] for k in ("patch", "files", "completion") if k in rec), None)
-        row.update(task_id=str(rec.get("task_id")), sample_id=rec.get("sample_id"), change=change)
+        # SWE-bench predictions ({"instance_id", "model_patch"}) are read as they are
+        change = next((rec[k] for k in ("patch", "files", "completion", "model_patch") if k in rec), None)
+        row.update(task_id=str(rec.get("task_id", rec.get("instance_id"))), sample_id=rec.get("sample_id"),
+                   change=change)
         if row["task_id"] not in known:
             row["error"] = f"unknown task_id {row['task_id']!r}"
         elif not isinstance(change, (str, dict)):

@@ -41,6 +41,7 @@ from codechat.sandbox.workspace import Workspace, WorkspaceError, run_isolated, 
 from codechat.tasks.repo import RepoTask
 from codechat.verifier.repo import ALWAYS_PROTECTED, run_tests
 from codechat.verifier.repo_rules import drop_reason
+from codechat.verifier.repo_suite import path_directives, run_suite
 
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
 RESULT_OPEN, RESULT_CLOSE = "<tool_response>", "</tool_response>"
@@ -273,8 +274,13 @@ class ToolBox:
         if bad or not targets:
             return ToolResult(f"error: not a visible test: {', '.join(map(str, bad))[:200]} (visible: "
                               f"{', '.join(visible)[:300]})", False)
-        run = run_tests(self.ws.root, targets, min(self.task.limits.test_timeout_s, self.cfg.run_timeout_s * 6),
-                        self.cfg.tool_output_chars * 4, self.hide_paths, env=self.env, warm=self.warm)
+        timeout = min(self.task.limits.test_timeout_s, self.cfg.run_timeout_s * 6)
+        if self.env is not None and self.env.runner == "swebench":  # the repository's own test command
+            run = run_suite(self.ws.root, self.env, path_directives(self.env.repo, sorted({t.split("::", 1)[0]
+                            for t in targets})), timeout, self.cfg.tool_output_chars * 4, self.hide_paths)
+        else:
+            run = run_tests(self.ws.root, targets, timeout, self.cfg.tool_output_chars * 4, self.hide_paths,
+                            env=self.env, warm=self.warm)
         passed = sum(run.tests.values())
         head = "ok" if run.status == "ok" else f"error: tests {run.status}"
         summary = f"{head} {passed} passed, {len(run.tests) - passed} failed"

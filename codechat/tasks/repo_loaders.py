@@ -7,8 +7,8 @@ QuixBugs from its directory, and the built-in generated family (`builtin:repo-tr
     load_repo_tasks("builtin:repo-heldout")
 Nothing is downloaded: a SWE-bench record whose repository is not on disk stops with one line naming it.
 A record's repository is REPOS/INSTANCE_ID (a tree at the base commit, e.g. unpacked from the harness image's
-/testbed or a `git archive`; used as it is, the base commit unchecked), else a git checkout REPOS/owner__name,
-REPOS/owner/name or REPOS/name (exported at the base commit). The gold patch becomes the task's reference fix
+/testbed or a `git archive`; used as it is, the base commit unchecked), else a git checkout or bare mirror
+REPOS/owner__name, REPOS/owner/name, REPOS/name or REPOS/owner+name/repo (exported at the base commit). The gold patch becomes the task's reference fix
 (`solution`: the patched files; `solution_patch`: the diff). SWE-bench test ids are kept as given; the judge
 matches every id style the records use (verifier/repo_rules.py).
 """
@@ -23,7 +23,8 @@ from codechat.tasks.loaders import read_records
 from codechat.tasks.model import TaskFormatError
 from codechat.tasks.repo import RepoLimits, RepoTask, _str_list, parse_repo_task
 from codechat.tasks.repo_family import REPO_SETS
-from codechat.verifier.patches import PatchError, apply_diff
+from codechat.verifier.patches import PatchError, apply_diff, parse_diff
+from codechat.verifier.repo_rules import test_targets
 
 SWEBENCH_FIELDS = ("instance_id", "problem_statement", "base_commit", "test_patch")
 
@@ -88,9 +89,9 @@ def find_repo(repo: str, repos: str | None, where: str, instance: str = "") -> t
             tree = inner[0]  # git archive --prefix=NAME/
         return tree, (tree / ".git").exists()
     owner_name = repo.replace("/", "__")
-    candidates = [root / owner_name, root / repo, root / repo.rsplit("/", 1)[-1]]
+    candidates = [root / owner_name, root / repo, root / repo.rsplit("/", 1)[-1], root / repo.replace("/", "+") / "repo"]
     for c in candidates:
-        if (c / ".git").exists():
+        if (c / ".git").exists() or ((c / "HEAD").is_file() and (c / "objects").is_dir()):  # a checkout or a bare mirror
             return c, True
     raise CodechatError(f"{where}: repository {repo} not found under {root} (looked for {instance or 'INSTANCE_ID'}, "
                         f"{', '.join(str(c.relative_to(root)) for c in candidates)}; nothing is downloaded)")
@@ -119,8 +120,13 @@ def from_swebench(rec: dict, where: str, repos: str | None) -> RepoTask:
             meta["solution"] = {p: t for p, t in fixed.items() if t is not None}
         except PatchError as e:
             raise TaskFormatError(f"{where}: the gold patch does not apply to {checkout}: {e}") from None
+    # the test files the test patch changes that the base already has: the agent's run_tests runs them (the
+    # judge runs the patched versions)
+    read = _read_base(checkout, commit)
+    visible = test_targets([fp.path for fp in parse_diff(str(rec["test_patch"]))
+                            if not fp.is_new and read(fp.path) is not None])
     return RepoTask(str(rec["instance_id"]), str(rec["problem_statement"]), repo_dir=str(checkout),
-                    commit=commit, test_patch=str(rec["test_patch"]),
+                    commit=commit, test_patch=str(rec["test_patch"]), visible_tests=visible,
                     fail_to_pass=_ids(rec.get("FAIL_TO_PASS"), "FAIL_TO_PASS", where),
                     pass_to_pass=_ids(rec.get("PASS_TO_PASS"), "PASS_TO_PASS", where),
                     limits=RepoLimits(max_turns=40, max_tool_calls=60, wall_s=1800, max_tokens=32768,

@@ -20,6 +20,7 @@ Guarantees and limits: docs/agent.md.
 from __future__ import annotations
 
 import difflib
+import fnmatch
 import json
 import threading
 from dataclasses import asdict, dataclass, field
@@ -29,9 +30,10 @@ from codechat.sandbox import isolation
 from codechat.sandbox.workspace import Trash, Workspace, WorkspaceError, safe_path, scratch_dir
 from codechat.tasks.repo import RepoTask, materialize
 from codechat.verifier.patches import PatchError, apply_diff, parse_diff
-from codechat.verifier.repo_env import TestEnv
+from codechat.verifier.repo_env import TestEnv, lay_overlay
 from codechat.verifier.repo_rules import CONFIG_FILES, drop_reason, hazard, matches, resolve_ids, test_targets
 from codechat.verifier.repo_run import RUNNER, TestRun, changed_lines, missing_module, run_tests
+from codechat.verifier.repo_suite import directives, path_directives, run_suite
 from codechat.verifier.repo_warm import WarmRunner
 from codechat.verifier.verdict import Verdict
 
@@ -158,7 +160,11 @@ class RepoJudge:
                 with self._lock:
                     self._n += 1
                     n = self._n
-                self._bases[task.task_id] = materialize(task, self.dir / f"base-{n}")
+                base = materialize(task, self.dir / f"base-{n}")
+                env = self.env_for(task)
+                if env is not None and env.runner == "swebench":
+                    lay_overlay(env, base)
+                self._bases[task.task_id] = base
             return self._bases[task.task_id]
 
     def clone(self, task: RepoTask) -> Workspace:
@@ -174,17 +180,27 @@ class RepoJudge:
         with self._task_lock(task.task_id):
             if task.task_id not in self._baselines:
                 passing: set[str] = set()
-                if task.visible_tests:
+                # with PASS_TO_PASS or a test patch (SWE-bench), the record says what must keep passing
+                if task.visible_tests and not task.pass_to_pass and not task.test_patch:
                     ws = self.clone(task)
                     try:
-                        run = run_tests(ws.root, task.visible_tests, task.limits.test_timeout_s,
-                                        hide_paths=self.hide_paths, env=self.env_for(task), memory_mb=self.memory_mb, warm=self.warm)
+                        run = self.run_visible(task, ws.root, task.visible_tests)
                     finally:
                         self.discard(ws)
                     passing = {k for k, ok in run.tests.items() if ok} if run.status == "ok" else set()
                 self._baselines[task.task_id] = passing
             del base
             return self._baselines[task.task_id]
+
+    def run_visible(self, task: RepoTask, root: Path, targets: list[str], max_output_bytes: int = 16384,
+                    hide_paths: tuple[str, ...] | None = None) -> TestRun:
+        """Visible tests `targets` of the task in the tree at root, with its environment's runner."""
+        env, hide = self.env_for(task), self.hide_paths if hide_paths is None else hide_paths
+        if env is not None and env.runner == "swebench":
+            return run_suite(root, env, path_directives(env.repo, sorted({t.split("::", 1)[0] for t in targets})),
+                             task.limits.test_timeout_s, max_output_bytes, hide, memory_mb=max(self.memory_mb, 4096))
+        return run_tests(root, targets, task.limits.test_timeout_s, max_output_bytes, hide, env=env,
+                         memory_mb=self.memory_mb, warm=self.warm)
 
     def env_for(self, task: RepoTask) -> TestEnv | None:
         """The task's environment (None: codechat's interpreter, when no environments were given)."""
@@ -197,9 +213,12 @@ class RepoJudge:
         kept, dropped = {}, []
         base = self.base(task)
         hidden = set(task.hidden_tests) | self._patch_paths(task)
+        env = self.env_for(task)
+        runner_files = env.protected if env is not None else []
         for path, text in sorted(changes.items()):
-            why = "hidden test file" if path in hidden else drop_reason(path, task.is_protected,
-                                                                         lambda top: (base / top).exists())
+            why = "hidden test file" if path in hidden else "the test runner's own file" \
+                if any(fnmatch.fnmatchcase(path, g) for g in runner_files) else \
+                drop_reason(path, task.is_protected, lambda top: (base / top).exists())
             if why:
                 dropped.append(f"{path}: {why}")
             else:
@@ -293,8 +312,7 @@ class RepoJudge:
             return RepoVerdict("error", False, 0.0, dropped=dropped, message=f"cannot apply: {e}"), ""
         env = self.env_for(task)
         hidden_files = test_targets(sorted(set(task.hidden_tests) | self._patch_paths(task)))
-        run = run_tests(ws.root, self._targets(task, ws), task.limits.test_timeout_s, self.max_output_bytes, self.hide_paths,
-                        env=env, memory_mb=self.memory_mb, warm=self.warm, untrusted=untrusted)
+        run = self._run_hidden(task, ws, untrusted=untrusted)
         return self._decide(task, run, hidden_files, keep, dropped, applied, env.key if env else "codechat",
                             ws.root), run.output
 
@@ -308,8 +326,7 @@ class RepoJudge:
                 ws = self.clone(task)
                 try:
                     self._write_tests(task, ws)
-                    run = run_tests(ws.root, self._targets(task), task.limits.test_timeout_s, self.max_output_bytes,
-                                    self.hide_paths, env=self.env_for(task), memory_mb=self.memory_mb, warm=self.warm)
+                    run = self._run_hidden(task, ws, all_visible=True)
                     gone = missing_module(run.collect_errors, ws.root)
                     self._base_runs[task.task_id] = (run.status, {gone} if gone else set())
                 except (PatchError, WorkspaceError, OSError):
@@ -321,6 +338,19 @@ class RepoJudge:
     def base_missing(self, task: RepoTask) -> set[str]:
         """Modules the environment lacks that the tests need on the untouched base (`base_run`)."""
         return self.base_run(task)[1]
+
+    def _run_hidden(self, task: RepoTask, ws: Workspace, all_visible: bool = False,
+                    untrusted: dict | None = None) -> TestRun:
+        """The judgement's test run in ws: the environment's own test command on the test patch's directives
+        (runner `swebench`), else the pytest runner on the hidden and visible test files, its guard told which
+        lines the change wrote (`untrusted`)."""
+        env = self.env_for(task)
+        if env is not None and env.runner == "swebench":
+            return run_suite(ws.root, env, directives(env.repo, task.test_patch or ""), task.limits.test_timeout_s,
+                             self.max_output_bytes, self.hide_paths, memory_mb=max(self.memory_mb, 4096))
+        return run_tests(ws.root, self._targets(task, None if all_visible else ws), task.limits.test_timeout_s,
+                         self.max_output_bytes, self.hide_paths, env=env, memory_mb=self.memory_mb, warm=self.warm,
+                         untrusted=untrusted)
 
     def _targets(self, task: RepoTask, ws: Workspace | None = None) -> list[str]:
         """Hidden test files and visible ones; in a workspace, only the visible files the change left (a deleted

@@ -29,7 +29,9 @@ from pathlib import Path
 
 from codechat import CodechatError
 
-SPEC_FIELDS = ("repo", "version", "python", "requirements", "pythonpath", "offline_skip")
+SPEC_FIELDS = ("repo", "version", "python", "requirements", "pythonpath", "offline_skip", "runner", "test_cmd",
+               "environ", "protected")
+RUNNERS = ("pytest", "swebench")
 
 
 class EnvError(CodechatError):
@@ -52,6 +54,15 @@ class TestEnv:
     """Tree directories put first on sys.path."""
     offline_skip: dict[str, str] = field(default_factory=dict)
     """Test id -> why it cannot run offline."""
+    runner: str = "pytest"
+    """`pytest`: the judge's pytest runner on node ids; `swebench`: the spec's `test_cmd` through the suite runner,
+    its log read by the official parser (built by swebench_env.py)."""
+    test_cmd: str = ""
+    """The SWE-bench spec's test command (runner `swebench`)."""
+    environ: dict[str, str] = field(default_factory=dict)
+    """Environment variables the test command runs with (the spec's `VAR=value` prefix and exports)."""
+    protected: list[str] = field(default_factory=list)
+    """Globs of tree files the judge keeps pristine (the runner script and its settings)."""
     dir: str = ""
     """The built environment's directory (holds bin/python); empty until built."""
 
@@ -97,12 +108,14 @@ def parse_env(rec: object, where: str) -> TestEnv:
     if unknown:
         raise EnvError(f"{where}: unknown field(s) {', '.join(sorted(unknown))} (valid: {', '.join(SPEC_FIELDS)})")
     env = TestEnv(rec["repo"], rec["version"])
-    for name in ("python", "dir"):
+    for name in ("python", "dir", "runner", "test_cmd"):
         if name in rec:
             if not isinstance(rec[name], str):
                 raise EnvError(f"{where}: '{name}' must be a string")
             setattr(env, name, rec[name])
-    for name in ("requirements", "pythonpath"):
+    if env.runner not in RUNNERS:
+        raise EnvError(f"{where}: runner {env.runner!r} unknown (valid: {', '.join(RUNNERS)})")
+    for name in ("requirements", "pythonpath", "protected"):
         if name in rec:
             if not isinstance(rec[name], list) or not all(isinstance(x, str) for x in rec[name]):
                 raise EnvError(f"{where}: '{name}' must be a list of strings")
@@ -112,6 +125,11 @@ def parse_env(rec: object, where: str) -> TestEnv:
         if not isinstance(v, dict) or not all(isinstance(x, str) for x in v.values()):
             raise EnvError(f"{where}: 'offline_skip' must map test ids to reasons")
         env.offline_skip = dict(v)
+    if "environ" in rec:
+        v = rec["environ"]
+        if not isinstance(v, dict) or not all(isinstance(k, str) and isinstance(x, str) for k, x in v.items()):
+            raise EnvError(f"{where}: 'environ' must map names to strings")
+        env.environ = dict(v)
     return env
 
 
@@ -218,8 +236,28 @@ def check_env(env: TestEnv) -> str:
     """'python X, pytest Y' for a working environment; raises EnvError saying why not."""
     if not Path(env.interpreter).exists():
         raise EnvError(f"{env.key}: {env.interpreter} missing (build the environment first)")
+    if env.runner == "swebench":
+        res = subprocess.run([env.interpreter, "-I", "-c", "import sys; print(sys.version.split()[0])"],
+                             capture_output=True, text=True, timeout=120)
+        _check(res, env, "python")
+        return f"python {res.stdout.strip()}, test command {env.test_cmd!r}"
     res = subprocess.run([env.interpreter, "-I", "-c", "import sys, pytest; print(sys.version.split()[0], "
                           "pytest.__version__)"], capture_output=True, text=True, timeout=120)
     _check(res, env, "import pytest")
     py, pt = res.stdout.split()
     return f"python {py}, pytest {pt}"
+
+
+def lay_overlay(env: TestEnv, tree: Path) -> list[str]:
+    """Copy the environment's overlay (files its install created or changed: swebench_env.py) into a fresh tree;
+    the paths copied."""
+    src = Path(env.dir) / "overlay"
+    done = []
+    for f in sorted(src.rglob("*")) if src.is_dir() else []:
+        if f.is_file() and not f.is_symlink():
+            rel = f.relative_to(src)
+            (tree / rel).parent.mkdir(parents=True, exist_ok=True)
+            (tree / rel).write_bytes(f.read_bytes())
+            os.chmod(tree / rel, f.stat().st_mode & 0o755)
+            done.append(str(rel))
+    return done

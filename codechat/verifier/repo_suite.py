@@ -1,0 +1,101 @@
+"""One test run of a SWE-bench environment (runner `swebench`): the spec's test command with the test patch's
+directives, run by `sandbox/suite_runner.py` under the workspace sandbox, its log read by the official parser of
+the repository (`swebench.harness.log_parsers.MAP_REPO_TO_PARSER`), so a status means what it means in the
+harness. A test passes only when the parser reads it as PASSED (or XFAIL, which the harness counts as passing) and
+the runner's recorder saw the runner report it as a success and never as a failure: a forged log line passes
+nothing. The record comes back on the private result pipe with the run's nonce, exactly once.
+"""
+from __future__ import annotations
+
+import json
+import re
+import secrets
+from pathlib import Path
+
+from codechat.sandbox import isolation
+from codechat.sandbox.workspace import run_isolated
+from codechat.verifier.repo_env import TestEnv
+from codechat.verifier.repo_run import MAX_OUTPUT_BYTES, TestRun
+from codechat.verifier.swebench_env import parse_test_cmd
+
+SUITE_RUNNER = str(Path(__file__).resolve().parents[1] / "sandbox" / "suite_runner.py")
+PASSING = ("PASSED", "XFAIL")
+_ANY_MISSING = re.compile(r"No module named '([\w.]+)'")
+
+
+def directives(repo: str, test_patch: str) -> list[str]:
+    """The harness's test directives for a test patch (django: module labels; others: file paths)."""
+    from swebench.harness.test_spec.python import get_test_directives  # optional dependency
+    return get_test_directives({"repo": repo, "test_patch": test_patch})
+
+
+def path_directives(repo: str, paths: list[str]) -> list[str]:
+    """The directives the harness would give for test files `paths` (the agent's run_tests)."""
+    return directives(repo, "".join(f"diff --git a/{p} b/{p}\n" for p in paths))
+
+
+def parse_log(repo: str, log: str) -> dict[str, str]:
+    """{test name: PASSED|FAILED|SKIPPED|ERROR|XFAIL} as the harness's parser for `repo` reads the log."""
+    from swebench.harness.log_parsers import MAP_REPO_TO_PARSER  # optional dependency
+    return MAP_REPO_TO_PARSER[repo](log, None)
+
+
+def agrees(name: str, status: str, seen: dict[str, list[str]]) -> bool:
+    """A parsed PASSED/XFAIL that the recorder backs: it saw that test (same key) succeed and never fail."""
+    got = seen.get(name, [])
+    return status in PASSING and "pass" in got and "fail" not in got
+
+
+def run_suite(root: Path, env: TestEnv, targets: list[str], timeout_s: float, max_output_bytes: int = 16384,
+              hide_paths: tuple[str, ...] = (), memory_mb: int = 4096) -> TestRun:
+    """Run the environment's test command on `targets` (the harness's directives: `directives`,
+    `path_directives`) in the workspace at root."""
+    cmd = parse_test_cmd(env.test_cmd)
+    nonce = secrets.token_hex(16)
+    spec = {"nonce": nonce, "root": str(root), "kind": cmd["kind"], "script": cmd["script"],
+            "args": cmd["args"] + list(targets), "cwd": "", "pythonpath": env.pythonpath,
+            "environ": env.environ, "writable": True}
+    limits = isolation.Limits(cpu_s=int(timeout_s) + 1, memory_mb=memory_mb, nproc=64, nofile=512, fsize_mb=64)
+    res = run_isolated([env.interpreter, "-I", SUITE_RUNNER, "{fd}"], root, timeout_s=timeout_s, limits=limits,
+                       max_output_bytes=max(max_output_bytes, MAX_OUTPUT_BYTES), hide_paths=hide_paths, channel=True,
+                       stdin=(json.dumps(spec) + "\n").encode(), binds=tuple(env.host_dirs()))
+    output = res.output
+    if res.status == "timeout":
+        return TestRun("timeout", output=output, duration_s=res.duration_s)
+    if res.status == "error":
+        return TestRun("env_error", output=output, duration_s=res.duration_s, message=output.strip()[-300:])
+    records = []
+    for line in res.channel.decode("utf-8", errors="replace").splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict) and rec.get("nonce") == nonce:
+            records.append(rec)
+    if len(records) != 1:
+        why = "the test run ended before reporting (early exit or crash)" if not records else \
+            "more than one result record (forged)"
+        if not records and "codechat sandbox launch failed" in output:
+            return TestRun("env_error", output=output, duration_s=res.duration_s,
+                           message=output.strip().splitlines()[-1][:300])
+        return TestRun("error", output=output + f"\n[judge] {why}", duration_s=res.duration_s, message=why)
+    rec = records[0]
+    if rec.get("error") and not _ANY_MISSING.search(str(rec["error"])):  # the runner is imported from the tree
+        # (sympy's runtests, pytest's own): a change that breaks it has no test result, like an early exit
+        return TestRun("error", output=output, duration_s=res.duration_s, message=str(rec["error"])[:300])
+    seen = {str(k): [str(x) for x in v] for k, v in (rec.get("seen") or {}).items() if isinstance(v, list)}
+    if cmd["kind"] == "pytest":  # the parser keys a test by its id up to the first space (`-rA` lines split)
+        for k, v in list(seen.items()):
+            if k.split()[0] != k:
+                seen.setdefault(k.split()[0], []).extend(v)
+    statuses = parse_log(env.repo, output)
+    tests = {name: agrees(name, status, seen) for name, status in statuses.items()}
+    forged = sorted(n for n, s in statuses.items() if s in PASSING and not tests[n])
+    run = TestRun("ok", tests, [], list(rec.get("tampered", [])), output, res.duration_s, exit_code=rec.get("exit"))
+    if forged:
+        run.output += f"\n[judge] read as passed in the log but not reported passed by the runner: {forged[:5]}"
+    if not any(tests.values()):  # a module the tree does not hold is missing: the judge asks whether the base
+        # lacks it too (then it is the environment's fault: env_error), as for the pytest runner's collection errors
+        text = str(rec.get("error") or "") + "\n" + output  # any wording: pytest's "Error importing plugin ..." too
+        run.collect_errors = [f"ModuleNotFoundError: No module named '{m[1]}'" for m in _ANY_MISSING.finditer(text)][:5]
+    return run

@@ -1,0 +1,288 @@
+"""Test environments built from the official SWE-bench specs (the optional `swebench` package), without Docker.
+
+    codechat repo env build swe-bench-lite-test.json --mirrors DIR --out ENVS [--only sympy]
+
+For each (repo, version) of a record set, `swebench.harness.constants.MAP_REPO_VERSION_TO_SPECS` gives the Python
+version, the packages (`requirements.txt`: the repository's own file at the environment commit, read from the git
+mirror and cleaned with the harness's `clean_requirements`; `environment.yml`; or a package list), the pip pins,
+`pre_install` and `install` commands and the test command. The build makes ENVS/<owner>__<name>-<version>/:
+a venv with that interpreter (pyenv's), `src/`: the repository at the records' `environment_setup_commit` (a
+shared clone of the mirror) with `pre_install` and `install` run in it as the image build runs them, `overlay/`:
+every file that install created or changed in the tree (pytest's `_version.py`, compiled extensions), which the
+judge lays over each fresh tree, `env.json` (what the judge reads) and `manifest.json` (what was done: each
+step's command, exit status, seconds and output tail; packages pip could not install; steps skipped because
+they need root or Docker, such as `apt-get` and `locale-gen`).
+What this simplifies: conda packages are installed with pip under the same names (those pip lacks are listed
+in the manifest as `missing`); the harness's per-instance `install` re-run before testing is replaced by the
+overlay (the tree under test comes first on sys.path, the editable install supplies metadata and entry points).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+from codechat.verifier.repo_env import EnvError, TestEnv, env_dirname, resolve_python
+
+DOCKER_ONLY = re.compile(r"\b(?:apt-get|apt|locale-gen|conda|useradd|chmod|chown)\b|/etc/")
+SKIP_DIRS = {".git", "__pycache__", ".eggs", "build", ".tox", ".pytest_cache"}
+OVERLAY_MAX_BYTES = 64 << 20
+STEP_TIMEOUT_S = 3600
+
+
+def swebench_specs() -> dict:
+    """MAP_REPO_VERSION_TO_SPECS of the installed `swebench` (an optional dependency: pip install codechat[swebench])."""
+    try:
+        from swebench.harness.constants import MAP_REPO_VERSION_TO_SPECS  # optional dependency
+    except ImportError:
+        raise EnvError("the swebench package is not installed (pip install 'swebench>=3,<5', or codechat[swebench])") \
+            from None
+    return MAP_REPO_VERSION_TO_SPECS
+
+
+def spec_for(repo: str, version: str) -> dict:
+    specs = swebench_specs()
+    if repo not in specs:
+        raise EnvError(f"{repo}: the swebench package has no specs for this repository")
+    if version not in specs[repo]:
+        raise EnvError(f"{repo}@{version}: no spec (the package has {', '.join(sorted(specs[repo]))})")
+    return dict(specs[repo][version])
+
+
+def find_mirror(repo: str, mirrors: Path) -> Path:
+    """The git directory (bare or a checkout) of `owner/name` under `mirrors`: owner__name, owner+name/repo (the
+    layout of a fetched mirror), owner+name, owner/name or name."""
+    owner_name = repo.replace("/", "__")
+    cands = [mirrors / owner_name, mirrors / repo.replace("/", "+") / "repo", mirrors / repo.replace("/", "+"),
+             mirrors / repo, mirrors / repo.rsplit("/", 1)[-1]]
+    for c in cands:
+        if (c / ".git").exists() or ((c / "HEAD").is_file() and (c / "objects").is_dir()):
+            return c
+    raise EnvError(f"{repo}: no git mirror under {mirrors} (looked for "
+                   f"{', '.join(str(c.relative_to(mirrors)) for c in cands)})")
+
+
+def git_show(mirror: Path, commit: str, path: str) -> str | None:
+    res = subprocess.run(["git", "-C", str(mirror), "show", f"{commit}:{path}"], capture_output=True)
+    return res.stdout.decode("utf-8", errors="replace") if res.returncode == 0 else None
+
+
+def requirements_txt(repo: str, mirror: Path, commit: str) -> str:
+    """The repository's requirements at `commit`, as the harness's get_requirements_by_commit reads them (its paths,
+    `-r` includes, the same lines left out), from the mirror instead of the network; cleaned as the harness does."""
+    from swebench.harness.constants import MAP_REPO_TO_REQS_PATHS  # optional dependency
+    from swebench.harness.test_spec.python import clean_requirements  # optional dependency
+    for path in MAP_REPO_TO_REQS_PATHS.get(repo, []):
+        text = git_show(mirror, commit, path)
+        if text is not None:
+            break
+    else:
+        raise EnvError(f"{repo}: no requirements file at {commit[:12]} (looked for "
+                       f"{', '.join(MAP_REPO_TO_REQS_PATHS.get(repo, []))})")
+    skip = ("-e .", "#", ".[test")
+    own, extra = [], []
+    for line in text.splitlines():
+        if line.strip().startswith("-r"):
+            inc = git_show(mirror, commit, "/".join(path.split("/")[:-1] + [line.strip()[2:].strip()]).lstrip("/"))
+            extra += [l for l in (inc or "").splitlines() if not l.strip().startswith(skip)]
+        elif not line.strip().startswith(skip):
+            own.append(line)
+    return clean_requirements("\n".join(extra + own))
+
+
+def environment_yml_packages(repo: str, mirror: Path, commit: str, instance_id: str) -> list[str]:
+    """pip requirement lines for an `environment.yml` spec: conda dependencies (name=version -> name==version)
+    and the file's pip section."""
+    import yaml  # the swebench package depends on PyYAML
+    from swebench.harness.constants import MAP_REPO_TO_ENV_YML_PATHS  # optional dependency
+    from swebench.harness.utils import load_cached_environment_yml  # optional dependency
+    text = load_cached_environment_yml(instance_id)
+    if not text:
+        text = next((t for p in MAP_REPO_TO_ENV_YML_PATHS.get(repo, []) if (t := git_show(mirror, commit, p))), None)
+    if not text:
+        raise EnvError(f"{repo}: no environment.yml at {commit[:12]}")
+    out = []
+    for dep in (yaml.safe_load(text) or {}).get("dependencies", []):
+        if isinstance(dep, dict):
+            out += [str(x) for x in dep.get("pip", [])]
+        elif isinstance(dep, str):
+            name = re.split(r"[=<>!\s]", dep.split("::")[-1], maxsplit=1)[0]
+            if name in ("python", "pip") or not name:
+                continue
+            pin = re.fullmatch(r"[\w.-]+\s*=\s*([\w.*]+)", dep.split("::")[-1].strip())
+            out.append(f"{name}=={pin[1]}" if pin and "*" not in pin[1] else dep.split("::")[-1].replace(" ", ""))
+    return out
+
+
+def parse_test_cmd(test_cmd: str) -> dict:
+    """The suite runner's fields for a spec's `test_cmd`: {"kind", "script", "args", "environ"}."""
+    words = shlex.split(test_cmd)
+    environ = {}
+    while words and re.fullmatch(r"[A-Za-z_]\w*=.*", words[0]):
+        k, _, v = words.pop(0).partition("=")
+        environ[k] = v
+    if not words:
+        raise EnvError(f"test command {test_cmd!r}: nothing to run")
+    head, args = words[0], words[1:]
+    if head.endswith("runtests.py"):
+        return {"kind": "unittest", "script": head.removeprefix("./"), "args": args, "environ": environ}
+    if head.endswith("bin/test"):
+        return {"kind": "sympy", "script": head.removeprefix("./"), "args": args, "environ": environ}
+    if head == "tox":  # the spec's pre_install makes tox.ini run `pytest -rA`: run that directly
+        return {"kind": "pytest", "script": "", "args": ["-rA"], "environ": environ}
+    if head in ("pytest", "py.test") or (head == "python" and args[:2] == ["-m", "pytest"]):
+        return {"kind": "pytest", "script": "", "args": args[2:] if head == "python" else args, "environ": environ}
+    raise EnvError(f"test command {test_cmd!r}: no runner for {head!r}")
+
+
+RUNNER_FILES = {"unittest": ["tests/runtests.py", "tests/test_sqlite.py", "tests/urls.py"],
+                "sympy": ["bin/test", "sympy/utilities/runtests.py", "sympy/testing/runtests.py"],
+                "pytest": []}
+"""Files the judge keeps pristine for a runner kind (an edit is dropped): the runner script and its settings."""
+
+
+def _step(cmd: str, cwd: Path, venv: Path, steps: list, timeout_s: float = STEP_TIMEOUT_S) -> bool:
+    env = {**os.environ, "PATH": f"{venv / 'bin'}:{os.environ.get('PATH', '')}", "VIRTUAL_ENV": str(venv),
+           "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    env.pop("PYTHONPATH", None)
+    t0 = time.monotonic()
+    try:
+        res = subprocess.run(["bash", "-c", cmd], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout_s)
+        rc, out = res.returncode, res.stdout + res.stderr
+    except subprocess.TimeoutExpired:
+        rc, out = 124, f"timed out after {timeout_s:.0f}s"
+    steps.append({"cmd": cmd, "rc": rc, "seconds": round(time.monotonic() - t0, 1),
+                  "tail": "\n".join(out.strip().splitlines()[-8:])[-2000:]})
+    return rc == 0
+
+
+def _pip(pkgs: list[str], d: Path, steps: list, missing: list) -> None:
+    """pip install the lines together; when that fails, one by one, listing those that fail in `missing`."""
+    pkgs = [p for p in (x.strip() for x in pkgs) if p and not p.startswith("#")]
+    if not pkgs or _step("python -m pip install -q " + " ".join(shlex.quote(p) for p in pkgs), d, d, steps):
+        return
+    for p in pkgs:
+        if not _step(f"python -m pip install -q {shlex.quote(p)}", d, d, steps):
+            missing.append(p)
+
+
+def _overlay(src: Path, dst: Path) -> list[str]:
+    """Copy the files install created or changed in the checkout (untracked, ignored or modified) to dst."""
+    res = subprocess.run(["git", "-C", str(src), "status", "--porcelain", "--ignored", "-uall", "-z"],
+                         capture_output=True, text=True, check=True)
+    paths = []
+    for entry in res.stdout.split("\0"):
+        if len(entry) < 4 or entry[:2] == " D":
+            continue
+        p = entry[3:]
+        parts = p.split("/")
+        if set(parts) & SKIP_DIRS or any(x.endswith(".egg-info") for x in parts) or p.endswith((".pyc", ".pyo")):
+            continue
+        f = src / p
+        if f.is_file() and not f.is_symlink() and f.stat().st_size <= OVERLAY_MAX_BYTES:
+            (dst / p).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(f, dst / p)
+            paths.append(p)
+    return sorted(paths)
+
+
+PACKAGING = ("setup.py", "setup.cfg", "pyproject.toml")
+
+
+def _changed_packaging(src: Path, commit: str, bases: set[str]) -> list[str]:
+    """The base commits whose packaging files differ from `commit`'s (sorted)."""
+    return sorted(b for b in bases - {commit} if subprocess.run(
+        ["git", "-C", str(src), "diff", "--quiet", commit, b, "--", *PACKAGING], capture_output=True).returncode == 1)
+
+
+def build_swebench_env(repo: str, version: str, records: list[dict], mirrors: Path, out: Path,
+                       log=print) -> TestEnv:
+    """Build out/<owner>__<name>-<version>/ from the official spec (see the module docstring)."""
+    t_start = time.monotonic()
+    spec = spec_for(repo, version)
+    runner = parse_test_cmd(spec["test_cmd"])
+    try:
+        python = resolve_python(str(spec["python"]))
+    except EnvError as e:
+        raise EnvError(f"{repo}@{version}: {e}; install it with `pyenv install {spec['python']}`") from None
+    mirror = find_mirror(repo, mirrors)
+    first = records[0]
+    commit = str(first.get("environment_setup_commit") or first["base_commit"])
+    env = TestEnv(repo, version, python=str(spec["python"]))
+    d = (out / env_dirname(env)).resolve()
+    log(f"{env.key}: venv with {python} in {d}, tree at {commit[:12]}")
+    if d.exists():
+        shutil.rmtree(d)
+    d.mkdir(parents=True)
+    steps, missing, skipped = [], [], []
+    subprocess.run([python, "-m", "venv", str(d)], check=True, capture_output=True)
+    src = d / "src"
+    for cmd in (["git", "clone", "-q", "--shared", "--no-checkout", str(mirror), str(src)],
+                ["git", "-C", str(src), "checkout", "-q", commit]):
+        res = subprocess.run(cmd, capture_output=True, text=True)
+        if res.returncode:
+            raise EnvError(f"{env.key}: {' '.join(cmd[:3])} failed: {res.stderr.strip()[-300:]}")
+    pkgs = spec.get("packages", "")
+    if pkgs == "requirements.txt":
+        (d / "requirements.txt").write_text(requirements_txt(repo, mirror, commit), encoding="utf-8")
+        if not _step(f"python -m pip install -q -r {d / 'requirements.txt'}", d, d, steps):
+            _pip((d / "requirements.txt").read_text().splitlines(), d, steps, missing)
+    elif pkgs == "environment.yml":
+        _pip(environment_yml_packages(repo, mirror, commit, str(first["instance_id"])), d, steps, missing)
+    elif pkgs:
+        _pip([re.sub(r"(?<=[\w])=(?=[\d])", "==", p) for p in pkgs.split()], d, steps, missing)
+    _pip(list(spec.get("pip_packages", [])), d, steps, missing)
+    # the harness runs `install` again in every instance's container, at its base commit: the dependencies an
+    # instance's packaging files declare beyond the environment commit's come from installing there once
+    for c in _changed_packaging(src, commit, {str(r["base_commit"]) for r in records}) + [commit]:
+        if c != commit:
+            log(f"{env.key}: install at {c[:12]} (its packaging files differ)")
+        if not _step(f"git checkout -q -f {c}", src, d, steps):
+            if c == commit:
+                raise EnvError(f"{env.key}: git checkout {c[:12]} failed: {steps[-1]['tail'][-200:]}")
+            continue
+        for cmd in list(spec.get("pre_install", [])) + ([spec["install"]] if spec.get("install") else []):
+            if DOCKER_ONLY.search(cmd):
+                skipped.append(cmd)
+                continue
+            log(f"{env.key}: {cmd[:100]}")
+            if not _step(cmd, src, d, steps) and c == commit:
+                _write_manifest(d, spec, commit, python, steps, missing, skipped, [], t_start)
+                last = (steps[-1]["tail"].splitlines() or [""])[-1]
+                raise EnvError(f"{env.key}: `{cmd[:80]}` failed: {last[:200]} (manifest: {d / 'manifest.json'})")
+    environ = {}
+    for cmd in spec.get("eval_commands", []):
+        m = re.fullmatch(r"export (\w+)=(\S+)", cmd.strip())
+        if m:
+            environ[m[1]] = m[2]
+        else:
+            skipped.append(cmd)
+    overlay = _overlay(src, d / "overlay")
+    built = TestEnv(repo, version, python=str(spec["python"]), pythonpath=["src"] if (src / "src").is_dir() else ["."],
+                    runner="swebench", test_cmd=spec["test_cmd"], environ={**runner["environ"], **environ},
+                    protected=RUNNER_FILES[runner["kind"]], dir=str(d))
+    rec = {k: v for k, v in built.__dict__.items() if k != "dir"}
+    (d / "env.json").write_text(json.dumps(rec, indent=1) + "\n", encoding="utf-8")
+    _write_manifest(d, spec, commit, python, steps, missing, skipped, overlay, t_start)
+    return built
+
+
+def _write_manifest(d: Path, spec: dict, commit: str, python: str, steps: list, missing: list, skipped: list,
+                    overlay: list, t_start: float) -> None:
+    (d / "manifest.json").write_text(json.dumps({
+        "spec": spec, "commit": commit, "python": python, "steps": steps, "missing": missing,
+        "skipped_docker_only": sorted(set(skipped)), "overlay": overlay, "build_s": round(time.monotonic() - t_start, 1)},
+        indent=1, default=str) + "\n", encoding="utf-8")
+
+
+def group_records(records: list[dict]) -> dict[tuple[str, str], list[dict]]:
+    """Records by (repo, version): one environment each."""
+    out: dict[tuple[str, str], list[dict]] = {}
+    for r in records:
+        out.setdefault((str(r["repo"]), str(r["version"])), []).append(r)
+    return out
