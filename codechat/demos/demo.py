@@ -45,6 +45,9 @@ DEMO: list[str] = [
     "algo.advantage=grpo", "algo.loss=ppo-clip", "algo.clip_low=0.2", "algo.clip_high=0.28", "algo.kl_beta=0.05",
     "rl.steps=100", "rl.lr=2e-4", "rl.prompts_per_step=16", "rl.group_size=8", "rl.epochs=2",
     "rl.zero_variance=skip",
+    # No warm-up, unlike the default: seed 0 on held-out ended at GRPO pass@1 70.5 % without it and 63.9 % with
+    # rl.warmup=10 (docs/results/rl-signal.md); the KL term (kl_beta 0.05) already holds the first step.
+    "rl.warmup=0",
     "eval.every=25", "eval.every_stages=[grpo]", "eval.n=8", "eval.k=[1,2,3,4,5,6,7,8]", "eval.greedy=true",
     "eval.temperature=1.0",
     "checkpoint.every=0", "checkpoint.keep_last=1",
