@@ -46,3 +46,24 @@ def test_embed_lr_scale_zero_freezes_the_table_in_training(tmp_path, monkeypatch
     s, e = dict(start.named_parameters()), dict(end.named_parameters())
     assert any(not torch.equal(s[n], e[n]) for n in body)
     assert embed_moved == (scale > 0)
+
+
+def test_embed_lr_scale_zero_takes_no_table_gradient_and_thaws_it_after_the_stage(tmp_path, monkeypatch):
+    """rl.embed_lr_scale=0 skips the table's gradient (no (vocab x hidden) weight gradient, no AdamW state for it)
+    during the RL stage, and the table is trainable again for a stage after it."""
+    seen = {}
+    real_update = rl.rl_update
+
+    def update(ctx, *args, **kwargs):
+        out = real_update(ctx, *args, **kwargs)
+        table = ctx.policy.model.get_input_embeddings().weight
+        seen.update(requires_grad=table.requires_grad, grad=table.grad, in_opt=any(
+            p is table for g in args[4].param_groups for p in g["params"]))
+        seen["model"] = ctx.policy.model
+        return out
+
+    monkeypatch.setattr(rl, "rl_update", update)
+    monkeypatch.setattr(rl, "advantages", lambda ctx, r, a, tracker: torch.linspace(-1, 1, len(r.verdicts)))
+    train(load_config(None, BASE + [f"run_dir={tmp_path / 'run'}", "rl.embed_lr_scale=0", "model.path=tiny"]))
+    assert seen["requires_grad"] is False and seen["grad"] is None and not seen["in_opt"]
+    assert seen["model"].get_input_embeddings().weight.requires_grad

@@ -2,6 +2,7 @@
 (log, evaluate, checkpoint), and the frozen reference model."""
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import random
@@ -63,6 +64,23 @@ class Context:
 
     def stage_start_dir(self) -> Path:
         return self.run_dir / "stages" / f"{self.state.stage_idx}-{self.stage}-start"
+
+
+@contextlib.contextmanager
+def frozen_table(model: torch.nn.Module, freeze: bool):
+    """With `freeze`, the input embedding (and an LM head tied to it) takes no gradient inside the block: the
+    backward skips the (vocab x hidden) weight gradient and AdamW its update, where an lr-0 group would compute
+    and discard both (Qwen's 151,936-row table is 29M of the Qwen-shaped demo's 31M parameters). Not under FSDP,
+    whose root shard holds the table with the final norm; there the lr-0 group stands."""
+    table = [p for p in model.get_input_embeddings().parameters() if p.requires_grad] \
+        if freeze and not is_sharded(model) else []
+    for p in table:
+        p.requires_grad_(False)
+    try:
+        yield
+    finally:
+        for p in table:
+            p.requires_grad_(True)
 
 
 def make_optimizer(model: torch.nn.Module, lr: float, warmup: int, total: int, cosine: bool, cfg: OptimConfig,

@@ -37,8 +37,8 @@ from codechat.rollout.audit import append_audit, audit_rollouts
 from codechat.rollout.collect import Rollouts, rollout_metrics, rollout_records
 from codechat.rollout.thinking import behaviour_logprobs
 from codechat.train import dist
-from codechat.train.common import Context, end_step, grad_norm_clip, make_optimizer, reference_model, restore, \
-    save_stage_start, schedule_step
+from codechat.train.common import Context, end_step, frozen_table, grad_norm_clip, make_optimizer, reference_model, \
+    restore, save_stage_start, schedule_step
 from codechat.train.episodes import is_repo_batch, model_token_budget
 from codechat.train.groups import sample_groups
 from codechat.train.probe import GapProbe
@@ -204,6 +204,11 @@ def advantages(ctx: Context, r: Rollouts, a: AlgoConfig, tracker: DifficultyTrac
 
 
 def run_rl(ctx: Context) -> None:
+    with frozen_table(ctx.policy.model, ctx.cfg.rl.embed_lr_scale == 0):  # rl.embed_lr_scale=0: no table gradient
+        _rl_stage(ctx)
+
+
+def _rl_stage(ctx: Context) -> None:
     c, st = ctx.cfg.rl, ctx.state
     a = stage_algo(ctx.cfg, ctx.stage, ctx.train_tasks)
     if a.kl_beta > 0:
