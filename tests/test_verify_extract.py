@@ -2,7 +2,7 @@
 import time
 
 from codechat.tasks import Task
-from codechat.verifier.verify import extract_code
+from codechat.verifier.extract import extract_code
 
 MBPP = Task("1", "Write a function add(a, b).\nYour code should pass this test:\nassert add(1, 2) == 3\n",
             ["assert add(1, 2) == 3"], "add")

@@ -47,7 +47,8 @@ from codechat.policy.fastlm import unwrap
 from codechat.policy.sampler import choose, process_logits, validate
 from codechat.rollout.collect import prompt_text
 from codechat.tasks import Task, load_tasks, save_tasks
-from codechat.verifier.verify import Verifier, extract_code
+from codechat.verifier.extract import extract_code
+from codechat.verifier.verify import Verifier
 
 PLAIN_STOP = "\nUser:"
 

@@ -207,6 +207,7 @@ def evaluate_endpoint(client: Endpoint, verifier, tasks: list[Task], n: int, ks:
     requests are in flight; tokens_per_s is the server's completion tokens per wall second of the whole
     evaluation. Call `client.check()` before starting the verifier: a down server, a wrong key or model then
     fails before any work."""
+    # torch: rollout.collect imports it, and evaluating a served model runs without it
     from codechat.rollout.collect import prompt_text  # the same prompt text a local model continues
 
     sampling = sampling or SamplingConfig()

@@ -19,7 +19,7 @@ from pathlib import Path
 from codechat import CodechatError
 from codechat.io.runlog import read_jsonl
 from codechat.tasks import Task
-from codechat.verifier.verify import extract_code
+from codechat.verifier.extract import extract_code
 
 WATCHED_MODULES = ("sys", "os", "inspect", "gc", "builtins", "ctypes", "signal")
 WATCHED_DUNDERS = ("__eq__", "__ne__", "__hash__")

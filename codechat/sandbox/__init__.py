@@ -3,8 +3,9 @@
 Layout: `isolation` (namespaces, rlimits, uid, reaping), `wire` (plain-data encoding), `frames` (framing),
 `candidate` (runs the program, answers calls), `audit_hook` (what the program touched),
 `judge` + `modes` (run the tests / compare outputs),
-`zygote` (warm pre-imported forker), `supervisor` (runs each job for its zygote; `tmp_drop`
-unmounts old /tmp dirs), `pool` (parent side: `SandboxPool`, `Job`, `RunResult`).
+`zygote` (warm pre-imported forker), `supervisor` (runs each job for its zygote; `spare`: the pre-forked
+candidates; `judge_proc` + `job_proc`: the judge and each job's process; `tmp_drop` unmounts old /tmp dirs),
+`pool` (parent side: `SandboxPool`, `Job`, `RunResult`).
 This package knows nothing of RL or tasks; `codechat.verifier.verify` builds on it.
 """
 __all__ = ["Job", "Limits", "RunResult", "SandboxPool"]

@@ -1,6 +1,6 @@
 """Modules the pristine judge loads once a job needed them, so that later jobs' forks start with them loaded.
 
-Each job's task code runs in a child forked from the pristine judge (supervisor.py); what it imports dies with
+Each job's task code runs in a child forked from the pristine judge (judge_proc.py); what it imports dies with
 it. A task family whose tests or checker import a heavy module (numpy for a program's arrays, sympy in a
 checker) would pay that import on every job. So after a job the pristine judge imports the modules the job
 imported, but only those named in `WARM` (trusted, import-time side-effect free, installed code): which

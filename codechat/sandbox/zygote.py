@@ -12,7 +12,7 @@ shares it is copied, so the process that forks must do as little as possible bet
       the records of earlier jobs).
   supervisor -> parent: what it observed (timeout, output over the cap, exit signal, protections hit) plus
       the judge's result record, still encoded.
-Per job, a pre-forked candidate (`supervisor.Spare`: own session, fresh temp dir owned by the sandbox uid) gets its
+Per job, a pre-forked candidate (`spare.Spare`: own session, fresh temp dir owned by the sandbox uid) gets its
 limits and payload; the judge gets the tests; a wall-clock deadline runs; then the program and everything it
 created is killed, the temp dir removed, and the next spare forked while the parent reads the result.
 Forking from here costs well under a millisecond; exec-ing a fresh interpreter costs tens.

@@ -33,6 +33,7 @@ from typing import Iterable
 
 from codechat import CodechatError
 from codechat.tasks import Task
+from codechat.verifier.delegating import DelegatingVerifier
 from codechat.verifier.verdict import Verdict
 
 UNCACHED_STATUSES = ("timeout", "memory", "infra_error")
@@ -79,13 +80,14 @@ def pair_key(task: Task, completion: str) -> bytes:
     return h.digest()
 
 
-class DedupVerifier:
+class DedupVerifier(DelegatingVerifier):
     """`verify_many` once per distinct pair; the rest of the Verifier API is the wrapped verifier's."""
 
     def __init__(self, inner, cache_size: int = 0, dedup: bool = True):
         if cache_size < 0:
             raise CodechatError(f"verifier.cache_size must be >= 0, got {cache_size}")
-        self.inner, self.cache_size, self.dedup = inner, int(cache_size), bool(dedup)
+        super().__init__(inner)
+        self.cache_size, self.dedup = int(cache_size), bool(dedup)
         self._cache: OrderedDict[bytes, Verdict] = OrderedDict()
         self._lock = threading.Lock()  # the cache is read by the decoding thread and filled by stream workers
         self.last = DedupStats()
@@ -143,35 +145,12 @@ class DedupVerifier:
         self.last = st
         self.total = self.total + st
 
-    # --- the rest of the verifier API, unchanged --------------------------------------------------------------
+    # --- the verifier API on top of verify_many; the rest is the wrapped verifier's (DelegatingVerifier) ----------
     def verify(self, task: Task, completion: str) -> Verdict:
         return self.verify_many([(task, completion)])[0]
 
     def imap(self, pairs):
         return iter(self.verify_many(pairs))
-
-    def verify_io(self, *args, **kw) -> Verdict:
-        return self.inner.verify_io(*args, **kw)
-
-    def call_function(self, *args, **kw):
-        return self.inner.call_function(*args, **kw)
-
-    @property
-    def workers(self) -> int:
-        return self.inner.workers
-
-    @property
-    def cfg(self):
-        return self.inner.cfg
-
-    def close(self) -> None:
-        self.inner.close()
-
-    def __enter__(self) -> "DedupVerifier":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
 
 class DedupStream:

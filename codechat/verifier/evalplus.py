@@ -22,7 +22,7 @@ from codechat import CodechatError
 from codechat.sandbox.wire import dumps, loads
 from codechat.tasks import Task
 from codechat.verifier.verdict import Verdict
-from codechat.verifier.verify import extract_code
+from codechat.verifier.extract import extract_code
 
 # evalplus's special oracles for MBPP+: outputs compared as sets (the reference returns set-ordered sequences,
 # whose order varies with string hashing), or only checked to be not None.

@@ -26,15 +26,17 @@ from typing import Callable, Iterable, Iterator
 
 from codechat import CodechatError
 from codechat.tasks import Task
+from codechat.verifier.delegating import DelegatingVerifier
 from codechat.verifier.evalplus import expected_outputs, is_evalplus, task_key, verify_base_plus
 from codechat.verifier.verdict import Verdict
 
 
-class PlusVerifier:
+class PlusVerifier(DelegatingVerifier):
     """The Verifier API with evalplus tasks judged on base + plus inputs (module docstring)."""
 
     def __init__(self, inner, trusted: Callable[[Task], bool] | None = None):
-        self.inner, self.trusted = inner, trusted
+        super().__init__(inner)
+        self.trusted = trusted
         self._expected: dict[str, dict | str] = {}  # task key -> expected outputs, or the reference's error
         self._lock = threading.Lock()
 
@@ -78,30 +80,7 @@ class PlusVerifier:
             for f in futures:
                 yield next(rest) if f is None else f.result()
 
-    # --- the rest of the verifier API, unchanged --------------------------------------------------------------
-    def verify_io(self, *args, **kw) -> Verdict:
-        return self.inner.verify_io(*args, **kw)
-
-    def call_function(self, *args, **kw):
-        return self.inner.call_function(*args, **kw)
-
+    # --- the rest of the verifier API is the wrapped verifier's (DelegatingVerifier), its sandbox pool too --------
     @property
     def pool(self):
         return self.inner.pool
-
-    @property
-    def workers(self) -> int:
-        return self.inner.workers
-
-    @property
-    def cfg(self):
-        return self.inner.cfg
-
-    def close(self) -> None:
-        self.inner.close()
-
-    def __enter__(self) -> "PlusVerifier":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
