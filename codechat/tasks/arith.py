@@ -10,7 +10,7 @@ never share a problem.
 
 The `easy` level (`builtin:arith-easy-*`) is what a model of a few million parameters learns in minutes: place
 value (`400 + 70 + 3`), multiplying by ten, the number after `n`, the largest or smallest of four digits. Each
-answer is built from digits of the question by one rule (copy, append a zero, add one to the last digit, compare),
+answer is built from digits of the question by one rule (copy, append a zero, add one, compare),
 so a held-out problem (new numbers) is solved by the rule, not recalled; the standard level needs multi-digit
 products, fractions and algebra, which a model that small does not learn on 2 CPU cores.
 
