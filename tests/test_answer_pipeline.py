@@ -132,3 +132,19 @@ def test_math_config_is_valid_and_its_sets_load():
     assert cfg.stages == ["sft", "grpo"] and cfg.rewards.components == {"pass-all": 1.0, "format": 0.1}
     train, held = load_tasks(cfg.data.train), load_tasks(cfg.data.eval)
     assert all(t.kind == "answer" and t.solution for t in train + held)
+
+
+def test_the_math_config_runs_both_stages_on_a_tiny_budget(tmp_path):
+    from pathlib import Path
+
+    from codechat.config.io import load_config
+    from codechat.train import train
+
+    run = tmp_path / "math"
+    train(load_config(Path(__file__).resolve().parents[1] / "configs" / "math.yaml",
+                      [f"run_dir={run}", "sft.steps=2", "sft.warmup=0", "sft.batch_size=4", "rl.steps=1",
+                       "rl.prompts_per_step=2", "rl.group_size=2", "data.max_eval_tasks=2", "eval.n=1", "eval.k=[1]",
+                       "sampling.max_new_tokens=8", "verifier.workers=1", "log.plot=false", "log.progress=false"]))
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert {r["stage"] for r in rows} == {"sft", "grpo"} and any("eval/pass@1" in r for r in rows)
+    assert (run / "final" / "model.safetensors").is_file()

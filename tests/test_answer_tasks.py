@@ -1,13 +1,14 @@
 """Answer tasks: GSM8K / MATH / our `answer` JSONL loaders (detected from the fields, one-line errors), save/load,
 the generated `builtin:arith-*` family, and `A+B` mixed sets."""
 import json
+import re
 
 import pytest
 
 from codechat.config import AnswerConfig
 from codechat.tasks import TaskFormatError, detect_format, load_tasks, load_tasks_with_format, save_tasks
 from codechat.tasks.answer import ANSWER_INSTRUCTION, answer_task, extract_boxed
-from codechat.tasks.arith import TEMPLATES, generate, split_of
+from codechat.tasks.arith import EASY_TEMPLATES, TEMPLATES, generate, split_of
 from codechat.verifier.answer import AnswerChecker, references
 
 
@@ -123,6 +124,26 @@ def test_arith_family_is_seeded_split_and_exact():
         assert all(v.passed for v in verdicts)
         wrong = c.check_many([(t, "\\boxed{" + t.metadata["answer"] + " + 1}") for t in held])
         assert not any(v.passed for v in wrong)
+
+
+def test_the_easy_level_is_split_exact_and_solved_by_its_rules():
+    """`builtin:arith-easy-*`: every template in both sets, no shared question, every worked solution judged right,
+    a wrong answer judged wrong, and each answer is what the template's rule makes of the question's numbers."""
+    train, held = load_tasks("builtin:arith-easy-train"), load_tasks("builtin:arith-easy-heldout")
+    assert (len(train), len(held)) == (2000, 200) and held[0].task_id == "arith-easy-heldout/0"
+    assert {t.metadata["template"] for t in train} == {t.metadata["template"] for t in held[:100]} == set(EASY_TEMPLATES)
+    assert not {t.prompt for t in train} & {t.prompt for t in held}
+    for t in train + held:
+        nums = [int(n) for n in re.findall(r"\d+", t.prompt.split("\n")[0])]
+        rule = {"place": sum(nums), "times-ten": nums[0] * 10, "next": nums[0] + 1, "largest": max(nums),
+                "smallest": min(nums)}[t.metadata["template"]]
+        assert t.metadata["answer"] == str(rule), t.prompt
+    with AnswerChecker(AnswerConfig(workers=1, timeout_s=60)) as c:
+        assert all(v.passed for v in c.check_many([(t, t.solution) for t in held]))
+        assert not any(v.passed for v in c.check_many([(t, f"\\boxed{{{int(t.metadata['answer']) + 1}}}")
+                                                       for t in held]))
+    with pytest.raises(ValueError, match="unknown level 'hard'"):
+        generate("train", 1, level="hard")
 
 
 def test_builtin_names_and_mixed_sets():

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from codechat import CodechatError
-from codechat.io.jsonl import scan_jsonl
+from codechat.io.jsonl import scan_jsonl, unknown_ids_line
 from codechat.tasks.repo_loaders import load_repo_tasks
 from codechat.verifier.repo import RepoJudge, RepoVerdict
 from codechat.verifier.repo_env import load_envs
@@ -60,8 +60,12 @@ def run_verify(args) -> int:
         raise CodechatError("verify needs --tasks, --completions and --out")
     tasks = load_tasks(args)
     rows = read_patches(args.completions, set(tasks))
+    unknown = [(r["line"], r["task_id"]) for r in rows if r.get("error", "").startswith("unknown task_id")]
+    line = unknown_ids_line(args.completions, unknown, args.tasks)
+    if line:
+        print(f"warning: {line}", file=sys.stderr)
     for r in rows:
-        if "error" in r:
+        if "error" in r and not r["error"].startswith("unknown task_id"):
             print(f"warning: {args.completions}:{r['line']}: {r['error']}", file=sys.stderr)
     hide = tuple({str(Path(args.completions).resolve().parent)} |
                  ({str(Path(args.tasks).expanduser().resolve().parent)} if not args.tasks.startswith("builtin") else set()))

@@ -21,7 +21,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedCo
 from codechat import CodechatError
 from codechat.commands import repo_verify
 from codechat.config import VerifierConfig
-from codechat.io.jsonl import read_jsonl, scan_jsonl
+from codechat.io.jsonl import read_jsonl, scan_jsonl, unknown_ids_line
 from codechat.sandbox.pool import SandboxPool, protection_report
 from codechat.tasks import Task, load_tasks
 from codechat.tasks.repo_loaders import is_repo_spec
@@ -98,9 +98,11 @@ def _config(args):
     return cfg
 
 
-def read_completions(path: str, known: set[str], warn) -> list[dict]:
-    """Completion records, each with `error` set when the line is unusable (reported, then kept as a result)."""
-    rows = []
+def read_completions(path: str, known: set[str], tasks: str = "the task set") -> tuple[list[dict], list[str]]:
+    """Completion records, each with `error` set when the line is unusable (kept as a result), and the warnings:
+    first one line for all unknown task ids (`unknown_ids_line`), then one per other bad line."""
+    rows, unknown, warnings = [], [], []
+    warn = warnings.append
     for lineno, rec, why in scan_jsonl(path, "completions file"):
         if rec is None:
             warn(f"{path}:{lineno}: {why}")
@@ -112,14 +114,17 @@ def read_completions(path: str, known: set[str], warn) -> list[dict]:
             row["error"] = "missing task_id"
         elif row["task_id"] not in known:
             row["error"] = f"unknown task_id {row['task_id']!r}"
+            unknown.append((lineno, row["task_id"]))
         elif not isinstance(row["completion"], str):
             row["error"] = "missing or non-string completion"
         if "error" in row:
-            warn(f"{path}:{lineno}: {row['error']}")
+            if not row["error"].startswith("unknown task_id"):
+                warn(f"{path}:{lineno}: {row['error']}")
         elif not row["completion"].strip():
             warn(f"{path}:{lineno}: empty completion (task {row['task_id']})")
         rows.append(row)
-    return rows
+    line = unknown_ids_line(path, unknown, tasks)
+    return rows, ([line] if line else []) + warnings
 
 
 def _progress(total: int, quiet: bool):
@@ -133,8 +138,7 @@ def run_verify(args) -> int:
     if not Path(args.out).resolve().parent.is_dir():
         raise CodechatError(f"--out {args.out}: directory {Path(args.out).parent} does not exist")
     tasks = {t.task_id: t for t in load_tasks(args.tasks)}
-    warnings: list[str] = []
-    rows = read_completions(args.completions, set(tasks), warnings.append)
+    rows, warnings = read_completions(args.completions, set(tasks), args.tasks)
     for w in warnings[:20]:
         print(f"warning: {w}", file=sys.stderr)
     if len(warnings) > 20:

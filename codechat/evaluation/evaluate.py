@@ -13,7 +13,7 @@ from typing import Callable
 
 from codechat.config import SamplingConfig
 from codechat.evaluation.thinking import bucket_metrics, mode_metrics
-from codechat.io.jsonl import scan_jsonl
+from codechat.io.jsonl import scan_jsonl, unknown_ids_line
 from codechat.tasks import Task
 from codechat.verifier.evalplus import is_evalplus, score_evalplus
 
@@ -144,20 +144,22 @@ def evaluate_policy(policy, verifier, tasks: list[Task], n: int = 4, ks: list[in
 
 
 def read_completions(path: str, task_ids: set[str]) -> tuple[list[tuple[str, int, str]], list[str]]:
-    """(task_id, sample_id, completion) triples and a list of problems (bad lines, unknown ids)."""
-    out, problems, counts = [], [], {}
+    """(task_id, sample_id, completion) triples and a list of problems: one line for all unknown ids first
+    (`unknown_ids_line`), then one per bad line."""
+    out, problems, counts, unknown = [], [], {}, []
     for lineno, rec, why in scan_jsonl(path, "completions file"):
         if rec is None or "task_id" not in rec or "completion" not in rec:
             problems.append(f"{path}:{lineno}: skipped {why or 'malformed line: needs task_id and completion'}")
             continue
         tid, comp = str(rec["task_id"]), rec["completion"]
         if tid not in task_ids:
-            problems.append(f"{path}:{lineno}: skipped unknown task_id '{tid}'")
+            unknown.append((lineno, tid))
             continue
         sid = rec.get("sample_id", counts.get(tid, 0))
         counts[tid] = counts.get(tid, 0) + 1
         out.append((tid, sid, comp if isinstance(comp, str) else ""))
-    return out, problems
+    line = unknown_ids_line(path, unknown, "the task set")
+    return out, ([f"{line}; skipped"] if line else []) + problems
 
 
 def evaluate_completions(verifier, tasks: list[Task], path: str, ks: list[int], thinking: bool = False,

@@ -73,3 +73,16 @@ def scan_jsonl(path: str | Path, what: str = "file") -> Iterator[tuple[int, dict
                 yield lineno, rec, ""
             else:
                 yield lineno, None, f"malformed line: expected a JSON object, got {type(rec).__name__}"
+
+
+def unknown_ids_line(path: str | Path, unknown: list[tuple[int, str]], tasks: str, unit: str = "line") -> str | None:
+    """One line for every record of `path` whose task id is not in the task set `tasks` (`unknown`: (position,
+    id) pairs; `unit` names a position): how many records, how many distinct ids and the first five, so that no
+    unknown id hides behind a cap on per-line warnings. None when there are none."""
+    if not unknown:
+        return None
+    ids = list(dict.fromkeys(tid for _, tid in unknown))
+    shown = ", ".join(repr(i) for i in ids[:5]) + (f" and {len(ids) - 5} more ({len(ids)} distinct)"
+                                                  if len(ids) > 5 else "")
+    where = f"{unit} {unknown[0][0]}" if len(unknown) == 1 else f"{len(unknown)} {unit}s, first {unknown[0][0]}"
+    return f"{path}: unknown task_id {shown} ({where}): not in {tasks}"

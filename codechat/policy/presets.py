@@ -16,6 +16,7 @@ built the same way and cached under the same scheme (the hash covers the sizes, 
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -146,6 +147,7 @@ def save_tokenizer(tok, out: Path) -> None:
     cfg_path.write_text(json.dumps(cfg, indent=2))
 
 
+@functools.lru_cache(maxsize=None)  # the corpus is fixed for a process's life; hashing it costs ~0.5 s
 def preset_key(name: str, seed: int = 0) -> str:
     if name in FAMILIES:
         blob = json.dumps({"family": name, "sizes": QWEN_SIZES, "seed": seed, "ranks": ranks_hash(),

@@ -15,6 +15,7 @@ import math
 from typing import Any
 
 from codechat import CodechatError
+from codechat.io.jsonl import unknown_ids_line
 from codechat.serve.safejson import MAX_DEPTH, too_deep
 from codechat.tasks import Task
 from codechat.tasks.loaders import tasks_from_records
@@ -62,7 +63,7 @@ def parse(req: Any, loaded: dict[str, Task], max_batch: int,
         raise BadVerifyRequest("tasks: a record nests too deeply to load") from None
     except (CodechatError, ValueError, TypeError, KeyError, OverflowError) as e:
         raise BadVerifyRequest(f"{e}".splitlines()[0][:300] if str(e) else f"tasks: {type(e).__name__}") from None
-    pairs, ids = [], []
+    pairs, ids, unknown = [], [], []
     for i, c in enumerate(comps):
         if not isinstance(c, dict):
             raise BadVerifyRequest(f"completions[{i}] must be an object")
@@ -73,7 +74,11 @@ def parse(req: Any, loaded: dict[str, Task], max_batch: int,
         if not (sid is None or isinstance(sid, (str, int, float))):
             raise BadVerifyRequest(f"completions[{i}]: sample_id must be a string, a number or null")
         if str(tid) not in tasks:
-            raise BadVerifyRequest(f"completions[{i}]: unknown task_id {tid!r}"[:300])
+            unknown.append((i, str(tid)[:40]))
+            continue
         pairs.append((tasks[str(tid)], text))
         ids.append({"task_id": str(tid), "sample_id": c.get("sample_id")})
+    if unknown:  # all of them in one answer, not the first alone
+        raise BadVerifyRequest(unknown_ids_line("completions", unknown, "the request's or the server's tasks",
+                                                unit="completion")[:300])
     return pairs, ids

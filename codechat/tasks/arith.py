@@ -8,8 +8,15 @@ has a worked `solution` ending in `\\boxed{...}` (for SFT) and, where natural, `
 Splits: a prompt is held out when a fixed hash of its text says so (1 in 5), for every seed, so train and heldout
 never share a problem.
 
+The `easy` level (`builtin:arith-easy-*`) is what a model of a few million parameters learns in minutes: place
+value (`400 + 70 + 3`), multiplying by ten, the number after `n`, the largest or smallest of four digits. Each
+answer is built from digits of the question by one rule (copy, append a zero, add one, compare),
+so a held-out problem (new numbers) is solved by the rule, not recalled; the standard level needs multi-digit
+products, fractions and algebra, which a model that small does not learn on 2 CPU cores.
+
     from codechat.tasks.arith import generate
     tasks = generate("train", 1000, seed=0)          # = load_tasks("builtin:arith-train")
+    easy = generate("heldout", 200, level="easy")   # = load_tasks("builtin:arith-easy-heldout")
 """
 from __future__ import annotations
 
@@ -25,6 +32,8 @@ from codechat.tasks.model import Task
 SPLITS = ("train", "heldout")
 TRAIN_SIZE, HELDOUT_SIZE, SEED = 1000, 200, 0
 """Sizes and seed of the registered sets."""
+EASY_TRAIN_SIZE = 2000
+"""Size of `builtin:arith-easy-train` (its held-out set has HELDOUT_SIZE)."""
 
 Problem = tuple[str, str, list[str], str]  # (question, answer, accepted alternatives, worked solution)
 
@@ -104,25 +113,61 @@ TEMPLATES: dict[str, Callable[[random.Random], Problem]] = {
     "expand": _expand, "roots": _roots}
 
 
+def _place(rng: random.Random) -> Problem:
+    h, t, u = rng.randint(1, 9), rng.randint(1, 9), rng.randint(1, 9)
+    value = 100 * h + 10 * t + u
+    return (f"What is ${100 * h} + {10 * t} + {u}$?", str(value), [],
+            f"{h} hundreds, {t} tens and {u} ones make {value}.")
+
+
+def _times_ten(rng: random.Random) -> Problem:
+    n = rng.randint(10, 999)
+    return f"What is ${n} \\times 10$?", str(10 * n), [], f"Multiplying {n} by 10 appends a zero: {10 * n}."
+
+
+def _next(rng: random.Random) -> Problem:
+    n = rng.randint(10, 998)
+    return f"What number comes right after {n}?", str(n + 1), [], f"Adding 1 to {n} gives {n + 1}."
+
+
+def _extreme(which: str) -> Callable[[random.Random], Problem]:
+    def make(rng: random.Random) -> Problem:
+        ds = rng.sample(range(1, 10), 4)
+        value = max(ds) if which == "largest" else min(ds)
+        listed = f"{ds[0]}, {ds[1]}, {ds[2]} and {ds[3]}"
+        return f"What is the {which} of {listed}?", str(value), [], f"Of {listed}, the {which} is {value}."
+    return make
+
+
+EASY_TEMPLATES: dict[str, Callable[[random.Random], Problem]] = {
+    "place": _place, "times-ten": _times_ten, "next": _next, "largest": _extreme("largest"),
+    "smallest": _extreme("smallest")}
+LEVELS = {"standard": TEMPLATES, "easy": EASY_TEMPLATES}
+"""Template sets by difficulty: `standard` (builtin:arith-*), `easy` (builtin:arith-easy-*)."""
+
+
 def split_of(question: str) -> str:
     """`heldout` for 1 in 5 questions by a fixed hash of the text, else `train` (the same for every seed)."""
     return "heldout" if hashlib.sha256(question.encode()).digest()[0] % 5 == 0 else "train"
 
 
-def generate(split: str, n: int, seed: int = SEED) -> list[Task]:
-    """`n` distinct tasks of `split`, cycling through the templates; deterministic in (split, n, seed)."""
+def generate(split: str, n: int, seed: int = SEED, level: str = "standard") -> list[Task]:
+    """`n` distinct tasks of `split` at `level`, cycling through its templates; deterministic in the arguments."""
     if split not in SPLITS:
         raise ValueError(f"unknown split '{split}' (valid: {', '.join(SPLITS)})")
-    rng, names, seen, tasks = random.Random(seed), list(TEMPLATES), set(), []
+    if level not in LEVELS:
+        raise ValueError(f"unknown level '{level}' (valid: {', '.join(LEVELS)})")
+    templates, prefix = LEVELS[level], "arith" if level == "standard" else f"arith-{level}"
+    rng, names, seen, tasks = random.Random(seed), list(templates), set(), []
     attempts = 0
     while len(tasks) < n and attempts < 200 * n + 1000:
         attempts += 1
         name = names[len(tasks) % len(names)]
-        question, answer, accepted, worked = TEMPLATES[name](rng)
+        question, answer, accepted, worked = templates[name](rng)
         if question in seen or split_of(question) != split:
             continue
         seen.add(question)
-        tasks.append(answer_task(f"arith-{split}/{len(tasks)}", f"{question}\n{ANSWER_INSTRUCTION}", answer,
+        tasks.append(answer_task(f"{prefix}-{split}/{len(tasks)}", f"{question}\n{ANSWER_INSTRUCTION}", answer,
                                  accepted, f"{worked}\nThe answer is \\boxed{{{answer}}}.", template=name,
-                                 source=f"builtin:arith-{split}"))
+                                 source=f"builtin:{prefix}-{split}"))
     return tasks

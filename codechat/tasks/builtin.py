@@ -89,6 +89,17 @@ GENERATED["arith-train"] = _arith("train")
 GENERATED["arith-heldout"] = _arith("heldout")
 
 
+def _arith_easy(split: str) -> Callable[[], list[Task]]:
+    def load() -> list[Task]:
+        n = arith.EASY_TRAIN_SIZE if split == "train" else arith.HELDOUT_SIZE
+        return arith.generate(split, n, arith.SEED, level="easy")
+    return load
+
+
+GENERATED["arith-easy-train"] = _arith_easy("train")
+GENERATED["arith-easy-heldout"] = _arith_easy("heldout")
+
+
 def builtin_names() -> list[str]:
     files = [p.name[:-6] for p in resources.files("codechat.tasks").joinpath("data").iterdir()
              if p.name.endswith(".jsonl")]
