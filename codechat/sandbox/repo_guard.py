@@ -46,6 +46,12 @@ HELPER_FUNCTIONS = {"traceback": ("walk_stack", "walk_tb", "extract", "_extract_
 HELPER_PACKAGES = ("asyncio", "ctypes")
 FINDER_METHODS = ("find_spec", "find_module", "find_loader", "create_module", "exec_module", "load_module",
                   "invalidate_caches", "get_code", "get_data", "get_source")
+LOOKED_UP = FINDER_METHODS + ("__call__",)
+WRITTEN, GETATTR, SETATTR, COMPILE, IMPORT, TRACE, OPEN = range(7)
+EVENT_KINDS = {**dict.fromkeys(FROM_WRITTEN, WRITTEN), "object.__getattr__": GETATTR, "object.__setattr__": SETATTR,
+               "object.__delattr__": SETATTR, "compile": COMPILE, "import": IMPORT, "open": OPEN,
+               **dict.fromkeys(ALWAYS, TRACE)}
+"""What `Guard.hook` does with an event (`ctypes.*` events are checked as WRITTEN; any other event is let pass)."""
 
 
 def _origin(name):
@@ -89,7 +95,11 @@ class Guard:
         self.finders = (tuple(sys.meta_path), tuple(sys.path_hooks))
         self._busy = False
         self._cache: dict = {}
-        self._vetted: set = {id(None)}
+        # the import machinery as it is now (no repository code has run) is the baseline, as `finders` is: the
+        # path entry finders cached so far (~50 in a warm run, one per package directory) are not vetted again
+        # per run; each one is held, so that its id cannot be reused by a finder made later
+        self._entries = list(sys.path_importer_cache.values())
+        self._vetted: dict = {id(f): f for f in [None] + self._entries}
 
     def written(self, filename: str, line: int) -> bool:
         """Was the code at `filename:line` written by the change (or does it have no trusted file)?"""
@@ -121,28 +131,33 @@ class Guard:
         return False
 
     def hook(self, event: str, args) -> None:
+        # called for every audit event of the run (~4,000 in a warm run, most of them `builtins.id`, `exec`,
+        # `open`): one dict lookup decides whether the event is one the guard looks at
         if self._busy:
             return
-        if event in FROM_WRITTEN:
+        kind = EVENT_KINDS.get(event)
+        if kind is None:
+            if not event.startswith("ctypes."):
+                return
             check = True
-        elif event == "object.__getattr__":
+        elif kind == WRITTEN:
+            check = True
+        elif kind == GETATTR:
             check = args[1] in FRAME_ATTRS
-        elif event == "object.__setattr__" or event == "object.__delattr__":
+        elif kind == SETATTR:
             check = args[1] == "__code__"
-        elif event == "compile":
+        elif kind == COMPILE:
             check = isinstance(args[1], str) and args[1].startswith("/")
-        elif event == "import":
+        elif kind == IMPORT:
             self.check_finders()
             return
-        elif event in ALWAYS:
+        elif kind == TRACE:
             self._refuse(event, "tracing and profiling are off in a judged run")
-        elif event == "open":
+        else:  # OPEN
             path = args[0]
             if isinstance(path, str) and path.startswith("/proc/") and path.endswith("/mem"):
                 self._refuse(event, path)
             return
-        else:
-            check = event.startswith("ctypes.")
         if not check:
             return
         self._busy = True
@@ -164,19 +179,20 @@ class Guard:
         """Record a finder or path hook added (or a path entry finder cached) since the last check whose code
         the change wrote. Called on import events, and by the runner after each test module is collected and
         as each test ends (importlib.import_module raises no import event)."""
-        cached = sys.path_importer_cache
-        if (tuple(sys.meta_path), tuple(sys.path_hooks)) == self.finders \
-                and all(id(f) in self._vetted for f in list(cached.values())):
+        meta, hooks, entries = list(sys.meta_path), list(sys.path_hooks), list(sys.path_importer_cache.values())
+        # compared by identity (`==` would call a finder's own `__eq__`); the same entries as at the last check
+        # were vetted then
+        if _same_seq(meta, self.finders[0]) and _same_seq(hooks, self.finders[1]) and _same_seq(entries, self._entries):
             return
         self._busy = True
         try:
             old = set(map(id, self.finders[0] + self.finders[1]))
-            for f in list(sys.meta_path) + list(sys.path_hooks) + list(cached.values()):
+            for f in meta + hooks + entries:
                 if id(f) not in old and id(f) not in self._vetted:
                     if not self.trusted_object(f):
                         self.violations.append(f"import hook added by code the change wrote: {type(f).__name__}")
-                    self._vetted.add(id(f))
-            self.finders = (tuple(sys.meta_path), tuple(sys.path_hooks))
+                    self._vetted[id(f)] = f
+            self.finders, self._entries = (tuple(meta), tuple(hooks)), entries
         finally:
             self._busy = False
 
@@ -194,8 +210,10 @@ class Guard:
                                                  if not isinstance(x, str)):
             return False
         for cls in (obj if isinstance(obj, type) else type(obj)).__mro__:
-            for name, v in vars(cls).items():
-                if name in FINDER_METHODS or name == "__call__":
+            d = vars(cls)
+            for name in LOOKED_UP:
+                v = d.get(name)
+                if v is not None:
                     v = getattr(v, "__func__", v)
                     if isinstance(v, types.FunctionType) and not self.trusted_callable(v):
                         return False
@@ -220,38 +238,60 @@ class Snapshot:
     def __init__(self, pm, guard: Guard, watched: list, per_test: tuple = (), per_test_hooks: tuple = ()):
         self.pm, self.guard = pm, guard
         self.impls = self._impls(None)
-        self.attrs = [(obj, {k: v for k, v in vars(obj).items() if isinstance(v, _CALLABLE)}) for obj in watched]
+        # whole copies of the namespaces (a C-level copy; only the entries that were functions or classes here
+        # are compared); `seen`: the deciding hooks' implementations as the last per-test check found them
+        self.attrs = [(obj, dict(vars(obj))) for obj in watched]
         self.quick = [(obj, attrs) for obj, attrs in self.attrs if any(obj is o for o in per_test)]
         self.quick_hooks = per_test_hooks
+        self.seen = {name: self.impls.get(name, []) for name in per_test_hooks}
         self.exec = getattr(pm, "_inner_hookexec", None)
 
     def _impls(self, names) -> dict:
+        """{hook name: [(implementation, its function, its plugin), ...]} of the hooks `names` (None: all)."""
         out = {}
         hooks = vars(self.pm.hook)
         for name in (hooks if names is None else [n for n in names if n in hooks]):
             caller = hooks[name]
-            for impl in (caller.get_hookimpls() if hasattr(caller, "get_hookimpls") else []):
-                out[(name, id(impl))] = (impl, impl.function, impl.plugin)
+            out[name] = [(impl, impl.function, impl.plugin)
+                         for impl in (caller.get_hookimpls() if hasattr(caller, "get_hookimpls") else [])]
         return out
 
     def changes(self, full: bool = True) -> list:
         """What differs from the snapshot: a hook implementation added whose function the change wrote or that
         is no plain function (whatever its plugin or module claims), or replaced; a watched function or class
-        replaced or removed; the plugin manager's dispatch replaced. `full=False`: the per-test subset."""
+        replaced or removed; the plugin manager's dispatch replaced. `full=False`: the per-test subset, where a
+        deciding hook whose implementations are those the last per-test check judged is not judged again (what
+        that check found stays in the run's record, and the full check at the end compares with the snapshot)."""
         out = []
         if getattr(self.pm, "_inner_hookexec", None) is not self.exec:
             out.append("plugin manager dispatch replaced")
-        for key, (impl, fn, plugin) in self._impls(None if full else self.quick_hooks).items():
-            old = self.impls.get(key)
-            if old is not None and old[0] is impl:
-                if fn is not old[1] or plugin is not old[2]:
-                    out.append(f"hook implementation replaced: {key[0]}")
-            elif not self.guard.trusted_callable(fn):
-                out.append(f"plugin added at run time implements {key[0]}")
+        for name, now in self._impls(None if full else self.quick_hooks).items():
+            if not full:
+                if _same(now, self.seen.get(name, ())):
+                    continue
+                self.seen[name] = now
+            old = {id(impl): (fn, plugin) for impl, fn, plugin in self.impls.get(name, ())}
+            for impl, fn, plugin in now:
+                was = old.get(id(impl))
+                if was is not None:
+                    if fn is not was[0] or plugin is not was[1]:
+                        out.append(f"hook implementation replaced: {name}")
+                elif not self.guard.trusted_callable(fn):
+                    out.append(f"plugin added at run time implements {name}")
         for obj, attrs in (self.attrs if full else self.quick):
             d = vars(obj)
             for name, v in attrs.items():
-                if d.get(name) is not v:
+                if d.get(name) is not v and isinstance(v, _CALLABLE):
                     out.append(f"{getattr(obj, '__name__', '?')}.{name} replaced")
                     break
         return out
+
+
+def _same_seq(now, then) -> bool:
+    """The same objects in the same order (by identity)."""
+    return len(now) == len(then) and all(a is b for a, b in zip(now, then))
+
+
+def _same(now: list, then) -> bool:
+    """The same implementations, functions and plugins, by identity (never `==`: a plugin's `__eq__` is code)."""
+    return len(now) == len(then) and all(a[0] is b[0] and a[1] is b[1] and a[2] is b[2] for a, b in zip(now, then))
