@@ -35,6 +35,10 @@ can flip a token only where a uniform lands within that of a CDF boundary (teste
 within 1e-4). The fast decoder only (Llama family); with transformers' forward max_rows is ignored (static).
 The generated-cache columns grow by the budget when late rows need them (no column reuse).
 
+Compiled steps (`cfg.compile`, config `sampling.compile`): the per-row cache's steps run as a torch.compile'd
+static-shape graph (policy/staticstep.py); finished rows are then dropped in whole power-of-two buckets. Same
+tokens as eager; not with continuous batching.
+
     sampler = Sampler(policy); batch = sampler.sample([policy.encode_prompt("def add(a, b):")], 4, cfg)
 """
 from __future__ import annotations

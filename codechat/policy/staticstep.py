@@ -6,19 +6,25 @@ softmax, SwiGLU, the sampling math) fuse into a few C++ loops and the Python bet
 stay the same ATen/MKL calls. A graph is only reusable when nothing in it depends on the step: so the KV cache
 has a fixed width (prompt region + every generated column, preallocated), the column written is a tensor, not a
 Python int, and attention always reads the whole width under an additive mask that the caller opens one column
-per step. Rows that finish stay in the batch until the batch shrinks to a smaller bucket (decoding.py), so the
-batch size changes rarely.
+per step. Rows that finish stay in the batch until the live rows fit a smaller bucket (a power of two; the
+sampler's compaction asks `FastDecoder.rows_for`), so a sample call reaches at most log2(rows) + 1 graphs, and
+later calls of the same shape reuse them (dynamic shapes would compile once but decode no faster than eager).
 
-`StaticWeights.build(fast)` snapshots the fused weights (FastLM.fuse) and a rotary table; `step(...)` is the
-plain function that is compiled. Same math as flatkv.lean_step (the eager path), up to float rounding where
-inductor reorders a reduction.
+`StaticWeights.build(fast)` gathers the fused weights (FastLM.fuse) and the rotary frequencies; `step(...)` is
+the plain function that is compiled; `StaticStep` is what flatkv.FlatCache calls. Same math as
+flatkv.lean_step (the eager path), up to float rounding where inductor reorders a reduction (tests/
+test_staticstep.py: the same tokens as eager). Used with `sampling.compile: true`; bench/sample_throughput.py
+--compile measures it.
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -47,14 +53,14 @@ class StaticWeights:
     def build(fast) -> "StaticWeights":
         """fast: a fused FastLM (flatkv.flat_ok) whose rotary module is static (`supports`)."""
         inner = fast.inner
-        D = fast.head_dim
         emb = inner.embed_tokens.weight
         rot = inner.rotary_emb
-        layers = [(ly.input_layernorm.weight, w_qkv, b_qkv, ly.self_attn.o_proj.weight, ly.post_attention_layernorm.weight,
-                   w_gu, ly.mlp.down_proj.weight) for ly, (w_qkv, b_qkv, w_gu) in zip(inner.layers, fast.fused)]
+        layers = [(ly.input_layernorm.weight, w_qkv, b_qkv, ly.self_attn.o_proj.weight,
+                   ly.post_attention_layernorm.weight, w_gu, ly.mlp.down_proj.weight)
+                  for ly, (w_qkv, b_qkv, w_gu) in zip(inner.layers, fast.fused)]
         return StaticWeights(emb, rot.inv_freq.float(), float(rot.attention_scaling), layers, inner.norm.weight,
-                             fast.lm.lm_head.weight, inner.norm.variance_epsilon, fast.n_heads, fast.n_kv, D,
-                             fast.scaling)
+                             fast.lm.lm_head.weight, inner.norm.variance_epsilon, fast.n_heads, fast.n_kv,
+                             fast.head_dim, fast.scaling)
 
 
 def step(w: StaticWeights, tok, pos, col, mask, ks: list, vs: list):
@@ -128,5 +134,15 @@ class StaticStep:
         self.fn = compiled_step() if compiled else step
 
     def __call__(self, tok, pos, col: int, mask, ks, vs):
-        """tok, pos (B,); col: the cache column written. Returns logits (B, V)."""
-        return self.fn(self.weights, tok, pos, torch.tensor([col], device=tok.device), mask, ks, vs)
+        """tok, pos (B,); col: the cache column written. Returns logits (B, V). A graph that fails to compile
+        (e.g. no C++ compiler for inductor) leaves this process on the eager `step`, with a warning."""
+        col = torch.tensor([col], device=tok.device)
+        try:
+            return self.fn(self.weights, tok, pos, col, mask, ks, vs)
+        except Exception as e:  # a compile failure comes before the graph runs: nothing written yet
+            # matched by name: importing torch._dynamo's exceptions costs seconds at start-up
+            if self.fn is step or type(e).__name__ not in ("BackendCompilerFailed", "InductorError"):
+                raise
+            log.warning("sampling.compile: torch.compile failed (%s); decoding eagerly", str(e).splitlines()[0])
+            _COMPILED["step"] = self.fn = step
+            return step(self.weights, tok, pos, col, mask, ks, vs)
