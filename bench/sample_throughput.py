@@ -12,9 +12,10 @@ per projection of every layer and the LM head, on the model's own weights, B = P
 sides. A decoded token costs 2 x (projection and LM-head weights) FLOPs; attention's FLOPs (a few % at these
 contexts) are not counted, which understates both sides alike. share = (tokens x FLOPs/token / time) / (GEMM
 FLOPs / GEMM time): 1.0 would be a decoder that does nothing but those matmuls. Ends with one JSON line
-{"ours_tok_s", "hf_tok_s", "ratio", "ours_gemm_share", "hf_gemm_share", "gemm_gflops", "clock", "repeats"}.
+{"ours_tok_s", "hf_tok_s", "ratio", "ours_gemm_share", "hf_gemm_share", "gemm_gflops", "clock", "repeats",
+"compile", "compile_s"}. --compile: ours with `sampling.compile` (its one-off compile CPU time is compile_s).
 
-    PYTHONPATH=. python bench/sample_throughput.py --preset tiny -P 4 -G 8 --new 64
+    PYTHONPATH=. python bench/sample_throughput.py --preset tiny -P 4 -G 8 --new 64 [--compile]
     PYTHONPATH=. python bench/sample_throughput.py --preset small --tasks ../shared/data/mbpp/mbpp.jsonl
     PYTHONPATH=. python bench/sample_throughput.py --model /path/to/hf_dir --threads 2 --clock wall
 
@@ -121,6 +122,9 @@ def main() -> None:
     ap.add_argument("--clock", choices=["wall", "cpu"], default="cpu",
                     help="wall time, or this process's CPU time (with --threads 1: robust to other load)")
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--compile", action="store_true",
+                    help="ours with sampling.compile (the static-shape step under torch.compile); its compile time "
+                         "is reported apart (the first call at the timed settings), not in the timed runs")
     args = ap.parse_args()
     global CLOCK
     CLOCK = time.process_time if args.clock == "cpu" else time.perf_counter
@@ -137,7 +141,7 @@ def main() -> None:
         texts = [t.prompt for t in load_tasks(args.tasks)[: args.P]]
     prompts = [policy.encode_prompt(texts[i % len(texts)]) for i in range(args.P)]
     cfg = SamplingConfig(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
-                         max_new_tokens=args.new, seed=0)
+                         max_new_tokens=args.new, seed=0, compile=args.compile)
     sampler = Sampler(policy)
     n_params = sum(p.numel() for p in policy.model.parameters())
     print(f"model {args.model or args.preset} ({n_params / 1e6:.1f}M params), P={args.P} G={args.G} "
@@ -146,6 +150,12 @@ def main() -> None:
     warm = SamplingConfig(**{**cfg.__dict__, "max_new_tokens": 4})
     run_ours(sampler, prompts, args.G, warm)
     run_hf(policy, prompts, args.G, warm)
+    compile_s = 0.0
+    if args.compile:  # the graphs of the timed settings (every batch bucket they reach), built once here
+        _, first = run_ours(sampler, prompts, args.G, cfg)
+        _, again = run_ours(sampler, prompts, args.G, cfg)
+        compile_s = first - again
+        print(f"compile: first call {first:.1f} s, second {again:.2f} s")
     ws = gemm_weights(policy.model)
     flops_tok = sum(2.0 * w.numel() for w in ws)  # per decoded token: every projection and the LM head
     B = args.P * args.G
@@ -167,7 +177,8 @@ def main() -> None:
           f"token; share of the GEMM rate: ours {o * flops_tok / g:.2f}, hf generate {h * flops_tok / g:.2f}")
     print(json.dumps({"ours_tok_s": round(o, 1), "hf_tok_s": round(h, 1), "ratio": round(o / h, 2),
                       "ours_gemm_share": round(o * flops_tok / g, 3), "hf_gemm_share": round(h * flops_tok / g, 3),
-                      "gemm_gflops": round(g / 1e9, 1), "clock": args.clock, "repeats": args.repeats}))
+                      "gemm_gflops": round(g / 1e9, 1), "clock": args.clock, "repeats": args.repeats,
+                      "compile": args.compile, "compile_s": round(compile_s, 1)}))
 
 
 if __name__ == "__main__":

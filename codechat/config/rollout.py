@@ -50,6 +50,9 @@ class SamplingConfig:
     """Stop strings; generation of a sample ends at the first one (it is kept in the text)."""
     seed: int = 0
     """Seed of the sampler's random generator."""
+    compile: bool = False
+    """hf engine: decode short prompts through one torch.compile'd static-shape step (policy/staticstep.py);
+    compiling costs a few CPU seconds once per process, then each decode step is cheaper."""
 
 
 @dataclass

@@ -18,6 +18,7 @@ import torch
 
 from codechat.policy.fastlm import FastLM, unwrap, usable
 from codechat.policy.flatkv import FlatCache, flat_ok, lean_step
+from codechat.policy.staticstep import StaticStep, bucket, supports, width
 
 FLAT_PROMPT = 512
 """Prompts up to this many columns (padding and a reused past included) decode with the per-row cache of
@@ -62,8 +63,10 @@ class SharedCache:
 
 
 class FastDecoder:
-    def __init__(self, fast: FastLM):
+    def __init__(self, fast: FastLM, compiled: bool = False):
         self.fast = fast
+        self.compiled = compiled
+        """Per-row cache steps run staticstep's compiled static-shape step (sampling.compile)."""
         self.flat: FlatCache | None = None
         """The per-row cache (flatkv.py) when this batch uses it, else None (the shared-prompt grid)."""
         self.lean = False
@@ -89,7 +92,10 @@ class FastDecoder:
         one_each = bool((torch.bincount(index) <= 1).all())
         self.lean = flat_ok(self.fast, ids.device)
         if self.lean and (valid.shape[1] <= FLAT_PROMPT or one_each):
-            self.flat = FlatCache.build(kv, valid, index, max_new, self.fast.n_kv)
+            static = StaticStep(self.fast, compiled=True) if self.compiled and supports(self.fast) else None
+            if static is not None:  # whole buckets of columns, so later batches reuse the graph
+                max_new = width(valid.shape[1] + max_new) - valid.shape[1]
+            self.flat = FlatCache.build(kv, valid, index, max_new, self.fast.n_kv, static)
             return logits[index]
         self.flat = None
         pmask = torch.zeros(valid.shape, dtype=dtype, device=ids.device).masked_fill(~valid, float("-inf"))
@@ -98,6 +104,10 @@ class FastDecoder:
             gen=self.fast.new_cache(index.numel(), max_new, dtype, ids.device), pidx=index.clone())
         self.cache.regrid()
         return logits[index]
+
+    def rows_for(self, n_live: int) -> int:
+        """Rows to keep when n_live rows are still decoding: n_live, or its bucket for a static-shape step."""
+        return bucket(n_live) if self.flat is not None and self.flat.static is not None else n_live
 
     def step(self, tok):
         """tok (B,) -> logits (B, V)."""
@@ -222,17 +232,21 @@ class HFDecoder:
         self.pos = self.pos + 1
         return logits
 
+    def rows_for(self, n_live: int) -> int:
+        """Rows to keep when n_live rows are still decoding: all of them."""
+        return n_live
+
     def select(self, rows):
         self.cache.batch_select_indices(rows)
         self.mask = self.mask[rows]
         self.pos = self.pos[rows]
 
 
-def make_decoder(model, fast: bool | None = None):
+def make_decoder(model, fast: bool | None = None, compiled: bool = False):
     """FastDecoder (with fused weights when possible) when `fast` is None and fastlm.usable(model) or when fast
-    is True; else HFDecoder."""
+    is True; else HFDecoder. compiled: the FastDecoder's per-row cache steps run compiled (sampling.compile)."""
     if fast or (fast is None and usable(model)):
         lm = FastLM(model)
         lm.fuse()
-        return FastDecoder(lm)
+        return FastDecoder(lm, compiled)
     return HFDecoder(model)

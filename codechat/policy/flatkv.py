@@ -71,6 +71,9 @@ class FlatCache:
     """(B * Hkv, 1, W + T) additive: 0 where the row may attend, -inf elsewhere."""
     width: int
     """W: the prompt region's width (generated column t sits at W + t)."""
+    static: object = None
+    """None: eager steps (lean_step over the filled columns). Else a staticstep.StaticStep: every step reads the
+    whole width through one compiled graph, so never-written columns are kept at zero."""
 
     @property
     def columns(self) -> int:
@@ -78,23 +81,26 @@ class FlatCache:
         return self.k[0].shape[2] - self.width
 
     @staticmethod
-    def build(kv, valid, index, max_new: int, n_kv: int) -> "FlatCache":
+    def build(kv, valid, index, max_new: int, n_kv: int, static=None) -> "FlatCache":
         """kv: per layer (k, v) each (P, Hkv, W, D), left-padded prompts; valid (P, W) bool; index (B,) the prompt
-        of each row; max_new: generated columns."""
+        of each row; max_new: generated columns; static: see the field."""
         P, Hkv, W, D = kv[0][0].shape
         B = index.numel()
         ks, vs = [], []
+        new = torch.zeros if static is not None else torch.empty
         for k, v in kv:
-            nk, nv = k.new_empty(B, Hkv, W + max_new, D), v.new_empty(B, Hkv, W + max_new, D)
+            nk, nv = (new(B, Hkv, W + max_new, D, dtype=k.dtype, device=k.device) for _ in range(2))
             nk[:, :, :W], nv[:, :, :W] = k[index], v[index]
             ks.append(nk)
             vs.append(nv)
         mask = torch.zeros(B, 1, W + max_new, dtype=kv[0][0].dtype, device=index.device)
         mask[:, 0, :W].masked_fill_(~valid[index], float("-inf"))
-        return FlatCache(ks, vs, mask.repeat_interleave(n_kv, 0), W)
+        return FlatCache(ks, vs, mask.repeat_interleave(n_kv, 0), W, static)
 
     def step(self, fast, tok, pos, t: int):
         """tok, pos (B,): one token per row, written at generated column t. Returns logits (B, V)."""
+        if self.static is not None:
+            return self.static(tok, pos, self.width + t, self.mask, self.k, self.v)
         H, Hkv, D = fast.n_heads, fast.n_kv, fast.head_dim
         B, grp, col, S = tok.shape[0], H // Hkv, self.width + t, self.width + t + 1
         mask = self.mask[:, :, :S]  # (B * Hkv, 1, S)
@@ -113,6 +119,9 @@ class FlatCache:
         """Keep batch rows `rows` (B',): copies their filled columns only."""
         S, Hkv = self.width + t, self.k[0].shape[1]
         for layer, (k, v) in enumerate(zip(self.k, self.v)):
+            if self.static is not None:  # the unwritten columns stay zero
+                self.k[layer], self.v[layer] = k[rows], v[rows]
+                continue
             nk, nv = k.new_empty((rows.numel(), *k.shape[1:])), v.new_empty((rows.numel(), *v.shape[1:]))
             nk[:, :, :S], nv[:, :, :S] = k[rows, :, :S], v[rows, :, :S]
             self.k[layer], self.v[layer] = nk, nv

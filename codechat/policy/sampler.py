@@ -35,6 +35,10 @@ can flip a token only where a uniform lands within that of a CDF boundary (teste
 within 1e-4). The fast decoder only (Llama family); with transformers' forward max_rows is ignored (static).
 The generated-cache columns grow by the budget when late rows need them (no column reuse).
 
+Compiled steps (`cfg.compile`, config `sampling.compile`): the per-row cache's steps run as a torch.compile'd
+static-shape graph (policy/staticstep.py); finished rows are then dropped in whole power-of-two buckets. Same
+tokens as eager; not with continuous batching.
+
     sampler = Sampler(policy); batch = sampler.sample([policy.encode_prompt("def add(a, b):")], 4, cfg)
 """
 from __future__ import annotations
@@ -213,7 +217,7 @@ class Sampler:
                 for p, m in zip(prompts, max_new if max_new is not None else [cfg.max_new_tokens] * P)]
         Tn = max(room)  # generated columns: the largest budget
         row_budget = torch.tensor([room[r // n] for r in range(N)] + [Tn], device=dev)  # (N + 1,) scratch last
-        dec = make_decoder(pol.model, self.fast)
+        dec = make_decoder(pol.model, self.fast, cfg.compile)
         keys = keys if keys is not None and dec.reuses_kv else None
         reuse = self.prefix.reusable(keys, prompts, weights_version(pol.model)) if keys else [0] * P
         past = self.prefix.past(keys, reuse, pol.model.get_input_embeddings().weight) if keys else None
@@ -222,6 +226,8 @@ class Sampler:
         Lp = max(len(p) - r for p, r in zip(prompts, reuse))
         # keyed calls (KV kept across turns) decode all rows at once: a row's exported KV assumes it started at 0
         slots = self.max_rows if 0 < self.max_rows < N and hasattr(dec, "add") and keys is None else N
+        if slots < N:  # rows joining mid-decode change the batch at every admission: no static shapes
+            dec.compiled = False
         queue = [(p, g0, min(g0 + slots, n)) for p in range(P) for g0 in range(0, n, slots)]  # (prompt, samples)
         first = []  # the admissions decoded from the start: as many as fit the slots
         while queue and sum(g1 - g0 for _, g0, g1 in first) + queue[0][2] - queue[0][1] <= slots:
@@ -289,9 +295,14 @@ class Sampler:
                 break
             refill = bool(queue) and slots - n_live >= min(n, slots)  # continuous batching: slots to refill
             if refill or rows.numel() - n_live >= max(1, self.compact_every * rows.numel()):
-                keep = (rows < N).nonzero()[:, 0]
-                dec.select(keep)
-                rows, tok, tidx = rows[keep], tok[keep], tidx[keep]
+                live = rows < N
+                keep = live.nonzero()[:, 0]
+                n_keep = n_live if refill else dec.rows_for(n_live)  # a static-shape step keeps whole buckets
+                if n_keep > n_live:
+                    keep = torch.cat([keep, (~live).nonzero()[: n_keep - n_live, 0]]).sort().values
+                if keep.numel() < rows.numel():
+                    dec.select(keep)
+                    rows, tok, tidx = rows[keep], tok[keep], tidx[keep]
             if hasattr(dec, "columns") and dec.t >= dec.columns:  # rows added late run past the first budget
                 dec.grow(Tn)
             logits = [dec.step(tok)] if rows.numel() else []  # (B, V)
