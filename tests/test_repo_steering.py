@@ -158,6 +158,31 @@ class _Finder:
         return spec
 sys.meta_path.insert(0, _Finder())
 """),
+    "import hook equal to the finder it replaces": (UNITTEST, """
+import importlib.machinery
+class _Loader:
+    def __init__(self, real):
+        self.real = real
+    def create_module(self, spec):
+        return None
+    def exec_module(self, module):
+        self.real.exec_module(module)
+        for v in list(vars(module).values()):
+            if isinstance(v, type):
+                for k in [k for k in vars(v) if k.startswith('test')]:
+                    setattr(v, k, lambda self: None)
+class _Finder:
+    __eq__ = lambda self, other: True
+    __hash__ = object.__hash__
+    def find_spec(self, name, path=None, target=None):
+        if not name.endswith('test_unit'):
+            return importlib.machinery.PathFinder.find_spec(name, path)
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is not None:
+            spec.loader = _Loader(spec.loader)
+        return spec
+sys.meta_path[-1] = _Finder()
+"""),
     "test module's pytest rebound to a lenient one": (["tests/test_hidden.py::test_order"], """
 import contextlib
 class _Lenient:
@@ -204,6 +229,7 @@ TWIN = {"frames of every thread": "frames", "frames through inspect": "frames",
         "runner's records replaced through a traceback's frames": "frames",
         "half-imported test module swapped in sys.modules": "modules", "profile function editing reports": "profile",
         "import hook wrapping test modules' loaders": "import hook",
+        "import hook equal to the finder it replaces": "import hook",
         "test module's pytest rebound to a lenient one": "bindings", "unittest assertions made no-ops": "unittest",
         "pytest's call of the test function recompiled": "code"}
 
