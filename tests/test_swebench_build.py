@@ -142,3 +142,13 @@ def test_summary_counts_wrong_variants_that_still_resolved():
     fig = bench.summarize(lines, recs, {})["repos"]["o/r"]
     assert fig["wrong_resolved"] == 1 and fig["wrong_resolved_ids"] == ["o__r-2"]
     assert fig["wrong_blocks_unneeded"] == {"o__r-1": "1 of 3", "o__r-2": "2 of 2"}
+
+
+def test_an_editable_install_is_dated_as_a_regular_one_then_runs_as_written(tmp_path):
+    _fake_pip(tmp_path)
+    (tmp_path / "bin" / "pip").write_text('#!/bin/bash\necho "date=$PIP_UPLOADED_PRIOR_TO args=$*"\n')
+    steps = []
+    assert _step("pip install -e .[test]", tmp_path, tmp_path, steps, as_of="2020-05-27")
+    assert [(s["cmd"], s["tail"], s.get("as_of")) for s in steps] == [
+        ("pip install .[test]", "date=2020-05-27 args=install .[test]", "2020-05-27"),
+        ("pip install -e .[test]", "date= args=install -e .[test]", None)]

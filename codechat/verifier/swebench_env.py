@@ -178,19 +178,30 @@ RUNNER_FILES = {"unittest": ["tests/runtests.py", "tests/test_sqlite.py", "tests
 """Files the judge keeps pristine for a runner kind (an edit is dropped): the runner script and its settings."""
 
 
+EDITABLE = re.compile(r"(?<=\s)(?:-e|--editable)(?:\s+|=)(?=\S)")
+
+
 def _step(cmd: str, cwd: Path, venv: Path, steps: list, timeout_s: float = STEP_TIMEOUT_S,
           as_of: str | None = None) -> bool:
-    """Run one build command in the venv, recording it in `steps`. With `as_of`, a command that runs pip resolves
-    as of that date: PIP_UPLOADED_PRIOR_TO, and no pip configuration files, find-links or extra indexes (an index
-    without upload times, such as a local file index, would let later files through); when that fails (a pin
-    released later, an index that cannot serve the date) it runs again undated, and both runs are recorded."""
+    """Run one build command in the venv, recording it in `steps`. With `as_of`, a command that runs pip first
+    resolves as of that date: PIP_UPLOADED_PRIOR_TO, and no pip configuration files, find-links or extra indexes
+    (an index without upload times, such as a local file index, would let later files through). An editable
+    install is dated as a regular one (the build backend of the date may lack the editable hook, PEP 660) and
+    then runs as written, undated: what the dated run installed satisfies it, so pip keeps it. A dated run that
+    fails (a pin released later, an index that cannot serve the date) runs again undated. Every run is recorded."""
     env = {**os.environ, "PATH": f"{venv / 'bin'}:{os.environ.get('PATH', '')}", "VIRTUAL_ENV": str(venv),
            "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     env.pop("PYTHONPATH", None)
-    dated = bool(as_of) and re.search(r"\bpip\b", cmd) is not None
-    if dated:
-        env = {k: v for k, v in env.items() if k not in ("PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL")}
-        env.update(PIP_UPLOADED_PRIOR_TO=str(as_of), PIP_CONFIG_FILE=os.devnull)
+    if as_of and re.search(r"\bpip\b", cmd):
+        dated_env = {k: v for k, v in env.items() if k not in ("PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL")}
+        dated_env.update(PIP_UPLOADED_PRIOR_TO=str(as_of), PIP_CONFIG_FILE=os.devnull)
+        regular = EDITABLE.sub("", cmd)
+        if _run(regular, cwd, dated_env, steps, timeout_s, as_of) and regular == cmd:
+            return True
+    return _run(cmd, cwd, env, steps, timeout_s)
+
+
+def _run(cmd: str, cwd: Path, env: dict, steps: list, timeout_s: float, as_of: str | None = None) -> bool:
     t0 = time.monotonic()
     try:
         res = subprocess.run(["bash", "-c", cmd], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout_s)
@@ -198,9 +209,7 @@ def _step(cmd: str, cwd: Path, venv: Path, steps: list, timeout_s: float = STEP_
     except subprocess.TimeoutExpired:
         rc, out = 124, f"timed out after {timeout_s:.0f}s"
     steps.append({"cmd": cmd, "rc": rc, "seconds": round(time.monotonic() - t0, 1),
-                  "tail": "\n".join(out.strip().splitlines()[-8:])[-2000:], **({"as_of": as_of} if dated else {})})
-    if rc and dated:
-        return _step(cmd, cwd, venv, steps, timeout_s)
+                  "tail": "\n".join(out.strip().splitlines()[-8:])[-2000:], **({"as_of": as_of} if as_of else {})})
     return rc == 0
 
 
