@@ -3,7 +3,6 @@ steps resolved as of a date (and run again undated when they cannot be), the gol
 import importlib.util
 import json
 import os
-import stat
 from pathlib import Path
 
 import pytest
@@ -37,14 +36,15 @@ def test_as_of_is_the_newest_record_date_or_a_checked_date():
         parse_as_of("2020-13-01", recs)
 
 
-def _fake_pip(venv: Path) -> None:
-    """A `pip` on the venv's PATH that prints the date and config it got, and fails when dated (a pin released
-    after the date)."""
+def _fake_pip(venv: Path, body: str = '[ -z "$PIP_UPLOADED_PRIOR_TO" ]\n') -> None:
+    """A `pip` (and a `python` that runs only `-m pip`) on the venv's PATH that prints the date, config and
+    arguments it got, then runs `body` (by default: fail when dated, as a pin released after the date does)."""
     (venv / "bin").mkdir(parents=True)
-    pip = venv / "bin" / "pip"
-    pip.write_text('#!/bin/bash\necho "date=$PIP_UPLOADED_PRIOR_TO config=$PIP_CONFIG_FILE links=$PIP_FIND_LINKS"\n'
-                   '[ -z "$PIP_UPLOADED_PRIOR_TO" ]\n')
-    pip.chmod(pip.stat().st_mode | stat.S_IXUSR)
+    for name, text in (("pip", 'echo "date=$PIP_UPLOADED_PRIOR_TO config=$PIP_CONFIG_FILE links=$PIP_FIND_LINKS '
+                               'args=$*"\n' + body),
+                       ("python", '[ "$1 $2" = "-m pip" ] || exit 3\nshift 2\nexec "$(dirname "$0")/pip" "$@"\n')):
+        (venv / "bin" / name).write_text("#!/bin/bash\n" + text)
+        (venv / "bin" / name).chmod(0o755)
 
 
 def test_a_dated_pip_step_that_fails_runs_again_undated_and_both_are_recorded(tmp_path, monkeypatch):
@@ -55,8 +55,8 @@ def test_a_dated_pip_step_that_fails_runs_again_undated_and_both_are_recorded(tm
     assert [s["rc"] for s in steps] == [1, 0]
     assert steps[0]["as_of"] == "2020-07-18T06:39:32Z" and "as_of" not in steps[1]
     # dated: no configuration files or find-links (an index without upload times would let later files through)
-    assert steps[0]["tail"] == f"date=2020-07-18T06:39:32Z config={os.devnull} links="
-    assert steps[1]["tail"] == "date= config= links=/opt/wheels"
+    assert steps[0]["tail"] == f"date=2020-07-18T06:39:32Z config={os.devnull} links= args=install tox==4.16.0"
+    assert steps[1]["tail"] == "date= config= links=/opt/wheels args=install tox==4.16.0"
 
 
 def test_a_step_that_does_not_run_pip_is_never_dated_or_repeated(tmp_path):
@@ -144,11 +144,25 @@ def test_summary_counts_wrong_variants_that_still_resolved():
     assert fig["wrong_blocks_unneeded"] == {"o__r-1": "1 of 3", "o__r-2": "2 of 2"}
 
 
-def test_an_editable_install_is_dated_as_a_regular_one_then_runs_as_written(tmp_path):
-    _fake_pip(tmp_path)
-    (tmp_path / "bin" / "pip").write_text('#!/bin/bash\necho "date=$PIP_UPLOADED_PRIOR_TO args=$*"\n')
+REPORT = {"environment": {"python_version": "3.9", "sys_platform": "linux"}, "install": [
+    {"download_info": {"url": "file:///src", "dir_info": {"editable": True}}, "requested_extras": ["test"],
+     "metadata": {"requires_dist": ["docutils>=0.12", "Jinja2<3.0", 'colorama>=0.3.5; sys_platform == "win32"',
+                                    'typed_ast; python_version < "3.8"', 'pytest; extra == "test"',
+                                    'flake8; extra == "lint"', "requests[socks]>=2.5"]}},
+    {"download_info": {"url": "https://files/docutils-0.23.whl", "archive_info": {}},
+     "metadata": {"requires_dist": ["never-listed"]}}]}
+
+
+def test_an_editable_install_gets_its_requirements_as_of_the_date_then_runs_as_written(tmp_path, monkeypatch):
+    monkeypatch.delenv("PIP_FIND_LINKS", raising=False)
+    monkeypatch.delenv("PIP_CONFIG_FILE", raising=False)
+    (tmp_path / "report.json").write_text(json.dumps(REPORT))
+    _fake_pip(tmp_path, f'if [[ "$*" == *--report* ]]; then cp {tmp_path / "report.json"} "${{@: -1}}"; fi\n')
     steps = []
-    assert _step("pip install -e .[test]", tmp_path, tmp_path, steps, as_of="2020-05-27")
-    assert [(s["cmd"], s["tail"], s.get("as_of")) for s in steps] == [
-        ("pip install .[test]", "date=2020-05-27 args=install .[test]", "2020-05-27"),
-        ("pip install -e .[test]", "date= args=install -e .[test]", None)]
+    assert _step("python -m pip install -e .[test]", tmp_path, tmp_path, steps, as_of="2020-05-27")
+    report = tmp_path / "pip-report.json"
+    assert [(s["tail"], s.get("as_of")) for s in steps] == [
+        (f"date= config= links= args=install -e .[test] --dry-run --quiet --report {report}", None),
+        (f"date=2020-05-27 config={os.devnull} links= args=install -q docutils>=0.12 Jinja2<3.0 pytest "
+         "requests[socks]>=2.5", "2020-05-27"),
+        ("date= config= links= args=install -e .[test]", None)]

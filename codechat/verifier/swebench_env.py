@@ -32,6 +32,8 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+from packaging.requirements import Requirement
+
 from codechat.verifier.repo_env import EnvError, TestEnv, env_dirname, resolve_python
 
 DOCKER_ONLY = re.compile(r"\b(?:apt-get|apt|locale-gen|conda|useradd|chmod|chown)\b|/etc/")
@@ -185,20 +187,45 @@ def _step(cmd: str, cwd: Path, venv: Path, steps: list, timeout_s: float = STEP_
           as_of: str | None = None) -> bool:
     """Run one build command in the venv, recording it in `steps`. With `as_of`, a command that runs pip first
     resolves as of that date: PIP_UPLOADED_PRIOR_TO, and no pip configuration files, find-links or extra indexes
-    (an index without upload times, such as a local file index, would let later files through). An editable
-    install is dated as a regular one (the build backend of the date may lack the editable hook, PEP 660) and
-    then runs as written, undated: what the dated run installed satisfies it, so pip keeps it. A dated run that
-    fails (a pin released later, an index that cannot serve the date) runs again undated. Every run is recorded."""
+    (an index without upload times, such as a local file index, would let later files through); a dated run that
+    fails (a pin released later, an index that cannot serve the date) runs again undated. An editable install of
+    the tree cannot be dated itself (its build backend would come from that date too, and may not build it): its
+    requirements are read from an undated dry run's report, installed as of the date, and then the command runs
+    as written, undated, keeping them (they satisfy it). Every run is recorded."""
     env = {**os.environ, "PATH": f"{venv / 'bin'}:{os.environ.get('PATH', '')}", "VIRTUAL_ENV": str(venv),
            "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     env.pop("PYTHONPATH", None)
-    if as_of and re.search(r"\bpip\b", cmd):
+    if as_of and re.search(r"\bpip\b", cmd) and not re.search(r"[;&|<>`$]", cmd):
         dated_env = {k: v for k, v in env.items() if k not in ("PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL")}
         dated_env.update(PIP_UPLOADED_PRIOR_TO=str(as_of), PIP_CONFIG_FILE=os.devnull)
-        regular = EDITABLE.sub("", cmd)
-        if _run(regular, cwd, dated_env, steps, timeout_s, as_of) and regular == cmd:
-            return True
+        if not EDITABLE.search(cmd):
+            if _run(cmd, cwd, dated_env, steps, timeout_s, as_of):
+                return True
+        else:
+            report = venv / "pip-report.json"
+            if _run(f"{cmd} --dry-run --quiet --report {shlex.quote(str(report))}", cwd, env, steps, timeout_s):
+                reqs = tree_requirements(json.loads(report.read_text(encoding="utf-8")))
+                if reqs:
+                    _run("python -m pip install -q " + " ".join(shlex.quote(r) for r in reqs), cwd, dated_env, steps,
+                         timeout_s, as_of)
     return _run(cmd, cwd, env, steps, timeout_s)
+
+
+def tree_requirements(report: dict) -> list[str]:
+    """The requirements of the local trees a pip installation report installs (their requested extras and the
+    target interpreter's markers applied; markers dropped), other local trees left out."""
+    out = []
+    for item in report.get("install", []):
+        if "dir_info" not in item.get("download_info", {}):
+            continue
+        extras = item.get("requested_extras") or []
+        for line in item.get("metadata", {}).get("requires_dist") or []:
+            req = Requirement(line)
+            if req.url or (req.marker is not None and not any(
+                    req.marker.evaluate({**report.get("environment", {}), "extra": e}) for e in [*extras, ""])):
+                continue
+            out.append(f"{req.name}{'[' + ','.join(sorted(req.extras)) + ']' if req.extras else ''}{req.specifier}")
+    return out
 
 
 def _run(cmd: str, cwd: Path, env: dict, steps: list, timeout_s: float, as_of: str | None = None) -> bool:
