@@ -166,3 +166,13 @@ def test_an_editable_install_gets_its_requirements_as_of_the_date_then_runs_as_w
         (f"date=2020-05-27 config={os.devnull} links= args=install -q docutils>=0.12 Jinja2<3.0 pytest "
          "requests[socks]>=2.5", "2020-05-27"),
         ("date= config= links= args=install -e .[test]", None)]
+
+
+def test_build_refuses_a_bad_as_of_date_before_building(tmp_path, capsys):
+    from codechat.cli import main
+    recs = tmp_path / "recs.json"
+    recs.write_text(json.dumps([{"instance_id": "me__calc-1", "repo": "me/calc", "version": "1", "base_commit": "a"}]))
+    assert main(["repo", "env", "build", str(recs), "--mirrors", str(tmp_path), "--out", str(tmp_path / "envs"),
+                 "--as-of", "yesterday"]) == 2
+    assert "--as-of 'yesterday': give an ISO 8601 date" in capsys.readouterr().err
+    assert not (tmp_path / "envs").exists()
