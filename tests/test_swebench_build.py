@@ -176,3 +176,32 @@ def test_build_refuses_a_bad_as_of_date_before_building(tmp_path, capsys):
                  "--as-of", "yesterday"]) == 2
     assert "--as-of 'yesterday': give an ISO 8601 date" in capsys.readouterr().err
     assert not (tmp_path / "envs").exists()
+
+
+EMPTY_FILES = """diff --git a/pkg/__init__.py b/pkg/__init__.py
+new file mode 100644
+index 0000000..e69de29
+diff --git a/pkg/mod.py b/pkg/mod.py
+new file mode 100644
+--- /dev/null
++++ b/pkg/mod.py
+@@ -0,0 +1 @@
++x = 1
+diff --git a/old/__init__.py b/old/__init__.py
+deleted file mode 100644
+index e69de29..0000000
+"""
+
+
+def test_git_header_alone_creates_or_deletes_an_empty_file():
+    fps = parse_diff(EMPTY_FILES)
+    assert [(f.path, f.is_new, f.is_delete, len(f.hunks)) for f in fps] == [
+        ("pkg/__init__.py", True, False, 0), ("pkg/mod.py", True, False, 1), ("old/__init__.py", False, True, 0)]
+    assert apply_diff(EMPTY_FILES, {"old/__init__.py": ""}.get) == {"pkg/__init__.py": "", "pkg/mod.py": "x = 1\n",
+                                                                     "old/__init__.py": None}
+
+
+def test_a_lite_test_patch_creating_an_empty_package_init_creates_it(shared_data):
+    recs = {r["instance_id"]: r for r in json.loads((shared_data / "repo" / "swe-bench-lite-test.json").read_text())}
+    paths = [f.path for f in parse_diff(recs["sphinx-doc__sphinx-10451"]["test_patch"])]
+    assert "tests/roots/test-ext-napoleon/mypackage/__init__.py" in paths
