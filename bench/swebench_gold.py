@@ -5,8 +5,8 @@
         resolve, and why (an id style no adapter matches, a gold edit dropped as shadowing or protected, a gold
         line refused by the hazard scan, a data file run as a test).
     python bench/swebench_gold.py --envs DIR [--trees ../shared/data/repo/swebench] [--log-dir LOGS] [--warm]
-        judges, for each instance with a tree, the gold patch, an empty patch and a wrong one (the gold without
-        its largest hunk; a one-hunk gold loses its added lines) and an attack (`PLUGIN`: no fix, every test made a
+        judges, for each instance with a tree, the gold patch, an empty patch and a wrong one (the gold with its
+        largest change block undone; see `wrong_variants`) and an attack (`PLUGIN`: no fix, every test made a
         no-op by a plugin registered through pytest's own objects), with the environments built by
         `codechat repo env build bench/swebench_envs.json --out DIR`. An instance any of whose FAIL_TO_PASS tests
         needs the internet (marked `offline_skip` in bench/swebench_envs.json) is not judged: the JSON line lists
@@ -16,7 +16,10 @@
         build RECORDS --mirrors DIR --out ENVS`), trees from the git mirrors at each base commit: per repository,
         instances, environments built, gold / empty / wrong resolved, env errors, median seconds of a gold
         judgement and the environments' build seconds (their manifests). --per-repo N: the first N instances of
-        each repository (in record order). One result line per judgement goes to --out as it is made.
+        each repository (in record order); --ids, --kinds: a rerun of some. "wrong": the gold with one change
+        block undone, largest block first, up to --wrong-tries variants until one does not resolve; the variants
+        that still resolved are counted (`wrong_blocks_unneeded`: blocks the tests do not need), an instance
+        where all do is in `wrong_resolved_ids`. One result line per judgement goes to --out as it is made.
 Ends with one JSON line of figures.
 """
 from __future__ import annotations
@@ -93,28 +96,52 @@ def run_static(records: list[dict]) -> dict:
     return {"records": len(records), "never_resolve": bad, **{f"never_{k}": v for k, v in sorted(reasons.items())}}
 
 
-def _diff(patch: str, drop_largest: bool) -> str:
-    """The gold patch without its largest hunk (one hunk: without its added lines), as a unified diff."""
-    fps = parse_diff(patch)
-    hunks = [(fp, h) for fp in fps for h in fp.hunks]
-    key = max(hunks, key=lambda x: sum(l[0] != " " for l in x[1].lines))
-    out = []
-    for fp in fps:
-        kept = []
-        for h in fp.hunks:
-            if h is key[1]:
-                if len(hunks) > 1:
+def change_blocks(patch: str) -> list[tuple[int, int, int]]:
+    """The gold's change blocks, largest first: (file index, hunk index, first line) of each maximal run of '-'
+    and '+' lines inside a hunk (a hunk's context lines separate its blocks); size is the run's line count."""
+    blocks = []
+    for i, fp in enumerate(parse_diff(patch)):
+        for j, h in enumerate(fp.hunks):
+            k = 0
+            while k < len(h.lines):
+                if h.lines[k][0] == " ":
+                    k += 1
                     continue
-                lines = [l for l in h.lines if l[0] != "+"]
-                h = Hunk(h.old_start, h.old_len, h.new_start, sum(l[0] == " " for l in lines), lines)
-            kept.append(h)
-        if not kept:
+                end = next((e for e in range(k, len(h.lines)) if h.lines[e][0] == " "), len(h.lines))
+                blocks.append((end - k, i, j, k))
+                k = end
+    return [(i, j, k) for _, i, j, k in sorted(blocks, key=lambda b: (-b[0], b[1:]))]
+
+
+def without_block(patch: str, block: tuple[int, int, int]) -> str:
+    """The gold patch with one change block undone (its '-' lines kept as context, its '+' lines dropped), as a
+    unified diff; a file left with no change is left out (a new file is then not created)."""
+    out = []
+    for i, fp in enumerate(parse_diff(patch)):
+        hunks = []
+        for j, h in enumerate(fp.hunks):
+            lines = list(h.lines)
+            if (i, j) == block[:2]:
+                k, end = block[2], block[2]
+                while end < len(lines) and lines[end][0] != " ":
+                    end += 1
+                lines[k:end] = [" " + l[1:] for l in lines[k:end] if l[0] == "-"]
+            if any(l[0] != " " for l in lines):
+                hunks.append(Hunk(h.old_start, h.old_len, h.new_start, sum(l[0] != "-" for l in lines), lines))
+        if not hunks:
             continue
-        out.append(f"--- a/{fp.path}\n+++ b/{fp.path}\n")
-        for h in kept:
-            out.append(f"@@ -{h.old_start},{h.old_len} +{h.new_start},{sum(l[0] != '-' for l in h.lines)} @@\n")
+        out.append(f"--- {'/dev/null' if fp.is_new else 'a/' + fp.path}\n"
+                   f"+++ {'/dev/null' if fp.is_delete else 'b/' + fp.path}\n")
+        for h in hunks:
+            out.append(f"@@ -{h.old_start},{h.old_len} +{h.new_start},{h.new_len} @@\n")
             out.extend(line + "\n" for line in h.lines)
     return "".join(out)
+
+
+def wrong_variants(patch: str, tries: int) -> list[str]:
+    """Up to `tries` wrong changes: the gold without one change block, largest block first. A gold of one block
+    has one: the base itself (the empty change)."""
+    return [without_block(patch, b) for b in change_blocks(patch)[:tries]]
 
 
 def offline_reason(rec: dict, envs: dict) -> str | None:
@@ -140,7 +167,7 @@ def run_live(records: list[dict], trees: Path, envs_dir: str, log_dir: str | Non
                     print(f"{r['instance_id']:<24} skipped: {why}", file=sys.stderr)
                     continue
                 task = from_swebench(r, r["instance_id"], tmp)
-                kinds = [("gold", r["patch"]), ("empty", ""), ("wrong", _diff(r["patch"], True))]
+                kinds = [("gold", r["patch"]), ("empty", ""), ("wrong", wrong_variants(r["patch"], 1)[0])]
                 kinds += [("plugin", _plugin_change(r["patch"], judge.base(task)))]
                 for kind, patch in kinds:
                     t0 = time.monotonic()
@@ -189,10 +216,13 @@ def summarize(lines: list[dict], records: list[dict], envs: dict) -> dict:
                           if (m := Path(envs[f"{repo}@{v}"].dir) / "manifest.json").is_file())
             fig[repo] = {"instances": 0, "versions": len(versions[repo]), "envs_built": len(built),
                          "gold_resolved": 0, "empty_resolved": 0, "wrong_resolved": 0, "env_errors": 0,
-                         "not_resolved": {}, "empty_resolved_ids": [], "wrong_resolved_ids": [], "build_s": round(build_s), "gold_s": []}
+                         "not_resolved": {}, "empty_resolved_ids": [], "wrong_resolved_ids": [],
+                         "wrong_blocks_unneeded": {}, "build_s": round(build_s), "gold_s": []}
         f, kind, ok = fig[repo], line["kind"], line["status"] == "passed"
         f[f"{kind}_resolved"] += ok
         f["env_errors"] += line["status"] == "env_error"
+        if kind == "wrong" and line.get("tried_resolved"):
+            f["wrong_blocks_unneeded"][line["instance_id"]] = f"{line['tried_resolved']} of {line['blocks']}"
         if kind == "gold":
             f["instances"] += 1
             f["gold_s"].append(line["seconds"])
@@ -208,8 +238,25 @@ def summarize(lines: list[dict], records: list[dict], envs: dict) -> dict:
     return {**total, "repos": fig}
 
 
+def judge_wrong(judge, task, patch: str, tries: int) -> tuple[str, float, str, dict]:
+    """The first of `wrong_variants` that does not resolve (status, seconds, message, details): how many blocks
+    the gold has, how many variants were judged, and how many of them still resolved (a block the tests do not
+    need); when every one resolves, the last one's verdict, "passed"."""
+    blocks, variants = len(change_blocks(patch)), wrong_variants(patch, tries)
+    t0, resolved = time.monotonic(), 0
+    for n, variant in enumerate(variants, 1):
+        v = judge.judge(task, variant)
+        if not v.passed:
+            break
+        resolved += 1
+    message = v.message if not v.passed else (f"the gold still resolves without each of its {n} largest change "
+                                              f"blocks (of {blocks})")
+    return v.status, time.monotonic() - t0, message, {"blocks": blocks, "tried": n, "tried_resolved": resolved}
+
+
 def run_all(records: list[dict], envs_dir: str, mirrors: str, per_repo: int, out: str | None,
-            log_dir: str | None, start: int = 0) -> dict:
+            log_dir: str | None, start: int = 0, kinds: tuple = ("gold", "empty", "wrong"), ids: set | None = None,
+            wrong_tries: int = 3) -> dict:
     envs = load_envs(envs_dir)
     by_repo: dict[str, list[dict]] = {}
     for r in records:
@@ -218,21 +265,26 @@ def run_all(records: list[dict], envs_dir: str, mirrors: str, per_repo: int, out
     sink = open(out, "a", encoding="utf-8") if out else None
     with RepoJudge(envs=envs, log_dir=log_dir) as judge:
         for repo, recs in sorted(by_repo.items()):
-            todo = [r for r in recs if f"{repo}@{r['version']}" in envs][start:][:per_repo or None]
+            todo = [r for r in recs if f"{repo}@{r['version']}" in envs and (not ids or r["instance_id"] in ids)]
+            todo = todo[start:][:per_repo or None]
             for r in todo:
                 try:
                     task = from_swebench(r, r["instance_id"], mirrors)
                 except Exception as e:  # noqa: BLE001 - a record that cannot load is reported, the run goes on
-                    judged = [("gold", "error", 0.0, f"cannot load: {e}"[:300])]
+                    judged = [("gold", "error", 0.0, f"cannot load: {e}"[:300], {})]
                 else:
                     judged = []
-                    for kind, patch in (("gold", r["patch"]), ("empty", ""), ("wrong", _diff(r["patch"], True))):
+                    for kind in kinds:
+                        if kind == "wrong":
+                            status, dt, message, more = judge_wrong(judge, task, r["patch"], wrong_tries)
+                            judged.append((kind, status, dt, message[:300], more))
+                            continue
                         t0 = time.monotonic()
-                        v = judge.judge(task, patch)
-                        judged.append((kind, v.status, time.monotonic() - t0, v.message[:300]))
-                for kind, status, dt, message in judged:
+                        v = judge.judge(task, r["patch"] if kind == "gold" else "")
+                        judged.append((kind, v.status, time.monotonic() - t0, v.message[:300], {}))
+                for kind, status, dt, message, more in judged:
                     line = {"instance_id": r["instance_id"], "kind": kind, "status": status, "seconds": round(dt, 1),
-                            "message": message}
+                            "message": message, **more}
                     lines.append(line)
                     print(json.dumps(line), file=sys.stderr)
                     if sink:
@@ -257,6 +309,10 @@ def main() -> None:
     ap.add_argument("--start", type=int, default=0, help="--all: skip the first N instances of each repository")
     ap.add_argument("--repos", default="", help="--all: only repositories whose name contains this text")
     ap.add_argument("--out", help="--all: append one JSON line per judgement to this file")
+    ap.add_argument("--kinds", default="gold,empty,wrong", help="--all: which changes to judge (comma-separated)")
+    ap.add_argument("--ids", default="", help="--all: only these instance ids (comma-separated)")
+    ap.add_argument("--wrong-tries", type=int, default=3, help="--all: wrong changes judged per instance, one "
+                    "change block undone each, largest first, until one does not resolve")
     ap.add_argument("--summarize", nargs="+", metavar="RESULTS", help="the figures of judgement lines written by "
                     "--out (a stopped or split run; a later line of an instance and kind replaces an earlier one); --envs for "
                     "environments and build seconds")
@@ -274,7 +330,12 @@ def main() -> None:
             sys.exit("swebench_gold.py: --all needs --envs DIR (built by `codechat repo env build RECORDS --mirrors "
                      "DIR --out ENVS`)")
         recs = [r for r in records if args.repos in r["repo"]]
-        print(json.dumps(run_all(recs, args.envs, args.mirrors, args.per_repo, args.out, args.log_dir, args.start)))
+        kinds = tuple(k for k in args.kinds.split(",") if k)
+        if not kinds or set(kinds) - {"gold", "empty", "wrong"}:
+            sys.exit(f"swebench_gold.py: --kinds {args.kinds!r}: a comma-separated subset of gold,empty,wrong")
+        ids = {i for i in args.ids.split(",") if i}
+        print(json.dumps(run_all(recs, args.envs, args.mirrors, args.per_repo, args.out, args.log_dir, args.start,
+                                 kinds, ids, args.wrong_tries)))
         return
     if not args.envs:
         sys.exit("swebench_gold.py: give --envs DIR (built by `codechat repo env build bench/swebench_envs.json "

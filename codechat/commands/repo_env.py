@@ -14,7 +14,7 @@ from codechat import CodechatError
 from codechat.tasks.loaders import read_records
 from codechat.tasks.model import TaskFormatError
 from codechat.verifier.repo_env import EnvError, build_env, check_env, load_envs, load_specs
-from codechat.verifier.swebench_env import build_swebench_env, group_records
+from codechat.verifier.swebench_env import build_swebench_env, group_records, parse_as_of
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -27,6 +27,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     b.add_argument("--only", default="", help="build only the entries whose repo@version contains this text")
     b.add_argument("--mirrors", help="SWE-bench records: directory of git mirrors (owner__name, owner+name/repo)")
     b.add_argument("--keep", action="store_true", help="SWE-bench records: skip environments already built")
+    b.add_argument("--as-of", default="records", help="SWE-bench records: resolve packages as uploaded before this "
+                   "date (ISO 8601), 'records' (the newest created_at of each version's records) or 'none' (today)")
     c = env.add_parser("check", help="run each environment's python (and pytest) once")
     c.add_argument("dir", help="directory of built environments")
 
@@ -51,6 +53,10 @@ def _build_swebench(records: list[dict], args) -> int:
     groups = {k: v for k, v in group_records(records).items() if args.only in f"{k[0]}@{k[1]}"}
     if not groups:
         raise CodechatError(f"{args.spec}: no repo@version matches --only {args.only!r}")
+    try:
+        parse_as_of(args.as_of, [])
+    except EnvError as e:
+        raise CodechatError(str(e)) from None
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     failed = 0
@@ -61,7 +67,7 @@ def _build_swebench(records: list[dict], args) -> int:
             continue
         t0 = time.monotonic()
         try:
-            built = build_swebench_env(repo, version, recs, Path(args.mirrors).expanduser(), out)
+            built = build_swebench_env(repo, version, recs, Path(args.mirrors).expanduser(), out, as_of=args.as_of)
             print(f"{repo}@{version}: built in {time.monotonic() - t0:.0f}s ({len(recs)} records; "
                   f"{check_env(built)}) {built.dir}")
         except (EnvError, OSError) as e:

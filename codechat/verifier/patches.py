@@ -59,6 +59,25 @@ def _path(raw: str, lineno: int) -> str | None:
         raise PatchError(f"line {lineno}: {e}") from None
 
 
+_GIT_HEADER = re.compile(r"diff --git a/(\S+) b/(\S+)")
+
+
+def _empty_file(lines: list[str], i: int) -> FilePatch | None:
+    """The empty file a `diff --git` header at line i creates or deletes with no `---`/`+++` lines and no hunks
+    (git's form for an empty file), or None."""
+    m = _GIT_HEADER.fullmatch(lines[i])
+    if not m or m[1] != m[2]:
+        return None
+    j, mode = i + 1, None
+    while j < len(lines) and not lines[j].startswith(("diff --git ", "--- ", "@@")):
+        if lines[j].startswith(("new file mode ", "deleted file mode ")):
+            mode = lines[j].split()[0]
+        j += 1
+    if mode is None or (j < len(lines) and not lines[j].startswith("diff --git ")):
+        return None
+    return FilePatch(_path(m[2], i + 1), is_new=mode == "new", is_delete=mode == "deleted")
+
+
 def parse_diff(text: str) -> list[FilePatch]:
     if len(text) > MAX_PATCH_CHARS:
         raise PatchError(f"patch larger than {MAX_PATCH_CHARS} characters")
@@ -71,6 +90,11 @@ def parse_diff(text: str) -> list[FilePatch]:
             raise PatchError(f"line {i + 1}: binary patches are not supported")
         if line.startswith(("rename from", "rename to", "copy from", "copy to")):
             raise PatchError(f"line {i + 1}: renames and copies are not supported (delete + add instead)")
+        empty = _empty_file(lines, i)
+        if empty is not None:  # git writes an empty file's creation or deletion as a header alone
+            out.append(empty)
+            i += 1
+            continue
         if not (line.startswith("--- ") and i + 1 < len(lines) and lines[i + 1].startswith("+++ ")):
             i += 1
             continue

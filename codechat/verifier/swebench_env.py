@@ -12,9 +12,13 @@ every file that install created or changed in the tree (pytest's `_version.py`, 
 judge lays over each fresh tree, `env.json` (what the judge reads) and `manifest.json` (what was done: each
 step's command, exit status, seconds and output tail; packages pip could not install; steps skipped because
 they need root or Docker, such as `apt-get` and `locale-gen`).
-What this simplifies: conda packages are installed with pip under the same names (those pip lacks are listed
-in the manifest as `missing`); the harness's per-instance `install` re-run before testing is replaced by the
-overlay (the tree under test comes first on sys.path, the editable install supplies metadata and entry points).
+What this simplifies: conda packages are installed with pip, under `CONDA_TO_PYPI`'s name where the conda name
+is another package's on PyPI (or none at all), else under the same name (those pip lacks are listed in the
+manifest as `missing`); the harness's per-instance `install` re-run before testing is replaced by the overlay
+(the tree under test comes first on sys.path, the editable install supplies metadata and entry points).
+Unpinned packages move on after a spec was written (docutils dropped the `roman` module sphinx 3.x imports): with
+`as_of` (by default the newest `created_at` of the version's records) every pip step resolves as of that date
+(pip's `--uploaded-prior-to`; a step that cannot, such as a pin released later, runs again undated), see `_step`.
 """
 from __future__ import annotations
 
@@ -25,7 +29,10 @@ import shlex
 import shutil
 import subprocess
 import time
+from datetime import datetime
 from pathlib import Path
+
+from packaging.requirements import Requirement
 
 from codechat.verifier.repo_env import EnvError, TestEnv, env_dirname, resolve_python
 
@@ -33,6 +40,12 @@ DOCKER_ONLY = re.compile(r"\b(?:apt-get|apt|locale-gen|conda|useradd|chmod|chown
 SKIP_DIRS = {".git", "__pycache__", ".eggs", "build", ".tox", ".pytest_cache"}
 OVERLAY_MAX_BYTES = 64 << 20
 STEP_TIMEOUT_S = 3600
+CONDA_TO_PYPI = {"iris": "scitools-iris", "matplotlib-base": "matplotlib", "pytables": "tables", "pytorch": "torch",
+                 "hdf5": None, "libnetcdf": None, "cdms2": None}
+"""Conda package names that mean another package on PyPI (the PyPI package `iris` is an unrelated placeholder),
+or None: nothing to pip-install (a C library that the Python packages' wheels carry, or a conda-only package)."""
+PIP_MIN_DATED = "26"
+"""The oldest pip with `--uploaded-prior-to`, which a venv's pip is upgraded to when the build is dated."""
 
 
 def swebench_specs() -> dict:
@@ -119,6 +132,27 @@ def environment_yml_packages(repo: str, mirror: Path, commit: str, instance_id: 
     return out
 
 
+def conda_to_pypi(lines: list[str]) -> tuple[list[str], dict[str, str | None]]:
+    """The pip requirement lines for conda package lines (`CONDA_TO_PYPI`), and {conda name: PyPI name or None}
+    for each line renamed or left out."""
+    out, changed = [], {}
+    for line in lines:
+        name = re.split(r"[=<>!~\[;\s]", line.strip(), maxsplit=1)[0]
+        if name.lower() not in CONDA_TO_PYPI:
+            out.append(line)
+            continue
+        new = changed[name] = CONDA_TO_PYPI[name.lower()]
+        if new is not None:
+            out.append(new + line.strip()[len(name):])
+    return out, changed
+
+
+def records_date(records: list[dict]) -> str | None:
+    """The newest `created_at` of the records (ISO 8601, as SWE-bench writes it), or None when none has one."""
+    dates = [str(r["created_at"]) for r in records if r.get("created_at")]
+    return max(dates) if dates else None
+
+
 def parse_test_cmd(test_cmd: str) -> dict:
     """The suite runner's fields for a spec's `test_cmd`: {"kind", "script", "args", "environ"}."""
     words = shlex.split(test_cmd)
@@ -146,10 +180,55 @@ RUNNER_FILES = {"unittest": ["tests/runtests.py", "tests/test_sqlite.py", "tests
 """Files the judge keeps pristine for a runner kind (an edit is dropped): the runner script and its settings."""
 
 
-def _step(cmd: str, cwd: Path, venv: Path, steps: list, timeout_s: float = STEP_TIMEOUT_S) -> bool:
+EDITABLE = re.compile(r"(?<=\s)(?:-e|--editable)(?:\s+|=)(?=\S)")
+
+
+def _step(cmd: str, cwd: Path, venv: Path, steps: list, timeout_s: float = STEP_TIMEOUT_S,
+          as_of: str | None = None) -> bool:
+    """Run one build command in the venv, recording it in `steps`. With `as_of`, a command that runs pip first
+    resolves as of that date: PIP_UPLOADED_PRIOR_TO, and no pip configuration files, find-links or extra indexes
+    (an index without upload times, such as a local file index, would let later files through); a dated run that
+    fails (a pin released later, an index that cannot serve the date) runs again undated. An editable install of
+    the tree cannot be dated itself (its build backend would come from that date too, and may not build it): its
+    requirements are read from an undated dry run's report, installed as of the date, and then the command runs
+    as written, undated, keeping them (they satisfy it). Every run is recorded."""
     env = {**os.environ, "PATH": f"{venv / 'bin'}:{os.environ.get('PATH', '')}", "VIRTUAL_ENV": str(venv),
            "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     env.pop("PYTHONPATH", None)
+    if as_of and re.search(r"\bpip\b", cmd) and not re.search(r"[;&|<>`$]", cmd):
+        dated_env = {k: v for k, v in env.items() if k not in ("PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL")}
+        dated_env.update(PIP_UPLOADED_PRIOR_TO=str(as_of), PIP_CONFIG_FILE=os.devnull)
+        if not EDITABLE.search(cmd):
+            if _run(cmd, cwd, dated_env, steps, timeout_s, as_of):
+                return True
+        else:
+            report = venv / "pip-report.json"
+            if _run(f"{cmd} --dry-run --quiet --report {shlex.quote(str(report))}", cwd, env, steps, timeout_s):
+                reqs = tree_requirements(json.loads(report.read_text(encoding="utf-8")))
+                if reqs:
+                    _run("python -m pip install -q " + " ".join(shlex.quote(r) for r in reqs), cwd, dated_env, steps,
+                         timeout_s, as_of)
+    return _run(cmd, cwd, env, steps, timeout_s)
+
+
+def tree_requirements(report: dict) -> list[str]:
+    """The requirements of the local trees a pip installation report installs (their requested extras and the
+    target interpreter's markers applied; markers dropped), other local trees left out."""
+    out = []
+    for item in report.get("install", []):
+        if "dir_info" not in item.get("download_info", {}):
+            continue
+        extras = item.get("requested_extras") or []
+        for line in item.get("metadata", {}).get("requires_dist") or []:
+            req = Requirement(line)
+            if req.url or (req.marker is not None and not any(
+                    req.marker.evaluate({**report.get("environment", {}), "extra": e}) for e in [*extras, ""])):
+                continue
+            out.append(f"{req.name}{'[' + ','.join(sorted(req.extras)) + ']' if req.extras else ''}{req.specifier}")
+    return out
+
+
+def _run(cmd: str, cwd: Path, env: dict, steps: list, timeout_s: float, as_of: str | None = None) -> bool:
     t0 = time.monotonic()
     try:
         res = subprocess.run(["bash", "-c", cmd], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout_s)
@@ -157,18 +236,25 @@ def _step(cmd: str, cwd: Path, venv: Path, steps: list, timeout_s: float = STEP_
     except subprocess.TimeoutExpired:
         rc, out = 124, f"timed out after {timeout_s:.0f}s"
     steps.append({"cmd": cmd, "rc": rc, "seconds": round(time.monotonic() - t0, 1),
-                  "tail": "\n".join(out.strip().splitlines()[-8:])[-2000:]})
+                  "tail": "\n".join(out.strip().splitlines()[-8:])[-2000:], **({"as_of": as_of} if as_of else {})})
     return rc == 0
 
 
-def _pip(pkgs: list[str], d: Path, steps: list, missing: list) -> None:
+def _pip(pkgs: list[str], d: Path, steps: list, missing: list, as_of: str | None = None) -> None:
     """pip install the lines together; when that fails, one by one, listing those that fail in `missing`."""
     pkgs = [p for p in (x.strip() for x in pkgs) if p and not p.startswith("#")]
-    if not pkgs or _step("python -m pip install -q " + " ".join(shlex.quote(p) for p in pkgs), d, d, steps):
+    if not pkgs or _step("python -m pip install -q " + " ".join(shlex.quote(p) for p in pkgs), d, d, steps,
+                         as_of=as_of):
         return
     for p in pkgs:
-        if not _step(f"python -m pip install -q {shlex.quote(p)}", d, d, steps):
+        if not _step(f"python -m pip install -q {shlex.quote(p)}", d, d, steps, as_of=as_of):
             missing.append(p)
+
+
+def _dated_pip(d: Path, steps: list) -> bool:
+    """Whether the venv's pip can resolve as of a date, after upgrading it (undated) where its Python allows."""
+    _step(f"python -m pip install -q 'pip>={PIP_MIN_DATED}'", d, d, steps)
+    return _step("python -m pip install --help | grep -q -e --uploaded-prior-to", d, d, steps)
 
 
 def _overlay(src: Path, dst: Path) -> list[str]:
@@ -200,10 +286,27 @@ def _changed_packaging(src: Path, commit: str, bases: set[str]) -> list[str]:
         ["git", "-C", str(src), "diff", "--quiet", commit, b, "--", *PACKAGING], capture_output=True).returncode == 1)
 
 
+def parse_as_of(value: str | None, records: list[dict]) -> str | None:
+    """The date a build resolves its packages as of: "records" (the newest `created_at` of the records), "none"
+    or None (undated: today's index), or an ISO 8601 date or datetime."""
+    if value in (None, "", "none"):
+        return None
+    if value == "records":
+        return records_date(records)
+    try:
+        datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise EnvError(f"--as-of {value!r}: give an ISO 8601 date (2020-07-01, 2020-07-01T00:00:00Z), "
+                       f"'records' or 'none'") from None
+    return value
+
+
 def build_swebench_env(repo: str, version: str, records: list[dict], mirrors: Path, out: Path,
-                       log=print) -> TestEnv:
-    """Build out/<owner>__<name>-<version>/ from the official spec (see the module docstring)."""
+                       log=print, as_of: str | None = "records") -> TestEnv:
+    """Build out/<owner>__<name>-<version>/ from the official spec (see the module docstring); `as_of` as
+    `parse_as_of` reads it."""
     t_start = time.monotonic()
+    as_of = parse_as_of(as_of, records)
     spec = spec_for(repo, version)
     runner = parse_test_cmd(spec["test_cmd"])
     try:
@@ -221,6 +324,12 @@ def build_swebench_env(repo: str, version: str, records: list[dict], mirrors: Pa
     d.mkdir(parents=True)
     steps, missing, skipped = [], [], []
     subprocess.run([python, "-m", "venv", str(d)], check=True, capture_output=True)
+    notes = {"as_of": as_of}
+    if as_of and not _dated_pip(d, steps):
+        notes = {"as_of": None, "as_of_unavailable": f"{as_of}: no pip with --uploaded-prior-to runs on Python "
+                                                     f"{spec['python']}; packages resolved as of the build"}
+        as_of = None
+        log(f"{env.key}: {notes['as_of_unavailable']}")
     src = d / "src"
     for cmd in (["git", "clone", "-q", "--shared", "--no-checkout", str(mirror), str(src)],
                 ["git", "-C", str(src), "checkout", "-q", commit]):
@@ -230,13 +339,14 @@ def build_swebench_env(repo: str, version: str, records: list[dict], mirrors: Pa
     pkgs = spec.get("packages", "")
     if pkgs == "requirements.txt":
         (d / "requirements.txt").write_text(requirements_txt(repo, mirror, commit), encoding="utf-8")
-        if not _step(f"python -m pip install -q -r {d / 'requirements.txt'}", d, d, steps):
-            _pip((d / "requirements.txt").read_text().splitlines(), d, steps, missing)
-    elif pkgs == "environment.yml":
-        _pip(environment_yml_packages(repo, mirror, commit, str(first["instance_id"])), d, steps, missing)
-    elif pkgs:
-        _pip([re.sub(r"(?<=[\w])=(?=[\d])", "==", p) for p in pkgs.split()], d, steps, missing)
-    _pip(list(spec.get("pip_packages", [])), d, steps, missing)
+        if not _step(f"python -m pip install -q -r {d / 'requirements.txt'}", d, d, steps, as_of=as_of):
+            _pip((d / "requirements.txt").read_text().splitlines(), d, steps, missing, as_of)
+    elif pkgs:  # conda packages: an environment.yml or the spec's list
+        conda = (environment_yml_packages(repo, mirror, commit, str(first["instance_id"])) if pkgs == "environment.yml"
+                 else [re.sub(r"(?<=[\w])=(?=[\d])", "==", p) for p in pkgs.split()])
+        conda, notes["conda_to_pypi"] = conda_to_pypi(conda)
+        _pip(conda, d, steps, missing, as_of)
+    _pip(list(spec.get("pip_packages", [])), d, steps, missing, as_of)
     # the harness runs `install` again in every instance's container, at its base commit: the dependencies an
     # instance's packaging files declare beyond the environment commit's come from installing there once
     for c in _changed_packaging(src, commit, {str(r["base_commit"]) for r in records}) + [commit]:
@@ -251,8 +361,8 @@ def build_swebench_env(repo: str, version: str, records: list[dict], mirrors: Pa
                 skipped.append(cmd)
                 continue
             log(f"{env.key}: {cmd[:100]}")
-            if not _step(cmd, src, d, steps) and c == commit:
-                _write_manifest(d, spec, commit, python, steps, missing, skipped, [], t_start)
+            if not _step(cmd, src, d, steps, as_of=as_of) and c == commit:
+                _write_manifest(d, spec, commit, python, steps, missing, skipped, [], t_start, notes)
                 last = (steps[-1]["tail"].splitlines() or [""])[-1]
                 raise EnvError(f"{env.key}: `{cmd[:80]}` failed: {last[:200]} (manifest: {d / 'manifest.json'})")
     environ = {}
@@ -268,14 +378,14 @@ def build_swebench_env(repo: str, version: str, records: list[dict], mirrors: Pa
                     protected=RUNNER_FILES[runner["kind"]], dir=str(d))
     rec = {k: v for k, v in built.__dict__.items() if k != "dir"}
     (d / "env.json").write_text(json.dumps(rec, indent=1) + "\n", encoding="utf-8")
-    _write_manifest(d, spec, commit, python, steps, missing, skipped, overlay, t_start)
+    _write_manifest(d, spec, commit, python, steps, missing, skipped, overlay, t_start, notes)
     return built
 
 
 def _write_manifest(d: Path, spec: dict, commit: str, python: str, steps: list, missing: list, skipped: list,
-                    overlay: list, t_start: float) -> None:
+                    overlay: list, t_start: float, notes: dict) -> None:
     (d / "manifest.json").write_text(json.dumps({
-        "spec": spec, "commit": commit, "python": python, "steps": steps, "missing": missing,
+        "spec": spec, "commit": commit, "python": python, **notes, "steps": steps, "missing": missing,
         "skipped_docker_only": sorted(set(skipped)), "overlay": overlay, "build_s": round(time.monotonic() - t_start, 1)},
         indent=1, default=str) + "\n", encoding="utf-8")
 

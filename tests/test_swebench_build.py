@@ -1,0 +1,207 @@
+"""SWE-bench environment builds and the bench's wrong changes: conda names mapped to their PyPI packages, pip
+steps resolved as of a date (and run again undated when they cannot be), the gold with one change block undone."""
+import importlib.util
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from codechat.verifier.patches import apply_diff, parse_diff
+from codechat.verifier.repo_env import EnvError
+from codechat.verifier.swebench_env import _step, conda_to_pypi, parse_as_of, records_date
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("swebench_gold", Path(__file__).parents[1] / "bench" /
+                                                  "swebench_gold.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench
+
+
+def test_conda_names_map_to_their_pypi_packages_and_conda_only_ones_are_left_out():
+    lines, changed = conda_to_pypi(["iris", "matplotlib-base==3.5", "hdf5", "numpy==1.23.0", "cdms2"])
+    assert lines == ["scitools-iris", "matplotlib==3.5", "numpy==1.23.0"]
+    assert changed == {"iris": "scitools-iris", "matplotlib-base": "matplotlib", "hdf5": None, "cdms2": None}
+
+
+def test_as_of_is_the_newest_record_date_or_a_checked_date():
+    recs = [{"created_at": "2020-05-27T16:48:09Z"}, {"created_at": "2020-07-18T06:39:32Z"}, {}]
+    assert records_date(recs) == "2020-07-18T06:39:32Z"
+    assert parse_as_of("records", recs) == "2020-07-18T06:39:32Z"
+    assert parse_as_of("records", [{}]) is None and parse_as_of("none", recs) is None
+    assert parse_as_of("2021-01-01", recs) == "2021-01-01"
+    with pytest.raises(EnvError, match="ISO 8601"):
+        parse_as_of("2020-13-01", recs)
+
+
+def _fake_pip(venv: Path, body: str = '[ -z "$PIP_UPLOADED_PRIOR_TO" ]\n') -> None:
+    """A `pip` (and a `python` that runs only `-m pip`) on the venv's PATH that prints the date, config and
+    arguments it got, then runs `body` (by default: fail when dated, as a pin released after the date does)."""
+    (venv / "bin").mkdir(parents=True)
+    for name, text in (("pip", 'echo "date=$PIP_UPLOADED_PRIOR_TO config=$PIP_CONFIG_FILE links=$PIP_FIND_LINKS '
+                               'args=$*"\n' + body),
+                       ("python", '[ "$1 $2" = "-m pip" ] || exit 3\nshift 2\nexec "$(dirname "$0")/pip" "$@"\n')):
+        (venv / "bin" / name).write_text("#!/bin/bash\n" + text)
+        (venv / "bin" / name).chmod(0o755)
+
+
+def test_a_dated_pip_step_that_fails_runs_again_undated_and_both_are_recorded(tmp_path, monkeypatch):
+    _fake_pip(tmp_path)
+    monkeypatch.setenv("PIP_FIND_LINKS", "/opt/wheels")
+    steps = []
+    assert _step("pip install tox==4.16.0", tmp_path, tmp_path, steps, as_of="2020-07-18T06:39:32Z")
+    assert [s["rc"] for s in steps] == [1, 0]
+    assert steps[0]["as_of"] == "2020-07-18T06:39:32Z" and "as_of" not in steps[1]
+    # dated: no configuration files or find-links (an index without upload times would let later files through)
+    assert steps[0]["tail"] == f"date=2020-07-18T06:39:32Z config={os.devnull} links= args=install tox==4.16.0"
+    assert steps[1]["tail"] == "date= config= links=/opt/wheels args=install tox==4.16.0"
+
+
+def test_a_step_that_does_not_run_pip_is_never_dated_or_repeated(tmp_path):
+    steps = []
+    assert not _step("echo \"$PIP_UPLOADED_PRIOR_TO\" >> ran.txt; false", tmp_path, tmp_path, steps,
+                     as_of="2020-01-01")
+    assert len(steps) == 1 and "as_of" not in steps[0] and (tmp_path / "ran.txt").read_text() == "\n"
+
+
+BASE = {"a.py": "def f():\n    return 1\n\n\nX = 1\nY = 2\n", "old.py": "gone = True\n"}
+GOLD = """--- a/a.py
++++ b/a.py
+@@ -1,6 +1,7 @@
+ def f():
+-    return 1
++    return 2
+ 
+ 
+ X = 1
+-Y = 2
++Y = 3
++Z = 4
+--- /dev/null
++++ b/new.py
+@@ -0,0 +1,4 @@
++import a
++
++def g():
++    return a.f()
+--- a/old.py
++++ /dev/null
+@@ -1 +0,0 @@
+-gone = True
+"""
+
+
+def _apply(diff: str) -> dict:
+    files = dict(BASE)
+    files.update(apply_diff(diff, files.get) if diff else {})
+    return {k: v for k, v in files.items() if v is not None}
+
+
+def test_wrong_variants_undo_one_change_block_each_largest_first():
+    bench = _bench()
+    gold = _apply(GOLD)
+    variants = bench.wrong_variants(GOLD, 10)
+    assert len(variants) == len(bench.change_blocks(GOLD)) == 4
+    got = [_apply(v) for v in variants]
+    assert got[0] == {k: v for k, v in gold.items() if k != "new.py"}        # the new file (4 lines) not created
+    assert got[1]["a.py"] == "def f():\n    return 2\n\n\nX = 1\nY = 2\n" and "new.py" in got[1]  # Y/Z block
+    assert got[2]["a.py"] == "def f():\n    return 1\n\n\nX = 1\nY = 3\nZ = 4\n"
+    assert got[3] == {**gold, "old.py": "gone = True\n"}                     # the deletion undone
+    assert all(g != gold for g in got)
+    assert bench.wrong_variants(GOLD, 2) == variants[:2]
+
+
+def test_a_one_block_gold_has_one_wrong_variant_the_base():
+    bench = _bench()
+    one = "--- a/old.py\n+++ b/old.py\n@@ -1 +1 @@\n-gone = True\n+gone = False\n"
+    assert bench.wrong_variants(one, 3) == [""]
+
+
+def test_every_lite_gold_has_wrong_variants_that_parse_and_differ_from_it(shared_data):
+    bench = _bench()
+    recs = json.loads((shared_data / "repo" / "swe-bench-lite-test.json").read_text())
+    for rec in recs:
+        variants = bench.wrong_variants(rec["patch"], 3)
+        assert variants, rec["instance_id"]
+        for v in variants:
+            assert v != rec["patch"] and (v == "" or parse_diff(v)), rec["instance_id"]
+
+
+def test_summary_counts_wrong_variants_that_still_resolved():
+    bench = _bench()
+    recs = [{"instance_id": "o__r-1", "repo": "o/r", "version": "1"}, {"instance_id": "o__r-2", "repo": "o/r",
+                                                                      "version": "1"}]
+    lines = [{"instance_id": "o__r-1", "kind": "gold", "status": "passed", "seconds": 2.0, "message": ""},
+             {"instance_id": "o__r-1", "kind": "wrong", "status": "failed", "seconds": 4.0, "message": "",
+              "blocks": 3, "tried": 2, "tried_resolved": 1},
+             {"instance_id": "o__r-2", "kind": "gold", "status": "passed", "seconds": 2.0, "message": ""},
+             {"instance_id": "o__r-2", "kind": "wrong", "status": "passed", "seconds": 4.0, "message": "",
+              "blocks": 2, "tried": 2, "tried_resolved": 2}]
+    fig = bench.summarize(lines, recs, {})["repos"]["o/r"]
+    assert fig["wrong_resolved"] == 1 and fig["wrong_resolved_ids"] == ["o__r-2"]
+    assert fig["wrong_blocks_unneeded"] == {"o__r-1": "1 of 3", "o__r-2": "2 of 2"}
+
+
+REPORT = {"environment": {"python_version": "3.9", "sys_platform": "linux"}, "install": [
+    {"download_info": {"url": "file:///src", "dir_info": {"editable": True}}, "requested_extras": ["test"],
+     "metadata": {"requires_dist": ["docutils>=0.12", "Jinja2<3.0", 'colorama>=0.3.5; sys_platform == "win32"',
+                                    'typed_ast; python_version < "3.8"', 'pytest; extra == "test"',
+                                    'flake8; extra == "lint"', "requests[socks]>=2.5"]}},
+    {"download_info": {"url": "https://files/docutils-0.23.whl", "archive_info": {}},
+     "metadata": {"requires_dist": ["never-listed"]}}]}
+
+
+def test_an_editable_install_gets_its_requirements_as_of_the_date_then_runs_as_written(tmp_path, monkeypatch):
+    monkeypatch.delenv("PIP_FIND_LINKS", raising=False)
+    monkeypatch.delenv("PIP_CONFIG_FILE", raising=False)
+    (tmp_path / "report.json").write_text(json.dumps(REPORT))
+    _fake_pip(tmp_path, f'if [[ "$*" == *--report* ]]; then cp {tmp_path / "report.json"} "${{@: -1}}"; fi\n')
+    steps = []
+    assert _step("python -m pip install -e .[test]", tmp_path, tmp_path, steps, as_of="2020-05-27")
+    report = tmp_path / "pip-report.json"
+    assert [(s["tail"], s.get("as_of")) for s in steps] == [
+        (f"date= config= links= args=install -e .[test] --dry-run --quiet --report {report}", None),
+        (f"date=2020-05-27 config={os.devnull} links= args=install -q docutils>=0.12 Jinja2<3.0 pytest "
+         "requests[socks]>=2.5", "2020-05-27"),
+        ("date= config= links= args=install -e .[test]", None)]
+
+
+def test_build_refuses_a_bad_as_of_date_before_building(tmp_path, capsys):
+    from codechat.cli import main
+    recs = tmp_path / "recs.json"
+    recs.write_text(json.dumps([{"instance_id": "me__calc-1", "repo": "me/calc", "version": "1", "base_commit": "a"}]))
+    assert main(["repo", "env", "build", str(recs), "--mirrors", str(tmp_path), "--out", str(tmp_path / "envs"),
+                 "--as-of", "yesterday"]) == 2
+    assert "--as-of 'yesterday': give an ISO 8601 date" in capsys.readouterr().err
+    assert not (tmp_path / "envs").exists()
+
+
+EMPTY_FILES = """diff --git a/pkg/__init__.py b/pkg/__init__.py
+new file mode 100644
+index 0000000..e69de29
+diff --git a/pkg/mod.py b/pkg/mod.py
+new file mode 100644
+--- /dev/null
++++ b/pkg/mod.py
+@@ -0,0 +1 @@
++x = 1
+diff --git a/old/__init__.py b/old/__init__.py
+deleted file mode 100644
+index e69de29..0000000
+"""
+
+
+def test_git_header_alone_creates_or_deletes_an_empty_file():
+    fps = parse_diff(EMPTY_FILES)
+    assert [(f.path, f.is_new, f.is_delete, len(f.hunks)) for f in fps] == [
+        ("pkg/__init__.py", True, False, 0), ("pkg/mod.py", True, False, 1), ("old/__init__.py", False, True, 0)]
+    assert apply_diff(EMPTY_FILES, {"old/__init__.py": ""}.get) == {"pkg/__init__.py": "", "pkg/mod.py": "x = 1\n",
+                                                                     "old/__init__.py": None}
+
+
+def test_a_lite_test_patch_creating_an_empty_package_init_creates_it(shared_data):
+    recs = {r["instance_id"]: r for r in json.loads((shared_data / "repo" / "swe-bench-lite-test.json").read_text())}
+    paths = [f.path for f in parse_diff(recs["sphinx-doc__sphinx-10451"]["test_patch"])]
+    assert "tests/roots/test-ext-napoleon/mypackage/__init__.py" in paths
