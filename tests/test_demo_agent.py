@@ -91,6 +91,9 @@ def test_the_demo_writes_compact_calls_with_the_2k_tiny_preset(tmp_path):
         cfg = agent_config(str(tmp_path), "sft", quick=quick)
         assert cfg.sft.expert_per_task == 4 and cfg.sft.expert_edit == "function" and cfg.sft.expert_wrong == 0.5
     assert agent_config(str(tmp_path), "grpo", quick=True).rl.lr == 1e-4 and AGENT_QUICK_EVAL_N == 4
+    for quick in (False, True):  # GRPO runs past its warm-up (in it the lr is a fraction of rl.lr), without
+        rl = agent_config(str(tmp_path), "grpo", quick=quick).rl  # learning from episodes cut by a budget
+        assert rl.warmup < rl.steps and rl.mask_truncated
     assert agent_config(str(tmp_path), "sft").model.path == "tiny-agent"
     assert PRESETS["tiny"].max_positions == 1024 and PRESETS["tiny-agent"] == replace(PRESETS["tiny"],
                                                                                       max_positions=2048)

@@ -61,7 +61,8 @@ AGENT: list[str] = [
     "sft.expert_per_task=4", "sft.expert_edit=function",
     "rft.prompts=64", "rft.group_size=4", "rft.steps=40", "rft.lr=5e-4", "rft.batch_size=16",
     "algo.advantage=grpo", "algo.loss=ppo-clip", "algo.kl_beta=0.0",
-    "rl.steps=4", "rl.lr=1e-4", "rl.prompts_per_step=8", "rl.group_size=4", "rl.zero_variance=skip",
+    "rl.steps=10", "rl.warmup=2", "rl.lr=1e-4", "rl.prompts_per_step=8", "rl.group_size=4",
+    "rl.zero_variance=skip", "rl.mask_truncated=true",
     "log.audit=false", "log.plot=false", "checkpoint.every=0", "checkpoint.keep_last=1",
 ]
 """The agent demo's settings, as `codechat train` overrides shared by its three runs (docs/agent.md)."""
