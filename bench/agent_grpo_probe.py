@@ -3,8 +3,8 @@
     OMP_NUM_THREADS=1 python bench/agent_grpo_probe.py --sft runs/demo-agent-quick/sft \
         --variant base= --variant lr1e-3=rl.lr=1e-3 --variant g8=rl.group_size=8,rl.prompts_per_step=2
 
-Each variant is the agent demo's `--quick` second run (RFT then GRPO; `stages=[grpo]` for GRPO
-alone) (codechat/demos/agent.py: AGENT + AGENT_QUICK) starting from
+Each variant is the agent demo's `--quick` GRPO run (`stages=[rft,grpo]` for the RFT round first, `stages=[rft]`
+for RFT alone) (codechat/demos/agent.py: AGENT + AGENT_QUICK) starting from
 the weights in `--sft` (a finished demo's sft/ folder, or any model directory) with the variant's overrides
 (comma-separated `codechat train` overrides after `NAME=`; commas inside [...] stay: `stages=[rft,grpo]`),
 then `--n` sampled episodes (T=1) per task of the

@@ -32,13 +32,14 @@ def test_seed_table_has_each_seed_and_the_mean_and_range():
     assert spread([-1.0, 3.0], signed=True) == "+1.0 (-1.0 to +3.0)" and spread([1.0, 3.0]) == "2.0 (1.0 to 3.0)"
 
 
-def _agent_run(path, sft_c, grpo_c, n=4):
-    for stage, cs in (("sft", sft_c), ("grpo", grpo_c)):
+def _agent_run(path, sft_c, grpo_c, n=4, rft_c=None):
+    stages = [("sft", "sft", sft_c)] + ([("rft", "rft", rft_c)] if rft_c else []) + [("grpo", "rft+grpo", grpo_c)]
+    for stage, _, cs in stages:
         (path / f"eval-{stage}").mkdir(parents=True)
         per = {f"t{i}": {"c": c, "n": n} for i, c in enumerate(cs)}
         (path / f"eval-{stage}" / "summary.json").write_text(json.dumps({"metrics": {}, "per_task": per}))
     rows = [AgentRow(st, sum(cs) / (n * len(cs)), 0.5, n, 0.9, 0.0, 1.0, 5.0, 600.0 * (i + 1))
-            for i, (st, cs) in enumerate((("sft", sft_c), ("rft+grpo", grpo_c)))]
+            for i, (_, st, cs) in enumerate(stages)]
     (path / "rows.json").write_text(json.dumps([asdict(r) for r in rows]))
     return path
 
@@ -52,6 +53,19 @@ def test_pooled_interval_pairs_every_task_of_every_seed(tmp_path):
     text = agent_seed_table({s: read_agent_rows(d) for s, d in dirs.items()}, ci)
     assert "| 1 | 12.5 / 50.0 % | 62.5 / 50.0 % | +50.0 / +0.0 | 20.0 min |" in text
     assert "over 6 (task, seed) pairs" in text and f"{ci.diff * 100:+.1f} pts" in text
+
+
+def test_three_stage_table_shows_grpo_over_rft_per_seed_and_pooled(tmp_path):
+    dirs = {0: _agent_run(tmp_path / "a", [0, 1], [2, 4], rft_c=[1, 3]), 1: _agent_run(tmp_path / "b", [0, 0], [2, 2],
+                                                                                        rft_c=[2, 2])}
+    last = pooled_resolve_change(dirs, "rft", "grpo")
+    ref = paired_bootstrap([.25, .75, .5, .5], [.5, 1, .5, .5])
+    assert last.n == 4 and (last.diff, last.lo, last.hi) == pytest.approx((ref.diff, ref.lo, ref.hi))
+    text = agent_seed_table({s: read_agent_rows(d) for s, d in dirs.items()}, pooled_resolve_change(dirs), last)
+    assert "| seed | sft resolve@1 / @4 | rft resolve@1 / @4 | rft+grpo resolve@1 / @4 | change" in text
+    assert "| 0 | 12.5 / 50.0 % | 50.0 / 50.0 % | 75.0 / 50.0 % | +62.5 / +0.0 | +25.0 / +0.0 | 30.0 min |" in text
+    assert "| mean (range) |" in text and "+12.5 (+0.0 to +25.0) / +0.0 (+0.0 to +0.0)" in text
+    assert "change rft -> rft+grpo +12.5 pts" in text and "change sft -> rft+grpo" in text
 
 
 def test_seeds_runs_one_demo_per_seed_and_writes_the_table(tmp_path, monkeypatch, capsys):

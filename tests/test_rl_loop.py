@@ -7,6 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from codechat.config import RLConfig
 from codechat.config.io import ConfigError, load_config
 from codechat.policy import SampleBatch
 from codechat.rollout.collect import Rollouts, rollout_metrics
@@ -14,6 +15,7 @@ from codechat.tasks import Task
 from codechat.train import dist, train
 from codechat.train.checkpoint import TrainState
 from codechat.train.common import Context
+from codechat.train.rl import train_rows
 
 BASE = ["data.train=builtin:toy", "sampling.max_new_tokens=12", "log.progress=false", "log.plot=false",
         "verifier.workers=2", "rl.prompts_per_step=4", "rl.group_size=4", "checkpoint.every=0", "log.audit=false"]
@@ -186,3 +188,14 @@ def test_settings_that_cannot_work_are_refused(overrides, needle):
 def test_k1_without_a_kl_term_and_reinforce_with_one_step_are_allowed():
     load_config(None, ["algo.kl_estimator=k1"])  # kl_beta = 0: no loss term
     load_config(None, ["stages=[rloo]", "algo.loss=reinforce", "rl.minibatch_size=32"])  # = P x G: one step
+
+
+def test_mask_truncated_keeps_cut_episodes_out_of_the_loss_rows():
+    """rl.mask_truncated (what the agent demo's GRPO uses): an episode cut by a budget (finish_reason `length`)
+    teaches nothing, its reward 0 pushing down every call it made; zero-variance groups go first under skip."""
+    tasks = [Task(f"t{i}", "p", ["assert True"]) for i in range(3)]
+    r = _rollouts([[1, 0, 0, 0], [1, 1, 0, 0], [0, 0, 0, 0]], tasks)
+    r.batch.finish_reason[:] = ["stop", "length", "stop", "length", "stop", "stop", "length", "stop"] + ["length"] * 4
+    assert train_rows(r, RLConfig(zero_variance="skip", mask_truncated=True)).tolist() == [0, 2, 4, 5, 7]
+    assert train_rows(r, RLConfig(zero_variance="skip", mask_truncated=False)).tolist() == list(range(8))
+    assert train_rows(r, RLConfig(zero_variance="keep", mask_truncated=True)).tolist() == [0, 2, 4, 5, 7]

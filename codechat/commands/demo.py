@@ -69,11 +69,13 @@ def run_agent(args: argparse.Namespace) -> int:
     command = " ".join(["codechat demo --agent"] + (["--quick"] if args.quick else []) +
                        ([f"--run-dir {shlex.quote(run_dir)}"] if args.run_dir else []) +
                        [shlex.quote(o) for o in args.overrides])
-    print(f"codechat demo --agent: sft -> eval -> rft+grpo -> eval -> {run_dir}")
+    print(f"codechat demo --agent: sft -> eval -> rft -> eval -> grpo -> eval -> {run_dir}")
     out, rows = run_agent_demo(run_dir, args.quick, args.overrides, command)
     print()
     print(agent_table(rows))
-    print(resolve_change(out))
+    print(resolve_change(out, "sft", "grpo" if (out / "eval-grpo").is_dir() else "rft"))
+    if (out / "eval-grpo").is_dir():
+        print("GRPO over RFT alone: " + resolve_change(out, "rft", "grpo"))
     print()
     print(f"report: {out / 'report.md'}   plot: {out / 'resolve.png'}")
     return 0
@@ -94,7 +96,8 @@ def run_seeds(args: argparse.Namespace) -> int:
         run_agent(sub) if args.agent else run(sub)
         dirs[s] = root / f"seed-{s}"
         results[s] = read_agent_rows(dirs[s]) if args.agent else summarize(dirs[s])
-    text = agent_seed_table(results, pooled_resolve_change(dirs)) if args.agent else seed_table(results)
+    text = agent_seed_table(results, pooled_resolve_change(dirs), pooled_resolve_change(dirs, "rft", "grpo")) \
+        if args.agent else seed_table(results)
     command = " ".join(["codechat demo"] + (["--agent"] if args.agent else []) + (["--quick"] if args.quick else [])
                        + ([f"--model {args.model}"] if args.model != "tiny" else [])
                        + [f"--seeds {args.seeds}"]

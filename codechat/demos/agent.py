@@ -1,6 +1,7 @@
 """The agent demo (`codechat demo --agent`): a tiny model learns to fix small repositories with tools, on CPU.
 
-    tokenizer + `tiny` preset -> SFT on expert transcripts -> eval -> RFT + GRPO on episodes -> eval   (held-out)
+    tokenizer + `tiny` preset -> SFT on expert transcripts -> eval -> RFT -> eval -> GRPO on episodes -> eval
+                                                                                                  (held-out)
 
 The SFT data are expert episodes on `builtin:repo-train` (read the file -> run the tests -> write the fix -> run
 the tests -> submit), played for real in the sandbox, with a seeded share (`sft.expert_wrong`) that writes a
@@ -14,18 +15,20 @@ Evaluation is sampled (T=1), `AGENT_EVAL_N` episodes per task of `builtin:repo-h
 trained on), reporting resolve@1, resolve@n and the habits: tested-before-submit share, protected-file edit
 attempts, turns.
 
-The second run is one round of RFT on episodes (64 train tasks x 4 episodes, the passing ones kept, 40 steps of
-SFT on their model tokens; measured, it lifted held-out resolve@1 from 31.3% to 50.8%,
-docs/results/agent-history.md), then a few GRPO steps.
+Then one round of RFT on episodes (64 train tasks x 4 episodes, the passing ones kept, 40 steps of SFT on their
+model tokens; measured, it lifted held-out resolve@1 from 31.3% to 50.8%, docs/results/agent-history.md), and
+GRPO from the RFT model. The model is evaluated after each stage, so the table shows what GRPO adds over RFT
+alone on the same run (`resolve_change(run_dir, "rft", "grpo")`).
 
-Two trainer runs under RUN_DIR (`sft/`, then `grpo/` (stages rft, grpo) from sft's final weights) and an
-evaluation after each (`eval-sft/`, `eval-grpo/`: summary.json and every episode in samples.jsonl).
+Three trainer runs under RUN_DIR (`sft/`; `rft/` from sft's final weights; `grpo/` from rft's, skipped when
+`rl.steps=0`) and an evaluation after each (`eval-sft/`, `eval-rft/`, `eval-grpo/`: summary.json and every
+episode in samples.jsonl).
 `AGENT_QUICK` shrinks it to about 10 minutes on 6 train tasks, evaluated on the same tasks. `agent_table` is the
 stage table; `write_agent_report` writes RUN_DIR/report.md and resolve.png.
 
-Simplifications: evaluation runs between the two trainer runs (the trainer does not evaluate repository sets
-itself); the wall-time column is the demo's own clock, so two runs with one seed give the same table apart from
-it (`agent_table(rows, times=False)`).
+Simplifications: evaluation runs between the trainer runs (the trainer does not evaluate repository sets
+itself); each run starts a fresh optimizer; the wall-time column is the demo's own clock, so two runs with one
+seed give the same table apart from it (`agent_table(rows, times=False)`).
 """
 from __future__ import annotations
 
@@ -58,13 +61,17 @@ AGENT: list[str] = [
     "sft.expert_per_task=4", "sft.expert_edit=function",
     "rft.prompts=64", "rft.group_size=4", "rft.steps=40", "rft.lr=5e-4", "rft.batch_size=16",
     "algo.advantage=grpo", "algo.loss=ppo-clip", "algo.kl_beta=0.0",
-    "rl.steps=4", "rl.lr=1e-4", "rl.prompts_per_step=8", "rl.group_size=4", "rl.zero_variance=skip",
+    "rl.steps=10", "rl.warmup=2", "rl.lr=1e-4", "rl.prompts_per_step=8", "rl.group_size=4",
+    "rl.zero_variance=skip", "rl.mask_truncated=true",
     "log.audit=false", "log.plot=false", "checkpoint.every=0", "checkpoint.keep_last=1",
 ]
-"""The agent demo's settings, as `codechat train` overrides shared by both runs (docs/agent.md)."""
+"""The agent demo's settings, as `codechat train` overrides shared by its three runs (docs/agent.md)."""
 
 END = "rft+grpo"
-"""The second run's stages, as the table names its row."""
+"""The last run's row name in the table: GRPO after the RFT round."""
+
+RUNS = ("sft", "rft", "grpo")
+"""The demo's trainer runs in order: each starts from the previous one's final weights."""
 
 AGENT_EVAL = "builtin:repo-heldout"
 AGENT_EVAL_N = 4
@@ -90,7 +97,7 @@ class AgentRow:
     """One line of the agent demo table: the evaluation after a stage."""
 
     stage: str
-    """`sft` or `grpo`."""
+    """`sft`, `rft` or `rft+grpo`: the run evaluated."""
     resolve1: float
     """Resolve rate pass@1, sampled at T=1 (mean over the evaluation's episodes per task)."""
     resolvek: float
@@ -110,9 +117,13 @@ class AgentRow:
 
 
 def agent_config(run_dir: str, stage: str, quick: bool = False, overrides: list[str] | None = None):
-    """The RunConfig of one of the demo's trainer runs: AGENT (+ AGENT_QUICK), the stage, then the overrides."""
-    extra = ["stages=[sft]", f"run_dir={run_dir}/sft"] if stage == "sft" else \
-        ["stages=[rft,grpo]", f"model.path={run_dir}/sft", f"run_dir={run_dir}/grpo"]
+    """The RunConfig of one of the demo's trainer runs (RUNS: sft, rft, grpo): AGENT (+ AGENT_QUICK), the stage
+    in RUN_DIR/STAGE from the previous run's final weights, then the overrides."""
+    if stage not in RUNS:
+        raise ValueError(f"agent demo run {stage!r}: expected one of {', '.join(RUNS)}")
+    extra = [f"stages=[{stage}]", f"run_dir={run_dir}/{stage}"]
+    if stage != "sft":
+        extra.append(f"model.path={run_dir}/{RUNS[RUNS.index(stage) - 1]}")
     return load_config(None, AGENT + (AGENT_QUICK if quick else []) + extra + list(overrides or []))
 
 
@@ -137,9 +148,18 @@ def row(stage: str, m: dict, n: int, t: float) -> AgentRow:
                     m["protected_attempts"], m["submitted"], m["turns"], t)
 
 
+def _change(a: AgentRow, b: AgentRow, times: bool) -> str:
+    return (f"| **{b.stage} - {a.stage}** | **{(b.resolve1 - a.resolve1) * 100:+.1f} pts** | "
+            f"{(b.resolvek - a.resolvek) * 100:+.1f} pts | "
+            f"{(b.tested_before_submit - a.tested_before_submit) * 100:+.1f} pts | "
+            f"{b.protected_attempts - a.protected_attempts:+.2f} | "
+            f"{(b.submitted - a.submitted) * 100:+.1f} pts | {b.turns - a.turns:+.1f} |" + (" |" if times else ""))
+
+
 def agent_table(rows: list[AgentRow], times: bool = True) -> str:
-    """Markdown table of the stage rows and the change from SFT to the end (the wall time column unless times
-    is False: everything else repeats exactly with the same seed)."""
+    """Markdown table of the stage rows, the change from SFT to the end and, with three rows, the last stage's
+    own change (GRPO over RFT alone); the wall time column unless times is False: everything else repeats
+    exactly with the same seed."""
     k = rows[0].k if rows else 1
     head = f"| stage | resolve@1 (T=1) | resolve@{k} | tested before submit | protected edits / ep | submitted | " \
            f"turns |" + (" wall time |" if times else "")
@@ -149,26 +169,24 @@ def agent_table(rows: list[AgentRow], times: bool = True) -> str:
                    f"{r.protected_attempts:.2f} | {r.submitted:.1%} | {r.turns:.1f} |"
                    + (f" {r.time_s / 60:.1f} min |" if times else ""))
     if len(rows) > 1:
-        a, b = rows[0], rows[-1]
-        out.append(f"| **{b.stage} - {a.stage}** | **{(b.resolve1 - a.resolve1) * 100:+.1f} pts** | "
-                   f"{(b.resolvek - a.resolvek) * 100:+.1f} pts | "
-                   f"{(b.tested_before_submit - a.tested_before_submit) * 100:+.1f} pts | "
-                   f"{b.protected_attempts - a.protected_attempts:+.2f} | "
-                   f"{(b.submitted - a.submitted) * 100:+.1f} pts | {b.turns - a.turns:+.1f} |"
-                   + (" |" if times else ""))
+        out.append(_change(rows[0], rows[-1], times))
+    if len(rows) > 2:
+        out.append(_change(rows[-2], rows[-1], times))
     return "\n".join(out)
 
 
 def plot_resolve(run_dir: Path, rows: list[AgentRow], what: str) -> Path:
-    """resolve.png: the GRPO run's train pass rate per step, with the evaluations before and after it."""
+    """resolve.png: the GRPO run's train pass rate per step, with the evaluations before it (at step 0) and
+    after it."""
     fig, ax = figure(8, 4)
     pts = [(r["step"], r["pass_rate"]) for r in read_metrics(run_dir / "grpo")
-           if r.get("pass_rate") is not None and r.get("stage") == "grpo"]
+           if r.get("pass_rate") is not None and r.get("stage") == "grpo"] if (run_dir / "grpo").is_dir() else []
     if pts:
         ax.plot(*zip(*pts), label="train resolve rate (GRPO episodes, T=1)", alpha=0.6)
     last = pts[-1][0] if pts else 1
-    for r, x, m in zip(rows, (0, last), ("o", "s")):
-        ax.plot([x], [r.resolve1], marker=m, ls="", label=f"{what} resolve@1 after {r.stage}")
+    for r, m in zip(rows, ("o", "^", "s")):
+        ax.plot([last if r.stage == END else 0], [r.resolve1], marker=m, ls="",
+                label=f"{what} resolve@1 after {r.stage}")
     ax.set_xlabel("GRPO step")
     ax.set_ylabel("resolve rate")
     ax.set_ylim(0, 1)
@@ -177,36 +195,45 @@ def plot_resolve(run_dir: Path, rows: list[AgentRow], what: str) -> Path:
     return save(fig, run_dir / "resolve.png")
 
 
-def resolve_change(run_dir: Path) -> str:
-    """The resolve@1 change from eval-sft/ to eval-grpo/ with its 95% paired bootstrap interval over the tasks
-    (each task's c/n in both): how much of the table's difference the evaluation's sampling could explain."""
-    per = [json.loads((run_dir / f"eval-{s}" / "summary.json").read_text())["per_task"] for s in ("sft", "grpo")]
+def resolve_change(run_dir: Path, a: str = "sft", b: str = "grpo") -> str:
+    """The resolve@1 change from eval-A/ to eval-B/ with its 95% paired bootstrap interval over the tasks (each
+    task's c/n in both): how much of the table's difference the evaluation's sampling could explain. "" when
+    either evaluation is missing or they share no task."""
+    paths = [run_dir / f"eval-{s}" / "summary.json" for s in (a, b)]
+    if not all(p.is_file() for p in paths):
+        return ""
+    per = [json.loads(p.read_text())["per_task"] for p in paths]
     ids = sorted(set(per[0]) & set(per[1]))
     if not ids:
         return ""
-    a, b = ([p[i]["c"] / p[i]["n"] for i in ids] for p in per)
-    ci = paired_bootstrap(a, b)
-    return (f"resolve@1 change {ci.diff * 100:+.1f} pts, 95% paired bootstrap interval over the {ci.n} tasks "
-            f"{ci.lo * 100:+.1f} to {ci.hi * 100:+.1f} pts.")
+    x, y = ([p[i]["c"] / p[i]["n"] for i in ids] for p in per)
+    ci = paired_bootstrap(x, y)
+    return (f"resolve@1 change {a} -> {b} {ci.diff * 100:+.1f} pts, 95% paired bootstrap interval over the {ci.n} "
+            f"tasks {ci.lo * 100:+.1f} to {ci.hi * 100:+.1f} pts.")
 
 
 def write_agent_report(run_dir: Path, rows: list[AgentRow], command: str, eval_spec: str, train_spec: str) -> Path:
     what = f"{eval_spec} (= train)" if eval_spec == train_spec else "held-out"
     png = plot_resolve(run_dir, rows, what)
     cfg = yaml.safe_load((run_dir / "sft" / "config.yaml").read_text())
-    rl = yaml.safe_load((run_dir / "grpo" / "config.yaml").read_text())
+    rft = yaml.safe_load((run_dir / "rft" / "config.yaml").read_text())
+    rl = rft["rl"]
+    runs = [s for s in RUNS if (run_dir / s).is_dir()]
     text = [f"# codechat demo --agent: {run_dir}", "", f"Command: `{command}` (seed {cfg.get('seed')})", "",
             f"Evaluation: `{eval_spec}` ({'the training set' if eval_spec == train_spec else 'held-out'}), "
             f"{rows[0].k} sampled episodes per task (T=1).", "",
-            agent_table(rows), "", resolve_change(run_dir), "", f"![resolve rate]({png.name})", "",
+            agent_table(rows), "", resolve_change(run_dir, "sft", runs[-1]),
+            resolve_change(run_dir, "rft", "grpo") and "GRPO over RFT alone: " + resolve_change(run_dir, "rft", "grpo"),
+            "", f"![resolve rate]({png.name})", "",
             f"SFT: expert transcripts of `{train_spec}`, `sft.expert_wrong` = {cfg['sft']['expert_wrong']}; "
-            f"Then on `{train_spec}`: RFT, {rl['rft']['rounds']} round(s) of {rl['rft']['prompts']} tasks x "
-            f"{rl['rft']['group_size']} episodes (passing ones kept, {rl['rft']['steps']} steps); GRPO, "
-            f"{rl['rl']['steps']} steps x {rl['rl']['prompts_per_step']} tasks x {rl['rl']['group_size']} episodes.",
+            f"Then on `{train_spec}`: RFT, {rft['rft']['rounds']} round(s) of {rft['rft']['prompts']} tasks x "
+            f"{rft['rft']['group_size']} episodes (passing ones kept, {rft['rft']['steps']} steps); "
+            + (f"GRPO, {rl['steps']} steps x {rl['prompts_per_step']} tasks x {rl['group_size']} episodes at lr "
+               f"{rl['lr']} ({rl['warmup']} warm-up steps)." if "grpo" in runs else "no GRPO (rl.steps=0)."),
             "",
-            "Files: sft/ and grpo/ (trainer runs: config.yaml, metrics.jsonl), eval-sft/ and eval-grpo/ "
-            "(summary.json, samples.jsonl: every episode turn by turn).", "",
-            f"Next: `codechat eval --model {run_dir}/grpo --tasks {eval_spec} --n 4 --k 1,4`", ""]
+            f"Files: {', '.join(s + '/' for s in runs)} (trainer runs: config.yaml, metrics.jsonl), "
+            f"{', '.join('eval-' + s + '/' for s in runs)} (summary.json, samples.jsonl: every episode turn by turn).",
+            "", f"Next: `codechat eval --model {run_dir}/{runs[-1]} --tasks {eval_spec} --n 4 --k 1,4`", ""]
     (run_dir / "rows.json").write_text(json.dumps([asdict(r) for r in rows], indent=1))
     path = run_dir / "report.md"
     path.write_text("\n".join(text))
@@ -215,20 +242,21 @@ def write_agent_report(run_dir: Path, rows: list[AgentRow], command: str, eval_s
 
 def run_agent_demo(run_dir: str, quick: bool = False, overrides: list[str] | None = None,
                    command: str = "codechat demo --agent", eval_n: int = 0) -> tuple[Path, list[AgentRow]]:
-    """SFT -> eval -> RFT + GRPO -> eval; returns (run_dir, the two table rows) and writes report.md, resolve.png.
-    eval_n: episodes per task of each evaluation (0 = AGENT_EVAL_N, or AGENT_QUICK_EVAL_N with quick)."""
+    """SFT -> eval -> RFT -> eval -> GRPO -> eval (GRPO and its evaluation skipped at rl.steps=0); returns
+    (run_dir, the table rows: sft, rft, rft+grpo) and writes report.md, resolve.png. eval_n: episodes per task of
+    each evaluation (0 = AGENT_EVAL_N, or AGENT_QUICK_EVAL_N with quick)."""
     t0 = time.monotonic()
     root = Path(run_dir)
-    sft_cfg = agent_config(run_dir, "sft", quick, overrides)
-    rl_cfg = agent_config(run_dir, "grpo", quick, overrides)
-    eval_spec, n = (sft_cfg.data.train, AGENT_QUICK_EVAL_N) if quick else (AGENT_EVAL, AGENT_EVAL_N)
+    cfgs = {s: agent_config(run_dir, s, quick, overrides) for s in RUNS}
+    if cfgs["grpo"].rl.steps == 0:
+        del cfgs["grpo"]
+    train_spec = cfgs["sft"].data.train
+    eval_spec, n = (train_spec, AGENT_QUICK_EVAL_N) if quick else (AGENT_EVAL, AGENT_EVAL_N)
     n = eval_n or n
     rows = []
-    train(sft_cfg)
-    m = evaluate_stage(sft_cfg, root / "sft", eval_spec, n, root / "eval-sft")
-    rows.append(row("sft", m, n, time.monotonic() - t0))
-    train(rl_cfg)
-    m = evaluate_stage(rl_cfg, root / "grpo", eval_spec, n, root / "eval-grpo")
-    rows.append(row(END, m, n, time.monotonic() - t0))
-    write_agent_report(root, rows, command, eval_spec, sft_cfg.data.train)
+    for stage, cfg in cfgs.items():
+        train(cfg)
+        m = evaluate_stage(cfg, root / stage, eval_spec, n, root / f"eval-{stage}")
+        rows.append(row(END if stage == "grpo" else stage, m, n, time.monotonic() - t0))
+    write_agent_report(root, rows, command, eval_spec, train_spec)
     return root, rows

@@ -4,9 +4,10 @@ seed under RUN_DIR/seed-N, one after another, then a table per seed with the mea
     parse_seeds("0,1,2")            -> [0, 1, 2]
     seed_table({seed: StageRow...}) -> single-answer demo: SFT and final pass@1 / greedy / pass@k per seed
     read_agent_rows(run_dir)        -> the agent demo's rows from RUN_DIR/rows.json
-    agent_seed_table({seed: AgentRow...}, pooled) -> agent demo: resolve@1 and resolve@n per seed
-    pooled_resolve_change({seed: run_dir}) -> resolve@1 change with the 95% paired bootstrap interval over every
-                                     (task, seed) pair: each pair's c/n after SFT and after GRPO
+    agent_seed_table({seed: AgentRow...}, pooled, pooled_last) -> agent demo: resolve@1 and resolve@n per seed
+                                     and stage, the change from SFT and GRPO's own change over RFT
+    pooled_resolve_change({seed: run_dir}, a, b) -> resolve@1 change from stage a to b with the 95% paired
+                                     bootstrap interval over every (task, seed) pair
 
 Simplification: the pooled interval treats the (task, seed) pairs as independent items; seeds share the tasks,
 so it is a little narrower than a two-level (task, then seed) bootstrap would be.
@@ -69,16 +70,19 @@ def seed_table(results: dict[int, list[StageRow]]) -> str:
     return "\n".join(out)
 
 
-def pooled_resolve_change(run_dirs: dict[int, Path]) -> PairedCI | None:
-    """resolve@1 change from RUN/eval-sft to RUN/eval-grpo, paired over every (task, seed) both evaluated; None
-    when no task is in both."""
-    a, b = [], []
+def pooled_resolve_change(run_dirs: dict[int, Path], a: str = "sft", b: str = "grpo") -> PairedCI | None:
+    """resolve@1 change from RUN/eval-A to RUN/eval-B, paired over every (task, seed) both evaluated; None when
+    no task is in both (or a run lacks either evaluation)."""
+    x, y = [], []
     for run in run_dirs.values():
-        per = [json.loads((Path(run) / f"eval-{s}" / "summary.json").read_text())["per_task"] for s in ("sft", "grpo")]
+        paths = [Path(run) / f"eval-{s}" / "summary.json" for s in (a, b)]
+        if not all(p.is_file() for p in paths):
+            continue
+        per = [json.loads(p.read_text())["per_task"] for p in paths]
         for i in sorted(set(per[0]) & set(per[1])):
-            a.append(per[0][i]["c"] / per[0][i]["n"])
-            b.append(per[1][i]["c"] / per[1][i]["n"])
-    return paired_bootstrap(a, b) if a else None
+            x.append(per[0][i]["c"] / per[0][i]["n"])
+            y.append(per[1][i]["c"] / per[1][i]["n"])
+    return paired_bootstrap(x, y) if x else None
 
 
 def read_agent_rows(run_dir: Path) -> list[AgentRow]:
@@ -86,28 +90,41 @@ def read_agent_rows(run_dir: Path) -> list[AgentRow]:
     return [AgentRow(**r) for r in json.loads((Path(run_dir) / "rows.json").read_text())]
 
 
-def agent_seed_table(results: dict[int, list[AgentRow]], pooled: PairedCI | None = None) -> str:
-    """Markdown table: per seed resolve@1 and resolve@n after SFT and at the end and the change, the mean and
-    range, then the pooled paired interval (pooled_resolve_change) when given."""
+def agent_seed_table(results: dict[int, list[AgentRow]], pooled: PairedCI | None = None,
+                     pooled_last: PairedCI | None = None) -> str:
+    """Markdown table: per seed resolve@1 and resolve@n after SFT, after each later stage and the change from SFT
+    to the end, with three stages also the last stage's own change (GRPO over RFT alone); the mean and range;
+    then the pooled paired intervals (pooled_resolve_change) of SFT -> end and, when given, of the last stage."""
     first = next(iter(results.values()))
-    a0, b0, k = first[0].stage, first[-1].stage, first[0].k
-    out = [f"| seed | {a0} resolve@1 / @{k} | {b0} resolve@1 / @{k} | change resolve@1 / @{k} | wall time |",
-           "|---|---|---|---|---|"]
+    names, k = [r.stage for r in first], first[0].k
+    three = len(first) > 2
+    head = "| seed | " + " | ".join(f"{s} resolve@1 / @{k}" for s in names) + f" | change resolve@1 / @{k} |" \
+        + (f" {names[-1]} - {names[-2]} resolve@1 / @{k} |" if three else "") + " wall time |"
+    out = [head, "|---" * (len(names) + 3 + three) + "|"]
     cols: dict[str, list[float]] = {}
     for seed, rows in results.items():
-        a, b = rows[0], rows[-1]
-        v = {"a1": _pts(a.resolve1), "ak": _pts(a.resolvek), "b1": _pts(b.resolve1), "bk": _pts(b.resolvek)}
-        v["d1"], v["dk"] = round(v["b1"] - v["a1"], 1), round(v["bk"] - v["ak"], 1)
+        v = {}
+        for i, r in enumerate(rows):
+            v[f"{i}.1"], v[f"{i}.k"] = _pts(r.resolve1), _pts(r.resolvek)
+        last = len(rows) - 1
+        v["d1"], v["dk"] = round(v[f"{last}.1"] - v["0.1"], 1), round(v[f"{last}.k"] - v["0.k"], 1)
+        if three:
+            v["l1"], v["lk"] = round(v[f"{last}.1"] - v[f"{last - 1}.1"], 1), \
+                round(v[f"{last}.k"] - v[f"{last - 1}.k"], 1)
         for c, x in v.items():
             cols.setdefault(c, []).append(x)
-        cols.setdefault("t", []).append(b.time_s / 60)
-        out.append(f"| {seed} | {v['a1']:.1f} / {v['ak']:.1f} % | {v['b1']:.1f} / {v['bk']:.1f} % | "
-                   f"{v['d1']:+.1f} / {v['dk']:+.1f} | {b.time_s / 60:.1f} min |")
+        cols.setdefault("t", []).append(rows[-1].time_s / 60)
+        out.append(f"| {seed} | " + " | ".join(f"{v[f'{i}.1']:.1f} / {v[f'{i}.k']:.1f} %" for i in range(len(rows)))
+                   + f" | {v['d1']:+.1f} / {v['dk']:+.1f} |" + (f" {v['l1']:+.1f} / {v['lk']:+.1f} |" if three else "")
+                   + f" {rows[-1].time_s / 60:.1f} min |")
     if len(results) > 1:
-        out.append(f"| mean (range) | {spread(cols['a1'])} / {spread(cols['ak'])} | {spread(cols['b1'])} / "
-                   f"{spread(cols['bk'])} | {spread(cols['d1'], True)} / {spread(cols['dk'], True)} | "
-                   f"{spread(cols['t'])} min |")
-    if pooled is not None:
-        out += ["", f"resolve@1 change {pooled.diff * 100:+.1f} pts, 95% paired bootstrap interval over "
-                    f"{pooled.n} (task, seed) pairs {pooled.lo * 100:+.1f} to {pooled.hi * 100:+.1f} pts."]
+        out.append("| mean (range) | " + " | ".join(f"{spread(cols[f'{i}.1'])} / {spread(cols[f'{i}.k'])}"
+                                                   for i in range(len(names)))
+                   + f" | {spread(cols['d1'], True)} / {spread(cols['dk'], True)} |"
+                   + (f" {spread(cols['l1'], True)} / {spread(cols['lk'], True)} |" if three else "")
+                   + f" {spread(cols['t'])} min |")
+    for label, ci in ((f"{names[0]} -> {names[-1]}", pooled), (f"{names[-2]} -> {names[-1]}", pooled_last)):
+        if ci is not None:
+            out += ["", f"resolve@1 change {label} {ci.diff * 100:+.1f} pts, 95% paired bootstrap interval over "
+                        f"{ci.n} (task, seed) pairs {ci.lo * 100:+.1f} to {ci.hi * 100:+.1f} pts."]
     return "\n".join(out)
