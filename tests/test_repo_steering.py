@@ -21,6 +21,21 @@ PLUGIN = "_P = type('_P', (), {'pytest_' + 'pyfunc_call': lambda self, pyfuncite
 BY_REWRITE_HOOK = ("for _f in sys.meta_path:\n    if getattr(_f, 'config', None) is not None:\n"
                    "        _f.config.pluginmanager.register(_PLUGIN, 'helper')\n        break\n")
 
+NO_OP_LOADER = """
+import importlib.machinery
+class _Loader:
+    def __init__(self, real):
+        self.real = real
+    def create_module(self, spec):
+        return None
+    def exec_module(self, module):
+        self.real.exec_module(module)
+        for v in list(vars(module).values()):
+            if isinstance(v, type):
+                for k in [k for k in vars(v) if k.startswith('test')]:
+                    setattr(v, k, lambda self: None)
+"""  # a loader that runs a test module, then makes its TestCase methods no-ops
+
 
 def forge_from(first_frame: str) -> str:
     """A package that gets a frame by `first_frame` (code setting `f`), walks out to the runner's, and writes a
@@ -135,19 +150,7 @@ def _prof(frame, event, arg):
                 loc['self'].returned = _Returned()
 _g(sys, 'set' + 'profile')(_prof)
 """),
-    "import hook wrapping test modules' loaders": (UNITTEST, """
-import importlib.machinery
-class _Loader:
-    def __init__(self, real):
-        self.real = real
-    def create_module(self, spec):
-        return None
-    def exec_module(self, module):
-        self.real.exec_module(module)
-        for v in list(vars(module).values()):
-            if isinstance(v, type):
-                for k in [k for k in vars(v) if k.startswith('test')]:
-                    setattr(v, k, lambda self: None)
+    "import hook wrapping test modules' loaders": (UNITTEST, NO_OP_LOADER + """
 class _Finder:
     def find_spec(self, name, path=None, target=None):
         if not name.endswith('test_unit'):
@@ -158,19 +161,7 @@ class _Finder:
         return spec
 sys.meta_path.insert(0, _Finder())
 """),
-    "import hook equal to the finder it replaces": (UNITTEST, """
-import importlib.machinery
-class _Loader:
-    def __init__(self, real):
-        self.real = real
-    def create_module(self, spec):
-        return None
-    def exec_module(self, module):
-        self.real.exec_module(module)
-        for v in list(vars(module).values()):
-            if isinstance(v, type):
-                for k in [k for k in vars(v) if k.startswith('test')]:
-                    setattr(v, k, lambda self: None)
+    "import hook equal to the finder it replaces": (UNITTEST, NO_OP_LOADER + """
 class _Finder:
     __eq__ = lambda self, other: True
     __hash__ = object.__hash__
