@@ -5,6 +5,10 @@ from pathlib import Path
 
 _BUILT: dict[str, Path] = {}
 
+# Prompts of different lengths (so left padding is exercised), shared by the sampler and decoder tests.
+PROMPT_TEXTS = ["def add(a, b):\n", "x = [1, 2, 3]\nfor i in x:\n    print(i)\n",
+                "Write a function `f(s)` that reverses s.\n"]
+
 # 2 layers, 1k vocabulary trained on ~300 kB: builds in well under a second.
 TINY = dict(num_layers=2, vocab_size=1024, corpus_bytes=300_000)
 

@@ -4,7 +4,7 @@ import torch
 
 from codechat.config import SamplingConfig
 from codechat.policy import Sampler, decoding
-from policy_helpers import tiny_policy
+from policy_helpers import PROMPT_TEXTS, tiny_policy
 from qwen_helpers import qwen_policy
 
 LAYOUTS = {"per-row": 10_000, "shared-prompt": -1}  # decoding.FLAT_PROMPT for each
@@ -17,8 +17,7 @@ def pol(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def prompts(pol):
-    return [pol.encode_prompt(t) for t in ["def add(a, b):\n", "x = [1, 2, 3]\nfor i in x:\n    print(i)\n",
-                                           "Write a function `f(s)` that reverses s.\n"]]
+    return [pol.encode_prompt(t) for t in PROMPT_TEXTS]
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)

@@ -7,7 +7,7 @@ from codechat.config import SamplingConfig
 from codechat.policy import Sampler, completion_logprobs
 from codechat.policy.sampler import cut_at_stop, process_logits
 from codechat.policy.stops import StopChecker
-from policy_helpers import tiny_policy
+from policy_helpers import PROMPT_TEXTS, tiny_policy
 
 
 @pytest.fixture(scope="module")
@@ -17,9 +17,7 @@ def pol(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def prompts(pol):
-    # different lengths, so left padding is exercised
-    return [pol.encode_prompt(t) for t in ["def add(a, b):\n", "x = [1, 2, 3]\nfor i in x:\n    print(i)\n",
-                                           "Write a function `f(s)` that reverses s.\n"]]
+    return [pol.encode_prompt(t) for t in PROMPT_TEXTS]
 
 
 def test_shapes_and_invariants(pol, prompts):

@@ -4,7 +4,7 @@ import torch
 
 from codechat.config import ModelConfig, SamplingConfig
 from codechat.policy import Sampler, completion_logprobs, load_policy, staticstep
-from policy_helpers import tiny_policy
+from policy_helpers import PROMPT_TEXTS, tiny_policy
 
 
 @pytest.fixture(scope="module")
@@ -14,8 +14,7 @@ def pol(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def prompts(pol):
-    return [pol.encode_prompt(t) for t in ["def add(a, b):\n", "x = [1, 2, 3]\nfor i in x:\n    print(i)\n",
-                                           "Write a function `f(s)` that reverses s.\n"]]
+    return [pol.encode_prompt(t) for t in PROMPT_TEXTS]
 
 
 def count_static_steps(monkeypatch) -> list:
