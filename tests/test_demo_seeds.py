@@ -88,3 +88,32 @@ def test_seeds_runs_one_demo_per_seed_and_writes_the_table(tmp_path, monkeypatch
     with pytest.raises(CodechatError, match="seed="):
         demo_cmd.run(demo_cmd.argparse.Namespace(agent=False, quick=False, seeds="0", run_dir=None, model="tiny",
                                                  overrides=["seed=3"]))
+
+
+def test_seeds_reuses_a_finished_run_with_the_same_settings_only(tmp_path, monkeypatch):
+    ran = []
+
+    def fake_agent(args):
+        seed = int(args.overrides[-1].split("=")[1])
+        ran.append(args.overrides)
+        _agent_run(tmp_path / "r" / f"seed-{seed}", [0, 1], [2, 3])
+        return 0
+
+    monkeypatch.setattr(demo_cmd, "run_agent", fake_agent)
+
+    def args(seeds, overrides):
+        return demo_cmd.argparse.Namespace(agent=True, quick=False, seeds=seeds, run_dir=str(tmp_path / "r"),
+                                           model="tiny", overrides=overrides)
+
+    assert demo_cmd.run(args("0", ["rl.steps=2"])) == 0 and ran == [["rl.steps=2", "seed=0"]]
+    (tmp_path / "r" / "seeds.md").unlink()
+    # seed 0 finished with these settings: reused, only seed 1 runs, and the table has both
+    assert demo_cmd.run(args("0,1", ["rl.steps=2"])) == 0
+    assert ran == [["rl.steps=2", "seed=0"], ["rl.steps=2", "seed=1"]]
+    assert "| 1 |" in (tmp_path / "r" / "seeds.md").read_text()
+    # other settings: seed 0 is not reused (its directory then refuses a second run, as a single demo's does)
+    monkeypatch.setattr(demo_cmd, "run_agent", lambda a: ran.append(a.overrides) or 0)
+    monkeypatch.setattr(demo_cmd, "read_agent_rows", lambda d: [])
+    monkeypatch.setattr(demo_cmd, "agent_seed_table", lambda *a: "")
+    demo_cmd.run(args("0", ["rl.steps=3"]))
+    assert ran[-1] == ["rl.steps=3", "seed=0"]

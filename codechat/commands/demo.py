@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 from pathlib import Path
 
@@ -81,6 +82,20 @@ def run_agent(args: argparse.Namespace) -> int:
     return 0
 
 
+SEED_ARGS = "demo-args.json"
+"""In each RUN_DIR/seed-N: the settings its run was started with, so that `--seeds` reuses a finished run (an
+interrupted multi-seed demo goes on where it stopped; seeds run in parallel are gathered into one table)."""
+
+
+def finished_seed(run_dir: Path, agent: bool, same: dict) -> bool:
+    """Does run_dir hold a finished demo started with the settings `same`?"""
+    try:
+        started = json.loads((run_dir / SEED_ARGS).read_text())
+    except (OSError, ValueError):
+        return False
+    return started == same and (run_dir / ("rows.json" if agent else "report.md")).is_file()
+
+
 def run_seeds(args: argparse.Namespace) -> int:
     """`codechat demo [--agent] --seeds 0,1,2`: the demo once per seed, then seeds.md (codechat/demos/seeds.py)."""
     seeds = parse_seeds(args.seeds)
@@ -92,9 +107,15 @@ def run_seeds(args: argparse.Namespace) -> int:
     for s in seeds:
         sub = argparse.Namespace(**{**vars(args), "seeds": None, "run_dir": str(root / f"seed-{s}"),
                                     "overrides": [*args.overrides, f"seed={s}"]})
-        print(f"=== seed {s} -> {sub.run_dir}")
-        run_agent(sub) if args.agent else run(sub)
         dirs[s] = root / f"seed-{s}"
+        same = {"agent": args.agent, "quick": args.quick, "model": args.model, "overrides": sub.overrides}
+        if finished_seed(dirs[s], args.agent, same):
+            print(f"=== seed {s}: the finished run in {sub.run_dir} (same settings) is reused")
+        else:
+            print(f"=== seed {s} -> {sub.run_dir}")
+            dirs[s].mkdir(parents=True, exist_ok=True)
+            (dirs[s] / SEED_ARGS).write_text(json.dumps(same))
+            run_agent(sub) if args.agent else run(sub)
         results[s] = read_agent_rows(dirs[s]) if args.agent else summarize(dirs[s])
     text = agent_seed_table(results, pooled_resolve_change(dirs), pooled_resolve_change(dirs, "rft", "grpo")) \
         if args.agent else seed_table(results)
