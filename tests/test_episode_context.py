@@ -1,5 +1,6 @@
 """Episodes and the model's context (truncation at a turn boundary, marked), and loss aggregation on episodes
-(token-mean, sequence-mean over episodes, Dr. GRPO's constant) against a loop over the transcripts."""
+(token-mean, sequence-mean over episodes, Dr. GRPO's constant, the mean over turns) against a loop over the
+transcripts."""
 import copy
 
 import pytest
@@ -100,7 +101,8 @@ def scripted_rollouts(judge):
 
 
 @pytest.mark.parametrize("mode,norm", [("token-mean", 0.0), ("seq-mean-token-mean", 0.0),
-                                       ("seq-mean-token-sum", 0.0), ("seq-mean-token-sum-norm", 4096.0)])
+                                       ("seq-mean-token-sum", 0.0), ("seq-mean-token-sum-norm", 4096.0),
+                                       ("turn-mean", 0.0)])
 def test_aggregation_on_episodes_matches_a_loop_over_transcripts(judge, mode, norm):
     res, ro = scripted_rollouts(judge)
     N, T = ro.batch.tokens.shape
@@ -111,24 +113,32 @@ def test_aggregation_on_episodes_matches_a_loop_over_transcripts(judge, mode, no
     loss, _ = policy_loss("reinforce", logp, logp.detach(), adv, ro.batch.mask, cfg)
     loss.backward()
     # the slow reference: each episode's model tokens, found from its transcript, not from the batch mask
-    per_ep, model_at = [], []
+    # and each model turn's tokens from the runner's Turn records
+    per_ep, model_at, turns = [], [], []
     for i, e in enumerate(res):
         t = e.transcript
         at = [k - t.prompt_len for k in range(t.prompt_len, len(t.tokens)) if t.is_model[k]]
         model_at.append(at)
         per_ep.append([-adv[i].item() * logp[i, j].item() for j in at])
-    n_tok, n_ep = sum(len(a) for a in model_at), len(res)
+        turns += [(i, range(u.model_start - t.prompt_len, u.model_end - t.prompt_len)) for u in t.turns]
+    n_tok, n_ep, n_turns = sum(len(a) for a in model_at), len(res), len(turns)
     want = {"token-mean": sum(map(sum, per_ep)) / n_tok,
             "seq-mean-token-mean": sum(sum(x) / len(x) for x in per_ep) / n_ep,
             "seq-mean-token-sum": sum(map(sum, per_ep)) / n_ep,
-            "seq-mean-token-sum-norm": sum(map(sum, per_ep)) / n_ep / (norm or 1)}[mode]
+            "seq-mean-token-sum-norm": sum(map(sum, per_ep)) / n_ep / (norm or 1),
+            "turn-mean": sum(sum(-adv[i].item() * logp[i, j].item() for j in k) / len(k)
+                             for i, k in turns) / n_turns}[mode]
     assert loss.item() == pytest.approx(want, rel=1e-5)
     grad = torch.zeros(N, T)
     for i, at in enumerate(model_at):
         w = {"token-mean": 1 / n_tok, "seq-mean-token-mean": 1 / (len(at) * n_ep), "seq-mean-token-sum": 1 / n_ep,
-             "seq-mean-token-sum-norm": 1 / (n_ep * (norm or 1))}[mode]
+             "seq-mean-token-sum-norm": 1 / (n_ep * (norm or 1)), "turn-mean": 0.0}[mode]
         grad[i, at] = -adv[i] * w
+    for i, k in turns if mode == "turn-mean" else ():
+        grad[i, list(k)] = -adv[i] / (len(k) * n_turns)
     assert torch.allclose(logp.grad, grad, atol=1e-7)  # no gradient on tool results nor padding
-    assert loss_units(ro.batch.mask, mode) == (n_tok if mode == "token-mean" else n_ep)
+    units = {"token-mean": n_tok, "turn-mean": n_turns}.get(mode, n_ep)
+    assert loss_units(ro.batch.mask, mode) == units
     assert len({len(a) for a in model_at}) > 1  # episodes of different lengths
+    assert len({len(k) for _, k in turns}) > 1 and n_turns > n_ep  # turns of different lengths
     assert all((ro.batch.mask[i, :int(ro.batch.n_tokens[i])] == 0).any() for i in range(N))  # holes on results

@@ -5,13 +5,19 @@ Modes (verl's names), with L the loss, m the 0/1 mask and |y_i| = sum_t m_it the
     seq-mean-token-mean      mean_i ( sum_t L m / |y_i| )                the GRPO paper's 1/|y| per sequence
     seq-mean-token-sum       mean_i ( sum_t L m )
     seq-mean-token-sum-norm  mean_i ( sum_t L m ) / norm                 Dr. GRPO: a constant in place of |y_i|
+    turn-mean                mean_k ( sum_{t in k} L / |k| )             every turn of an episode weighs the same
 `mean_i` runs over the sequences with at least one unmasked token, so rows masked out whole (truncated or
-filtered samples) do not dilute the rest. Padding never contributes, not even as NaN or inf: masked entries
+filtered samples) do not dilute the rest. A turn k is a maximal run of unmasked tokens in a row (in an episode,
+one model turn between two tool results) and `mean_k` runs over every turn of the batch: the loss SkyRL
+(`generator.step_wise_trajectories` with `loss_reduction=sequence_mean`) and rLLM (`stepwise_advantage` with
+`loss_agg_mode=seq-mean-token-mean`) compute with each turn a row of its own. On rows without holes (single
+answers) it is seq-mean-token-mean. Padding never contributes, not even as NaN or inf: masked entries
 are replaced by 0 before any arithmetic. An all-zero mask gives a loss of 0 (with zero gradients).
 """
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from codechat.algos.registry import Registry
 
@@ -21,6 +27,12 @@ AGG_MODES = Registry("loss aggregation mode", ("loss_mat", "mask", "norm"))
 def _masked(loss_mat: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     m = mask > 0  # (B, T) bool
     return torch.where(m, loss_mat, torch.zeros_like(loss_mat)), m
+
+
+def turn_starts(mask: torch.Tensor) -> torch.Tensor:
+    """(B, T) bool: True on the first token of each maximal run of unmasked tokens (a turn) of mask (B, T)."""
+    m = mask > 0
+    return m & ~F.pad(m[:, :-1], (1, 0), value=False)
 
 
 def _n_rows(m: torch.Tensor) -> torch.Tensor:
@@ -51,6 +63,16 @@ def seq_mean_token_sum_norm(loss_mat: torch.Tensor, mask: torch.Tensor, norm: fl
     L, m = _masked(loss_mat, mask)
     denom = norm if norm > 0 else loss_mat.shape[-1]  # pass max_new_tokens: T varies from batch to batch
     return L.sum(dim=-1).sum() / _n_rows(m) / denom
+
+
+@AGG_MODES.register("turn-mean")
+def turn_mean(loss_mat: torch.Tensor, mask: torch.Tensor, norm: float) -> torch.Tensor:
+    L, m = _masked(loss_mat, mask)
+    start = turn_starts(m)  # (B, T)
+    turn = (start.flatten().cumsum(0) - 1).clamp_min(0)  # (B*T,) turn index; turns never span rows
+    sums = L.new_zeros(L.numel()).index_add(0, turn, L.flatten())  # (B*T,) masked entries add 0
+    counts = L.new_zeros(L.numel()).index_add(0, turn, m.flatten().to(L.dtype))  # (B*T,)
+    return (sums / counts.clamp_min(1)).sum() / start.sum().clamp_min(1)
 
 
 def agg_loss(loss_mat: torch.Tensor, mask: torch.Tensor, mode: str, norm: float = 0) -> torch.Tensor:

@@ -38,7 +38,8 @@ class AlgoConfig:
     (ratio - 1 - log ratio; gradient = that of KL(ref || pi)). k1 (the log ratio) has zero expected gradient:
     refused as a loss (algos/kl.py)."""
     agg: str = "token-mean"
-    """Loss aggregation: token-mean, seq-mean-token-mean, seq-mean-token-sum, seq-mean-token-sum-norm."""
+    """Loss aggregation: token-mean, seq-mean-token-mean, seq-mean-token-sum, seq-mean-token-sum-norm, turn-mean
+    (each turn of an episode weighs the same: a turn is a run of model tokens between tool results)."""
     agg_norm: float = 0.0
     """Constant normaliser for seq-mean-token-sum-norm (Dr. GRPO); 0 = the generation budget:
     sampling.max_new_tokens, for repository tasks the episode's model-token budget (the RL stages resolve it so;

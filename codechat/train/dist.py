@@ -44,6 +44,7 @@ import torch.distributed as tdist
 
 from codechat import CodechatError
 from codechat.algos import compute_advantages
+from codechat.algos.aggregation import turn_starts
 from codechat.policy.fsdp import is_sharded
 
 
@@ -195,12 +196,17 @@ def _sequences(m: torch.Tensor) -> torch.Tensor:
     return (m > 0).any(-1).sum()  # sequences with at least one token, as aggregation._n_rows
 
 
+def _turns(m: torch.Tensor) -> torch.Tensor:
+    return turn_starts(m).sum()  # runs of unmasked tokens, as aggregation.turn_mean
+
+
 _UNITS = {"token-mean": _tokens, "seq-mean-token-mean": _sequences, "seq-mean-token-sum": _sequences,
-          "seq-mean-token-sum-norm": _sequences}
+          "seq-mean-token-sum-norm": _sequences, "turn-mean": _turns}
 
 
 def loss_units(mask: torch.Tensor, agg: str) -> float:
-    """Count that agg_loss(., mask (B, T), agg) divides by: tokens (token-mean) or non-empty sequences."""
+    """Count that agg_loss(., mask (B, T), agg) divides by: tokens (token-mean), turns (turn-mean) or non-empty
+    sequences."""
     if agg not in _UNITS:
         raise CodechatError(f"loss aggregation '{agg}' has no unit count for data parallelism "
                             f"(valid: {', '.join(_UNITS)})")
