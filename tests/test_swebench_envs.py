@@ -220,3 +220,48 @@ def test_swebench_record_from_a_bare_mirror_has_visible_tests(tmp_path):
            "problem_statement": "one", "test_patch": test_patch, "FAIL_TO_PASS": ["tests/test_calc.py::test_two"]}
     task = from_swebench(rec, "x", str(mirrors))
     assert task.commit == old and task.visible_tests == ["tests/test_calc.py"]
+
+
+def _wheel(dir_: Path, version: str) -> None:
+    """A one-module wheel `dep` whose `dep.VERSION` is `version`."""
+    import zipfile
+    info = f"dep-{version}.dist-info"
+    with zipfile.ZipFile(dir_ / f"dep-{version}-py3-none-any.whl", "w") as z:
+        z.writestr("dep.py", f"VERSION = {version!r}\n")
+        z.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: dep\nVersion: {version}\n")
+        z.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: t\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        z.writestr(f"{info}/RECORD", "")
+
+
+def test_a_base_whose_install_resolves_other_versions_runs_in_its_layer(tmp_path, monkeypatch):
+    # the harness installs again at each instance's base commit: a dependency pinned differently there (pylint's
+    # `astroid<=2.12.0-dev0`) must be the version that commit's tests import, not the environment commit's
+    from codechat.verifier import swebench_env
+    mirrors, old, new = _mirror(tmp_path)
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    for v in ("1.0", "2.0"):
+        _wheel(wheels, v)
+    monkeypatch.setenv("PIP_FIND_LINKS", str(wheels))
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    # setup.py reads "# v1" at the base commit and "# v2" at the environment commit: dep 1.0 and dep 2.0
+    spec = {"python": f"{sys.version_info[0]}.{sys.version_info[1]}", "test_cmd": "pytest -rA",
+            "install": "python -m pip install -q \"dep==$(sed 's/# v//' setup.py).0\""}
+    monkeypatch.setattr(swebench_env, "spec_for", lambda repo, version: dict(spec))
+    recs = [{"instance_id": f"me__calc-{i}", "repo": "me/calc", "version": "1", "base_commit": c,
+             "environment_setup_commit": new} for i, c in enumerate((old, new))]
+    swebench_env.build_swebench_env("me/calc", "1", recs, mirrors, tmp_path / "envs", log=lambda *_: None,
+                                    as_of="none")
+    env = load_envs(tmp_path / "envs")["me/calc@1"]
+    assert set(env.bases) == {old}
+    probe = "import dep, sys; print(dep.VERSION, sys.executable)"
+    for commit, want in ((old, "1.0"), (new, "2.0"), (None, "2.0")):
+        run = env.for_commit(commit)
+        got = __import__("subprocess").run([run.interpreter, "-I", "-c", probe], capture_output=True, text=True)
+        assert got.stdout.split()[0] == want, got.stderr
+        # the layer's interpreter is under the environment's directory: the sandbox shows it with the venv
+        assert Path(got.stdout.split()[1]).is_relative_to(env.dir) and run.host_dirs() == env.host_dirs()
+    manifest = json.loads((Path(env.dir) / "manifest.json").read_text())
+    assert manifest["bases"][old]["packages"]["dep"] == "1.0"
+    with pytest.raises(EnvError, match="inside the environment"):
+        parse_env({"repo": "a/b", "version": "1", "bases": {old: "../elsewhere"}}, "spec")

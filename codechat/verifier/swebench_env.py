@@ -15,7 +15,8 @@ they need root or Docker, such as `apt-get` and `locale-gen`).
 What this simplifies: conda packages are installed with pip, under `CONDA_TO_PYPI`'s name where the conda name
 is another package's on PyPI (or none at all), else under the same name (those pip lacks are listed in the
 manifest as `missing`); the harness's per-instance `install` re-run before testing is replaced by the overlay
-(the tree under test comes first on sys.path, the editable install supplies metadata and entry points).
+(the tree under test comes first on sys.path, the editable install supplies metadata and entry points) and, for
+a base commit whose install resolves some packages to other versions, a layer venv holding those (`_layers`).
 Unpinned packages move on after a spec was written (docutils dropped the `roman` module sphinx 3.x imports): with
 `as_of` (by default the newest `created_at` of the version's records) every pip step resolves as of that date
 (pip's `--uploaded-prior-to`; a step that cannot, such as a pin released later, runs again undated), see `_step`.
@@ -33,6 +34,7 @@ from datetime import datetime
 from pathlib import Path
 
 from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from codechat.verifier.repo_env import EnvError, TestEnv, env_dirname, resolve_python
 
@@ -240,14 +242,16 @@ def _run(cmd: str, cwd: Path, env: dict, steps: list, timeout_s: float, as_of: s
     return rc == 0
 
 
-def _pip(pkgs: list[str], d: Path, steps: list, missing: list, as_of: str | None = None) -> None:
-    """pip install the lines together; when that fails, one by one, listing those that fail in `missing`."""
+def _pip(pkgs: list[str], d: Path, steps: list, missing: list, as_of: str | None = None,
+         target: Path | None = None) -> None:
+    """pip install the lines together; when that fails, one by one, listing those that fail in `missing`. With
+    `target`: without dependencies, into that directory."""
     pkgs = [p for p in (x.strip() for x in pkgs) if p and not p.startswith("#")]
-    if not pkgs or _step("python -m pip install -q " + " ".join(shlex.quote(p) for p in pkgs), d, d, steps,
-                         as_of=as_of):
+    pip = "python -m pip install -q" + (f" --no-deps --target {shlex.quote(str(target))}" if target else "")
+    if not pkgs or _step(f"{pip} " + " ".join(shlex.quote(p) for p in pkgs), d, d, steps, as_of=as_of):
         return
     for p in pkgs:
-        if not _step(f"python -m pip install -q {shlex.quote(p)}", d, d, steps, as_of=as_of):
+        if not _step(f"{pip} {shlex.quote(p)}", d, d, steps, as_of=as_of):
             missing.append(p)
 
 
@@ -284,6 +288,50 @@ def _changed_packaging(src: Path, commit: str, bases: set[str]) -> list[str]:
     """The base commits whose packaging files differ from `commit`'s (sorted)."""
     return sorted(b for b in bases - {commit} if subprocess.run(
         ["git", "-C", str(src), "diff", "--quiet", commit, b, "--", *PACKAGING], capture_output=True).returncode == 1)
+
+
+def _packages(venv: Path) -> dict[str, str]:
+    """{canonical name: version} of the distributions installed in the venv, editable installs left out."""
+    res = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "list", "--format=json", "--exclude-editable",
+                          "--disable-pip-version-check"], capture_output=True, text=True)
+    try:
+        return {canonicalize_name(p["name"]): p["version"] for p in json.loads(res.stdout)}
+    except (ValueError, KeyError, TypeError):
+        return {}
+
+
+def _site(venv: Path) -> Path:
+    res = subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                         capture_output=True, text=True, check=True)
+    return Path(res.stdout.strip())
+
+
+def _layers(d: Path, python: str, repo: str, installed: dict[str, dict], commit: str, steps: list,
+            log=print) -> dict[str, str]:
+    """For each base commit whose install resolved some distributions to other versions than the environment
+    commit's (pylint's older commits pin `astroid<=2.12.0-dev0`), a layer venv `bases/<commit>`: those versions,
+    pip-installed without dependencies into its own site-packages, followed by the environment's (a `.pth` adds
+    them), so the tests of that commit import what its own install gave them, as in the harness's per-instance
+    install. The repository's own distribution is left out (the tree under test comes first on sys.path).
+    {commit: layer directory relative to d}."""
+    final, own, out = installed.get(commit, {}), canonicalize_name(repo.split("/")[-1]), {}
+    for c, pkgs in installed.items():
+        want = sorted(f"{n}=={v}" for n, v in pkgs.items() if final.get(n) != v and n != own)
+        if c == commit or not want:
+            continue
+        rel = f"bases/{c[:12]}"
+        layer = d / rel
+        subprocess.run([python, "-m", "venv", "--without-pip", str(layer)], check=True, capture_output=True)
+        site, missing = _site(layer), []
+        _pip(want, d, steps, missing, target=site)
+        if len(missing) == len(want):
+            shutil.rmtree(layer)
+            continue
+        (site / "_codechat_env.pth").write_text(f"import site; site.addsitedir({str(_site(d))!r})\n",
+                                                encoding="utf-8")
+        log(f"{d.name}: layer for {c[:12]}: {', '.join(w for w in want if w not in missing)}")
+        out[c] = rel
+    return out
 
 
 def parse_as_of(value: str | None, records: list[dict]) -> str | None:
@@ -347,8 +395,9 @@ def build_swebench_env(repo: str, version: str, records: list[dict], mirrors: Pa
         conda, notes["conda_to_pypi"] = conda_to_pypi(conda)
         _pip(conda, d, steps, missing, as_of)
     _pip(list(spec.get("pip_packages", [])), d, steps, missing, as_of)
-    # the harness runs `install` again in every instance's container, at its base commit: the dependencies an
-    # instance's packaging files declare beyond the environment commit's come from installing there once
+    # the harness runs `install` again in every instance's container, at its base commit: what an instance's
+    # packaging files resolve differently from the environment commit's comes from installing there once
+    installed = {}
     for c in _changed_packaging(src, commit, {str(r["base_commit"]) for r in records}) + [commit]:
         if c != commit:
             log(f"{env.key}: install at {c[:12]} (its packaging files differ)")
@@ -365,6 +414,10 @@ def build_swebench_env(repo: str, version: str, records: list[dict], mirrors: Pa
                 _write_manifest(d, spec, commit, python, steps, missing, skipped, [], t_start, notes)
                 last = (steps[-1]["tail"].splitlines() or [""])[-1]
                 raise EnvError(f"{env.key}: `{cmd[:80]}` failed: {last[:200]} (manifest: {d / 'manifest.json'})")
+        installed[c] = _packages(d)
+    bases = _layers(d, python, repo, installed, commit, steps, log)
+    if bases:
+        notes["bases"] = {c: {"dir": rel, "packages": installed[c]} for c, rel in bases.items()}
     environ = {}
     for cmd in spec.get("eval_commands", []):
         m = re.fullmatch(r"export (\w+)=(\S+)", cmd.strip())
@@ -375,8 +428,8 @@ def build_swebench_env(repo: str, version: str, records: list[dict], mirrors: Pa
     overlay = _overlay(src, d / "overlay")
     built = TestEnv(repo, version, python=str(spec["python"]), pythonpath=["src"] if (src / "src").is_dir() else ["."],
                     runner="swebench", test_cmd=spec["test_cmd"], environ={**runner["environ"], **environ},
-                    protected=RUNNER_FILES[runner["kind"]], dir=str(d))
-    rec = {k: v for k, v in built.__dict__.items() if k != "dir"}
+                    protected=RUNNER_FILES[runner["kind"]], bases=bases, dir=str(d))
+    rec = {k: v for k, v in built.__dict__.items() if k not in ("dir", "layer")}
     (d / "env.json").write_text(json.dumps(rec, indent=1) + "\n", encoding="utf-8")
     _write_manifest(d, spec, commit, python, steps, missing, skipped, overlay, t_start, notes)
     return built
