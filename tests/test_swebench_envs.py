@@ -265,3 +265,26 @@ def test_a_base_whose_install_resolves_other_versions_runs_in_its_layer(tmp_path
     assert manifest["bases"][old]["packages"]["dep"] == "1.0"
     with pytest.raises(EnvError, match="inside the environment"):
         parse_env({"repo": "a/b", "version": "1", "bases": {old: "../elsewhere"}}, "spec")
+
+
+def test_an_editable_install_without_a_pep660_backend_runs_again_with_a_legacy_pip(tmp_path, monkeypatch):
+    # pylint 2.15 pins setuptools~=62.6 (no build_editable hook); the pip a dated build needs no longer falls back
+    # to `setup.py develop`, so the install runs again with one that does, and the dating pip comes back after
+    from codechat.verifier import swebench_env
+    ran = []
+
+    def fake_run(cmd, cwd, env, steps, timeout_s, as_of=None):
+        ran.append(cmd)
+        legacy = "pip<25" in " ".join(ran)
+        ok = "pip install -e ." not in cmd or "--dry-run" in cmd or legacy
+        steps.append({"cmd": cmd, "rc": 0 if ok else 1, "tail": "" if ok else "missing the 'build_editable' hook"})
+        return ok
+
+    monkeypatch.setattr(swebench_env, "_run", fake_run)
+    assert swebench_env._step("python -m pip install -e .", tmp_path, tmp_path, [])
+    assert ran[-3:] == ["python -m pip install -q 'pip<25'", "python -m pip install -e .",
+                        "python -m pip install -q 'pip>=26'"]
+    ran.clear()
+    monkeypatch.setattr(swebench_env, "_run", lambda cmd, *a, **k: ran.append(cmd) or False)
+    assert not swebench_env._step("python -m pip install -e .", tmp_path, tmp_path, [{"tail": "other"}])
+    assert ran == ["python -m pip install -e ."]  # another failure is not retried

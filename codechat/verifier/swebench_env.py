@@ -48,6 +48,9 @@ CONDA_TO_PYPI = {"iris": "scitools-iris", "matplotlib-base": "matplotlib", "pyta
 or None: nothing to pip-install (a C library that the Python packages' wheels carry, or a conda-only package)."""
 PIP_MIN_DATED = "26"
 """The oldest pip with `--uploaded-prior-to`, which a venv's pip is upgraded to when the build is dated."""
+PIP_MIN_DATED_LEGACY = "25"
+"""pip below this still installs a tree in editable mode through `setup.py develop` when its build backend has
+no PEP 660 hook (an editable install that fails so runs again with such a pip)."""
 
 
 def swebench_specs() -> dict:
@@ -210,7 +213,16 @@ def _step(cmd: str, cwd: Path, venv: Path, steps: list, timeout_s: float = STEP_
                 if reqs:
                     _run("python -m pip install -q " + " ".join(shlex.quote(r) for r in reqs), cwd, dated_env, steps,
                          timeout_s, as_of)
-    return _run(cmd, cwd, env, steps, timeout_s)
+    if _run(cmd, cwd, env, steps, timeout_s):
+        return True
+    if not (EDITABLE.search(cmd) and "build_editable" in steps[-1]["tail"]):
+        return False
+    # a tree whose pinned build backend predates PEP 660 (pylint 2.15's setuptools~=62.6): the pip that dating
+    # needs no longer falls back to `setup.py develop`, as the pip of the harness's images did; that pip runs it
+    _run(f"python -m pip install -q 'pip<{PIP_MIN_DATED_LEGACY}'", cwd, env, steps, timeout_s)
+    ok = _run(cmd, cwd, env, steps, timeout_s)
+    _run(f"python -m pip install -q 'pip>={PIP_MIN_DATED}'", cwd, env, steps, timeout_s)
+    return ok
 
 
 def tree_requirements(report: dict) -> list[str]:
