@@ -288,3 +288,27 @@ def test_an_editable_install_without_a_pep660_backend_runs_again_with_a_legacy_p
     monkeypatch.setattr(swebench_env, "_run", lambda cmd, *a, **k: ran.append(cmd) or False)
     assert not swebench_env._step("python -m pip install -e .", tmp_path, tmp_path, [{"tail": "other"}])
     assert ran == ["python -m pip install -e ."]  # another failure is not retried
+
+
+def test_a_file_the_mirror_lacks_is_left_out_of_the_build_and_its_trees_are_not_judged(tmp_path, monkeypatch):
+    # a mirror snapshot may leave its largest files out (astropy's IERS table): the environment builds without
+    # the file, says so, and a tree that needs it is refused rather than judged without it
+    import subprocess
+    from codechat import CodechatError
+    from codechat.tasks.repo import materialize
+    from codechat.verifier import swebench_env
+    mirrors, old, new = _mirror(tmp_path)
+    bare = mirrors / "me+calc" / "repo"
+    blob = subprocess.run(["git", "-C", str(bare), "rev-parse", f"{new}:calc.py"], capture_output=True,
+                          text=True).stdout.strip()
+    (bare / "objects" / blob[:2] / blob[2:]).unlink()  # a local clone keeps the objects loose
+    spec = {"python": f"{sys.version_info[0]}.{sys.version_info[1]}", "test_cmd": "pytest -rA", "install": "true"}
+    monkeypatch.setattr(swebench_env, "spec_for", lambda repo, version: dict(spec))
+    recs = [{"instance_id": "me__calc-1", "repo": "me/calc", "version": "1", "base_commit": new,
+             "environment_setup_commit": new}]
+    env = swebench_env.build_swebench_env("me/calc", "1", recs, mirrors, tmp_path / "envs", log=lambda *_: None,
+                                          as_of="none")
+    manifest = json.loads((Path(env.dir) / "manifest.json").read_text())
+    assert manifest["absent_blobs"] == ["calc.py"] and (Path(env.dir) / "src" / "setup.py").is_file()
+    with pytest.raises(CodechatError, match="git archive"):
+        materialize(RepoTask("me__calc-1", "x", repo_dir=str(bare), commit=new), tmp_path / "base")

@@ -302,6 +302,23 @@ def _changed_packaging(src: Path, commit: str, bases: set[str]) -> list[str]:
         ["git", "-C", str(src), "diff", "--quiet", commit, b, "--", *PACKAGING], capture_output=True).returncode == 1)
 
 
+def _without_absent(src: Path, commit: str) -> list[str]:
+    """The files of `commit` whose contents the mirror lacks (a snapshot may leave its largest files out), left
+    out of the clone's checkouts (sparse patterns) so the environment can be built without them; [] when none.
+    The trees judged are read whole (`git archive`): an instance whose base lacks a file is not judged."""
+    tree = subprocess.run(["git", "-C", str(src), "ls-tree", "-r", "-z", commit], capture_output=True, text=True)
+    entries = [e.split("\t", 1) for e in tree.stdout.split("\0") if "\t" in e]
+    blobs = [(meta.split()[2], path) for meta, path in entries if meta.split()[1] == "blob"]
+    check = subprocess.run(["git", "-C", str(src), "cat-file", "--batch-check"], capture_output=True, text=True,
+                           input="".join(h + "\n" for h, _ in blobs))
+    absent = {line.split()[0] for line in check.stdout.splitlines() if line.endswith(" missing")}
+    paths = sorted(p for h, p in blobs if h in absent)
+    if paths:
+        subprocess.run(["git", "-C", str(src), "sparse-checkout", "set", "--no-cone", "/*",
+                        *("!/" + re.sub(r"([*?\[\\!#])", r"\\\1", p) for p in paths)], capture_output=True, check=True)
+    return paths
+
+
 def _packages(venv: Path) -> dict[str, str]:
     """{canonical name: version} of the distributions installed in the venv, editable installs left out."""
     res = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "list", "--format=json", "--exclude-editable",
@@ -393,6 +410,9 @@ def build_swebench_env(repo: str, version: str, records: list[dict], mirrors: Pa
     src = d / "src"
     for cmd in (["git", "clone", "-q", "--shared", "--no-checkout", str(mirror), str(src)],
                 ["git", "-C", str(src), "checkout", "-q", commit]):
+        if cmd[3] == "checkout" and (absent := _without_absent(src, commit)):
+            notes["absent_blobs"] = absent
+            log(f"{env.key}: the mirror lacks {', '.join(absent)}: built without")
         res = subprocess.run(cmd, capture_output=True, text=True)
         if res.returncode:
             raise EnvError(f"{env.key}: {' '.join(cmd[:3])} failed: {res.stderr.strip()[-300:]}")
