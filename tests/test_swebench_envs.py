@@ -312,3 +312,16 @@ def test_a_file_the_mirror_lacks_is_left_out_of_the_build_and_its_trees_are_not_
     assert manifest["absent_blobs"] == ["calc.py"] and (Path(env.dir) / "src" / "setup.py").is_file()
     with pytest.raises(CodechatError, match="git archive"):
         materialize(RepoTask("me__calc-1", "x", repo_dir=str(bare), commit=new), tmp_path / "base")
+
+
+def test_a_node_id_is_backed_under_the_name_the_official_parser_gives_it():
+    # pylint's parser names `test_stdin[/tmp/tree/tests/mymodule.py-...]` `test_stdin[/mymodule.py]`: the runner's
+    # record of that node backs the name, and any node of the same name that failed fails it
+    from codechat.verifier.repo_suite import agrees, parser_keys
+    node = "tests/test_self.py::TestRunTC::test_stdin[/tmp/tree-1/ws/tests/mymodule.py-mymodule-/tmp/tree-1/ws/tests/mymodule.py]"
+    name = "tests/test_self.py::TestRunTC::test_stdin[/mymodule.py]"
+    assert not agrees(name, "PASSED", {node: ["pass"]})
+    assert agrees(name, "PASSED", parser_keys("pylint-dev/pylint", {node: ["pass"]}))
+    other = node.replace("tree-1", "tree-2")
+    assert not agrees(name, "PASSED", parser_keys("pylint-dev/pylint", {node: ["pass"], other: ["fail"]}))
+    assert agrees("t.py::test_x", "PASSED", parser_keys("pytest-dev/pytest", {"t.py::test_x": ["pass"]}))
