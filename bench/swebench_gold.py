@@ -256,7 +256,7 @@ def judge_wrong(judge, task, patch: str, tries: int) -> tuple[str, float, str, d
 
 def run_all(records: list[dict], envs_dir: str, mirrors: str, per_repo: int, out: str | None,
             log_dir: str | None, start: int = 0, kinds: tuple = ("gold", "empty", "wrong"), ids: set | None = None,
-            wrong_tries: int = 3) -> dict:
+            wrong_tries: int = 3, test_timeout_s: float = 0) -> dict:
     envs = load_envs(envs_dir)
     by_repo: dict[str, list[dict]] = {}
     for r in records:
@@ -270,6 +270,8 @@ def run_all(records: list[dict], envs_dir: str, mirrors: str, per_repo: int, out
             for r in todo:
                 try:
                     task = from_swebench(r, r["instance_id"], mirrors)
+                    if test_timeout_s:
+                        task.limits.test_timeout_s = test_timeout_s
                 except Exception as e:  # noqa: BLE001 - a record that cannot load is reported, the run goes on
                     judged = [("gold", "error", 0.0, f"cannot load: {e}"[:300], {})]
                 else:
@@ -313,6 +315,8 @@ def main() -> None:
     ap.add_argument("--ids", default="", help="--all: only these instance ids (comma-separated)")
     ap.add_argument("--wrong-tries", type=int, default=3, help="--all: wrong changes judged per instance, one "
                     "change block undone each, largest first, until one does not resolve")
+    ap.add_argument("--test-timeout", type=float, default=0, help="--all: seconds a test run may take (default: "
+                    "the record's limit, 600; more on a loaded machine)")
     ap.add_argument("--summarize", nargs="+", metavar="RESULTS", help="the figures of judgement lines written by "
                     "--out (a stopped or split run; a later line of an instance and kind replaces an earlier one); --envs for "
                     "environments and build seconds")
@@ -335,7 +339,7 @@ def main() -> None:
             sys.exit(f"swebench_gold.py: --kinds {args.kinds!r}: a comma-separated subset of gold,empty,wrong")
         ids = {i for i in args.ids.split(",") if i}
         print(json.dumps(run_all(recs, args.envs, args.mirrors, args.per_repo, args.out, args.log_dir, args.start,
-                                 kinds, ids, args.wrong_tries)))
+                                 kinds, ids, args.wrong_tries, args.test_timeout)))
         return
     if not args.envs:
         sys.exit("swebench_gold.py: give --envs DIR (built by `codechat repo env build bench/swebench_envs.json "

@@ -81,6 +81,10 @@ def test_swebench_record_against_a_local_git_checkout(tmp_path):
     repo = tmp_path / "repos" / "acme__lib"
     repo.mkdir(parents=True)
     (repo / "lib.py").write_text("def f():\n    return 1\n")
+    # a test's image and a file in another encoding reach the tests byte for byte
+    png, latin = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "caf\xe9 >>\xbb<<\n".encode("latin-1")
+    (repo / "img.png").write_bytes(png)
+    (repo / "undecodable.rst").write_bytes(latin)
     git = ["git", "-C", str(repo), "-c", "user.email=a@b", "-c", "user.name=a"]
     subprocess.run(git + ["init", "-q"], check=True)
     subprocess.run(git + ["add", "."], check=True)
@@ -96,6 +100,7 @@ def test_swebench_record_against_a_local_git_checkout(tmp_path):
     assert t.fail_to_pass == ["test_lib.py::test_f"] and t.commit == commit
     base = materialize(t, tmp_path / "base")
     assert (base / "lib.py").read_text() == "def f():\n    return 1\n" and not (base / ".git").exists()
+    assert (base / "img.png").read_bytes() == png and (base / "undecodable.rst").read_bytes() == latin
 
 
 def _run(module_src: str, asserts: list[str], pkg_mod: str) -> list[bool]:

@@ -220,3 +220,108 @@ def test_swebench_record_from_a_bare_mirror_has_visible_tests(tmp_path):
            "problem_statement": "one", "test_patch": test_patch, "FAIL_TO_PASS": ["tests/test_calc.py::test_two"]}
     task = from_swebench(rec, "x", str(mirrors))
     assert task.commit == old and task.visible_tests == ["tests/test_calc.py"]
+
+
+def _wheel(dir_: Path, version: str) -> None:
+    """A one-module wheel `dep` whose `dep.VERSION` is `version`."""
+    import zipfile
+    info = f"dep-{version}.dist-info"
+    with zipfile.ZipFile(dir_ / f"dep-{version}-py3-none-any.whl", "w") as z:
+        z.writestr("dep.py", f"VERSION = {version!r}\n")
+        z.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: dep\nVersion: {version}\n")
+        z.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: t\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        z.writestr(f"{info}/RECORD", "")
+
+
+def test_a_base_whose_install_resolves_other_versions_runs_in_its_layer(tmp_path, monkeypatch):
+    # the harness installs again at each instance's base commit: a dependency pinned differently there (pylint's
+    # `astroid<=2.12.0-dev0`) must be the version that commit's tests import, not the environment commit's
+    from codechat.verifier import swebench_env
+    mirrors, old, new = _mirror(tmp_path)
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    for v in ("1.0", "2.0"):
+        _wheel(wheels, v)
+    monkeypatch.setenv("PIP_FIND_LINKS", str(wheels))
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    # setup.py reads "# v1" at the base commit and "# v2" at the environment commit: dep 1.0 and dep 2.0
+    spec = {"python": f"{sys.version_info[0]}.{sys.version_info[1]}", "test_cmd": "pytest -rA",
+            "install": "python -m pip install -q \"dep==$(sed 's/# v//' setup.py).0\""}
+    monkeypatch.setattr(swebench_env, "spec_for", lambda repo, version: dict(spec))
+    recs = [{"instance_id": f"me__calc-{i}", "repo": "me/calc", "version": "1", "base_commit": c,
+             "environment_setup_commit": new} for i, c in enumerate((old, new))]
+    swebench_env.build_swebench_env("me/calc", "1", recs, mirrors, tmp_path / "envs", log=lambda *_: None,
+                                    as_of="none")
+    env = load_envs(tmp_path / "envs")["me/calc@1"]
+    assert set(env.bases) == {old}
+    probe = "import dep, sys; print(dep.VERSION, sys.executable)"
+    for commit, want in ((old, "1.0"), (new, "2.0"), (None, "2.0")):
+        run = env.for_commit(commit)
+        got = __import__("subprocess").run([run.interpreter, "-I", "-c", probe], capture_output=True, text=True)
+        assert got.stdout.split()[0] == want, got.stderr
+        # the layer's interpreter is under the environment's directory: the sandbox shows it with the venv
+        assert Path(got.stdout.split()[1]).is_relative_to(env.dir) and run.host_dirs() == env.host_dirs()
+    manifest = json.loads((Path(env.dir) / "manifest.json").read_text())
+    assert manifest["bases"][old]["packages"]["dep"] == "1.0"
+    with pytest.raises(EnvError, match="inside the environment"):
+        parse_env({"repo": "a/b", "version": "1", "bases": {old: "../elsewhere"}}, "spec")
+
+
+def test_an_editable_install_without_a_pep660_backend_runs_again_with_a_legacy_pip(tmp_path, monkeypatch):
+    # pylint 2.15 pins setuptools~=62.6 (no build_editable hook); the pip a dated build needs no longer falls back
+    # to `setup.py develop`, so the install runs again with one that does, and the dating pip comes back after
+    from codechat.verifier import swebench_env
+    ran = []
+
+    def fake_run(cmd, cwd, env, steps, timeout_s, as_of=None):
+        ran.append(cmd)
+        legacy = "pip<25" in " ".join(ran)
+        ok = "pip install -e ." not in cmd or "--dry-run" in cmd or legacy
+        steps.append({"cmd": cmd, "rc": 0 if ok else 1, "tail": "" if ok else "missing the 'build_editable' hook"})
+        return ok
+
+    monkeypatch.setattr(swebench_env, "_run", fake_run)
+    assert swebench_env._step("python -m pip install -e .", tmp_path, tmp_path, [])
+    assert ran[-3:] == ["python -m pip install -q 'pip<25'", "python -m pip install -e .",
+                        "python -m pip install -q 'pip>=26'"]
+    ran.clear()
+    monkeypatch.setattr(swebench_env, "_run", lambda cmd, *a, **k: ran.append(cmd) or False)
+    assert not swebench_env._step("python -m pip install -e .", tmp_path, tmp_path, [{"tail": "other"}])
+    assert ran == ["python -m pip install -e ."]  # another failure is not retried
+
+
+def test_a_file_the_mirror_lacks_is_left_out_of_the_build_and_its_trees_are_not_judged(tmp_path, monkeypatch):
+    # a mirror snapshot may leave its largest files out (astropy's IERS table): the environment builds without
+    # the file, says so, and a tree that needs it is refused rather than judged without it
+    import subprocess
+    from codechat import CodechatError
+    from codechat.tasks.repo import materialize
+    from codechat.verifier import swebench_env
+    mirrors, old, new = _mirror(tmp_path)
+    bare = mirrors / "me+calc" / "repo"
+    blob = subprocess.run(["git", "-C", str(bare), "rev-parse", f"{new}:calc.py"], capture_output=True,
+                          text=True).stdout.strip()
+    (bare / "objects" / blob[:2] / blob[2:]).unlink()  # a local clone keeps the objects loose
+    spec = {"python": f"{sys.version_info[0]}.{sys.version_info[1]}", "test_cmd": "pytest -rA", "install": "true"}
+    monkeypatch.setattr(swebench_env, "spec_for", lambda repo, version: dict(spec))
+    recs = [{"instance_id": "me__calc-1", "repo": "me/calc", "version": "1", "base_commit": new,
+             "environment_setup_commit": new}]
+    env = swebench_env.build_swebench_env("me/calc", "1", recs, mirrors, tmp_path / "envs", log=lambda *_: None,
+                                          as_of="none")
+    manifest = json.loads((Path(env.dir) / "manifest.json").read_text())
+    assert manifest["absent_blobs"] == ["calc.py"] and (Path(env.dir) / "src" / "setup.py").is_file()
+    with pytest.raises(CodechatError, match="git archive"):
+        materialize(RepoTask("me__calc-1", "x", repo_dir=str(bare), commit=new), tmp_path / "base")
+
+
+def test_a_node_id_is_backed_under_the_name_the_official_parser_gives_it():
+    # pylint's parser names `test_stdin[/tmp/tree/tests/mymodule.py-...]` `test_stdin[/mymodule.py]`: the runner's
+    # record of that node backs the name, and any node of the same name that failed fails it
+    from codechat.verifier.repo_suite import agrees, parser_keys
+    node = "tests/test_self.py::TestRunTC::test_stdin[/tmp/tree-1/ws/tests/mymodule.py-mymodule-/tmp/tree-1/ws/tests/mymodule.py]"
+    name = "tests/test_self.py::TestRunTC::test_stdin[/mymodule.py]"
+    assert not agrees(name, "PASSED", {node: ["pass"]})
+    assert agrees(name, "PASSED", parser_keys("pylint-dev/pylint", {node: ["pass"]}))
+    other = node.replace("tree-1", "tree-2")
+    assert not agrees(name, "PASSED", parser_keys("pylint-dev/pylint", {node: ["pass"], other: ["fail"]}))
+    assert agrees("t.py::test_x", "PASSED", parser_keys("pytest-dev/pytest", {"t.py::test_x": ["pass"]}))

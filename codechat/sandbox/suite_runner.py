@@ -159,7 +159,9 @@ def main() -> None:
         copy = os.path.join(tempfile.mkdtemp(prefix="tree-", dir="/tmp"), os.path.basename(root))
         shutil.copytree(root, copy, symlinks=True)
         root = copy
-    paths = [os.path.join(root, p) for p in spec.get("pythonpath", [])] + [root]
+    # normalised and once each: a `ws/.` entry imports the tree's modules under a second path, and pytest then
+    # refuses a conftest it meets again as a plugin (astropy's root conftest imports `astropy.conftest`)
+    paths = list(dict.fromkeys(os.path.normpath(os.path.join(root, p)) for p in [*spec.get("pythonpath", []), "."]))
     # a test that starts `python -m pkg` must import the tree too, as from the harness's editable install
     os.environ["PYTHONPATH"] = os.pathsep.join(paths)
     os.chdir(os.path.join(root, spec.get("cwd", "")))

@@ -91,12 +91,16 @@ def walk_files(root: Path) -> list[str]:
     return out
 
 
-def write_tree(root: Path, files: dict[str, str]) -> None:
-    """Write {relative path: text} under root (paths checked), readable by everyone, writable by the owner."""
+def write_tree(root: Path, files: dict[str, str | bytes]) -> None:
+    """Write {relative path: text (UTF-8) or bytes} under root (paths checked), readable by everyone, writable by
+    the owner."""
     for rel, text in files.items():
         p = root / safe_path(rel)
         p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(text, encoding="utf-8")
+        if isinstance(text, bytes):
+            p.write_bytes(text)
+        else:
+            p.write_text(text, encoding="utf-8")
     for dirpath, _, filenames in os.walk(root):
         os.chmod(dirpath, 0o755)
         for f in filenames:

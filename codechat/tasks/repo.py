@@ -173,13 +173,9 @@ def save_repo_tasks(tasks: list[RepoTask], path: str | Path) -> None:
 
 
 def _copy_dir(src: Path, dst: Path) -> None:
-    files = {}
-    for rel in walk_files(src):
-        data = (src / rel).read_bytes()
-        if b"\x00" in data[:8192]:  # binary: the tools and diffs are text-only
-            continue
-        files[rel] = data.decode("utf-8", errors="replace")
-    write_tree(dst, files)
+    # byte for byte: the tests read images, data files and text in other encodings (sphinx's test roots, its
+    # undecodable.rst); the tools read them as text, a change is compared by bytes (`Workspace.changes`)
+    write_tree(dst, {rel: (src / rel).read_bytes() for rel in walk_files(src)})
 
 
 def materialize(task: RepoTask, dst: Path) -> Path:

@@ -149,7 +149,8 @@ class RepoJudge:
         """The task's environment (None: codechat's interpreter, when no environments were given)."""
         if self.envs is None:
             return None
-        return self.envs.get(f"{task.metadata.get('repo', '')}@{task.metadata.get('version', '')}")
+        env = self.envs.get(f"{task.metadata.get('repo', '')}@{task.metadata.get('version', '')}")
+        return env.for_commit(task.metadata.get("base_commit")) if env is not None else None
 
     def filter_changes(self, task: RepoTask, changes: dict[str, str | None]) -> tuple[dict, list[str]]:
         """(kept changes, dropped `path: reason`)."""

@@ -24,13 +24,13 @@ import json
 import os
 import re
 import subprocess
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from codechat import CodechatError
 
 SPEC_FIELDS = ("repo", "version", "python", "requirements", "pythonpath", "offline_skip", "runner", "test_cmd",
-               "environ", "protected")
+               "environ", "protected", "bases")
 RUNNERS = ("pytest", "swebench")
 
 
@@ -65,6 +65,11 @@ class TestEnv:
     """Globs of tree files the judge keeps pristine (the runner script and its settings)."""
     dir: str = ""
     """The built environment's directory (holds bin/python); empty until built."""
+    bases: dict[str, str] = field(default_factory=dict)
+    """Base commit -> a layer venv (a directory under `dir`) holding the packages the install at that commit
+    resolved to other versions than the environment's; its site-packages come before the environment's."""
+    layer: str = ""
+    """The layer the tests of one task run in (`for_commit`); not part of the spec."""
 
     @property
     def key(self) -> str:
@@ -81,7 +86,12 @@ class TestEnv:
 
     @property
     def interpreter(self) -> str:
-        return str(Path(self.dir) / "bin" / "python")
+        return str(Path(self.dir) / self.layer / "bin" / "python")
+
+    def for_commit(self, commit: str | None) -> "TestEnv":
+        """This environment as the tests at base `commit` run in it: through its layer, when it has one."""
+        layer = self.bases.get(commit or "", "")
+        return replace(self, layer=layer) if layer != self.layer else self
 
     def host_dirs(self) -> list[str]:
         """Host directories the sandbox must show (read-only) for this environment's interpreter to run: the venv
@@ -130,6 +140,13 @@ def parse_env(rec: object, where: str) -> TestEnv:
         if not isinstance(v, dict) or not all(isinstance(k, str) and isinstance(x, str) for k, x in v.items()):
             raise EnvError(f"{where}: 'environ' must map names to strings")
         env.environ = dict(v)
+    if "bases" in rec:
+        v = rec["bases"]
+        if not isinstance(v, dict) or not all(isinstance(k, str) and isinstance(x, str) and x and
+                                              not os.path.isabs(x) and ".." not in Path(x).parts
+                                              for k, x in v.items()):
+            raise EnvError(f"{where}: 'bases' must map commits to directories inside the environment")
+        env.bases = dict(v)
     return env
 
 
@@ -206,6 +223,7 @@ def build_env(env: TestEnv, out: Path, log=print) -> TestEnv:
     built = TestEnv(**{**asdict(env), "dir": str(d)})
     rec = asdict(built)
     rec.pop("dir")
+    rec.pop("layer")
     (d / "env.json").write_text(json.dumps(rec, indent=1) + "\n", encoding="utf-8")
     return built
 

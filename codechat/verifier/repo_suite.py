@@ -40,6 +40,18 @@ def parse_log(repo: str, log: str) -> dict[str, str]:
     return MAP_REPO_TO_PARSER[repo](log, None)
 
 
+def parser_keys(repo: str, seen: dict[str, list[str]]) -> dict[str, list[str]]:
+    """The recorder's outcomes by pytest node id, also under the names the repository's parser gives those ids:
+    up to the first space (`-rA` lines split there), and the parser's own rewriting (pylint's shortens a
+    parameter that is an absolute path to its last part: `test_stdin[/tmp/tree/tests/mymodule.py-...]` is
+    `test_stdin[/mymodule.py]`). Ids that share a name share their outcomes, so one failure fails the name."""
+    out = {k: list(v) for k, v in seen.items()}
+    for k, v in seen.items():
+        for alias in {k.split()[0], *parse_log(repo, f"PASSED {k}\n")} - {k}:
+            out.setdefault(alias, []).extend(v)
+    return out
+
+
 def agrees(name: str, status: str, seen: dict[str, list[str]]) -> bool:
     """A parsed PASSED/XFAIL that the recorder backs: it saw that test (same key) succeed and never fail."""
     got = seen.get(name, [])
@@ -84,10 +96,8 @@ def run_suite(root: Path, env: TestEnv, targets: list[str], timeout_s: float, ma
         # (sympy's runtests, pytest's own): a change that breaks it has no test result, like an early exit
         return TestRun("error", output=output, duration_s=res.duration_s, message=str(rec["error"])[:300])
     seen = {str(k): [str(x) for x in v] for k, v in (rec.get("seen") or {}).items() if isinstance(v, list)}
-    if cmd["kind"] == "pytest":  # the parser keys a test by its id up to the first space (`-rA` lines split)
-        for k, v in list(seen.items()):
-            if k.split()[0] != k:
-                seen.setdefault(k.split()[0], []).extend(v)
+    if cmd["kind"] == "pytest":
+        seen = parser_keys(env.repo, seen)
     statuses = parse_log(env.repo, output)
     tests = {name: agrees(name, status, seen) for name, status in statuses.items()}
     forged = sorted(n for n, s in statuses.items() if s in PASSING and not tests[n])

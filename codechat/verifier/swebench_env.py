@@ -15,7 +15,8 @@ they need root or Docker, such as `apt-get` and `locale-gen`).
 What this simplifies: conda packages are installed with pip, under `CONDA_TO_PYPI`'s name where the conda name
 is another package's on PyPI (or none at all), else under the same name (those pip lacks are listed in the
 manifest as `missing`); the harness's per-instance `install` re-run before testing is replaced by the overlay
-(the tree under test comes first on sys.path, the editable install supplies metadata and entry points).
+(the tree under test comes first on sys.path, the editable install supplies metadata and entry points) and, for
+a base commit whose install resolves some packages to other versions, a layer venv holding those (`_layers`).
 Unpinned packages move on after a spec was written (docutils dropped the `roman` module sphinx 3.x imports): with
 `as_of` (by default the newest `created_at` of the version's records) every pip step resolves as of that date
 (pip's `--uploaded-prior-to`; a step that cannot, such as a pin released later, runs again undated), see `_step`.
@@ -33,6 +34,7 @@ from datetime import datetime
 from pathlib import Path
 
 from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from codechat.verifier.repo_env import EnvError, TestEnv, env_dirname, resolve_python
 
@@ -46,6 +48,9 @@ CONDA_TO_PYPI = {"iris": "scitools-iris", "matplotlib-base": "matplotlib", "pyta
 or None: nothing to pip-install (a C library that the Python packages' wheels carry, or a conda-only package)."""
 PIP_MIN_DATED = "26"
 """The oldest pip with `--uploaded-prior-to`, which a venv's pip is upgraded to when the build is dated."""
+PIP_MIN_DATED_LEGACY = "25"
+"""pip below this still installs a tree in editable mode through `setup.py develop` when its build backend has
+no PEP 660 hook (an editable install that fails so runs again with such a pip)."""
 
 
 def swebench_specs() -> dict:
@@ -208,7 +213,16 @@ def _step(cmd: str, cwd: Path, venv: Path, steps: list, timeout_s: float = STEP_
                 if reqs:
                     _run("python -m pip install -q " + " ".join(shlex.quote(r) for r in reqs), cwd, dated_env, steps,
                          timeout_s, as_of)
-    return _run(cmd, cwd, env, steps, timeout_s)
+    if _run(cmd, cwd, env, steps, timeout_s):
+        return True
+    if not (EDITABLE.search(cmd) and "build_editable" in steps[-1]["tail"]):
+        return False
+    # a tree whose pinned build backend predates PEP 660 (pylint 2.15's setuptools~=62.6): the pip that dating
+    # needs no longer falls back to `setup.py develop`, as the pip of the harness's images did; that pip runs it
+    _run(f"python -m pip install -q 'pip<{PIP_MIN_DATED_LEGACY}'", cwd, env, steps, timeout_s)
+    ok = _run(cmd, cwd, env, steps, timeout_s)
+    _run(f"python -m pip install -q 'pip>={PIP_MIN_DATED}'", cwd, env, steps, timeout_s)
+    return ok
 
 
 def tree_requirements(report: dict) -> list[str]:
@@ -240,14 +254,16 @@ def _run(cmd: str, cwd: Path, env: dict, steps: list, timeout_s: float, as_of: s
     return rc == 0
 
 
-def _pip(pkgs: list[str], d: Path, steps: list, missing: list, as_of: str | None = None) -> None:
-    """pip install the lines together; when that fails, one by one, listing those that fail in `missing`."""
+def _pip(pkgs: list[str], d: Path, steps: list, missing: list, as_of: str | None = None,
+         target: Path | None = None) -> None:
+    """pip install the lines together; when that fails, one by one, listing those that fail in `missing`. With
+    `target`: without dependencies, into that directory."""
     pkgs = [p for p in (x.strip() for x in pkgs) if p and not p.startswith("#")]
-    if not pkgs or _step("python -m pip install -q " + " ".join(shlex.quote(p) for p in pkgs), d, d, steps,
-                         as_of=as_of):
+    pip = "python -m pip install -q" + (f" --no-deps --target {shlex.quote(str(target))}" if target else "")
+    if not pkgs or _step(f"{pip} " + " ".join(shlex.quote(p) for p in pkgs), d, d, steps, as_of=as_of):
         return
     for p in pkgs:
-        if not _step(f"python -m pip install -q {shlex.quote(p)}", d, d, steps, as_of=as_of):
+        if not _step(f"{pip} {shlex.quote(p)}", d, d, steps, as_of=as_of):
             missing.append(p)
 
 
@@ -284,6 +300,67 @@ def _changed_packaging(src: Path, commit: str, bases: set[str]) -> list[str]:
     """The base commits whose packaging files differ from `commit`'s (sorted)."""
     return sorted(b for b in bases - {commit} if subprocess.run(
         ["git", "-C", str(src), "diff", "--quiet", commit, b, "--", *PACKAGING], capture_output=True).returncode == 1)
+
+
+def _without_absent(src: Path, commit: str) -> list[str]:
+    """The files of `commit` whose contents the mirror lacks (a snapshot may leave its largest files out), left
+    out of the clone's checkouts (sparse patterns) so the environment can be built without them; [] when none.
+    The trees judged are read whole (`git archive`): an instance whose base lacks a file is not judged."""
+    tree = subprocess.run(["git", "-C", str(src), "ls-tree", "-r", "-z", commit], capture_output=True, text=True)
+    entries = [e.split("\t", 1) for e in tree.stdout.split("\0") if "\t" in e]
+    blobs = [(meta.split()[2], path) for meta, path in entries if meta.split()[1] == "blob"]
+    check = subprocess.run(["git", "-C", str(src), "cat-file", "--batch-check"], capture_output=True, text=True,
+                           input="".join(h + "\n" for h, _ in blobs))
+    absent = {line.split()[0] for line in check.stdout.splitlines() if line.endswith(" missing")}
+    paths = sorted(p for h, p in blobs if h in absent)
+    if paths:
+        subprocess.run(["git", "-C", str(src), "sparse-checkout", "set", "--no-cone", "/*",
+                        *("!/" + re.sub(r"([*?\[\\!#])", r"\\\1", p) for p in paths)], capture_output=True, check=True)
+    return paths
+
+
+def _packages(venv: Path) -> dict[str, str]:
+    """{canonical name: version} of the distributions installed in the venv, editable installs left out."""
+    res = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "list", "--format=json", "--exclude-editable",
+                          "--disable-pip-version-check"], capture_output=True, text=True)
+    try:
+        return {canonicalize_name(p["name"]): p["version"] for p in json.loads(res.stdout)}
+    except (ValueError, KeyError, TypeError):
+        return {}
+
+
+def _site(venv: Path) -> Path:
+    res = subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                         capture_output=True, text=True, check=True)
+    return Path(res.stdout.strip())
+
+
+def _layers(d: Path, python: str, repo: str, installed: dict[str, dict], commit: str, steps: list,
+            log=print) -> dict[str, str]:
+    """For each base commit whose install resolved some distributions to other versions than the environment
+    commit's (pylint's older commits pin `astroid<=2.12.0-dev0`), a layer venv `bases/<commit>`: those versions,
+    pip-installed without dependencies into its own site-packages, followed by the environment's (a `.pth` adds
+    them), so the tests of that commit import what its own install gave them, as in the harness's per-instance
+    install. The repository's own distribution is left out (the tree under test comes first on sys.path).
+    {commit: layer directory relative to d}."""
+    final, own, out = installed.get(commit, {}), canonicalize_name(repo.split("/")[-1]), {}
+    for c, pkgs in installed.items():
+        want = sorted(f"{n}=={v}" for n, v in pkgs.items() if final.get(n) != v and n != own)
+        if c == commit or not want:
+            continue
+        rel = f"bases/{c[:12]}"
+        layer = d / rel
+        subprocess.run([python, "-m", "venv", "--without-pip", str(layer)], check=True, capture_output=True)
+        site, missing = _site(layer), []
+        _pip(want, d, steps, missing, target=site)
+        if len(missing) == len(want):
+            shutil.rmtree(layer)
+            continue
+        (site / "_codechat_env.pth").write_text(f"import site; site.addsitedir({str(_site(d))!r})\n",
+                                                encoding="utf-8")
+        log(f"{d.name}: layer for {c[:12]}: {', '.join(w for w in want if w not in missing)}")
+        out[c] = rel
+    return out
 
 
 def parse_as_of(value: str | None, records: list[dict]) -> str | None:
@@ -333,6 +410,9 @@ def build_swebench_env(repo: str, version: str, records: list[dict], mirrors: Pa
     src = d / "src"
     for cmd in (["git", "clone", "-q", "--shared", "--no-checkout", str(mirror), str(src)],
                 ["git", "-C", str(src), "checkout", "-q", commit]):
+        if cmd[3] == "checkout" and (absent := _without_absent(src, commit)):
+            notes["absent_blobs"] = absent
+            log(f"{env.key}: the mirror lacks {', '.join(absent)}: built without")
         res = subprocess.run(cmd, capture_output=True, text=True)
         if res.returncode:
             raise EnvError(f"{env.key}: {' '.join(cmd[:3])} failed: {res.stderr.strip()[-300:]}")
@@ -347,8 +427,9 @@ def build_swebench_env(repo: str, version: str, records: list[dict], mirrors: Pa
         conda, notes["conda_to_pypi"] = conda_to_pypi(conda)
         _pip(conda, d, steps, missing, as_of)
     _pip(list(spec.get("pip_packages", [])), d, steps, missing, as_of)
-    # the harness runs `install` again in every instance's container, at its base commit: the dependencies an
-    # instance's packaging files declare beyond the environment commit's come from installing there once
+    # the harness runs `install` again in every instance's container, at its base commit: what an instance's
+    # packaging files resolve differently from the environment commit's comes from installing there once
+    installed = {}
     for c in _changed_packaging(src, commit, {str(r["base_commit"]) for r in records}) + [commit]:
         if c != commit:
             log(f"{env.key}: install at {c[:12]} (its packaging files differ)")
@@ -365,6 +446,10 @@ def build_swebench_env(repo: str, version: str, records: list[dict], mirrors: Pa
                 _write_manifest(d, spec, commit, python, steps, missing, skipped, [], t_start, notes)
                 last = (steps[-1]["tail"].splitlines() or [""])[-1]
                 raise EnvError(f"{env.key}: `{cmd[:80]}` failed: {last[:200]} (manifest: {d / 'manifest.json'})")
+        installed[c] = _packages(d)
+    bases = _layers(d, python, repo, installed, commit, steps, log)
+    if bases:
+        notes["bases"] = {c: {"dir": rel, "packages": installed[c]} for c, rel in bases.items()}
     environ = {}
     for cmd in spec.get("eval_commands", []):
         m = re.fullmatch(r"export (\w+)=(\S+)", cmd.strip())
@@ -375,8 +460,8 @@ def build_swebench_env(repo: str, version: str, records: list[dict], mirrors: Pa
     overlay = _overlay(src, d / "overlay")
     built = TestEnv(repo, version, python=str(spec["python"]), pythonpath=["src"] if (src / "src").is_dir() else ["."],
                     runner="swebench", test_cmd=spec["test_cmd"], environ={**runner["environ"], **environ},
-                    protected=RUNNER_FILES[runner["kind"]], dir=str(d))
-    rec = {k: v for k, v in built.__dict__.items() if k != "dir"}
+                    protected=RUNNER_FILES[runner["kind"]], bases=bases, dir=str(d))
+    rec = {k: v for k, v in built.__dict__.items() if k not in ("dir", "layer")}
     (d / "env.json").write_text(json.dumps(rec, indent=1) + "\n", encoding="utf-8")
     _write_manifest(d, spec, commit, python, steps, missing, skipped, overlay, t_start, notes)
     return built
