@@ -71,7 +71,7 @@ QWEN: list[str] = [
     "rl.steps=60", "rl.prompts_per_step=8", "rl.group_size=8", "rl.epochs=2",
     # The 151,936-row tied table (29M of 31M parameters) stays fixed in GRPO and the body steps at half the tiny
     # demo's lr: chosen by real-vs-placebo probes on the train split (docs/results/rl-signal.md); held-out GRPO - SFT
-    # +13.6 / +22.0 / +17.0 points on seed 0, +3.2 / +7.0 / -3.0 on seed 1 (docs/qwen.md).
+    # +9.4 / +12.3 / +7.0 points, mean of seeds 0-2 (+3.2 to +13.6 pass@1; docs/qwen.md).
     "rl.lr=1e-4", "rl.embed_lr_scale=0",
     "eval.every=0",
 ]
