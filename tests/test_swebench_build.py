@@ -9,7 +9,8 @@ import pytest
 
 from codechat.verifier.patches import apply_diff, parse_diff
 from codechat.verifier.repo_env import EnvError
-from codechat.verifier.swebench_env import _step, conda_to_pypi, parse_as_of, records_date
+from codechat.verifier.swebench_env import _step
+from codechat.verifier.swebench_spec import conda_to_pypi, parse_as_of, records_date
 
 
 def _bench():

@@ -12,7 +12,7 @@ import pytest
 from codechat.tasks.repo import RepoTask
 from codechat.verifier.repo import RepoJudge
 from codechat.verifier.repo_env import EnvError, TestEnv, load_envs, parse_env
-from codechat.verifier.swebench_env import RUNNER_FILES, find_mirror, parse_test_cmd
+from codechat.verifier.swebench_spec import RUNNER_FILES, find_mirror, parse_test_cmd
 
 swebench = pytest.importorskip("swebench", reason="the optional swebench package (pip install codechat[swebench])")
 

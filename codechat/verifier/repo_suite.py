@@ -16,7 +16,7 @@ from codechat.sandbox import isolation
 from codechat.sandbox.workspace import run_isolated
 from codechat.verifier.repo_env import TestEnv
 from codechat.verifier.repo_run import MAX_OUTPUT_BYTES, TestRun
-from codechat.verifier.swebench_env import parse_test_cmd
+from codechat.verifier.swebench_spec import parse_test_cmd
 
 SUITE_RUNNER = str(Path(__file__).resolve().parents[1] / "sandbox" / "suite_runner.py")
 PASSING = ("PASSED", "XFAIL")

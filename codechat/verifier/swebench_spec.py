@@ -1,0 +1,166 @@
+"""What the official SWE-bench specs, the records and the git mirrors say about an environment, read without
+building anything: the (repo, version) spec from the optional `swebench` package, a repository's requirements or
+`environment.yml` at a commit (from its mirror, as the harness reads them from the network), conda names mapped to
+PyPI, the records' date, the spec's test command as the suite runner's fields, and the files each runner kind keeps
+pristine. `swebench_env.py` builds environments from these.
+"""
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+from datetime import datetime
+from pathlib import Path
+
+from codechat.verifier.repo_env import EnvError
+
+CONDA_TO_PYPI = {"iris": "scitools-iris", "matplotlib-base": "matplotlib", "pytables": "tables", "pytorch": "torch",
+                 "hdf5": None, "libnetcdf": None, "cdms2": None}
+"""Conda package names that mean another package on PyPI (the PyPI package `iris` is an unrelated placeholder),
+or None: nothing to pip-install (a C library that the Python packages' wheels carry, or a conda-only package)."""
+
+def swebench_specs() -> dict:
+    """MAP_REPO_VERSION_TO_SPECS of the installed `swebench` (an optional dependency: pip install codechat[swebench])."""
+    try:
+        from swebench.harness.constants import MAP_REPO_VERSION_TO_SPECS  # optional dependency
+    except ImportError:
+        raise EnvError("the swebench package is not installed (pip install 'swebench>=3,<5', or codechat[swebench])") \
+            from None
+    return MAP_REPO_VERSION_TO_SPECS
+
+
+def spec_for(repo: str, version: str) -> dict:
+    specs = swebench_specs()
+    if repo not in specs:
+        raise EnvError(f"{repo}: the swebench package has no specs for this repository")
+    if version not in specs[repo]:
+        raise EnvError(f"{repo}@{version}: no spec (the package has {', '.join(sorted(specs[repo]))})")
+    return dict(specs[repo][version])
+
+
+def find_mirror(repo: str, mirrors: Path) -> Path:
+    """The git directory (bare or a checkout) of `owner/name` under `mirrors`: owner__name, owner+name/repo (the
+    layout of a fetched mirror), owner+name, owner/name or name."""
+    owner_name = repo.replace("/", "__")
+    cands = [mirrors / owner_name, mirrors / repo.replace("/", "+") / "repo", mirrors / repo.replace("/", "+"),
+             mirrors / repo, mirrors / repo.rsplit("/", 1)[-1]]
+    for c in cands:
+        if (c / ".git").exists() or ((c / "HEAD").is_file() and (c / "objects").is_dir()):
+            return c
+    raise EnvError(f"{repo}: no git mirror under {mirrors} (looked for "
+                   f"{', '.join(str(c.relative_to(mirrors)) for c in cands)})")
+
+
+def git_show(mirror: Path, commit: str, path: str) -> str | None:
+    res = subprocess.run(["git", "-C", str(mirror), "show", f"{commit}:{path}"], capture_output=True)
+    return res.stdout.decode("utf-8", errors="replace") if res.returncode == 0 else None
+
+
+def requirements_txt(repo: str, mirror: Path, commit: str) -> str:
+    """The repository's requirements at `commit`, as the harness's get_requirements_by_commit reads them (its paths,
+    `-r` includes, the same lines left out), from the mirror instead of the network; cleaned as the harness does."""
+    from swebench.harness.constants import MAP_REPO_TO_REQS_PATHS  # optional dependency
+    from swebench.harness.test_spec.python import clean_requirements  # optional dependency
+    for path in MAP_REPO_TO_REQS_PATHS.get(repo, []):
+        text = git_show(mirror, commit, path)
+        if text is not None:
+            break
+    else:
+        raise EnvError(f"{repo}: no requirements file at {commit[:12]} (looked for "
+                       f"{', '.join(MAP_REPO_TO_REQS_PATHS.get(repo, []))})")
+    skip = ("-e .", "#", ".[test")
+    own, extra = [], []
+    for line in text.splitlines():
+        if line.strip().startswith("-r"):
+            inc = git_show(mirror, commit, "/".join(path.split("/")[:-1] + [line.strip()[2:].strip()]).lstrip("/"))
+            extra += [l for l in (inc or "").splitlines() if not l.strip().startswith(skip)]
+        elif not line.strip().startswith(skip):
+            own.append(line)
+    return clean_requirements("\n".join(extra + own))
+
+
+def environment_yml_packages(repo: str, mirror: Path, commit: str, instance_id: str) -> list[str]:
+    """pip requirement lines for an `environment.yml` spec: conda dependencies (name=version -> name==version)
+    and the file's pip section."""
+    import yaml  # the swebench package depends on PyYAML
+    from swebench.harness.constants import MAP_REPO_TO_ENV_YML_PATHS  # optional dependency
+    from swebench.harness.utils import load_cached_environment_yml  # optional dependency
+    text = load_cached_environment_yml(instance_id)
+    if not text:
+        text = next((t for p in MAP_REPO_TO_ENV_YML_PATHS.get(repo, []) if (t := git_show(mirror, commit, p))), None)
+    if not text:
+        raise EnvError(f"{repo}: no environment.yml at {commit[:12]}")
+    out = []
+    for dep in (yaml.safe_load(text) or {}).get("dependencies", []):
+        if isinstance(dep, dict):
+            out += [str(x) for x in dep.get("pip", [])]
+        elif isinstance(dep, str):
+            name = re.split(r"[=<>!\s]", dep.split("::")[-1], maxsplit=1)[0]
+            if name in ("python", "pip") or not name:
+                continue
+            pin = re.fullmatch(r"[\w.-]+\s*=\s*([\w.*]+)", dep.split("::")[-1].strip())
+            out.append(f"{name}=={pin[1]}" if pin and "*" not in pin[1] else dep.split("::")[-1].replace(" ", ""))
+    return out
+
+
+def conda_to_pypi(lines: list[str]) -> tuple[list[str], dict[str, str | None]]:
+    """The pip requirement lines for conda package lines (`CONDA_TO_PYPI`), and {conda name: PyPI name or None}
+    for each line renamed or left out."""
+    out, changed = [], {}
+    for line in lines:
+        name = re.split(r"[=<>!~\[;\s]", line.strip(), maxsplit=1)[0]
+        if name.lower() not in CONDA_TO_PYPI:
+            out.append(line)
+            continue
+        new = changed[name] = CONDA_TO_PYPI[name.lower()]
+        if new is not None:
+            out.append(new + line.strip()[len(name):])
+    return out, changed
+
+
+def records_date(records: list[dict]) -> str | None:
+    """The newest `created_at` of the records (ISO 8601, as SWE-bench writes it), or None when none has one."""
+    dates = [str(r["created_at"]) for r in records if r.get("created_at")]
+    return max(dates) if dates else None
+
+
+def parse_test_cmd(test_cmd: str) -> dict:
+    """The suite runner's fields for a spec's `test_cmd`: {"kind", "script", "args", "environ"}."""
+    words = shlex.split(test_cmd)
+    environ = {}
+    while words and re.fullmatch(r"[A-Za-z_]\w*=.*", words[0]):
+        k, _, v = words.pop(0).partition("=")
+        environ[k] = v
+    if not words:
+        raise EnvError(f"test command {test_cmd!r}: nothing to run")
+    head, args = words[0], words[1:]
+    if head.endswith("runtests.py"):
+        return {"kind": "unittest", "script": head.removeprefix("./"), "args": args, "environ": environ}
+    if head.endswith("bin/test"):
+        return {"kind": "sympy", "script": head.removeprefix("./"), "args": args, "environ": environ}
+    if head == "tox":  # the spec's pre_install makes tox.ini run `pytest -rA`: run that directly
+        return {"kind": "pytest", "script": "", "args": ["-rA"], "environ": environ}
+    if head in ("pytest", "py.test") or (head == "python" and args[:2] == ["-m", "pytest"]):
+        return {"kind": "pytest", "script": "", "args": args[2:] if head == "python" else args, "environ": environ}
+    raise EnvError(f"test command {test_cmd!r}: no runner for {head!r}")
+
+
+RUNNER_FILES = {"unittest": ["tests/runtests.py", "tests/test_sqlite.py", "tests/urls.py"],
+                "sympy": ["bin/test", "sympy/utilities/runtests.py", "sympy/testing/runtests.py"],
+                "pytest": []}
+"""Files the judge keeps pristine for a runner kind (an edit is dropped): the runner script and its settings."""
+
+
+def parse_as_of(value: str | None, records: list[dict]) -> str | None:
+    """The date a build resolves its packages as of: "records" (the newest `created_at` of the records), "none"
+    or None (undated: today's index), or an ISO 8601 date or datetime."""
+    if value in (None, "", "none"):
+        return None
+    if value == "records":
+        return records_date(records)
+    try:
+        datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise EnvError(f"--as-of {value!r}: give an ISO 8601 date (2020-07-01, 2020-07-01T00:00:00Z), "
+                       f"'records' or 'none'") from None
+    return value
