@@ -9,7 +9,7 @@ import re
 import typing
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from codechat.cli import main
@@ -57,6 +57,7 @@ def names(msg: str, key: str, value: str) -> bool:
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(KEYS), VALUES)
+@example("rl.zero_variance", "\x1f\n")  # a check quoting the raw value: the message still one line
 def test_any_value_for_any_key_loads_or_is_one_line_naming_the_key(key, value):
     msg = outcome([f"{key}={value}"])
     assert msg is None or names(msg, key, value), f"{key}={value[:80]!r}: {msg}"

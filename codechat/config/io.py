@@ -236,9 +236,19 @@ def validate(cfg: RunConfig) -> None:
         raise ConfigError(_with_key(str(e), cfg)) from None
 
 
+def _one_line(msg: str) -> str:
+    """msg with its unprintable characters escaped: a value quoted in a message (`rl.zero_variance=$'\\n'`) keeps
+    the error one line."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in msg)
+
+
 def _with_key(msg: str, cfg: RunConfig) -> str:
-    """A check's message, led by the key whose value it quotes when it names none ("unknown KL estimator 'k9';
-    valid: ..." -> "algo.kl_estimator: unknown ..."), so every config error names its key."""
+    """A check's message, one line, led by the key whose value it quotes when it names none ("unknown KL estimator
+    'k9'; valid: ..." -> "algo.kl_estimator: unknown ..."), so every config error names its key."""
+    return _one_line(_keyed(msg, cfg))
+
+
+def _keyed(msg: str, cfg: RunConfig) -> str:
     sections = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
     defaults = RunConfig()
     keys = [f"{s}.{f.name}" for s, obj in sections.items() if dataclasses.is_dataclass(obj)
