@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 _BUILT: dict[str, Path] = {}
 
 # Prompts of different lengths (so left padding is exercised), shared by the sampler and decoder tests.
@@ -26,3 +28,15 @@ def tiny_policy(tmp_path_factory, **kw):
     from codechat.policy import load_policy
 
     return load_policy(ModelConfig(path=str(tiny_dir(tmp_path_factory)), device="cpu", **kw))
+
+
+@pytest.fixture(scope="module")
+def pol(tmp_path_factory):
+    """The tiny policy, loaded once per test module (import this fixture with `prompts`)."""
+    return tiny_policy(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def prompts(pol):
+    """PROMPT_TEXTS encoded by `pol`."""
+    return [pol.encode_prompt(t) for t in PROMPT_TEXTS]

@@ -4,20 +4,10 @@ import torch
 
 from codechat.config import SamplingConfig
 from codechat.policy import Sampler, decoding
-from policy_helpers import PROMPT_TEXTS, tiny_policy
+from policy_helpers import pol, prompts  # noqa: F401 - fixtures (the tiny policy, PROMPT_TEXTS encoded)
 from qwen_helpers import qwen_policy
 
 LAYOUTS = {"per-row": 10_000, "shared-prompt": -1}  # decoding.FLAT_PROMPT for each
-
-
-@pytest.fixture(scope="module")
-def pol(tmp_path_factory):
-    return tiny_policy(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def prompts(pol):
-    return [pol.encode_prompt(t) for t in PROMPT_TEXTS]
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)

@@ -7,17 +7,7 @@ from codechat.config import SamplingConfig
 from codechat.policy import Sampler, completion_logprobs
 from codechat.policy.sampler import cut_at_stop, process_logits
 from codechat.policy.stops import StopChecker
-from policy_helpers import PROMPT_TEXTS, tiny_policy
-
-
-@pytest.fixture(scope="module")
-def pol(tmp_path_factory):
-    return tiny_policy(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def prompts(pol):
-    return [pol.encode_prompt(t) for t in PROMPT_TEXTS]
+from policy_helpers import pol, prompts  # noqa: F401 - fixtures (the tiny policy, PROMPT_TEXTS encoded)
 
 
 def test_shapes_and_invariants(pol, prompts):

@@ -4,17 +4,7 @@ import torch
 
 from codechat.config import ModelConfig, SamplingConfig
 from codechat.policy import Sampler, completion_logprobs, load_policy, staticstep
-from policy_helpers import PROMPT_TEXTS, tiny_policy
-
-
-@pytest.fixture(scope="module")
-def pol(tmp_path_factory):
-    return tiny_policy(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def prompts(pol):
-    return [pol.encode_prompt(t) for t in PROMPT_TEXTS]
+from policy_helpers import pol, prompts  # noqa: F401 - fixtures (the tiny policy, PROMPT_TEXTS encoded)
 
 
 def count_static_steps(monkeypatch) -> list:
