@@ -12,6 +12,8 @@ import subprocess
 from datetime import datetime
 from pathlib import Path
 
+import yaml
+
 from codechat.verifier.repo_env import EnvError
 
 CONDA_TO_PYPI = {"iris": "scitools-iris", "matplotlib-base": "matplotlib", "pytables": "tables", "pytorch": "torch",
@@ -82,7 +84,6 @@ def requirements_txt(repo: str, mirror: Path, commit: str) -> str:
 def environment_yml_packages(repo: str, mirror: Path, commit: str, instance_id: str) -> list[str]:
     """pip requirement lines for an `environment.yml` spec: conda dependencies (name=version -> name==version)
     and the file's pip section."""
-    import yaml  # the swebench package depends on PyYAML
     from swebench.harness.constants import MAP_REPO_TO_ENV_YML_PATHS  # optional dependency
     from swebench.harness.utils import load_cached_environment_yml  # optional dependency
     text = load_cached_environment_yml(instance_id)
