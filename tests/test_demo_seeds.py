@@ -117,3 +117,24 @@ def test_seeds_reuses_a_finished_run_with_the_same_settings_only(tmp_path, monke
     monkeypatch.setattr(demo_cmd, "agent_seed_table", lambda *a: "")
     demo_cmd.run(args("0", ["rl.steps=3"]))
     assert ran[-1] == ["rl.steps=3", "seed=0"]
+
+
+def test_seeds_runs_again_when_the_demo_settings_changed(tmp_path, monkeypatch):
+    ran = []
+
+    def fake_agent(args):
+        ran.append(args.overrides)
+        _agent_run(tmp_path / "r" / "seed-0", [0, 1], [2, 3])
+        return 0
+
+    monkeypatch.setattr(demo_cmd, "run_agent", fake_agent)
+    args = demo_cmd.argparse.Namespace(agent=True, quick=False, seeds="0", run_dir=str(tmp_path / "r"),
+                                       model="tiny", overrides=[])
+    assert demo_cmd.run(args) == 0 and len(ran) == 1
+    # a codechat whose agent demo has other settings (same command line): the old run is not this demo's
+    monkeypatch.setattr(demo_cmd, "AGENT", demo_cmd.AGENT + ["rl.steps=11"])
+    monkeypatch.setattr(demo_cmd, "run_agent", lambda a: ran.append(a.overrides) or 0)
+    monkeypatch.setattr(demo_cmd, "read_agent_rows", lambda d: [])
+    monkeypatch.setattr(demo_cmd, "agent_seed_table", lambda *a: "")
+    demo_cmd.run(args)
+    assert len(ran) == 2

@@ -14,8 +14,10 @@ import shlex
 from pathlib import Path
 
 from codechat import CodechatError
-from codechat.demos.demo import MODELS, build_demo_model, demo_config, eval_label, run_demo, summarize, table
-from codechat.demos.agent import agent_table, resolve_change, run_agent_demo
+from codechat.demos.demo import DEMO, MODELS, QUICK, QWEN, build_demo_model, demo_config, eval_label, run_demo, \
+    summarize, table
+from codechat.demos.agent import AGENT, AGENT_QUICK, agent_table, resolve_change, run_agent_demo
+from codechat.policy.presets import FAMILIES
 from codechat.demos.seeds import agent_seed_table, parse_seeds, pooled_resolve_change, read_agent_rows, seed_table
 
 
@@ -87,6 +89,14 @@ SEED_ARGS = "demo-args.json"
 interrupted multi-seed demo goes on where it stopped; seeds run in parallel are gathered into one table)."""
 
 
+def preset_settings(args: argparse.Namespace) -> list[str]:
+    """The overrides the demo itself applies before the user's: a finished seed run is reused only when these are
+    the ones it ran with too (a newer codechat with other demo settings runs it again)."""
+    if args.agent:
+        return AGENT + (AGENT_QUICK if args.quick else [])
+    return DEMO + (QUICK if args.quick else []) + (QWEN if args.model in FAMILIES else [])
+
+
 def finished_seed(run_dir: Path, agent: bool, same: dict) -> bool:
     """Does run_dir hold a finished demo started with the settings `same`?"""
     try:
@@ -108,7 +118,8 @@ def run_seeds(args: argparse.Namespace) -> int:
         sub = argparse.Namespace(**{**vars(args), "seeds": None, "run_dir": str(root / f"seed-{s}"),
                                     "overrides": [*args.overrides, f"seed={s}"]})
         dirs[s] = root / f"seed-{s}"
-        same = {"agent": args.agent, "quick": args.quick, "model": args.model, "overrides": sub.overrides}
+        same = {"agent": args.agent, "quick": args.quick, "model": args.model, "overrides": sub.overrides,
+                "settings": preset_settings(args)}
         if finished_seed(dirs[s], args.agent, same):
             print(f"=== seed {s}: the finished run in {sub.run_dir} (same settings) is reused")
         else:
