@@ -98,6 +98,10 @@ class RLConfig:
     of the step in one optimizer step."""
     grad_accum: int = 1
     """Micro-batches per minibatch on each rank (memory); gradients are accumulated."""
+    micro_batch_tokens: int = 1024
+    """A minibatch whose rows hold more tokens than this (on a rank) runs in more micro-batches, ceil(tokens /
+    this) if that is more than grad_accum: the training forward keeps one micro-batch's activations, not the
+    whole batch's (the same gradient, accumulated exactly; a little more Python per step). 0 = grad_accum only."""
     max_grad_norm: float = 1.0
     """Gradient clipping by global norm; 0 disables it."""
     zero_variance: str = "keep"
