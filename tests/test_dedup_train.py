@@ -13,7 +13,7 @@ from codechat.algos import AGG_MODES
 from codechat.config import ModelConfig, RunConfig
 from codechat.policy import SampleBatch
 from codechat.rollout.collect import Rollouts
-from codechat.train import dist
+from codechat.train import dist, rl
 
 P, G, T = 4, 4, 9  # 4 prompts x 4 samples; every group holds copies
 
@@ -124,6 +124,10 @@ def test_micro_batch_tokens_splits_the_update_like_grad_accum(tmp_path):
     assert seen_one == [16, 16]
     assert all(torch.equal(by_budget[k], by_accum[k]) for k in by_accum)
     close(by_budget, one)
+    c = config(micro_batch_tokens=1024, grad_accum=2).rl
+    assert rl.micro_count(torch.tensor([700, 700, 700]), c, torch.device("cpu")) == 3
+    assert rl.micro_count(torch.tensor([700, 700, 700]), c, torch.device("cuda")) == 2  # a GPU: grad_accum alone
+    assert rl.micro_count(torch.tensor([100, 100]), c, torch.device("cpu")) == 2
 
 
 def test_forward_runs_on_distinct_rows_only(tmp_path):

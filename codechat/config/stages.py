@@ -99,9 +99,10 @@ class RLConfig:
     grad_accum: int = 1
     """Micro-batches per minibatch on each rank (memory); gradients are accumulated."""
     micro_batch_tokens: int = 1024
-    """A minibatch whose rows hold more tokens than this (on a rank) runs in more micro-batches, ceil(tokens /
-    this) if that is more than grad_accum: the training forward keeps one micro-batch's activations, not the
-    whole batch's (the same gradient, accumulated exactly; a little more Python per step). 0 = grad_accum only."""
+    """On CPU: a minibatch whose rows hold more tokens than this runs in ceil(tokens / this) micro-batches when
+    that is more than grad_accum, so the training forward holds one micro-batch's activations (the same gradient,
+    accumulated exactly; CPU GEMMs already run at full rate on 1,024 rows). 0 = grad_accum only. On a GPU, which
+    wants large micro-batches, grad_accum alone sizes them."""
     max_grad_norm: float = 1.0
     """Gradient clipping by global norm; 0 disables it."""
     zero_variance: str = "keep"

@@ -76,7 +76,7 @@ def estimate(cfg: RunConfig, model, prompt_tokens: int, samples: int) -> MemoryE
     micro = max(1, -(-samples // max(1, cfg.rl.grad_accum)))
     if cfg.rl.minibatch_size:
         micro = max(1, -(-min(samples, cfg.rl.minibatch_size) // max(1, cfg.rl.grad_accum)))
-    if cfg.rl.micro_batch_tokens:  # rl_update's micro_count: more micro-batches where full rows exceed the budget
+    if cfg.rl.micro_batch_tokens and params[0].device.type == "cpu":  # rl_update's micro_count, full rows
         n = -(-micro * cfg.sampling.max_new_tokens // cfg.rl.micro_batch_tokens)
         micro = -(-micro // max(1, n))
     tokens = micro * seq
