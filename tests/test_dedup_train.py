@@ -13,7 +13,7 @@ from codechat.algos import AGG_MODES
 from codechat.config import ModelConfig, RunConfig
 from codechat.policy import SampleBatch
 from codechat.rollout.collect import Rollouts
-from codechat.train import dist
+from codechat.train import dist, rl
 
 P, G, T = 4, 4, 9  # 4 prompts x 4 samples; every group holds copies
 
@@ -108,6 +108,26 @@ def test_dedup_update_equals_naive(tmp_path, agg, epochs, minibatch_size, grad_a
         assert m_dedup[k] == pytest.approx(m_naive[k], rel=1e-4, abs=1e-6), k
     assert m_naive["update/dedup_frac"] == 0.0
     assert m_dedup["update/dedup_frac"] > (0.3 if grad_accum == 1 and not minibatch_size else 0.0)
+
+
+def test_micro_batch_tokens_splits_the_update_like_grad_accum(tmp_path):
+    """rl.micro_batch_tokens: a minibatch with more tokens than the budget runs in ceil(tokens / budget) micro-batches,
+    the same split and the same update (bit for bit) as rl.grad_accum of that count; the accumulated update equals
+    the one-pass update within float noise; 0 = no limit."""
+    r = rollouts(vocab())
+    budget = -(-int(r.batch.n_tokens.sum()) // 3)  # three micro-batches' worth of tokens
+    seen_budget, seen_accum, seen_one = [], [], []
+    by_budget, _ = update(r, config(dedup=False, micro_batch_tokens=budget), tmp_path, seen_budget)
+    by_accum, _ = update(r, config(dedup=False, micro_batch_tokens=0, grad_accum=3), tmp_path, seen_accum)
+    one, _ = update(r, config(dedup=False, micro_batch_tokens=0), tmp_path, seen_one)
+    assert seen_budget == seen_accum == [16, 6, 6, 4]  # the reference pass, then three policy micro-batches
+    assert seen_one == [16, 16]
+    assert all(torch.equal(by_budget[k], by_accum[k]) for k in by_accum)
+    close(by_budget, one)
+    c = config(micro_batch_tokens=1024, grad_accum=2).rl
+    assert rl.micro_count(torch.tensor([700, 700, 700]), c, torch.device("cpu")) == 3
+    assert rl.micro_count(torch.tensor([700, 700, 700]), c, torch.device("cuda")) == 2  # a GPU: grad_accum alone
+    assert rl.micro_count(torch.tensor([100, 100]), c, torch.device("cpu")) == 2
 
 
 def test_forward_runs_on_distinct_rows_only(tmp_path):

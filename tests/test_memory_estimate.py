@@ -15,13 +15,19 @@ def est(overrides):
 
 
 def test_each_setting_moves_its_term():
-    base = est(["algo.kl_beta=0.04"])
+    base = est(["algo.kl_beta=0.04", "rl.micro_batch_tokens=0"])
     n = sum(p.numel() for p in load_policy(load_config(None, ["model.device=cpu"]).model).model.parameters())
     assert base.weights == base.gradients == base.reference == 4 * n and base.adamw == 8 * n
     assert base.autocast_copies == 0 and base.total > base.weights
     assert est(["algo.kl_beta=0"]).reference == 0
-    assert est(["algo.kl_beta=0.04", "model.grad_checkpointing=true"]).activations < base.activations
-    assert est(["algo.kl_beta=0.04", "rl.grad_accum=4"]).activations < base.activations
+    assert est(["algo.kl_beta=0.04", "rl.micro_batch_tokens=0", "model.grad_checkpointing=true"]).activations < \
+        base.activations
+    assert est(["algo.kl_beta=0.04", "rl.micro_batch_tokens=0", "rl.grad_accum=4"]).activations < base.activations
+    # 16 rows of up to 64 new tokens: 1,024 tokens, one micro-batch of 16; a budget of 256 makes it 4 of 4
+    short = ["algo.kl_beta=0.04", "sampling.max_new_tokens=64"]
+    assert est(short).activations == est([*short, "rl.micro_batch_tokens=0"]).activations
+    assert est([*short, "rl.micro_batch_tokens=256"]).activations == \
+        est([*short, "rl.micro_batch_tokens=0", "rl.grad_accum=4"]).activations
     mixed = est(["algo.kl_beta=0.04", "model.compute_dtype=bfloat16"])
     assert mixed.autocast_copies == 2 * n and mixed.weights == base.weights and mixed.kv_cache < base.kv_cache
     pytest.importorskip("peft")

@@ -98,6 +98,11 @@ class RLConfig:
     of the step in one optimizer step."""
     grad_accum: int = 1
     """Micro-batches per minibatch on each rank (memory); gradients are accumulated."""
+    micro_batch_tokens: int = 1024
+    """On CPU: a minibatch whose rows hold more tokens than this runs in ceil(tokens / this) micro-batches when
+    that is more than grad_accum, so the training forward holds one micro-batch's activations (the same gradient,
+    accumulated exactly; CPU GEMMs already run at full rate on 1,024 rows). 0 = grad_accum only. On a GPU, which
+    wants large micro-batches, grad_accum alone sizes them."""
     max_grad_norm: float = 1.0
     """Gradient clipping by global norm; 0 disables it."""
     zero_variance: str = "keep"

@@ -76,6 +76,9 @@ def estimate(cfg: RunConfig, model, prompt_tokens: int, samples: int) -> MemoryE
     micro = max(1, -(-samples // max(1, cfg.rl.grad_accum)))
     if cfg.rl.minibatch_size:
         micro = max(1, -(-min(samples, cfg.rl.minibatch_size) // max(1, cfg.rl.grad_accum)))
+    if cfg.rl.micro_batch_tokens and params[0].device.type == "cpu":  # rl_update's micro_count, full rows
+        n = -(-micro * cfg.sampling.max_new_tokens // cfg.rl.micro_batch_tokens)
+        micro = -(-micro // max(1, n))
     tokens = micro * seq
     per_layer = ACT_BYTES_PER_HIDDEN * hidden * (cb / 2)
     acts = tokens * (layers * hidden * 4 + per_layer) if cfg.model.grad_checkpointing else tokens * layers * per_layer

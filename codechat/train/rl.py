@@ -113,6 +113,14 @@ def old_logprobs(model, r: Rollouts, rows: torch.Tensor, first: torch.Tensor, te
     return old
 
 
+def micro_count(lengths: torch.Tensor, c, device: torch.device) -> int:
+    """Micro-batches for a minibatch of rows of these lengths (n,): rl.grad_accum, or on CPU more where the rows
+    hold more than rl.micro_batch_tokens tokens (0: no limit), so that one micro-batch's activations are held."""
+    if c.micro_batch_tokens <= 0 or device.type != "cpu":
+        return c.grad_accum
+    return max(c.grad_accum, -(-int(lengths.sum()) // c.micro_batch_tokens))
+
+
 def rl_update(ctx: Context, r: Rollouts, adv: torch.Tensor, rows: torch.Tensor, ref, opt, a: AlgoConfig,
               extra_grad=None) -> dict:
     """mu epochs x minibatches (one optimizer step each) x micro-batches of the policy loss + the KL term.
@@ -135,7 +143,7 @@ def rl_update(ctx: Context, r: Rollouts, adv: torch.Tensor, rows: torch.Tensor, 
         opt.zero_grad(set_to_none=True)
         # each micro-batch weighs its share of what agg_loss divides by, over all ranks: exact grad accumulation
         units = dist.global_units(mask[mb_idx], a.agg)
-        for m_idx in dist.micro_batches(model, mb_idx, c.grad_accum):
+        for m_idx in dist.micro_batches(model, mb_idx, micro_count(r.batch.n_tokens[rows[mb_idx]], c, dev)):
             if m_idx is None:  # FSDP: this rank has fewer micro-batches; match the others' forward/backward
                 idle_pass(model)
                 continue

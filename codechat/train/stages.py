@@ -59,6 +59,7 @@ def _rl_checks(c: RunConfig, stage: str) -> list[tuple[str, bool]]:
             at_least("rl.prompts_per_step", c.rl.prompts_per_step, 1), at_least("rl.epochs", c.rl.epochs, 1),
             positive("rl.lr", c.rl.lr), at_least("rl.minibatch_size", c.rl.minibatch_size, 0),
             at_least("rl.grad_accum", c.rl.grad_accum, 1), at_least("rl.warmup", c.rl.warmup, 0),
+            at_least("rl.micro_batch_tokens", c.rl.micro_batch_tokens, 0),
             at_least("rl.embed_lr_scale", c.rl.embed_lr_scale, 0),
             (f"rl.zero_variance: expected keep, skip or resample, got '{c.rl.zero_variance}'",
              c.rl.zero_variance in ("keep", "skip", "resample")), _sampled_groups(c, stage),
