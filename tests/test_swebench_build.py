@@ -9,7 +9,7 @@ import pytest
 
 from codechat.verifier.patches import apply_diff, parse_diff
 from codechat.verifier.repo_env import EnvError
-from codechat.verifier.swebench_env import _step
+from codechat.verifier.swebench_env import _step, prepare_pip
 from codechat.verifier.swebench_spec import conda_to_pypi, parse_as_of, records_date
 
 
@@ -58,6 +58,21 @@ def test_a_dated_pip_step_that_fails_runs_again_undated_and_both_are_recorded(tm
     # dated: no configuration files or find-links (an index without upload times would let later files through)
     assert steps[0]["tail"] == f"date=2020-07-18T06:39:32Z config={os.devnull} links= args=install tox==4.16.0"
     assert steps[1]["tail"] == "date= config= links=/opt/wheels args=install tox==4.16.0"
+
+
+def test_an_undated_python_3_6_venv_gets_the_newest_pip_that_runs_there(tmp_path):
+    # 3.6's own pip (18.1) takes asgiref 3.12 (Requires-Python >=3.10) for django 3.x once an extra index is
+    # configured, and stops; 21.3.1 skips it
+    _fake_pip(tmp_path)
+    steps = []
+    as_of, notes = prepare_pip(tmp_path, "3.6", "2020-04-18T16:41:40Z", steps)
+    assert as_of is None and notes["as_of"] is None and "Python 3.6" in notes["as_of_unavailable"]
+    assert steps[-1]["cmd"] == "python -m pip install -q 'pip==21.3.1'" and steps[-1]["rc"] == 0
+    steps = []
+    assert prepare_pip(tmp_path, "3.6", None, steps) == (None, {"as_of": None})
+    assert [s["cmd"] for s in steps] == ["python -m pip install -q 'pip==21.3.1'"]
+    steps = []
+    assert prepare_pip(tmp_path, "3.11", None, steps) == (None, {"as_of": None}) and steps == []
 
 
 def test_a_step_that_does_not_run_pip_is_never_dated_or_repeated(tmp_path):

@@ -49,6 +49,10 @@ PIP_MIN_DATED = "26"
 PIP_MIN_DATED_LEGACY = "25"
 """pip below this still installs a tree in editable mode through `setup.py develop` when its build backend has
 no PEP 660 hook (an editable install that fails so runs again with such a pip)."""
+PIP_NEWEST_FOR = {"3.6": "21.3.1", "3.7": "24.0", "3.8": "25.0.1"}
+"""The newest pip that runs on each Python older than PIP_MIN_DATED needs, installed when a build is undated: the
+pip a 3.6 venv starts with (18.1) takes the newest release of a package even when its Requires-Python excludes the
+interpreter (asgiref 3.12 for django 3.x) as soon as pip's configuration names an extra index, then stops."""
 
 
 EDITABLE = re.compile(r"(?<=\s)(?:-e|--editable)(?:\s+|=)(?=\S)")
@@ -137,6 +141,21 @@ def _dated_pip(d: Path, steps: list) -> bool:
     """Whether the venv's pip can resolve as of a date, after upgrading it (undated) where its Python allows."""
     _step(f"python -m pip install -q 'pip>={PIP_MIN_DATED}'", d, d, steps)
     return _step("python -m pip install --help | grep -q -e --uploaded-prior-to", d, d, steps)
+
+
+def prepare_pip(d: Path, python: str, as_of: str | None, steps: list) -> tuple[str | None, dict]:
+    """The venv's pip made ready: dated when `as_of` is given and a dated pip runs on `python`, else the newest
+    pip for that Python (PIP_NEWEST_FOR). Returns the date the build resolves as of (None: as of the build) and
+    the manifest's notes about it."""
+    if as_of and _dated_pip(d, steps):
+        return as_of, {"as_of": as_of}
+    notes = {"as_of": None}
+    if as_of:
+        notes["as_of_unavailable"] = (f"{as_of}: no pip with --uploaded-prior-to runs on Python {python}; packages "
+                                      "resolved as of the build")
+    if python in PIP_NEWEST_FOR:
+        _step(f"python -m pip install -q 'pip=={PIP_NEWEST_FOR[python]}'", d, d, steps)
+    return None, notes
 
 
 def _overlay(src: Path, dst: Path) -> list[str]:
@@ -252,11 +271,8 @@ def build_swebench_env(repo: str, version: str, records: list[dict], mirrors: Pa
     d.mkdir(parents=True)
     steps, missing, skipped = [], [], []
     subprocess.run([python, "-m", "venv", str(d)], check=True, capture_output=True)
-    notes = {"as_of": as_of}
-    if as_of and not _dated_pip(d, steps):
-        notes = {"as_of": None, "as_of_unavailable": f"{as_of}: no pip with --uploaded-prior-to runs on Python "
-                                                     f"{spec['python']}; packages resolved as of the build"}
-        as_of = None
+    as_of, notes = prepare_pip(d, str(spec["python"]), as_of, steps)
+    if "as_of_unavailable" in notes:
         log(f"{env.key}: {notes['as_of_unavailable']}")
     src = d / "src"
     for cmd in (["git", "clone", "-q", "--shared", "--no-checkout", str(mirror), str(src)],
