@@ -60,19 +60,28 @@ def test_a_dated_pip_step_that_fails_runs_again_undated_and_both_are_recorded(tm
     assert steps[1]["tail"] == "date= config= links=/opt/wheels args=install tox==4.16.0"
 
 
-def test_an_undated_python_3_6_venv_gets_the_newest_pip_that_runs_there(tmp_path):
-    # 3.6's own pip (18.1) takes asgiref 3.12 (Requires-Python >=3.10) for django 3.x once an extra index is
-    # configured, and stops; 21.3.1 skips it
+def test_a_python_3_6_venv_gets_its_newest_pip_and_installs_from_the_package_index_alone(tmp_path, monkeypatch):
+    # a plain file index lists asgiref 3.12 (Requires-Python >=3.10) without saying so: 3.6's pip took it for
+    # django 3.x and stopped (3.8's resolver backtracked for hours); the package index says which Python it needs
     _fake_pip(tmp_path)
+    monkeypatch.setenv("PIP_FIND_LINKS", "/opt/wheels")
+    monkeypatch.setenv("PIP_EXTRA_INDEX_URL", "file:///opt/pypi/simple")
+    monkeypatch.delenv("PIP_CONFIG_FILE", raising=False)
     steps = []
     as_of, notes = prepare_pip(tmp_path, "3.6", "2020-04-18T16:41:40Z", steps)
-    assert as_of is None and notes["as_of"] is None and "Python 3.6" in notes["as_of_unavailable"]
-    assert steps[-1]["cmd"] == "python -m pip install -q 'pip==21.3.1'" and steps[-1]["rc"] == 0
-    steps = []
-    assert prepare_pip(tmp_path, "3.6", None, steps) == (None, {"as_of": None})
+    assert as_of is None and notes["pip_index_only"] and "Python 3.6" in notes["as_of_unavailable"]
     assert [s["cmd"] for s in steps] == ["python -m pip install -q 'pip==21.3.1'"]
+    assert _step("python -m pip install -q -r requirements.txt", tmp_path, tmp_path, steps)
+    assert steps[-1]["tail"] == f"date= config={os.devnull} links= args=install -q -r requirements.txt"
+    newer = tmp_path / "py311"
+    _fake_pip(newer)
     steps = []
-    assert prepare_pip(tmp_path, "3.11", None, steps) == (None, {"as_of": None}) and steps == []
+    assert prepare_pip(newer, "3.11", None, steps) == (None, {"as_of": None}) and steps == []
+    prepare_pip(newer, "3.11", "2023-07-17", steps)  # the dated pip comes from the package index alone too
+    assert steps[0]["tail"] == f"date= config={os.devnull} links= args=install -q pip>=26"
+    steps = []
+    assert _step("python -m pip install -q -r requirements.txt", newer, newer, steps)
+    assert steps[-1]["tail"] == "date= config= links=/opt/wheels args=install -q -r requirements.txt"
 
 
 def test_a_step_that_does_not_run_pip_is_never_dated_or_repeated(tmp_path):

@@ -50,29 +50,35 @@ PIP_MIN_DATED_LEGACY = "25"
 """pip below this still installs a tree in editable mode through `setup.py develop` when its build backend has
 no PEP 660 hook (an editable install that fails so runs again with such a pip)."""
 PIP_NEWEST_FOR = {"3.6": "21.3.1", "3.7": "24.0", "3.8": "25.0.1"}
-"""The newest pip that runs on each Python older than PIP_MIN_DATED needs, installed when a build is undated: the
-pip a 3.6 venv starts with (18.1) takes the newest release of a package even when its Requires-Python excludes the
-interpreter (asgiref 3.12 for django 3.x) as soon as pip's configuration names an extra index, then stops."""
+"""The newest pip that runs on each Python older than PIP_MIN_DATED needs, installed when such a build is undated
+(the pip a 3.6 venv starts with is 18.1)."""
+INDEX_ONLY = "pip-index-only"
+"""A file in a venv whose pip steps all run on the package index alone, without pip's configuration files,
+find-links or extra indexes: undated builds on PIP_NEWEST_FOR's Pythons. A plain file index lists releases without
+their Requires-Python, so pip takes ones the old interpreter cannot run (asgiref 3.12 for django 3.x on 3.6: the
+old resolver stops there, today's backtracks for hours); the package index says which Python each file needs."""
 
 
 EDITABLE = re.compile(r"(?<=\s)(?:-e|--editable)(?:\s+|=)(?=\S)")
 
 
 def _step(cmd: str, cwd: Path, venv: Path, steps: list, timeout_s: float = STEP_TIMEOUT_S,
-          as_of: str | None = None) -> bool:
+          as_of: str | None = None, index_only: bool = False) -> bool:
     """Run one build command in the venv, recording it in `steps`. With `as_of`, a command that runs pip first
     resolves as of that date: PIP_UPLOADED_PRIOR_TO, and no pip configuration files, find-links or extra indexes
     (an index without upload times, such as a local file index, would let later files through); a dated run that
     fails (a pin released later, an index that cannot serve the date) runs again undated. An editable install of
     the tree cannot be dated itself (its build backend would come from that date too, and may not build it): its
     requirements are read from an undated dry run's report, installed as of the date, and then the command runs
-    as written, undated, keeping them (they satisfy it). Every run is recorded."""
+    as written, undated, keeping them (they satisfy it). `index_only` (or the venv's INDEX_ONLY file): the package
+    index alone. Every run is recorded."""
     env = {**os.environ, "PATH": f"{venv / 'bin'}:{os.environ.get('PATH', '')}", "VIRTUAL_ENV": str(venv),
            "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     env.pop("PYTHONPATH", None)
+    if index_only or (venv / INDEX_ONLY).exists():
+        env = _index_only(env)
     if as_of and re.search(r"\bpip\b", cmd) and not re.search(r"[;&|<>`$]", cmd):
-        dated_env = {k: v for k, v in env.items() if k not in ("PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL")}
-        dated_env.update(PIP_UPLOADED_PRIOR_TO=str(as_of), PIP_CONFIG_FILE=os.devnull)
+        dated_env = {**_index_only(env), "PIP_UPLOADED_PRIOR_TO": str(as_of)}
         if not EDITABLE.search(cmd):
             if _run(cmd, cwd, dated_env, steps, timeout_s, as_of):
                 return True
@@ -93,6 +99,12 @@ def _step(cmd: str, cwd: Path, venv: Path, steps: list, timeout_s: float = STEP_
     ok = _run(cmd, cwd, env, steps, timeout_s)
     _run(f"python -m pip install -q 'pip>={PIP_MIN_DATED}'", cwd, env, steps, timeout_s)
     return ok
+
+
+def _index_only(env: dict) -> dict:
+    """`env` without pip's configuration files, find-links and extra indexes (the package index alone)."""
+    return {**{k: v for k, v in env.items() if k not in ("PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL")},
+            "PIP_CONFIG_FILE": os.devnull}
 
 
 def tree_requirements(report: dict) -> list[str]:
@@ -139,21 +151,25 @@ def _pip(pkgs: list[str], d: Path, steps: list, missing: list, as_of: str | None
 
 def _dated_pip(d: Path, steps: list) -> bool:
     """Whether the venv's pip can resolve as of a date, after upgrading it (undated) where its Python allows."""
-    _step(f"python -m pip install -q 'pip>={PIP_MIN_DATED}'", d, d, steps)
+    # from the package index alone: a plain file index lists the newest pip without its Requires-Python, and
+    # the venv's pip takes it and stops (3.9 then stayed undated with pip 23, though pip 26.0.1 runs on it)
+    _step(f"python -m pip install -q 'pip>={PIP_MIN_DATED}'", d, d, steps, index_only=True)
     return _step("python -m pip install --help | grep -q -e --uploaded-prior-to", d, d, steps)
 
 
 def prepare_pip(d: Path, python: str, as_of: str | None, steps: list) -> tuple[str | None, dict]:
-    """The venv's pip made ready: dated when `as_of` is given and a dated pip runs on `python`, else the newest
-    pip for that Python (PIP_NEWEST_FOR). Returns the date the build resolves as of (None: as of the build) and
-    the manifest's notes about it."""
-    if as_of and _dated_pip(d, steps):
+    """The venv's pip made ready: dated when `as_of` is given and a dated pip runs on `python`; else, on an old
+    Python (PIP_NEWEST_FOR), the newest pip for it, on the package index alone (INDEX_ONLY). Returns the date the
+    build resolves as of (None: as of the build) and the manifest's notes about it."""
+    if python not in PIP_NEWEST_FOR and as_of and _dated_pip(d, steps):
         return as_of, {"as_of": as_of}
-    notes = {"as_of": None}
+    notes: dict = {"as_of": None}
     if as_of:
         notes["as_of_unavailable"] = (f"{as_of}: no pip with --uploaded-prior-to runs on Python {python}; packages "
                                       "resolved as of the build")
     if python in PIP_NEWEST_FOR:
+        (d / INDEX_ONLY).write_text("pip steps use the package index alone (swebench_env.INDEX_ONLY)\n")
+        notes["pip_index_only"] = True
         _step(f"python -m pip install -q 'pip=={PIP_NEWEST_FOR[python]}'", d, d, steps)
     return None, notes
 
