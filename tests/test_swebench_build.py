@@ -3,13 +3,14 @@ steps resolved as of a date (and run again undated when they cannot be), the gol
 import importlib.util
 import json
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from codechat.verifier.patches import apply_diff, parse_diff
 from codechat.verifier.repo_env import EnvError
-from codechat.verifier.swebench_env import _step, prepare_pip
+from codechat.verifier.swebench_env import _changed_packaging, _step, prepare_pip
 from codechat.verifier.swebench_spec import conda_to_pypi, parse_as_of, records_date
 
 
@@ -230,3 +231,25 @@ def test_a_lite_test_patch_creating_an_empty_package_init_creates_it(shared_data
     recs = {r["instance_id"]: r for r in json.loads((shared_data / "repo" / "swe-bench-lite-test.json").read_text())}
     paths = [f.path for f in parse_diff(recs["sphinx-doc__sphinx-10451"]["test_patch"])]
     assert "tests/roots/test-ext-napoleon/mypackage/__init__.py" in paths
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_base_commits_with_the_same_packaging_files_are_installed_once(tmp_path):
+    # django 4.0's 19 Lite bases hold 10 distinct packaging states; an install per state stands for its commits
+    repo = tmp_path / "r"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    commits = []
+    for setup_cfg, note in (("[metadata]\nversion = 1\n", "a"), ("[metadata]\nversion = 2\n", "b"),
+                            ("[metadata]\nversion = 2\n", "c"), ("[metadata]\nversion = 1\n", "d")):
+        (repo / "setup.cfg").write_text(setup_cfg)
+        (repo / "notes.txt").write_text(note)
+        _git(repo, "add", "-A")
+        _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", note)
+        commits.append(_git(repo, "rev-parse", "HEAD"))
+    env_commit, b, c, d = commits
+    assert _changed_packaging(repo, env_commit, {b, c, d}) == {min(b, c): sorted([b, c])}
+    assert _changed_packaging(repo, env_commit, {d, env_commit}) == {}

@@ -197,10 +197,20 @@ def _overlay(src: Path, dst: Path) -> list[str]:
 PACKAGING = ("setup.py", "setup.cfg", "pyproject.toml")
 
 
-def _changed_packaging(src: Path, commit: str, bases: set[str]) -> list[str]:
-    """The base commits whose packaging files differ from `commit`'s (sorted)."""
-    return sorted(b for b in bases - {commit} if subprocess.run(
-        ["git", "-C", str(src), "diff", "--quiet", commit, b, "--", *PACKAGING], capture_output=True).returncode == 1)
+def _packaging(src: Path, commit: str) -> str:
+    """The blob ids of `commit`'s packaging files (what an install at that commit reads)."""
+    return subprocess.run(["git", "-C", str(src), "ls-tree", commit, "--", *PACKAGING], capture_output=True,
+                          text=True, check=True).stdout
+
+
+def _changed_packaging(src: Path, commit: str, bases: set[str]) -> dict[str, list[str]]:
+    """The base commits whose packaging files differ from `commit`'s, grouped by those files' contents: {the
+    group's first commit: the group's commits} (sorted). An install at one commit of a group stands for all."""
+    own, groups = _packaging(src, commit), {}
+    for b in sorted(bases - {commit}):
+        if (key := _packaging(src, b)) != own:
+            groups.setdefault(key, []).append(b)
+    return {g[0]: g for g in groups.values()}
 
 
 def _without_absent(src: Path, commit: str) -> list[str]:
@@ -244,10 +254,13 @@ def _layers(d: Path, python: str, repo: str, installed: dict[str, dict], commit:
     them), so the tests of that commit import what its own install gave them, as in the harness's per-instance
     install. The repository's own distribution is left out (the tree under test comes first on sys.path).
     {commit: layer directory relative to d}."""
-    final, own, out = installed.get(commit, {}), canonicalize_name(repo.split("/")[-1]), {}
+    final, own, out, made = installed.get(commit, {}), canonicalize_name(repo.split("/")[-1]), {}, {}
     for c, pkgs in installed.items():
         want = sorted(f"{n}=={v}" for n, v in pkgs.items() if final.get(n) != v and n != own)
         if c == commit or not want:
+            continue
+        if tuple(want) in made:  # base commits whose installs gave the same versions share one layer
+            out[c] = made[tuple(want)]
             continue
         rel = f"bases/{c[:12]}"
         layer = d / rel
@@ -260,7 +273,7 @@ def _layers(d: Path, python: str, repo: str, installed: dict[str, dict], commit:
         (site / "_codechat_env.pth").write_text(f"import site; site.addsitedir({str(_site(d))!r})\n",
                                                 encoding="utf-8")
         log(f"{d.name}: layer for {c[:12]}: {', '.join(w for w in want if w not in missing)}")
-        out[c] = rel
+        out[c] = made[tuple(want)] = rel
     return out
 
 
@@ -313,9 +326,11 @@ def build_swebench_env(repo: str, version: str, records: list[dict], mirrors: Pa
     # the harness runs `install` again in every instance's container, at its base commit: what an instance's
     # packaging files resolve differently from the environment commit's comes from installing there once
     installed = {}
-    for c in _changed_packaging(src, commit, {str(r["base_commit"]) for r in records}) + [commit]:
+    groups = _changed_packaging(src, commit, {str(r["base_commit"]) for r in records})
+    for c in [*groups, commit]:
         if c != commit:
-            log(f"{env.key}: install at {c[:12]} (its packaging files differ)")
+            log(f"{env.key}: install at {c[:12]} (its packaging files differ; "
+                f"{len(groups[c])} base commit(s) with these files)")
         if not _step(f"git checkout -q -f {c}", src, d, steps):
             if c == commit:
                 raise EnvError(f"{env.key}: git checkout {c[:12]} failed: {steps[-1]['tail'][-200:]}")
@@ -329,7 +344,8 @@ def build_swebench_env(repo: str, version: str, records: list[dict], mirrors: Pa
                 _write_manifest(d, spec, commit, python, steps, missing, skipped, [], t_start, notes)
                 last = (steps[-1]["tail"].splitlines() or [""])[-1]
                 raise EnvError(f"{env.key}: `{cmd[:80]}` failed: {last[:200]} (manifest: {d / 'manifest.json'})")
-        installed[c] = _packages(d)
+        for member in groups.get(c, [c]):
+            installed[member] = _packages(d)
     bases = _layers(d, python, repo, installed, commit, steps, log)
     if bases:
         notes["bases"] = {c: {"dir": rel, "packages": installed[c]} for c, rel in bases.items()}
