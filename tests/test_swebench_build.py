@@ -253,3 +253,17 @@ def test_base_commits_with_the_same_packaging_files_are_installed_once(tmp_path)
     env_commit, b, c, d = commits
     assert _changed_packaging(repo, env_commit, {b, c, d}) == {min(b, c): sorted([b, c])}
     assert _changed_packaging(repo, env_commit, {d, env_commit}) == {}
+
+
+def test_django_4_0_lite_bases_need_eight_installs_not_nineteen(shared_data):
+    from codechat.verifier.swebench_spec import find_mirror
+    mirrors = Path(os.environ.get("CODECHAT_MIRRORS", "/work/.mirror"))
+    try:
+        mirror = find_mirror("django/django", mirrors)
+    except EnvError as e:
+        pytest.skip(str(e))
+    recs = [r for r in json.loads((shared_data / "repo" / "swe-bench-lite-test.json").read_text())
+            if r["repo"] == "django/django" and r["version"] == "4.0"]
+    groups = _changed_packaging(mirror, recs[0]["environment_setup_commit"], {r["base_commit"] for r in recs})
+    # 18 bases' packaging files differ from the environment commit's, in 7 ways: 7 installs and the environment's
+    assert len(recs) == 19 and len(groups) == 7 and sum(len(g) for g in groups.values()) == 18
