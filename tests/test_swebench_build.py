@@ -3,13 +3,14 @@ steps resolved as of a date (and run again undated when they cannot be), the gol
 import importlib.util
 import json
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from codechat.verifier.patches import apply_diff, parse_diff
 from codechat.verifier.repo_env import EnvError
-from codechat.verifier.swebench_env import _step
+from codechat.verifier.swebench_env import _changed_packaging, _step, prepare_pip
 from codechat.verifier.swebench_spec import conda_to_pypi, parse_as_of, records_date
 
 
@@ -58,6 +59,30 @@ def test_a_dated_pip_step_that_fails_runs_again_undated_and_both_are_recorded(tm
     # dated: no configuration files or find-links (an index without upload times would let later files through)
     assert steps[0]["tail"] == f"date=2020-07-18T06:39:32Z config={os.devnull} links= args=install tox==4.16.0"
     assert steps[1]["tail"] == "date= config= links=/opt/wheels args=install tox==4.16.0"
+
+
+def test_a_python_3_6_venv_gets_its_newest_pip_and_installs_from_the_package_index_alone(tmp_path, monkeypatch):
+    # a plain file index lists asgiref 3.12 (Requires-Python >=3.10) without saying so: 3.6's pip took it for
+    # django 3.x and stopped (3.8's resolver backtracked for hours); the package index says which Python it needs
+    _fake_pip(tmp_path)
+    monkeypatch.setenv("PIP_FIND_LINKS", "/opt/wheels")
+    monkeypatch.setenv("PIP_EXTRA_INDEX_URL", "file:///opt/pypi/simple")
+    monkeypatch.delenv("PIP_CONFIG_FILE", raising=False)
+    steps = []
+    as_of, notes = prepare_pip(tmp_path, "3.6", "2020-04-18T16:41:40Z", steps)
+    assert as_of is None and notes["pip_index_only"] and "Python 3.6" in notes["as_of_unavailable"]
+    assert [s["cmd"] for s in steps] == ["python -m pip install -q 'pip==21.3.1'"]
+    assert _step("python -m pip install -q -r requirements.txt", tmp_path, tmp_path, steps)
+    assert steps[-1]["tail"] == f"date= config={os.devnull} links= args=install -q -r requirements.txt"
+    newer = tmp_path / "py311"
+    _fake_pip(newer)
+    steps = []
+    assert prepare_pip(newer, "3.11", None, steps) == (None, {"as_of": None}) and steps == []
+    prepare_pip(newer, "3.11", "2023-07-17", steps)  # the dated pip comes from the package index alone too
+    assert steps[0]["tail"] == f"date= config={os.devnull} links= args=install -q pip>=26"
+    steps = []
+    assert _step("python -m pip install -q -r requirements.txt", newer, newer, steps)
+    assert steps[-1]["tail"] == "date= config= links=/opt/wheels args=install -q -r requirements.txt"
 
 
 def test_a_step_that_does_not_run_pip_is_never_dated_or_repeated(tmp_path):
@@ -206,3 +231,39 @@ def test_a_lite_test_patch_creating_an_empty_package_init_creates_it(shared_data
     recs = {r["instance_id"]: r for r in json.loads((shared_data / "repo" / "swe-bench-lite-test.json").read_text())}
     paths = [f.path for f in parse_diff(recs["sphinx-doc__sphinx-10451"]["test_patch"])]
     assert "tests/roots/test-ext-napoleon/mypackage/__init__.py" in paths
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_base_commits_with_the_same_packaging_files_are_installed_once(tmp_path):
+    # django 4.0's 19 Lite bases hold 10 distinct packaging states; an install per state stands for its commits
+    repo = tmp_path / "r"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    commits = []
+    for setup_cfg, note in (("[metadata]\nversion = 1\n", "a"), ("[metadata]\nversion = 2\n", "b"),
+                            ("[metadata]\nversion = 2\n", "c"), ("[metadata]\nversion = 1\n", "d")):
+        (repo / "setup.cfg").write_text(setup_cfg)
+        (repo / "notes.txt").write_text(note)
+        _git(repo, "add", "-A")
+        _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", note)
+        commits.append(_git(repo, "rev-parse", "HEAD"))
+    env_commit, b, c, d = commits
+    assert _changed_packaging(repo, env_commit, {b, c, d}) == {min(b, c): sorted([b, c])}
+    assert _changed_packaging(repo, env_commit, {d, env_commit}) == {}
+
+
+def test_django_4_0_lite_bases_need_eight_installs_not_nineteen(shared_data):
+    from codechat.verifier.swebench_spec import find_mirror
+    mirrors = Path(os.environ.get("CODECHAT_MIRRORS", "/work/.mirror"))
+    try:
+        mirror = find_mirror("django/django", mirrors)
+    except EnvError as e:
+        pytest.skip(str(e))
+    recs = [r for r in json.loads((shared_data / "repo" / "swe-bench-lite-test.json").read_text())
+            if r["repo"] == "django/django" and r["version"] == "4.0"]
+    groups = _changed_packaging(mirror, recs[0]["environment_setup_commit"], {r["base_commit"] for r in recs})
+    # 18 bases' packaging files differ from the environment commit's, in 7 ways: 7 installs and the environment's
+    assert len(recs) == 19 and len(groups) == 7 and sum(len(g) for g in groups.values()) == 18

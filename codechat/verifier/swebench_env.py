@@ -49,26 +49,36 @@ PIP_MIN_DATED = "26"
 PIP_MIN_DATED_LEGACY = "25"
 """pip below this still installs a tree in editable mode through `setup.py develop` when its build backend has
 no PEP 660 hook (an editable install that fails so runs again with such a pip)."""
+PIP_NEWEST_FOR = {"3.6": "21.3.1", "3.7": "24.0", "3.8": "25.0.1"}
+"""The newest pip that runs on each Python older than PIP_MIN_DATED needs, installed when such a build is undated
+(the pip a 3.6 venv starts with is 18.1)."""
+INDEX_ONLY = "pip-index-only"
+"""A file in a venv whose pip steps all run on the package index alone, without pip's configuration files,
+find-links or extra indexes: undated builds on PIP_NEWEST_FOR's Pythons. A plain file index lists releases without
+their Requires-Python, so pip takes ones the old interpreter cannot run (asgiref 3.12 for django 3.x on 3.6: the
+old resolver stops there, today's backtracks for hours); the package index says which Python each file needs."""
 
 
 EDITABLE = re.compile(r"(?<=\s)(?:-e|--editable)(?:\s+|=)(?=\S)")
 
 
 def _step(cmd: str, cwd: Path, venv: Path, steps: list, timeout_s: float = STEP_TIMEOUT_S,
-          as_of: str | None = None) -> bool:
+          as_of: str | None = None, index_only: bool = False) -> bool:
     """Run one build command in the venv, recording it in `steps`. With `as_of`, a command that runs pip first
     resolves as of that date: PIP_UPLOADED_PRIOR_TO, and no pip configuration files, find-links or extra indexes
     (an index without upload times, such as a local file index, would let later files through); a dated run that
     fails (a pin released later, an index that cannot serve the date) runs again undated. An editable install of
     the tree cannot be dated itself (its build backend would come from that date too, and may not build it): its
     requirements are read from an undated dry run's report, installed as of the date, and then the command runs
-    as written, undated, keeping them (they satisfy it). Every run is recorded."""
+    as written, undated, keeping them (they satisfy it). `index_only` (or the venv's INDEX_ONLY file): the package
+    index alone. Every run is recorded."""
     env = {**os.environ, "PATH": f"{venv / 'bin'}:{os.environ.get('PATH', '')}", "VIRTUAL_ENV": str(venv),
            "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     env.pop("PYTHONPATH", None)
+    if index_only or (venv / INDEX_ONLY).exists():
+        env = _index_only(env)
     if as_of and re.search(r"\bpip\b", cmd) and not re.search(r"[;&|<>`$]", cmd):
-        dated_env = {k: v for k, v in env.items() if k not in ("PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL")}
-        dated_env.update(PIP_UPLOADED_PRIOR_TO=str(as_of), PIP_CONFIG_FILE=os.devnull)
+        dated_env = {**_index_only(env), "PIP_UPLOADED_PRIOR_TO": str(as_of)}
         if not EDITABLE.search(cmd):
             if _run(cmd, cwd, dated_env, steps, timeout_s, as_of):
                 return True
@@ -89,6 +99,12 @@ def _step(cmd: str, cwd: Path, venv: Path, steps: list, timeout_s: float = STEP_
     ok = _run(cmd, cwd, env, steps, timeout_s)
     _run(f"python -m pip install -q 'pip>={PIP_MIN_DATED}'", cwd, env, steps, timeout_s)
     return ok
+
+
+def _index_only(env: dict) -> dict:
+    """`env` without pip's configuration files, find-links and extra indexes (the package index alone)."""
+    return {**{k: v for k, v in env.items() if k not in ("PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL")},
+            "PIP_CONFIG_FILE": os.devnull}
 
 
 def tree_requirements(report: dict) -> list[str]:
@@ -135,8 +151,27 @@ def _pip(pkgs: list[str], d: Path, steps: list, missing: list, as_of: str | None
 
 def _dated_pip(d: Path, steps: list) -> bool:
     """Whether the venv's pip can resolve as of a date, after upgrading it (undated) where its Python allows."""
-    _step(f"python -m pip install -q 'pip>={PIP_MIN_DATED}'", d, d, steps)
+    # from the package index alone: a plain file index lists the newest pip without its Requires-Python, and
+    # the venv's pip takes it and stops (3.9 then stayed undated with pip 23, though pip 26.0.1 runs on it)
+    _step(f"python -m pip install -q 'pip>={PIP_MIN_DATED}'", d, d, steps, index_only=True)
     return _step("python -m pip install --help | grep -q -e --uploaded-prior-to", d, d, steps)
+
+
+def prepare_pip(d: Path, python: str, as_of: str | None, steps: list) -> tuple[str | None, dict]:
+    """The venv's pip made ready: dated when `as_of` is given and a dated pip runs on `python`; else, on an old
+    Python (PIP_NEWEST_FOR), the newest pip for it, on the package index alone (INDEX_ONLY). Returns the date the
+    build resolves as of (None: as of the build) and the manifest's notes about it."""
+    if python not in PIP_NEWEST_FOR and as_of and _dated_pip(d, steps):
+        return as_of, {"as_of": as_of}
+    notes: dict = {"as_of": None}
+    if as_of:
+        notes["as_of_unavailable"] = (f"{as_of}: no pip with --uploaded-prior-to runs on Python {python}; packages "
+                                      "resolved as of the build")
+    if python in PIP_NEWEST_FOR:
+        (d / INDEX_ONLY).write_text("pip steps use the package index alone (swebench_env.INDEX_ONLY)\n")
+        notes["pip_index_only"] = True
+        _step(f"python -m pip install -q 'pip=={PIP_NEWEST_FOR[python]}'", d, d, steps)
+    return None, notes
 
 
 def _overlay(src: Path, dst: Path) -> list[str]:
@@ -162,10 +197,20 @@ def _overlay(src: Path, dst: Path) -> list[str]:
 PACKAGING = ("setup.py", "setup.cfg", "pyproject.toml")
 
 
-def _changed_packaging(src: Path, commit: str, bases: set[str]) -> list[str]:
-    """The base commits whose packaging files differ from `commit`'s (sorted)."""
-    return sorted(b for b in bases - {commit} if subprocess.run(
-        ["git", "-C", str(src), "diff", "--quiet", commit, b, "--", *PACKAGING], capture_output=True).returncode == 1)
+def _packaging(src: Path, commit: str) -> str:
+    """The blob ids of `commit`'s packaging files (what an install at that commit reads)."""
+    return subprocess.run(["git", "-C", str(src), "ls-tree", commit, "--", *PACKAGING], capture_output=True,
+                          text=True, check=True).stdout
+
+
+def _changed_packaging(src: Path, commit: str, bases: set[str]) -> dict[str, list[str]]:
+    """The base commits whose packaging files differ from `commit`'s, grouped by those files' contents: {the
+    group's first commit: the group's commits} (sorted). An install at one commit of a group stands for all."""
+    own, groups = _packaging(src, commit), {}
+    for b in sorted(bases - {commit}):
+        if (key := _packaging(src, b)) != own:
+            groups.setdefault(key, []).append(b)
+    return {g[0]: g for g in groups.values()}
 
 
 def _without_absent(src: Path, commit: str) -> list[str]:
@@ -209,10 +254,13 @@ def _layers(d: Path, python: str, repo: str, installed: dict[str, dict], commit:
     them), so the tests of that commit import what its own install gave them, as in the harness's per-instance
     install. The repository's own distribution is left out (the tree under test comes first on sys.path).
     {commit: layer directory relative to d}."""
-    final, own, out = installed.get(commit, {}), canonicalize_name(repo.split("/")[-1]), {}
+    final, own, out, made = installed.get(commit, {}), canonicalize_name(repo.split("/")[-1]), {}, {}
     for c, pkgs in installed.items():
         want = sorted(f"{n}=={v}" for n, v in pkgs.items() if final.get(n) != v and n != own)
         if c == commit or not want:
+            continue
+        if tuple(want) in made:  # base commits whose installs gave the same versions share one layer
+            out[c] = made[tuple(want)]
             continue
         rel = f"bases/{c[:12]}"
         layer = d / rel
@@ -225,7 +273,7 @@ def _layers(d: Path, python: str, repo: str, installed: dict[str, dict], commit:
         (site / "_codechat_env.pth").write_text(f"import site; site.addsitedir({str(_site(d))!r})\n",
                                                 encoding="utf-8")
         log(f"{d.name}: layer for {c[:12]}: {', '.join(w for w in want if w not in missing)}")
-        out[c] = rel
+        out[c] = made[tuple(want)] = rel
     return out
 
 
@@ -252,11 +300,8 @@ def build_swebench_env(repo: str, version: str, records: list[dict], mirrors: Pa
     d.mkdir(parents=True)
     steps, missing, skipped = [], [], []
     subprocess.run([python, "-m", "venv", str(d)], check=True, capture_output=True)
-    notes = {"as_of": as_of}
-    if as_of and not _dated_pip(d, steps):
-        notes = {"as_of": None, "as_of_unavailable": f"{as_of}: no pip with --uploaded-prior-to runs on Python "
-                                                     f"{spec['python']}; packages resolved as of the build"}
-        as_of = None
+    as_of, notes = prepare_pip(d, str(spec["python"]), as_of, steps)
+    if "as_of_unavailable" in notes:
         log(f"{env.key}: {notes['as_of_unavailable']}")
     src = d / "src"
     for cmd in (["git", "clone", "-q", "--shared", "--no-checkout", str(mirror), str(src)],
@@ -281,9 +326,11 @@ def build_swebench_env(repo: str, version: str, records: list[dict], mirrors: Pa
     # the harness runs `install` again in every instance's container, at its base commit: what an instance's
     # packaging files resolve differently from the environment commit's comes from installing there once
     installed = {}
-    for c in _changed_packaging(src, commit, {str(r["base_commit"]) for r in records}) + [commit]:
+    groups = _changed_packaging(src, commit, {str(r["base_commit"]) for r in records})
+    for c in [*groups, commit]:
         if c != commit:
-            log(f"{env.key}: install at {c[:12]} (its packaging files differ)")
+            log(f"{env.key}: install at {c[:12]} (its packaging files differ; "
+                f"{len(groups[c])} base commit(s) with these files)")
         if not _step(f"git checkout -q -f {c}", src, d, steps):
             if c == commit:
                 raise EnvError(f"{env.key}: git checkout {c[:12]} failed: {steps[-1]['tail'][-200:]}")
@@ -297,7 +344,8 @@ def build_swebench_env(repo: str, version: str, records: list[dict], mirrors: Pa
                 _write_manifest(d, spec, commit, python, steps, missing, skipped, [], t_start, notes)
                 last = (steps[-1]["tail"].splitlines() or [""])[-1]
                 raise EnvError(f"{env.key}: `{cmd[:80]}` failed: {last[:200]} (manifest: {d / 'manifest.json'})")
-        installed[c] = _packages(d)
+        for member in groups.get(c, [c]):
+            installed[member] = _packages(d)
     bases = _layers(d, python, repo, installed, commit, steps, log)
     if bases:
         notes["bases"] = {c: {"dir": rel, "packages": installed[c]} for c, rel in bases.items()}
