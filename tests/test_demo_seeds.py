@@ -7,6 +7,7 @@ import pytest
 
 from codechat import CodechatError
 from codechat.commands import demo as demo_cmd
+from codechat.demos import agent as agent_demo
 from codechat.demos.agent import AgentRow
 from codechat.demos.demo import StageRow
 from codechat.demos.seeds import (agent_seed_table, parse_seeds, pooled_resolve_change, read_agent_rows,
@@ -132,7 +133,7 @@ def test_seeds_runs_again_when_the_demo_settings_changed(tmp_path, monkeypatch):
                                        model="tiny", overrides=[])
     assert demo_cmd.run(args) == 0 and len(ran) == 1
     # a codechat whose agent demo has other settings (same command line): the old run is not this demo's
-    monkeypatch.setattr(demo_cmd, "AGENT", demo_cmd.AGENT + ["rl.steps=11"])
+    monkeypatch.setattr(agent_demo, "AGENT", agent_demo.AGENT + ["rl.steps=11"])
     monkeypatch.setattr(demo_cmd, "run_agent", lambda a: ran.append(a.overrides) or 0)
     monkeypatch.setattr(demo_cmd, "read_agent_rows", lambda d: [])
     monkeypatch.setattr(demo_cmd, "agent_seed_table", lambda *a: "")

@@ -14,10 +14,9 @@ import shlex
 from pathlib import Path
 
 from codechat import CodechatError
-from codechat.demos.demo import DEMO, MODELS, QUICK, QWEN, build_demo_model, demo_config, eval_label, run_demo, \
+from codechat.demos.demo import MODELS, build_demo_model, demo_config, demo_settings, eval_label, run_demo, \
     summarize, table
-from codechat.demos.agent import AGENT, AGENT_QUICK, agent_table, resolve_change, run_agent_demo
-from codechat.policy.presets import FAMILIES
+from codechat.demos.agent import agent_settings, agent_table, resolve_change, run_agent_demo
 from codechat.demos.seeds import agent_seed_table, parse_seeds, pooled_resolve_change, read_agent_rows, seed_table
 
 
@@ -92,9 +91,7 @@ interrupted multi-seed demo goes on where it stopped; seeds run in parallel are 
 def preset_settings(args: argparse.Namespace) -> list[str]:
     """The overrides the demo itself applies before the user's: a finished seed run is reused only when these are
     the ones it ran with too (a newer codechat with other demo settings runs it again)."""
-    if args.agent:
-        return AGENT + (AGENT_QUICK if args.quick else [])
-    return DEMO + (QUICK if args.quick else []) + (QWEN if args.model in FAMILIES else [])
+    return agent_settings(args.quick) if args.agent else demo_settings(args.quick, args.model)
 
 
 def finished_seed(run_dir: Path, agent: bool, same: dict) -> bool:

@@ -119,6 +119,11 @@ class AgentRow:
     """Demo wall time at the end of this stage's evaluation (cumulative)."""
 
 
+def agent_settings(quick: bool = False) -> list[str]:
+    """The overrides the agent demo applies before a run's own: AGENT (+ AGENT_QUICK)."""
+    return AGENT + (AGENT_QUICK if quick else [])
+
+
 def agent_config(run_dir: str, stage: str, quick: bool = False, overrides: list[str] | None = None):
     """The RunConfig of one of the demo's trainer runs (RUNS: sft, rft, grpo): AGENT (+ AGENT_QUICK), the stage
     in RUN_DIR/STAGE from the previous run's final weights, then the overrides."""
@@ -127,7 +132,7 @@ def agent_config(run_dir: str, stage: str, quick: bool = False, overrides: list[
     extra = [f"stages=[{stage}]", f"run_dir={run_dir}/{stage}"]
     if stage != "sft":
         extra.append(f"model.path={run_dir}/{RUNS[RUNS.index(stage) - 1]}")
-    return load_config(None, AGENT + (AGENT_QUICK if quick else []) + extra + list(overrides or []))
+    return load_config(None, agent_settings(quick) + extra + list(overrides or []))
 
 
 def evaluate_stage(cfg, model_dir: Path, eval_spec: str, n: int, out: Path, limit: int = 0) -> dict:

@@ -84,14 +84,19 @@ QWEN_SIZES = {"layers": 4, "hidden": 192, "head_dim": 64}
 MODELS = ("tiny", *FAMILIES)
 
 
+def demo_settings(quick: bool = False, model: str = "tiny") -> list[str]:
+    """The overrides the demo applies before the run's own: DEMO (+ QUICK, + QWEN for a Qwen family)."""
+    return DEMO + (QUICK if quick else []) + (QWEN if model in FAMILIES else [])
+
+
 def demo_config(run_dir: str = "runs/demo", quick: bool = False, overrides: list[str] | None = None,
                 model: str = "tiny"):
-    """The demo's RunConfig: DEMO (+ QUICK, + QWEN with RUN_DIR/model for a Qwen family), then run_dir, then the
+    """The demo's RunConfig: demo_settings (a Qwen family's model in RUN_DIR/model), then run_dir, then the
     user's overrides."""
     if model not in MODELS:
         raise CodechatError(f"--model {model}: expected one of {', '.join(MODELS)}")
-    qwen = QWEN + [f"model.path={Path(run_dir) / 'model'}"] if model in FAMILIES else []
-    return load_config(None, DEMO + (QUICK if quick else []) + qwen + [f"run_dir={run_dir}"] + list(overrides or []))
+    where = [f"model.path={Path(run_dir) / 'model'}"] if model in FAMILIES else []
+    return load_config(None, demo_settings(quick, model) + where + [f"run_dir={run_dir}"] + list(overrides or []))
 
 
 def build_demo_model(cfg, model: str) -> None:
