@@ -10,6 +10,7 @@ Our JSONL, one task per line (`kind`, `task_id`, `problem` and `files` or `repo_
      "files": {"parser.py": "...", "tests/test_parser.py": "..."}, "visible_tests": ["tests/test_parser.py"],
      "hidden_tests": {"tests/test_hidden.py": "..."}, "fail_to_pass": [], "pass_to_pass": [],
      "protected": ["tests/*"], "limits": {"max_turns": 12}, "solution": {"parser.py": "..."}, "metadata": {}}
+(with `repo_dir` a git checkout: `commit`, and `mirrors`, a directory of git mirrors its submodules come from).
 `materialize(task, parent)` writes the pristine base tree once; workspaces are cloned from it.
 Loaders for SWE-bench records and QuixBugs: `repo_loaders.py`; the generated family: `repo_family/`.
 """
@@ -25,6 +26,7 @@ from typing import Any
 from codechat.sandbox.isolation import rmtree
 from codechat.sandbox.workspace import WorkspaceError, safe_path, walk_files, write_tree
 from codechat.tasks.model import TaskFormatError
+from codechat.tasks.submodules import SubmoduleError, fill_submodules
 
 DEFAULT_PROTECTED = ["test_*.py", "*_test.py", "conftest.py", "tests/*", "*/tests/*"]
 """Default protected globs: matched against the whole relative path and against the file name."""
@@ -74,6 +76,9 @@ class RepoTask:
     """Episode budgets."""
     metadata: dict[str, Any] = field(default_factory=dict)
     """`solution` (the reference fix {path: text}), `bug` kind, `source`, anything else."""
+    mirrors: str | None = None
+    """With a git `repo_dir` and `commit`: a directory of git mirrors that `commit`'s submodules are filled from
+    (`submodules.py`); None = their directories stay empty, as `git archive` leaves them."""
 
     kind = "repo"
 
@@ -146,6 +151,9 @@ def parse_repo_task(rec: dict[str, Any], where: str) -> RepoTask:
     commit = rec.get("commit")
     if commit is not None and (not isinstance(commit, str) or not commit.strip() or commit.startswith("-")):
         raise TaskFormatError(f"{where}: field 'commit' must be a commit id or ref")
+    mirrors = rec.get("mirrors")
+    if mirrors is not None and (not isinstance(mirrors, str) or not mirrors.strip()):
+        raise TaskFormatError(f"{where}: field 'mirrors' must be a directory of git mirrors")
     protected = _str_list(rec["protected"], "protected", where) if "protected" in rec else list(DEFAULT_PROTECTED)
     test_patch = rec.get("test_patch") or ""
     if not isinstance(test_patch, str):
@@ -163,7 +171,7 @@ def parse_repo_task(rec: dict[str, Any], where: str) -> RepoTask:
                     _str_list(rec.get("visible_tests") or [], "visible_tests", where),
                     _str_list(rec.get("fail_to_pass") or [], "fail_to_pass", where),
                     _str_list(rec.get("pass_to_pass") or [], "pass_to_pass", where),
-                    protected, parse_limits(rec.get("limits"), where), meta)
+                    protected, parse_limits(rec.get("limits"), where), meta, mirrors)
 
 
 def save_repo_tasks(tasks: list[RepoTask], path: str | Path) -> None:
@@ -199,6 +207,12 @@ def materialize(task: RepoTask, dst: Path) -> Path:
     tmp = dst.parent / f".{dst.name}-raw"
     tmp.mkdir()
     subprocess.run(["tar", "-x", "-C", str(tmp)], input=tar.stdout, check=True)
+    if task.mirrors:
+        try:
+            fill_submodules(src, task.commit, tmp, Path(task.mirrors).expanduser(), task.metadata.get("repo"))
+        except SubmoduleError as e:
+            rmtree(str(tmp))
+            raise TaskFormatError(f"task {task.task_id}: {e}") from None
     _copy_dir(tmp, dst)
     rmtree(str(tmp))
     return dst

@@ -8,7 +8,8 @@ QuixBugs from its directory, and the built-in generated family (`builtin:repo-tr
 Nothing is downloaded: a SWE-bench record whose repository is not on disk stops with one line naming it.
 A record's repository is REPOS/INSTANCE_ID (a tree at the base commit, e.g. unpacked from the harness image's
 /testbed or a `git archive`; used as it is, the base commit unchecked), else a git checkout or bare mirror
-REPOS/owner__name, REPOS/owner/name, REPOS/name or REPOS/owner+name/repo (exported at the base commit). The gold patch becomes the task's reference fix
+REPOS/owner__name, REPOS/owner/name, REPOS/name or REPOS/owner+name/repo (exported at the base commit, its git
+submodules filled from their own mirrors under REPOS: `submodules.py`). The gold patch becomes the task's reference fix
 (`solution`: the patched files; `solution_patch`: the diff). SWE-bench test ids are kept as given; the judge
 matches every id style the records use (verifier/repo_rules.py).
 """
@@ -130,7 +131,8 @@ def from_swebench(rec: dict, where: str, repos: str | None) -> RepoTask:
                     fail_to_pass=_ids(rec.get("FAIL_TO_PASS"), "FAIL_TO_PASS", where),
                     pass_to_pass=_ids(rec.get("PASS_TO_PASS"), "PASS_TO_PASS", where),
                     limits=RepoLimits(max_turns=40, max_tool_calls=60, wall_s=1800, max_tokens=32768,
-                                      test_timeout_s=600), metadata=meta)
+                                      test_timeout_s=600), metadata=meta,
+                    mirrors=str(Path(repos).expanduser()) if is_git else None)
 
 
 def _ids(v, name: str, where: str) -> list[str]:

@@ -7,7 +7,8 @@ version, the packages (`requirements.txt`: the repository's own file at the envi
 mirror and cleaned with the harness's `clean_requirements`; `environment.yml`; or a package list), the pip pins,
 `pre_install` and `install` commands and the test command. The build makes ENVS/<owner>__<name>-<version>/:
 a venv with that interpreter (pyenv's), `src/`: the repository at the records' `environment_setup_commit` (a
-shared clone of the mirror) with `pre_install` and `install` run in it as the image build runs them, `overlay/`:
+shared clone of the mirror, its git submodules filled from their own mirrors under DIR, as the image build's
+install fetches them) with `pre_install` and `install` run in it as the image build runs them, `overlay/`:
 every file that install created or changed in the tree (pytest's `_version.py`, compiled extensions), which the
 judge lays over each fresh tree, `env.json` (what the judge reads) and `manifest.json` (what was done: each
 step's command, exit status, seconds and output tail; packages pip could not install; steps skipped because
@@ -36,6 +37,7 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from codechat.tasks.submodules import SubmoduleError, fill_submodules
 from codechat.verifier.repo_env import EnvError, TestEnv, env_dirname, resolve_python
 from codechat.verifier.swebench_spec import (RUNNER_FILES, conda_to_pypi, environment_yml_packages, find_mirror,
                                              parse_as_of, parse_test_cmd, requirements_txt, spec_for)
@@ -334,6 +336,14 @@ def build_swebench_env(repo: str, version: str, records: list[dict], mirrors: Pa
         if not _step(f"git checkout -q -f {c}", src, d, steps):
             if c == commit:
                 raise EnvError(f"{env.key}: git checkout {c[:12]} failed: {steps[-1]['tail'][-200:]}")
+            continue
+        try:  # a checkout leaves submodules empty; the install may need them (astropy 1.3's astropy_helpers)
+            if filled := fill_submodules(src, c, src, mirrors, repo):
+                notes.setdefault("submodules", {})[c] = filled
+        except SubmoduleError as e:
+            if c == commit:
+                raise EnvError(f"{env.key}: {e}") from None
+            log(f"{env.key}: not installed at {c[:12]}: {e}")
             continue
         for cmd in list(spec.get("pre_install", [])) + ([spec["install"]] if spec.get("install") else []):
             if DOCKER_ONLY.search(cmd):

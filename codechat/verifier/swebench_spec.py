@@ -14,6 +14,7 @@ from pathlib import Path
 
 import yaml
 
+from codechat.tasks.submodules import find_git, mirror_candidates
 from codechat.verifier.repo_env import EnvError
 
 CONDA_TO_PYPI = {"iris": "scitools-iris", "matplotlib-base": "matplotlib", "pytables": "tables", "pytorch": "torch",
@@ -43,14 +44,11 @@ def spec_for(repo: str, version: str) -> dict:
 def find_mirror(repo: str, mirrors: Path) -> Path:
     """The git directory (bare or a checkout) of `owner/name` under `mirrors`: owner__name, owner+name/repo (the
     layout of a fetched mirror), owner+name, owner/name or name."""
-    owner_name = repo.replace("/", "__")
-    cands = [mirrors / owner_name, mirrors / repo.replace("/", "+") / "repo", mirrors / repo.replace("/", "+"),
-             mirrors / repo, mirrors / repo.rsplit("/", 1)[-1]]
-    for c in cands:
-        if (c / ".git").exists() or ((c / "HEAD").is_file() and (c / "objects").is_dir()):
-            return c
-    raise EnvError(f"{repo}: no git mirror under {mirrors} (looked for "
-                   f"{', '.join(str(c.relative_to(mirrors)) for c in cands)})")
+    found = find_git(mirrors, repo)
+    if found is None:
+        raise EnvError(f"{repo}: no git mirror under {mirrors} (looked for "
+                       f"{', '.join(str(c.relative_to(mirrors)) for c in mirror_candidates(mirrors, repo))})")
+    return found
 
 
 def git_show(mirror: Path, commit: str, path: str) -> str | None:
