@@ -150,7 +150,8 @@ MIRRORS = os.environ.get("CODECHAT_MIRRORS", "/work/.mirror")
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("instance", ["sympy__sympy-14774", "pytest-dev__pytest-5227", "django__django-14017"])
+@pytest.mark.parametrize("instance", ["sympy__sympy-14774", "pytest-dev__pytest-5227", "django__django-14017",
+                                      "astropy__astropy-6938", "astropy__astropy-14182"])
 def test_real_instance_gold_resolves_empty_does_not(shared_data, instance):
     from codechat.tasks.repo_loaders import from_swebench
     recs = {r["instance_id"]: r for r in json.loads((shared_data / "repo" / "swe-bench-lite-test.json").read_text())}
@@ -325,3 +326,18 @@ def test_a_node_id_is_backed_under_the_name_the_official_parser_gives_it():
     other = node.replace("tree-1", "tree-2")
     assert not agrees(name, "PASSED", parser_keys("pylint-dev/pylint", {node: ["pass"], other: ["fail"]}))
     assert agrees("t.py::test_x", "PASSED", parser_keys("pytest-dev/pytest", {"t.py::test_x": ["pass"]}))
+
+
+def test_a_class_test_of_pytest_before_4_is_backed_under_the_id_its_report_line_gives():
+    # pytest 3.3 (astropy 1.3's environment) ids a class's test `a.py::TestK::()::test_x` and prints
+    # `a.py::TestK::test_x PASSED`: the runner's record of the first backs the second
+    from codechat.verifier.repo_suite import agrees, parser_keys
+    seen = {"a.py::TestK::()::test_x": ["pass"], "a.py::TestK::()::test_y": ["fail"]}
+    assert agrees("a.py::TestK::test_x", "PASSED", parser_keys("astropy/astropy", seen))
+    assert not agrees("a.py::TestK::test_y", "PASSED", parser_keys("astropy/astropy", seen))
+
+
+def test_attack_a_parameter_id_holding_the_instance_marker_backs_no_other_test():
+    from codechat.verifier.repo_suite import agrees, parser_keys
+    seen = {"a.py::test_p[x::()::y]": ["pass"]}
+    assert not agrees("a.py::test_p[x::y]", "PASSED", parser_keys("astropy/astropy", seen))

@@ -44,10 +44,14 @@ def parser_keys(repo: str, seen: dict[str, list[str]]) -> dict[str, list[str]]:
     """The recorder's outcomes by pytest node id, also under the names the repository's parser gives those ids:
     up to the first space (`-rA` lines split there), and the parser's own rewriting (pylint's shortens a
     parameter that is an absolute path to its last part: `test_stdin[/tmp/tree/tests/mymodule.py-...]` is
-    `test_stdin[/mymodule.py]`). Ids that share a name share their outcomes, so one failure fails the name."""
+    `test_stdin[/mymodule.py]`), and without the `::()` that pytest before 4.0 puts in a class's ids (a class
+    instance's collector, `a.py::TestK::()::test_x`; its report lines say `a.py::TestK::test_x`). Ids that share a
+    name share their outcomes, so one failure fails the name."""
     out = {k: list(v) for k, v in seen.items()}
     for k, v in seen.items():
-        for alias in {k.split()[0], *parse_log(repo, f"PASSED {k}\n")} - {k}:
+        head, bracket, params = k.partition("[")  # a parameter's id may hold any text: left as it is
+        plain = head.replace("::()::", "::") + bracket + params
+        for alias in {k.split()[0], plain, plain.split()[0], *parse_log(repo, f"PASSED {plain}\n")} - {k}:
             out.setdefault(alias, []).extend(v)
     return out
 
