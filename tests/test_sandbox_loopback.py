@@ -104,6 +104,14 @@ def test_the_fresh_root_names_localhost_and_looks_up_the_hosts_file_only(ws):
     assert "127.0.0.1 localhost" in out and "::1 localhost" in out and "hosts: files" in out
 
 
+@root_only
+def test_a_repository_commands_uid_has_a_name(ws):
+    # django's createsuperuser tests take the user's name as the default username, and loop forever without one
+    out = command(ws, "import getpass, os, pwd\nprint(getpass.getuser(), pwd.getpwuid(os.getuid()).pw_dir, "
+                      "os.getuid() >= 1_000_000, pwd.getpwuid(0).pw_name)")
+    assert out.split() == ["codechat", "/tmp", "True", "root"], out
+
+
 PROBE = r'''
 import errno, socket, sys
 def attempt(what, fam, addr, kind=socket.SOCK_STREAM):

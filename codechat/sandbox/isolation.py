@@ -144,13 +144,14 @@ def loopback_up() -> None:
 
 
 def enter_namespaces(hide_paths: tuple[str, ...] = (), binds: tuple[str, ...] = (),
-                     loopback: bool = False) -> list[str]:
+                     loopback: bool = False, user: int | None = None) -> list[str]:
     """Isolate the calling process (a zygote) and its future children. Returns the protections now active.
     As root: a network namespace, a mount namespace with the fresh root of `rootfs.build_root`, and a check that
     PID and IPC namespaces can be made for each program (`procs.serve_forks` makes them; `PROGRAM_NS`).
     `binds`: extra host directories visible read-only inside the fresh root (launch.py: the workspace).
     `loopback`: bring up `lo` in the new network namespace (a repository command, which has that namespace to
-    itself); raises OSError if it cannot. Never done without a new network namespace (that `lo` is the host's)."""
+    itself); raises OSError if it cannot. Never done without a new network namespace (that `lo` is the host's).
+    `user`: the uid the fresh root's /etc/passwd names (a repository command's, `rootfs.build_root`)."""
     global PROGRAM_NS, OWN_PIDNS_FD
     active: list[str] = []
     if os.geteuid() != 0:
@@ -181,7 +182,7 @@ def enter_namespaces(hide_paths: tuple[str, ...] = (), binds: tuple[str, ...] = 
     package_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     try:
         rootfs.mount("none", "/", None, MS_REC | MS_PRIVATE)
-        rootfs.build_root(package_dir, hide_paths, binds)
+        rootfs.build_root(package_dir, hide_paths, binds, user)
         active.append("fresh_root")
     except OSError as e:
         print(f"codechat sandbox: no fresh root: {e}", file=sys.stderr)
@@ -241,14 +242,14 @@ def drop_privileges(uid: int | None) -> None:
 
 def enter_workspace(ws: str, hide: tuple[str, ...], binds: tuple[str, ...], rlimits) -> None:
     """Enter the sandbox around workspace `ws`: fresh root and namespaces showing `ws` and `binds` (a network
-    namespace of this run's own, loopback up), chdir into it,
+    namespace of this run's own, loopback up; its uid named in /etc/passwd), chdir into it,
     the rlimits, then the uid of its own. The one sequence every launcher runs (launch.py, the warm test runner),
     so the two cannot drift apart."""
-    enter_namespaces(tuple(hide), binds=(ws, *binds), loopback=True)
+    uid = sandbox_uid()
+    enter_namespaces(tuple(hide), binds=(ws, *binds), loopback=True, user=uid)
     if not os.path.isdir(ws):
         raise OSError(f"workspace {ws} is not visible inside the sandbox (under a scratch dir or a hidden path?)")
     os.chdir(ws)
-    uid = sandbox_uid()
     apply_rlimits(rlimits)
     drop_privileges(uid)
 
