@@ -1,7 +1,8 @@
 """OS-level isolation for sandboxed programs: namespaces, resource limits, an unprivileged uid, reaping.
 
 `enter_namespaces()` runs once in each zygote (before any program is forked). As root: a new network namespace
-(no interfaces up, not even loopback), a new mount namespace whose root is the minimal view of `rootfs.py`
+(no interfaces up, not even loopback: answer programs may open AF_UNIX sockets only, `seccomp.py`), a new mount
+namespace whose root is the minimal view of `rootfs.py`
 (Python read-only, its own /proc, a private /tmp, nothing else of the host), and per program (made by
 `procs.serve_forks` at each fork) a new PID namespace, in which the program is process 1, so that the kernel
 kills everything it started when it dies, and a new IPC namespace (SysV objects and POSIX queues die with it).
@@ -9,8 +10,15 @@ Every program also runs under a uid of its own (`sandbox_uid()`), which makes RL
 it), keeps the program from signalling or ptracing the root-owned judge, zygote and parent, and from reading
 root-only files; and under the seccomp filter of `seccomp.py`.
 
+A repository command (`enter_workspace`: launch.py, each run of the warm test runner) enters a network namespace
+of its own per run, with loopback up (`loopback_up`: 127.0.0.1 and ::1) and `/etc/hosts` naming localhost in its
+fresh root: test suites that serve on localhost (django's LiveServerTestCase) work, and what one run listens on
+(TCP, UDP, abstract unix sockets) is unreachable from every other run, from the host and from the judge, and dies
+with the run's last process.
+
 Not root: an unprivileged user namespace gives the network namespace only (the pool's warning says what is
-missing); processes that leave their process group are then found through the zygote's children.
+missing), loopback up in it for repository commands; processes that leave their process group are then found
+through the zygote's children.
 """
 from __future__ import annotations
 
@@ -25,6 +33,8 @@ from codechat.sandbox import rootfs
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET = 0x00020000, 0x10000000, 0x40000000
 CLONE_NEWIPC, CLONE_NEWPID = 0x08000000, 0x20000000
 MS_REC, MS_PRIVATE = 0x4000, 0x40000
+AF_INET, SOCK_DGRAM, SOCK_CLOEXEC = 2, 2, 0o2000000
+SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP, IFREQ_SIZE = 0x8913, 0x8914, 0x1, 40  # linux/sockios.h, linux/if.h
 SCRATCH_DIRS = ("/tmp", "/dev/shm", "/var/tmp")
 PROGRAM_NS = 0  # namespaces made for each program (CLONE_NEWPID | CLONE_NEWIPC) when enter_namespaces could
 OWN_PIDNS_FD = -1  # the zygote's own PID namespace, to return to after forking a program into a new one
@@ -115,11 +125,33 @@ def _unshare(flags: int) -> bool:
     return False
 
 
-def enter_namespaces(hide_paths: tuple[str, ...] = (), binds: tuple[str, ...] = ()) -> list[str]:
+def loopback_up() -> None:
+    """Bring up `lo` in the calling process's network namespace (a fresh one has 127.0.0.1 on it, down; the
+    kernel adds ::1 when it comes up). Needs CAP_NET_ADMIN there; no `ip` binary, only an ioctl."""
+    fd = _libc.socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0)
+    if fd < 0:
+        raise OSError(ctypes.get_errno(), "loopback: socket failed")
+    try:
+        ifr = ctypes.create_string_buffer(b"lo", IFREQ_SIZE)  # struct ifreq: name[16], then ifr_flags (short)
+        if _libc.ioctl(fd, SIOCGIFFLAGS, ifr) != 0:
+            raise OSError(ctypes.get_errno(), "loopback: SIOCGIFFLAGS on lo failed")
+        flags = int.from_bytes(ifr.raw[16:18], sys.byteorder) | IFF_UP
+        ifr[16:18] = flags.to_bytes(2, sys.byteorder)
+        if _libc.ioctl(fd, SIOCSIFFLAGS, ifr) != 0:
+            raise OSError(ctypes.get_errno(), "loopback: SIOCSIFFLAGS on lo failed")
+    finally:
+        os.close(fd)
+
+
+def enter_namespaces(hide_paths: tuple[str, ...] = (), binds: tuple[str, ...] = (),
+                     loopback: bool = False, user: int | None = None) -> list[str]:
     """Isolate the calling process (a zygote) and its future children. Returns the protections now active.
     As root: a network namespace, a mount namespace with the fresh root of `rootfs.build_root`, and a check that
     PID and IPC namespaces can be made for each program (`procs.serve_forks` makes them; `PROGRAM_NS`).
-    `binds`: extra host directories visible read-only inside the fresh root (launch.py: the workspace)."""
+    `binds`: extra host directories visible read-only inside the fresh root (launch.py: the workspace).
+    `loopback`: bring up `lo` in the new network namespace (a repository command, which has that namespace to
+    itself); raises OSError if it cannot. Never done without a new network namespace (that `lo` is the host's).
+    `user`: the uid the fresh root's /etc/passwd names (a repository command's, `rootfs.build_root`)."""
     global PROGRAM_NS, OWN_PIDNS_FD
     active: list[str] = []
     if os.geteuid() != 0:
@@ -136,15 +168,21 @@ def enter_namespaces(hide_paths: tuple[str, ...] = (), binds: tuple[str, ...] = 
             except OSError:
                 pass
             active.append("network")
+            if loopback:
+                loopback_up()
+                active.append("loopback")
         return active
     if _unshare(CLONE_NEWNET):
         active.append("network")
+        if loopback:
+            loopback_up()
+            active.append("loopback")
     if not _unshare(CLONE_NEWNS):
         return active
     package_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     try:
         rootfs.mount("none", "/", None, MS_REC | MS_PRIVATE)
-        rootfs.build_root(package_dir, hide_paths, binds)
+        rootfs.build_root(package_dir, hide_paths, binds, user)
         active.append("fresh_root")
     except OSError as e:
         print(f"codechat sandbox: no fresh root: {e}", file=sys.stderr)
@@ -203,14 +241,15 @@ def drop_privileges(uid: int | None) -> None:
 
 
 def enter_workspace(ws: str, hide: tuple[str, ...], binds: tuple[str, ...], rlimits) -> None:
-    """Enter the sandbox around workspace `ws`: fresh root and namespaces showing `ws` and `binds`, chdir into it,
+    """Enter the sandbox around workspace `ws`: fresh root and namespaces showing `ws` and `binds` (a network
+    namespace of this run's own, loopback up; its uid named in /etc/passwd), chdir into it,
     the rlimits, then the uid of its own. The one sequence every launcher runs (launch.py, the warm test runner),
     so the two cannot drift apart."""
-    enter_namespaces(tuple(hide), binds=(ws, *binds))
+    uid = sandbox_uid()
+    enter_namespaces(tuple(hide), binds=(ws, *binds), loopback=True, user=uid)
     if not os.path.isdir(ws):
         raise OSError(f"workspace {ws} is not visible inside the sandbox (under a scratch dir or a hidden path?)")
     os.chdir(ws)
-    uid = sandbox_uid()
     apply_rlimits(rlimits)
     drop_privileges(uid)
 

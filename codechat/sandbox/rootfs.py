@@ -6,7 +6,13 @@ before any program is forked; the zygote, its supervisor, its judge and every pr
   Python prefixes, sys.path dirs read-only binds at their own paths (stdlib, lib-dynload, site-packages)
   <codechat>/sandbox             read-only: the only part of codechat there (the candidate's and the judge's code);
                                  codechat/tasks (reference solutions), the checkout, task files are absent
-  /etc/ld.so.cache               read-only (library lookup); nothing else of /etc
+  /etc/ld.so.cache               read-only (library lookup)
+  /etc/hosts, /etc/nsswitch.conf written here: localhost is 127.0.0.1 and ::1, looked up in the hosts file only
+                                 (`HOSTS`). Loopback is up only for repository commands, each in a network
+                                 namespace of its own (`isolation.enter_workspace`)
+  /etc/passwd, /etc/group        only for a repository command (`user`): root and the command's uid, named
+                                 `codechat` (test suites ask for the user's name: django's createsuperuser tests
+                                 loop forever without one); nothing else of /etc
   /dev/null, zero, full, random, urandom   the host's nodes; /dev/fd and stdio links; /dev/shm -> /tmp
   /proc                          a new proc instance, hidepid=invisible + subset=pid: a program sees only the
                                  processes of its own uid, and no system-wide files (/proc/sys, kallsyms, ...)
@@ -38,6 +44,9 @@ VISIBLE_PACKAGES = ("sandbox",)  # subpackages of codechat visible inside (the c
 TMP_OPTS = "mode=1777,size=256m,nr_inodes=16384"
 STAGE = "/.tmp-next"  # where the next program's /tmp is made before it is moved onto /tmp (`fresh_tmp`)
 PARKED = "/.tmp-old/tmp"  # where the last program's /tmp waits to be unmounted: below a dir only root may enter
+HOSTS = "127.0.0.1 localhost\n::1 localhost ip6-localhost ip6-loopback\n"
+NSSWITCH = "hosts: files\npasswd: files\ngroup: files\n"  # (glibc without it asks DNS first for every name)
+USER_NAME = "codechat"
 PARK_MAX_USED = 4 << 20  # a /tmp holding more than this is unmounted at once (its pages would count against
 # the next program's memory cgroup until then)
 
@@ -116,10 +125,12 @@ def _dedupe(plan: list[tuple[str, str, bool]]) -> list[tuple[str, str, bool]]:
     return out
 
 
-def build_root(package_dir: str, hide_paths: tuple[str, ...] = (), binds: tuple[str, ...] = ()) -> list[str]:
+def build_root(package_dir: str, hide_paths: tuple[str, ...] = (), binds: tuple[str, ...] = (),
+               user: int | None = None) -> list[str]:
     """Replace this process's root by the minimal view (see the module docstring); returns the exposed dirs.
     Needs root in a private mount namespace. `package_dir` is the directory of the `codechat` package.
-    `binds`: extra host directories exposed read-only at their own paths (a repository workspace)."""
+    `binds`: extra host directories exposed read-only at their own paths (a repository workspace).
+    `user`: a uid to name in /etc/passwd and /etc/group (a repository command's own)."""
     package_root = os.path.dirname(package_dir)
     exposed = python_paths(package_root)
     visible = exposed + [d for d in SYSTEM_DIRS if os.path.isdir(d) and not os.path.islink(d)]
@@ -181,6 +192,14 @@ def build_root(package_dir: str, hide_paths: tuple[str, ...] = (), binds: tuple[
                          ("stderr", "/proc/self/fd/2"), ("shm", "/tmp")):
             os.symlink(to, f"{root}/dev/{link}")
         os.symlink("/tmp", f"{root}/var/tmp")
+        os.makedirs(f"{root}/etc", mode=0o755, exist_ok=True)
+        etc = [("hosts", HOSTS), ("nsswitch.conf", NSSWITCH)]
+        if user is not None:
+            etc += [("passwd", f"root:x:0:0:root:/root:/bin/sh\n{USER_NAME}:x:{user}:{user}::/tmp:/bin/sh\n"),
+                    ("group", f"root:x:0:\n{USER_NAME}:x:{user}:\n")]
+        for name, text in etc:
+            with open(f"{root}/etc/{name}", "x") as f:
+                f.write(text)
         mount("proc", f"{root}/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=invisible,subset=pid")
     finally:
         for fd in handles.values():
