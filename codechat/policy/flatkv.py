@@ -132,8 +132,9 @@ class FlatCache:
 
     def _extend(self, extra: int) -> None:
         """Allocate `extra` more columns: zero KV, closed (-inf) in the mask until their step opens them."""
-        more = lambda x: torch.cat([x, x.new_zeros(*x.shape[:2], extra, x.shape[3])], 2)  # noqa: E731
-        self.k, self.v = [more(k) for k in self.k], [more(v) for v in self.v]
+        for kv in (self.k, self.v):
+            for i, x in enumerate(kv):  # one layer at a time: the old buffer is freed before the next is copied
+                kv[i] = torch.cat([x, x.new_zeros(*x.shape[:2], extra, x.shape[3])], 2)
         self.mask = torch.cat([self.mask, self.mask.new_full((*self.mask.shape[:2], extra), float("-inf"))], 2)
 
     def select(self, rows, t: int) -> None:

@@ -313,7 +313,7 @@ class Sampler:
                 logits.append(dec.add(pid, torch.ones_like(pid, dtype=torch.bool), g1 - g0))  # (g1 - g0, V)
                 rows = torch.cat([rows, torch.arange(p * n + g0, p * n + g1, device=dev)])
                 tidx = torch.cat([tidx, torch.zeros(g1 - g0, dtype=torch.long, device=dev)])
-            logits = torch.cat(logits)
+            logits = logits[0] if len(logits) == 1 else torch.cat(logits)  # (B, V); one part: no copy
         if keys is not None:
             self.prefix.replace(kept)
         index = torch.arange(P, device=dev).repeat_interleave(n)  # (N,) output rows are prompt-contiguous
