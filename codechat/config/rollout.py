@@ -51,8 +51,9 @@ class SamplingConfig:
     seed: int = 0
     """Seed of the sampler's random generator."""
     compile: bool = False
-    """hf engine: decode short prompts through one torch.compile'd static-shape step (policy/staticstep.py);
-    compiling costs a few CPU seconds once per process, then each decode step is cheaper."""
+    """hf engine: decode short prompts through one torch.compile'd static-shape step (policy/staticstep.py), the
+    same tokens; compiling costs CPU seconds once per process, and on the presets its steps are no cheaper than the
+    eager step's (docs/policy.md)."""
 
 
 @dataclass

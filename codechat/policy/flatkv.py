@@ -1,4 +1,4 @@
-"""The lean one-token decode step over a per-row static KV cache (short prompts, or one sample per prompt).
+"""The lean one-token decode step over a per-row KV cache (short prompts, or one sample per prompt).
 
 Why: at the presets' sizes a decode step's matrices are small (32 rows x a few hundred columns), so every op
 costs about as much as the arithmetic it launches. This step does per layer one fused RMSNorm, the fused q/k/v
@@ -8,8 +8,11 @@ the output projection fused with its residual add (`addmm`), and the SwiGLU MLP 
 `addmm`: 15 ops where the shared-prompt grid path (fastlm.py `decode`) takes ~60.
 
 The cache holds, per row, its prompt's KV (left-padded to the prompt region's width W) followed by its generated
-tokens' KV: (B, Hkv, W + T, D) per layer, preallocated. One additive mask (B * Hkv, 1, W + T) says which columns a
-row may read (-inf on prompt padding, and on generated columns before a row's start when it joined mid-decode).
+tokens' KV: (B, Hkv, W + A, D) per layer, A generated columns allocated CHUNK at a time (the compiled step:
+all at once). One additive mask (B * Hkv, 1, W + A) says which columns a row may read (-inf on prompt padding, on
+generated columns before a row's start when it joined mid-decode, and on columns not yet written). Attention
+reads the whole allocation: one contiguous operand per layer, which `bmm` runs as one batched product (a slice
+of a wider buffer runs as one small product per batch entry, slower than the closed columns it skips).
 Each prompt's KV is copied once per sample: what the shared-prompt grid saves on long prompts with many samples,
 and why the decoder uses this layout only for short prompts or one sample per prompt (decoding.py).
 
