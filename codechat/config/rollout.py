@@ -54,6 +54,9 @@ class SamplingConfig:
     """hf engine: decode short prompts through one torch.compile'd static-shape step (policy/staticstep.py), the
     same tokens; compiling costs CPU seconds once per process, and on the presets its steps are no cheaper than the
     eager step's (docs/policy.md)."""
+    packed_weights: bool = True
+    """hf engine on CPU: the decode step's matmuls run on weights repacked for oneDNN once per sample call (fp32
+    models, batches of 8 rows or more; policy/packed.py): the same tokens, logits within float rounding."""
 
 
 @dataclass

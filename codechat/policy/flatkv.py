@@ -26,6 +26,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from codechat.policy import packed
+
 
 def flat_ok(fast, device) -> bool:
     """The lean step applies to this FastLM (fused, plain RMSNorms, no q/k norm, no o_proj bias, no autocast)."""
@@ -42,8 +44,9 @@ def flat_ok(fast, device) -> bool:
 
 def lean_step(fast, tok, pos, attend):
     """One token per row through every layer with the fewest ops; attend(layer, q (B, H, D), k, v (B, Hkv, D))
-    stores k, v in its cache and returns the attention output (B, H * D). Returns logits (B, V)."""
-    inner = fast.inner
+    stores k, v in its cache and returns the attention output (B, H * D). Returns logits (B, V). The matmuls run
+    on fast.packed (packed.py) when it is set, else on the fused weights through F.linear / addmm."""
+    inner, pk = fast.inner, fast.packed
     H, Hkv, D = fast.n_heads, fast.n_kv, fast.head_dim
     B = tok.shape[0]
     h = inner.embed_tokens(tok)  # (B, C)
@@ -51,17 +54,22 @@ def lean_step(fast, tok, pos, attend):
     sin = torch.cat([-sin[..., : D // 2], sin[..., D // 2:]], -1)  # rotate_half(x) * sin = roll(x) * sin'
     for i, layer in enumerate(inner.layers):
         w_qkv, b_qkv, w_gu = fast.fused[i]
+        w_o, w_down = layer.self_attn.o_proj.weight, layer.mlp.down_proj.weight
         ln = layer.input_layernorm
-        qkv = F.linear(F.rms_norm(h, h.shape[-1:], ln.weight, ln.variance_epsilon), w_qkv, b_qkv)  # (B, .)
+        x = F.rms_norm(h, h.shape[-1:], ln.weight, ln.variance_epsilon)
+        qkv = F.linear(x, w_qkv, b_qkv) if pk is None else packed.linear(x, pk.layers[i][0], b_qkv)  # (B, .)
         qk = qkv[:, : (H + Hkv) * D].view(B, H + Hkv, D)
         qk = torch.addcmul(qk * cos, qk.roll(D // 2, -1), sin)  # (B, H + Hkv, D) rotary
         o = attend(i, qk[:, :H], qk[:, H:], qkv[:, (H + Hkv) * D:].view(B, Hkv, D))  # (B, H * D)
-        h = torch.addmm(h, o, layer.self_attn.o_proj.weight.t())  # residual + o_proj
+        h = torch.addmm(h, o, w_o.t()) if pk is None else packed.linear_add(o, pk.layers[i][1], h)  # + o_proj
         ln = layer.post_attention_layernorm
-        gu = F.linear(F.rms_norm(h, h.shape[-1:], ln.weight, ln.variance_epsilon), w_gu)  # (B, 2I)
-        g, u = gu.chunk(2, dim=-1)
-        h = torch.addmm(h, F.silu(g) * u, layer.mlp.down_proj.weight.t())  # residual + down_proj
-    return fast.logits(h)
+        x = F.rms_norm(h, h.shape[-1:], ln.weight, ln.variance_epsilon)
+        g, u = (F.linear(x, w_gu) if pk is None else packed.linear(x, pk.layers[i][2])).chunk(2, dim=-1)  # (B, I)
+        a = F.silu(g) * u
+        h = torch.addmm(h, a, w_down.t()) if pk is None else packed.linear_add(a, pk.layers[i][3], h)  # + down
+    if pk is None:
+        return fast.logits(h)
+    return packed.linear(fast.final_norm(h), pk.head, pk.head_bias)
 
 
 CHUNK = 32

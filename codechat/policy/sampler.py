@@ -217,7 +217,7 @@ class Sampler:
                 for p, m in zip(prompts, max_new if max_new is not None else [cfg.max_new_tokens] * P)]
         Tn = max(room)  # generated columns: the largest budget
         row_budget = torch.tensor([room[r // n] for r in range(N)] + [Tn], device=dev)  # (N + 1,) scratch last
-        dec = make_decoder(pol.model, self.fast, cfg.compile)
+        dec = make_decoder(pol.model, self.fast, cfg.compile, cfg.packed_weights)
         keys = keys if keys is not None and dec.reuses_kv else None
         reuse = self.prefix.reusable(keys, prompts, weights_version(pol.model)) if keys else [0] * P
         past = self.prefix.past(keys, reuse, pol.model.get_input_embeddings().weight) if keys else None
