@@ -52,8 +52,8 @@ class SamplingConfig:
     """Seed of the sampler's random generator."""
     compile: bool = False
     """hf engine: decode short prompts through one torch.compile'd static-shape step (policy/staticstep.py), the
-    same tokens; compiling costs CPU seconds once per process, and on the presets its steps are no cheaper than the
-    eager step's (docs/policy.md)."""
+    same tokens; compiling costs CPU seconds once per process, and on the presets its steps are slower than the
+    default eager step's (docs/policy.md)."""
     packed_weights: bool = True
     """hf engine on CPU: the decode step's matmuls run on weights repacked for oneDNN once per sample call (fp32
     models, batches of 8 rows or more; policy/packed.py): the same tokens, logits within float rounding."""
