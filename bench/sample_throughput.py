@@ -14,9 +14,10 @@ contexts) are not counted, which understates both sides alike. share = (tokens x
 FLOPs / GEMM time): 1.0 would be a decoder that does nothing but those matmuls. Ends with one JSON line
 {"ours_tok_s", "hf_tok_s", "ratio", "ours_gemm_share", "hf_gemm_share", "gemm_gflops", "clock", "repeats",
 "compile", "packed_weights", "compile_s", "compile_wall_s"}. --no-packed: ours with `sampling.packed_weights`
-off. The GEMM rate is F.linear's on the weights as they lie, whichever way ours multiplies. --compile: ours with `sampling.compile`; its one-off compile time, the
-first call's extra time at the timed settings, is compile_s on the bench's clock and compile_wall_s in wall seconds
-(inductor compiles its C++ in worker processes, whose CPU time the cpu clock does not see).
+off. The GEMM rate is F.linear's on the weights as they lie, whichever way ours multiplies. --compile: ours with
+`sampling.compile`; its one-off compile time, the first call's extra time at the timed settings, is compile_s on
+the bench's clock and compile_wall_s in wall seconds (inductor compiles its C++ in worker processes, whose CPU
+time the cpu clock does not see).
 
     PYTHONPATH=. python bench/sample_throughput.py --preset tiny -P 4 -G 8 --new 64 [--compile]
     PYTHONPATH=. python bench/sample_throughput.py --preset small --tasks ../shared/data/mbpp/mbpp.jsonl
