@@ -41,6 +41,18 @@ def test_packed_weights_sample_the_same_tokens(pol, prompts, monkeypatch):
     assert min(calls) < 12  # some steps ran after finished rows were dropped
 
 
+def test_packed_weights_with_rows_joining_mid_decode(pol, prompts, monkeypatch):
+    """rollout.max_rows: the next prompt's rows join the packed batch as slots free up; same tokens as F.linear."""
+    eos = tuple(range(100, 200))
+    early = type(pol)(**{**pol.__dict__, "eos_token_ids": eos})
+    calls = count_packed(monkeypatch)
+    cfg = dict(max_new_tokens=30, seed=5, top_k=40)
+    plain = Sampler(early, max_rows=8).sample(prompts, 4, SamplingConfig(**cfg, packed_weights=False))
+    fast = Sampler(early, max_rows=8).sample(prompts, 4, SamplingConfig(**cfg))
+    assert calls and torch.equal(plain.tokens, fast.tokens) and plain.texts == fast.texts
+    assert (plain.logprobs - fast.logprobs).abs().max() < 1e-5
+
+
 def test_small_batches_keep_f_linear(pol, prompts, monkeypatch):
     """Fewer than packed.MIN_ROWS rows: the reorder would not pay, so nothing is packed."""
     calls = count_packed(monkeypatch)
