@@ -46,18 +46,22 @@ def test_packed_weights_with_rows_joining_mid_decode(pol, prompts, monkeypatch):
     eos = tuple(range(100, 200))
     early = type(pol)(**{**pol.__dict__, "eos_token_ids": eos})
     calls = count_packed(monkeypatch)
-    cfg = dict(max_new_tokens=30, seed=5, top_k=40)
+    cfg = dict(max_new_tokens=40, seed=5, top_k=40)
     plain = Sampler(early, max_rows=8).sample(prompts, 4, SamplingConfig(**cfg, packed_weights=False))
     fast = Sampler(early, max_rows=8).sample(prompts, 4, SamplingConfig(**cfg))
     assert calls and torch.equal(plain.tokens, fast.tokens) and plain.texts == fast.texts
     assert (plain.logprobs - fast.logprobs).abs().max() < 1e-5
 
 
-def test_small_batches_keep_f_linear(pol, prompts, monkeypatch):
-    """Fewer than packed.MIN_ROWS rows: the reorder would not pay, so nothing is packed."""
+def test_small_batches_and_short_calls_keep_f_linear(pol, prompts, monkeypatch):
+    """Fewer than packed.MIN_ROWS rows, or fewer than packed.MIN_TOKENS rows x new tokens: the reorder would not
+    pay, so nothing is packed."""
     calls = count_packed(monkeypatch)
-    Sampler(pol).sample(prompts, 2, SamplingConfig(max_new_tokens=4, seed=0))  # 6 rows
+    Sampler(pol).sample(prompts, 2, SamplingConfig(max_new_tokens=64, seed=0))  # 6 rows
+    Sampler(pol).sample(prompts, 4, SamplingConfig(max_new_tokens=8, seed=0))  # 12 rows x 8 tokens
     assert not calls
+    Sampler(pol).sample(prompts, 4, SamplingConfig(max_new_tokens=32, seed=0))  # 12 x 32
+    assert calls
 
 
 @pytest.mark.parametrize("layout", [10_000, -1])  # decoding.FLAT_PROMPT: the per-row cache, the shared-prompt grid
@@ -65,6 +69,7 @@ def test_small_batches_keep_f_linear(pol, prompts, monkeypatch):
 def test_packed_logits_match_a_plain_forward(pol, prompts, layout, monkeypatch):
     """Each packed step's logits equal the model's forward over the row's whole sequence, through a compaction."""
     monkeypatch.setattr(decoding, "FLAT_PROMPT", layout)
+    monkeypatch.setattr(packed, "MIN_TOKENS", 1)
     dec = decoding.make_decoder(pol.model, pack=True)
     P, n, Lp = len(prompts), 3, max(map(len, prompts))
     ids = torch.tensor([[0] * (Lp - len(p)) + p for p in prompts])
@@ -90,6 +95,7 @@ def test_packed_logits_match_a_plain_forward(pol, prompts, layout, monkeypatch):
 def test_packed_logits_with_qkv_biases(monkeypatch):
     """A Qwen2-shaped model (q/k/v biases, grouped-query attention, tied head): the bias rides in the packed call."""
     monkeypatch.setattr(packed, "MIN_ROWS", 1)
+    monkeypatch.setattr(packed, "MIN_TOKENS", 1)
     pol = qwen_policy("qwen2.5")
     dec = decoding.make_decoder(pol.model, pack=True)
     prompts = [pol.encode_prompt("def add(a, b):"), pol.encode_prompt("Reverse a string s in Python, please.")]

@@ -56,7 +56,8 @@ class SamplingConfig:
     default eager step's (docs/policy.md)."""
     packed_weights: bool = True
     """hf engine on CPU: the decode step's matmuls run on weights repacked for oneDNN once per sample call (fp32
-    models, batches of 8 rows or more; policy/packed.py): the same tokens, logits within float rounding."""
+    models, calls of 8+ rows and 256+ rows x new tokens; policy/packed.py): the same tokens, logits within float
+    rounding."""
 
 
 @dataclass

@@ -100,7 +100,7 @@ class FastDecoder:
             if static is not None:  # whole buckets of columns, so later batches reuse the graph
                 max_new = width(valid.shape[1] + max_new) - valid.shape[1]
             self.flat = FlatCache.build(kv, valid, index, max_new, self.fast.n_kv, static)
-            self._pack(index.numel(), ids.device)
+            self._pack(index.numel(), max_new, ids.device)
             return logits[index]
         self.flat = None
         pmask = torch.zeros(valid.shape, dtype=dtype, device=ids.device).masked_fill(~valid, float("-inf"))
@@ -108,13 +108,13 @@ class FastDecoder:
             prompt=[(k.contiguous(), v.contiguous()) for k, v in kv], pmask=pmask[:, None, None, :],
             gen=self.fast.new_cache(index.numel(), max_new, dtype, ids.device), pidx=index.clone())
         self.cache.regrid()
-        self._pack(index.numel(), ids.device)
+        self._pack(index.numel(), max_new, ids.device)
         return logits[index]
 
-    def _pack(self, rows: int, device) -> None:
+    def _pack(self, rows: int, max_new: int, device) -> None:
         """Packed weights for the lean steps of this call (not the compiled step: inductor has its own)."""
         static = self.flat is not None and self.flat.static is not None
-        use = self.pack and self.lean and not static and packed.usable(self.fast, device, rows)
+        use = self.pack and self.lean and not static and packed.usable(self.fast, device, rows, max_new)
         self.fast.packed = packed.PackedWeights.build(self.fast) if use else None
 
     def rows_for(self, n_live: int) -> int:

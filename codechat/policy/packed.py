@@ -10,8 +10,9 @@ call (`_linear_pointwise.binary`, what `addmm` did).
 What it simplifies: the packed copies are taken from the fused weights (FastLM.fuse) when the decoder's first
 step runs, i.e. once per sample call, so they always hold the current weights (an optimizer step between two
 calls cannot leave them stale); that costs one pass over the weights per call (6 ms on `tiny`, 45-52 ms on
-`small`: 1-2 % of a 4 x 8 x 64 sample call). Batches of fewer than MIN_ROWS rows keep `F.linear`: a row or two
-is a matrix-vector product either way, and the reorder would not pay for itself.
+`small`: 1-2 % of a 4 x 8 x 64 sample call). Batches of fewer than MIN_ROWS rows, or calls of fewer than
+MIN_TOKENS rows x new tokens, keep `F.linear`: a row or two is a matrix-vector product either way, and a short call
+would not repay the reorder.
 
 The results are the same products summed in another order: logits differ from `F.linear`'s by float rounding
 (~1e-6 relative), as the compiled step's do, and the sampled tokens are the same for the same seed
@@ -27,15 +28,20 @@ import torch
 MIN_ROWS = 8
 """Fewest batch rows a sample call needs at its first step for its decode to use packed weights."""
 
+MIN_TOKENS = 256
+"""Fewest rows x new-token budget a sample call needs: the reorder (one pass over the weights) is repaid over a
+few dozen steps of 8 rows or a few of 32."""
+
 MAX_PARAMS = 100_000_000
 """Larger models keep F.linear: the packed copy adds the model's size in memory for the length of a call."""
 
 
-def usable(fast, device, rows: int) -> bool:
+def usable(fast, device, rows: int, max_new: int) -> bool:
     """Packed weights apply: a CPU fp32 model of at most MAX_PARAMS parameters with fused weights and a plain
-    nn.Linear LM head, oneDNN built into torch, and at least MIN_ROWS rows."""
+    nn.Linear LM head, oneDNN built into torch, at least MIN_ROWS rows and MIN_TOKENS rows x max_new."""
     head = fast.lm.lm_head
-    return (rows >= MIN_ROWS and torch.device(device).type == "cpu" and torch.backends.mkldnn.is_available()
+    return (rows >= MIN_ROWS and rows * max_new >= MIN_TOKENS and torch.device(device).type == "cpu"
+            and torch.backends.mkldnn.is_available()
             and fast.fused is not None and type(head) is torch.nn.Linear and head.weight.dtype == torch.float32
             and all(w.dtype == torch.float32 for w_qkv, _, w_gu in fast.fused for w in (w_qkv, w_gu))
             and sum(p.numel() for p in fast.lm.parameters()) <= MAX_PARAMS)
