@@ -13,9 +13,11 @@ sides. A decoded token costs 2 x (projection and LM-head weights) FLOPs; attenti
 contexts) are not counted, which understates both sides alike. share = (tokens x FLOPs/token / time) / (GEMM
 FLOPs / GEMM time): 1.0 would be a decoder that does nothing but those matmuls. Ends with one JSON line
 {"ours_tok_s", "hf_tok_s", "ratio", "ours_gemm_share", "hf_gemm_share", "gemm_gflops", "clock", "repeats",
-"compile", "compile_s", "compile_wall_s"}. --compile: ours with `sampling.compile`; its one-off compile time, the
-first call's extra time at the timed settings, is compile_s on the bench's clock and compile_wall_s in wall seconds
-(inductor compiles its C++ in worker processes, whose CPU time the cpu clock does not see).
+"compile", "packed_weights", "compile_s", "compile_wall_s"}. --no-packed: ours with `sampling.packed_weights`
+off. The GEMM rate is F.linear's on the weights as they lie, whichever way ours multiplies. --compile: ours with
+`sampling.compile`; its one-off compile time, the first call's extra time at the timed settings, is compile_s on
+the bench's clock and compile_wall_s in wall seconds (inductor compiles its C++ in worker processes, whose CPU
+time the cpu clock does not see).
 
     PYTHONPATH=. python bench/sample_throughput.py --preset tiny -P 4 -G 8 --new 64 [--compile]
     PYTHONPATH=. python bench/sample_throughput.py --preset small --tasks ../shared/data/mbpp/mbpp.jsonl
@@ -127,6 +129,8 @@ def main() -> None:
     ap.add_argument("--compile", action="store_true",
                     help="ours with sampling.compile (the static-shape step under torch.compile); its compile time "
                          "is reported apart (the first call at the timed settings), not in the timed runs")
+    ap.add_argument("--no-packed", action="store_true",
+                    help="ours with sampling.packed_weights=false (F.linear on the weights as they lie)")
     args = ap.parse_args()
     global CLOCK
     CLOCK = time.process_time if args.clock == "cpu" else time.perf_counter
@@ -143,7 +147,8 @@ def main() -> None:
         texts = [t.prompt for t in load_tasks(args.tasks)[: args.P]]
     prompts = [policy.encode_prompt(texts[i % len(texts)]) for i in range(args.P)]
     cfg = SamplingConfig(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
-                         max_new_tokens=args.new, seed=0, compile=args.compile)
+                         max_new_tokens=args.new, seed=0, compile=args.compile,
+                         packed_weights=not args.no_packed)
     sampler = Sampler(policy)
     n_params = sum(p.numel() for p in policy.model.parameters())
     print(f"model {args.model or args.preset} ({n_params / 1e6:.1f}M params), P={args.P} G={args.G} "
@@ -184,7 +189,7 @@ def main() -> None:
     print(json.dumps({"ours_tok_s": round(o, 1), "hf_tok_s": round(h, 1), "ratio": round(o / h, 2),
                       "ours_gemm_share": round(o * flops_tok / g, 3), "hf_gemm_share": round(h * flops_tok / g, 3),
                       "gemm_gflops": round(g / 1e9, 1), "clock": args.clock, "repeats": args.repeats,
-                      "compile": args.compile, "compile_s": round(compile_s, 1),
+                      "compile": args.compile, "packed_weights": not args.no_packed, "compile_s": round(compile_s, 1),
                       "compile_wall_s": round(compile_wall_s, 1)}))
 
 

@@ -3,19 +3,21 @@ import pytest
 import torch
 
 from codechat.config import SamplingConfig
-from codechat.policy import Sampler, decoding
+from codechat.policy import Sampler, decoding, flatkv
 from policy_helpers import pol, prompts  # noqa: F401 - fixtures (the tiny policy, PROMPT_TEXTS encoded)
 from qwen_helpers import qwen_policy
 
 LAYOUTS = {"per-row": 10_000, "shared-prompt": -1}  # decoding.FLAT_PROMPT for each
 
 
-@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("layout,chunk", [("per-row", 32), ("per-row", 3), ("shared-prompt", 32)])
 @torch.inference_mode()
-def test_decode_logits_match_a_plain_forward(pol, prompts, layout, monkeypatch):
+def test_decode_logits_match_a_plain_forward(pol, prompts, layout, chunk, monkeypatch):
     """Each step's logits equal the model's forward over the row's whole unpadded sequence, through a compaction
-    (finished rows dropped) and, for the per-row cache, a row added mid-decode."""
+    (finished rows dropped) and, for the per-row cache, a row added mid-decode; with 3-column chunks the per-row
+    cache grows twice, once before and once after the row joins."""
     monkeypatch.setattr(decoding, "FLAT_PROMPT", LAYOUTS[layout])
+    monkeypatch.setattr(flatkv, "CHUNK", chunk)
     dec = decoding.make_decoder(pol.model)
     P, n, Lp = len(prompts), 2, max(map(len, prompts))
     ids = torch.tensor([[0] * (Lp - len(p)) + p for p in prompts])
@@ -23,6 +25,8 @@ def test_decode_logits_match_a_plain_forward(pol, prompts, layout, monkeypatch):
     index = torch.arange(P).repeat_interleave(n)
     logits = dec.prefill(ids, valid, index, 8)
     assert (dec.flat is not None) == (layout == "per-row")
+    if dec.flat is not None:  # generated columns are allocated a chunk at a time, the budget kept apart
+        assert dec.flat.k[0].shape[2] == Lp + min(8, chunk) and dec.columns == 8
     seqs = [list(prompts[p]) for p in index.tolist()]
     g = torch.Generator().manual_seed(0)
     for step in range(7):
@@ -73,9 +77,11 @@ def test_both_layouts_sample_the_same_tokens(pol, prompts, max_rows, monkeypatch
     assert (a.logprobs - b.logprobs).abs().max() < 1e-4
 
 
-def test_keyed_contexts_reuse_kv_in_the_per_row_layout(pol, prompts):
+@pytest.mark.parametrize("chunk", [32, 2])
+def test_keyed_contexts_reuse_kv_in_the_per_row_layout(pol, prompts, chunk, monkeypatch):
     """Growing contexts (one sample per prompt) decode with the per-row cache; the kept KV gives the same tokens
-    as a full prefill."""
+    as a full prefill (also when the cache grew while decoding: 2-column chunks)."""
+    monkeypatch.setattr(flatkv, "CHUNK", chunk)
     cfg = SamplingConfig(max_new_tokens=6, seed=1)
     s = Sampler(pol)
     first = s.sample(prompts, 1, cfg, keys=["a", "b", "c"])

@@ -51,8 +51,13 @@ class SamplingConfig:
     seed: int = 0
     """Seed of the sampler's random generator."""
     compile: bool = False
-    """hf engine: decode short prompts through one torch.compile'd static-shape step (policy/staticstep.py);
-    compiling costs a few CPU seconds once per process, then each decode step is cheaper."""
+    """hf engine: decode short prompts through one torch.compile'd static-shape step (policy/staticstep.py), the
+    same tokens; compiling costs CPU seconds once per process, and on the presets its steps are slower than the
+    default eager step's (docs/policy.md)."""
+    packed_weights: bool = True
+    """hf engine on CPU: the decode step's matmuls run on weights repacked for oneDNN once per sample call (fp32
+    models, calls of 8+ rows and 256+ rows x new tokens; policy/packed.py): the same tokens, logits within float
+    rounding."""
 
 
 @dataclass

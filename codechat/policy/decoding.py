@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
+from codechat.policy import packed
 from codechat.policy.fastlm import FastLM, unwrap, usable
 from codechat.policy.flatkv import FlatCache, flat_ok, lean_step
 from codechat.policy.staticstep import StaticStep, bucket, supports, width
@@ -63,10 +64,13 @@ class SharedCache:
 
 
 class FastDecoder:
-    def __init__(self, fast: FastLM, compiled: bool = False):
+    def __init__(self, fast: FastLM, compiled: bool = False, pack: bool = False):
         self.fast = fast
         self.compiled = compiled
         """Per-row cache steps run staticstep's compiled static-shape step (sampling.compile)."""
+        self.pack = pack
+        """The lean step's matmuls run on weights packed for oneDNN (packed.py; sampling.packed_weights) where
+        they apply."""
         self.flat: FlatCache | None = None
         """The per-row cache (flatkv.py) when this batch uses it, else None (the shared-prompt grid)."""
         self.lean = False
@@ -96,6 +100,7 @@ class FastDecoder:
             if static is not None:  # whole buckets of columns, so later batches reuse the graph
                 max_new = width(valid.shape[1] + max_new) - valid.shape[1]
             self.flat = FlatCache.build(kv, valid, index, max_new, self.fast.n_kv, static)
+            self._pack(index.numel(), max_new, ids.device)
             return logits[index]
         self.flat = None
         pmask = torch.zeros(valid.shape, dtype=dtype, device=ids.device).masked_fill(~valid, float("-inf"))
@@ -103,7 +108,14 @@ class FastDecoder:
             prompt=[(k.contiguous(), v.contiguous()) for k, v in kv], pmask=pmask[:, None, None, :],
             gen=self.fast.new_cache(index.numel(), max_new, dtype, ids.device), pidx=index.clone())
         self.cache.regrid()
+        self._pack(index.numel(), max_new, ids.device)
         return logits[index]
+
+    def _pack(self, rows: int, max_new: int, device) -> None:
+        """Packed weights for the lean steps of this call (not the compiled step: inductor has its own)."""
+        static = self.flat is not None and self.flat.static is not None
+        use = self.pack and self.lean and not static and packed.usable(self.fast, device, rows, max_new)
+        self.fast.packed = packed.PackedWeights.build(self.fast) if use else None
 
     def rows_for(self, n_live: int) -> int:
         """Rows to keep when n_live rows are still decoding: n_live, or its bucket for a static-shape step."""
@@ -242,11 +254,12 @@ class HFDecoder:
         self.pos = self.pos[rows]
 
 
-def make_decoder(model, fast: bool | None = None, compiled: bool = False):
+def make_decoder(model, fast: bool | None = None, compiled: bool = False, pack: bool = False):
     """FastDecoder (with fused weights when possible) when `fast` is None and fastlm.usable(model) or when fast
-    is True; else HFDecoder. compiled: the FastDecoder's per-row cache steps run compiled (sampling.compile)."""
+    is True; else HFDecoder. compiled: the FastDecoder's per-row cache steps run compiled (sampling.compile);
+    pack: its lean steps' matmuls run on oneDNN-packed weights where they apply (sampling.packed_weights)."""
     if fast or (fast is None and usable(model)):
         lm = FastLM(model)
         lm.fuse()
-        return FastDecoder(lm, compiled)
+        return FastDecoder(lm, compiled, pack)
     return HFDecoder(model)

@@ -70,6 +70,7 @@ class FastLM:
         self.scaling = attn.scaling
         self.qk_norm = hasattr(attn, "q_norm")
         self.fused: list | None = None  # per layer (w_qkv, b_qkv, w_gate_up), set by fuse()
+        self.packed = None  # packed.PackedWeights for the lean decode step's matmuls, set by its decoder
 
     @torch.no_grad()
     def fuse(self, max_params: int = 500_000_000) -> bool:

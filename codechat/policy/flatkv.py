@@ -1,4 +1,4 @@
-"""The lean one-token decode step over a per-row static KV cache (short prompts, or one sample per prompt).
+"""The lean one-token decode step over a per-row KV cache (short prompts, or one sample per prompt).
 
 Why: at the presets' sizes a decode step's matrices are small (32 rows x a few hundred columns), so every op
 costs about as much as the arithmetic it launches. This step does per layer one fused RMSNorm, the fused q/k/v
@@ -8,8 +8,11 @@ the output projection fused with its residual add (`addmm`), and the SwiGLU MLP 
 `addmm`: 15 ops where the shared-prompt grid path (fastlm.py `decode`) takes ~60.
 
 The cache holds, per row, its prompt's KV (left-padded to the prompt region's width W) followed by its generated
-tokens' KV: (B, Hkv, W + T, D) per layer, preallocated. One additive mask (B * Hkv, 1, W + T) says which columns a
-row may read (-inf on prompt padding, and on generated columns before a row's start when it joined mid-decode).
+tokens' KV: (B, Hkv, W + A, D) per layer, A generated columns allocated CHUNK at a time (the compiled step:
+all at once). One additive mask (B * Hkv, 1, W + A) says which columns a row may read (-inf on prompt padding, on
+generated columns before a row's start when it joined mid-decode, and on columns not yet written). Attention
+reads the whole allocation: one contiguous operand per layer, which `bmm` runs as one batched product (a slice
+of a wider buffer runs as one small product per batch entry, slower than the closed columns it skips).
 Each prompt's KV is copied once per sample: what the shared-prompt grid saves on long prompts with many samples,
 and why the decoder uses this layout only for short prompts or one sample per prompt (decoding.py).
 
@@ -22,6 +25,8 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+
+from codechat.policy import packed
 
 
 def flat_ok(fast, device) -> bool:
@@ -39,8 +44,9 @@ def flat_ok(fast, device) -> bool:
 
 def lean_step(fast, tok, pos, attend):
     """One token per row through every layer with the fewest ops; attend(layer, q (B, H, D), k, v (B, Hkv, D))
-    stores k, v in its cache and returns the attention output (B, H * D). Returns logits (B, V)."""
-    inner = fast.inner
+    stores k, v in its cache and returns the attention output (B, H * D). Returns logits (B, V). The matmuls run
+    on fast.packed (packed.py) when it is set, else on the fused weights through F.linear / addmm."""
+    inner, pk = fast.inner, fast.packed
     H, Hkv, D = fast.n_heads, fast.n_kv, fast.head_dim
     B = tok.shape[0]
     h = inner.embed_tokens(tok)  # (B, C)
@@ -48,37 +54,52 @@ def lean_step(fast, tok, pos, attend):
     sin = torch.cat([-sin[..., : D // 2], sin[..., D // 2:]], -1)  # rotate_half(x) * sin = roll(x) * sin'
     for i, layer in enumerate(inner.layers):
         w_qkv, b_qkv, w_gu = fast.fused[i]
+        w_o, w_down = layer.self_attn.o_proj.weight, layer.mlp.down_proj.weight
         ln = layer.input_layernorm
-        qkv = F.linear(F.rms_norm(h, h.shape[-1:], ln.weight, ln.variance_epsilon), w_qkv, b_qkv)  # (B, .)
+        x = F.rms_norm(h, h.shape[-1:], ln.weight, ln.variance_epsilon)
+        qkv = F.linear(x, w_qkv, b_qkv) if pk is None else packed.linear(x, pk.layers[i][0], b_qkv)  # (B, .)
         qk = qkv[:, : (H + Hkv) * D].view(B, H + Hkv, D)
         qk = torch.addcmul(qk * cos, qk.roll(D // 2, -1), sin)  # (B, H + Hkv, D) rotary
         o = attend(i, qk[:, :H], qk[:, H:], qkv[:, (H + Hkv) * D:].view(B, Hkv, D))  # (B, H * D)
-        h = torch.addmm(h, o, layer.self_attn.o_proj.weight.t())  # residual + o_proj
+        h = torch.addmm(h, o, w_o.t()) if pk is None else packed.linear_add(o, pk.layers[i][1], h)  # + o_proj
         ln = layer.post_attention_layernorm
-        gu = F.linear(F.rms_norm(h, h.shape[-1:], ln.weight, ln.variance_epsilon), w_gu)  # (B, 2I)
-        g, u = gu.chunk(2, dim=-1)
-        h = torch.addmm(h, F.silu(g) * u, layer.mlp.down_proj.weight.t())  # residual + down_proj
-    return fast.logits(h)
+        x = F.rms_norm(h, h.shape[-1:], ln.weight, ln.variance_epsilon)
+        g, u = (F.linear(x, w_gu) if pk is None else packed.linear(x, pk.layers[i][2])).chunk(2, dim=-1)  # (B, I)
+        a = F.silu(g) * u
+        h = torch.addmm(h, a, w_down.t()) if pk is None else packed.linear_add(a, pk.layers[i][3], h)  # + down
+    if pk is None:
+        return fast.logits(h)
+    return packed.linear(fast.final_norm(h), pk.head, pk.head_bias)
+
+
+CHUNK = 32
+"""Generated columns the eager per-row cache allocates at a time: attention reads the whole allocation, so it is
+one contiguous (B * Hkv, S, D) operand (a sliced one makes bmm run one small product per batch entry), at the
+cost of up to CHUNK - 1 closed columns per step and a copy of the cache every CHUNK steps."""
 
 
 @dataclass
 class FlatCache:
     k: list
-    """Per layer (B, Hkv, W + T, D): each row's prompt KV in columns [0, W), its generated KV from W on."""
+    """Per layer (B, Hkv, W + A, D): each row's prompt KV in columns [0, W), its generated KV from W on; A columns
+    allocated (eager: CHUNK at a time; static: all), zero where never written."""
     v: list
     """Per layer, as k."""
     mask: torch.Tensor
-    """(B * Hkv, 1, W + T) additive: 0 where the row may attend, -inf elsewhere."""
+    """(B * Hkv, 1, W + A) additive: 0 where the row may attend, -inf elsewhere (eager: a generated column is
+    closed until the step that writes it; static: open, the graph closes the columns after its own)."""
     width: int
     """W: the prompt region's width (generated column t sits at W + t)."""
+    budget: int
+    """T: generated columns the decoder may write (`columns`); the eager cache allocates them as it goes."""
     static: object = None
-    """None: eager steps (lean_step over the filled columns). Else a staticstep.StaticStep: every step reads the
-    whole width through one compiled graph, so never-written columns are kept at zero."""
+    """None: eager steps (lean_step over the allocated columns). Else a staticstep.StaticStep: every step reads
+    the whole width through one compiled graph."""
 
     @property
     def columns(self) -> int:
         """T: generated columns."""
-        return self.k[0].shape[2] - self.width
+        return self.budget
 
     @staticmethod
     def build(kv, valid, index, max_new: int, n_kv: int, static=None) -> "FlatCache":
@@ -86,45 +107,51 @@ class FlatCache:
         of each row; max_new: generated columns; static: see the field."""
         P, Hkv, W, D = kv[0][0].shape
         B = index.numel()
+        A = max_new if static is not None else min(max_new, CHUNK)
         ks, vs = [], []
-        new = torch.zeros if static is not None else torch.empty
         for k, v in kv:
-            nk, nv = (new(B, Hkv, W + max_new, D, dtype=k.dtype, device=k.device) for _ in range(2))
+            nk, nv = (torch.zeros(B, Hkv, W + A, D, dtype=k.dtype, device=k.device) for _ in range(2))
             nk[:, :, :W], nv[:, :, :W] = k[index], v[index]
             ks.append(nk)
             vs.append(nv)
-        mask = torch.zeros(B, 1, W + max_new, dtype=kv[0][0].dtype, device=index.device)
+        mask = torch.zeros(B, 1, W + A, dtype=kv[0][0].dtype, device=index.device)
         mask[:, 0, :W].masked_fill_(~valid[index], float("-inf"))
-        return FlatCache(ks, vs, mask.repeat_interleave(n_kv, 0), W, static)
+        if static is None:
+            mask[:, 0, W:] = float("-inf")
+        return FlatCache(ks, vs, mask.repeat_interleave(n_kv, 0), W, max_new, static)
 
     def step(self, fast, tok, pos, t: int):
         """tok, pos (B,): one token per row, written at generated column t. Returns logits (B, V)."""
         if self.static is not None:
             return self.static(tok, pos, self.width + t, self.mask, self.k, self.v)
         H, Hkv, D = fast.n_heads, fast.n_kv, fast.head_dim
-        B, grp, col, S = tok.shape[0], H // Hkv, self.width + t, self.width + t + 1
-        mask = self.mask[:, :, :S]  # (B * Hkv, 1, S)
+        B, grp, col = tok.shape[0], H // Hkv, self.width + t
+        if col >= self.k[0].shape[2]:
+            self._extend(CHUNK)
+        self.mask[:, 0, col] = 0  # this token's column opens for every row
+        mask, S = self.mask, self.k[0].shape[2]  # (B * Hkv, 1, S): the whole allocation, contiguous
 
         def attend(i, q, k, v):  # q (B, H, D), k and v (B, Hkv, D) -> (B, H * D)
             K, V = self.k[i], self.v[i]
             K[:, :, col], V[:, :, col] = k, v
-            s = torch.baddbmm(mask, q.reshape(B * Hkv, grp, D), K[:, :, :S].reshape(B * Hkv, S, D).transpose(1, 2),
+            s = torch.baddbmm(mask, q.reshape(B * Hkv, grp, D), K.view(B * Hkv, S, D).transpose(1, 2),
                               alpha=fast.scaling)  # (B * Hkv, grp, S)
             p = torch.softmax(s, -1) if s.dtype == torch.float32 else torch.softmax(s.float(), -1).to(s.dtype)
-            return torch.bmm(p, V[:, :, :S].reshape(B * Hkv, S, D)).view(B, H * D)
+            return torch.bmm(p, V.view(B * Hkv, S, D)).view(B, H * D)
 
         return lean_step(fast, tok, pos, attend)
 
+    def _extend(self, extra: int) -> None:
+        """Allocate `extra` more columns: zero KV, closed (-inf) in the mask until their step opens them."""
+        for kv in (self.k, self.v):
+            for i, x in enumerate(kv):  # one layer at a time: the old buffer is freed before the next is copied
+                kv[i] = torch.cat([x, x.new_zeros(*x.shape[:2], extra, x.shape[3])], 2)
+        self.mask = torch.cat([self.mask, self.mask.new_full((*self.mask.shape[:2], extra), float("-inf"))], 2)
+
     def select(self, rows, t: int) -> None:
-        """Keep batch rows `rows` (B',): copies their filled columns only."""
-        S, Hkv = self.width + t, self.k[0].shape[1]
-        for layer, (k, v) in enumerate(zip(self.k, self.v)):
-            if self.static is not None:  # the unwritten columns stay zero
-                self.k[layer], self.v[layer] = k[rows], v[rows]
-                continue
-            nk, nv = k.new_empty((rows.numel(), *k.shape[1:])), v.new_empty((rows.numel(), *v.shape[1:]))
-            nk[:, :, :S], nv[:, :, :S] = k[rows, :, :S], v[rows, :, :S]
-            self.k[layer], self.v[layer] = nk, nv
+        """Keep batch rows `rows` (B',)."""
+        Hkv = self.k[0].shape[1]
+        self.k, self.v = [k[rows] for k in self.k], [v[rows] for v in self.v]
         self.mask = self.mask.view(-1, Hkv, *self.mask.shape[1:])[rows].flatten(0, 1)
 
     def add(self, kv, valid, n: int, t: int) -> None:
@@ -145,14 +172,19 @@ class FlatCache:
         m = torch.zeros(n, 1, S, dtype=self.mask.dtype, device=self.mask.device)
         m[:, 0, : W - L] = float("-inf")
         m[:, 0, W - L: W].masked_fill_(~valid, float("-inf"))
-        m[:, 0, W: W + t] = float("-inf")  # generated columns written before this row joined
+        if self.static is None:
+            m[:, 0, W:] = float("-inf")  # generated columns written before this row joined, and the future ones
+        else:
+            m[:, 0, W: W + t] = float("-inf")  # generated columns written before this row joined
         self.mask = torch.cat([self.mask, m.repeat_interleave(Hkv, 0)])
 
     def grow(self, extra: int) -> None:
         """Make room for `extra` more generated columns."""
-        more = lambda x: torch.cat([x, x.new_zeros(*x.shape[:2], extra, x.shape[3])], 2)  # noqa: E731
-        self.k, self.v = [more(k) for k in self.k], [more(v) for v in self.v]
-        self.mask = torch.cat([self.mask, self.mask.new_zeros(*self.mask.shape[:2], extra)], 2)
+        self.budget += extra
+        if self.static is not None:
+            more = lambda x: torch.cat([x, x.new_zeros(*x.shape[:2], extra, x.shape[3])], 2)  # noqa: E731
+            self.k, self.v = [more(k) for k in self.k], [more(v) for v in self.v]
+            self.mask = torch.cat([self.mask, self.mask.new_zeros(*self.mask.shape[:2], extra)], 2)
 
     def export(self, b: int, n_gen: int) -> list:
         """Row b's KV: its prompt's real tokens, then its first n_gen generated ones; per layer (k, v) each

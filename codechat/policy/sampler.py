@@ -217,7 +217,7 @@ class Sampler:
                 for p, m in zip(prompts, max_new if max_new is not None else [cfg.max_new_tokens] * P)]
         Tn = max(room)  # generated columns: the largest budget
         row_budget = torch.tensor([room[r // n] for r in range(N)] + [Tn], device=dev)  # (N + 1,) scratch last
-        dec = make_decoder(pol.model, self.fast, cfg.compile)
+        dec = make_decoder(pol.model, self.fast, cfg.compile, cfg.packed_weights)
         keys = keys if keys is not None and dec.reuses_kv else None
         reuse = self.prefix.reusable(keys, prompts, weights_version(pol.model)) if keys else [0] * P
         past = self.prefix.past(keys, reuse, pol.model.get_input_embeddings().weight) if keys else None
@@ -313,7 +313,7 @@ class Sampler:
                 logits.append(dec.add(pid, torch.ones_like(pid, dtype=torch.bool), g1 - g0))  # (g1 - g0, V)
                 rows = torch.cat([rows, torch.arange(p * n + g0, p * n + g1, device=dev)])
                 tidx = torch.cat([tidx, torch.zeros(g1 - g0, dtype=torch.long, device=dev)])
-            logits = torch.cat(logits)
+            logits = logits[0] if len(logits) == 1 else torch.cat(logits)  # (B, V); one part: no copy
         if keys is not None:
             self.prefix.replace(kept)
         index = torch.arange(P, device=dev).repeat_interleave(n)  # (N,) output rows are prompt-contiguous
