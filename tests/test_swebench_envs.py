@@ -315,6 +315,25 @@ def test_a_file_the_mirror_lacks_is_left_out_of_the_build_and_its_trees_are_not_
         materialize(RepoTask("me__calc-1", "x", repo_dir=str(bare), commit=new), tmp_path / "base")
 
 
+def test_a_mirror_lacking_the_environment_commit_is_named_and_the_built_environment_is_kept(tmp_path, monkeypatch):
+    # a fork's history may hold every base commit but not the environment commit, which can lie on a stable
+    # branch: the build says which commit the mirror lacks, before it removes the environment built earlier
+    from codechat.verifier import swebench_env
+    mirrors, old, new = _mirror(tmp_path)
+    spec = {"python": f"{sys.version_info[0]}.{sys.version_info[1]}", "test_cmd": "pytest -rA", "install": "true"}
+    monkeypatch.setattr(swebench_env, "spec_for", lambda repo, version: dict(spec))
+    built = tmp_path / "envs" / "me__calc-1"
+    built.mkdir(parents=True)
+    (built / "env.json").write_text("{}")
+    absent = "419a78300f7cd27611196e1e464d50fd0385ff27"
+    recs = [{"instance_id": "me__calc-1", "repo": "me/calc", "version": "1", "base_commit": old,
+             "environment_setup_commit": absent}]
+    with pytest.raises(EnvError, match=f"me/calc@1: the mirror .* lacks the environment commit {absent}"):
+        swebench_env.build_swebench_env("me/calc", "1", recs, mirrors, tmp_path / "envs", log=lambda *_: None,
+                                        as_of="none")
+    assert (built / "env.json").read_text() == "{}"
+
+
 def test_a_node_id_is_backed_under_the_name_the_official_parser_gives_it():
     # pylint's parser names `test_stdin[/tmp/tree/tests/mymodule.py-...]` `test_stdin[/mymodule.py]`: the runner's
     # record of that node backs the name, and any node of the same name that failed fails it

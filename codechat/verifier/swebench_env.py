@@ -296,6 +296,10 @@ def build_swebench_env(repo: str, version: str, records: list[dict], mirrors: Pa
     commit = str(first.get("environment_setup_commit") or first["base_commit"])
     env = TestEnv(repo, version, python=str(spec["python"]))
     d = (out / env_dirname(env)).resolve()
+    if subprocess.run(["git", "-C", str(mirror), "cat-file", "-e", f"{commit}^{{tree}}"], capture_output=True).returncode:
+        # checked before anything is removed: an environment built earlier at d stays usable
+        raise EnvError(f"{env.key}: the mirror {mirror} lacks the environment commit {commit} (it may lie on a "
+                       f"branch the mirror's history left out, such as a stable branch); nothing was built")
     log(f"{env.key}: venv with {python} in {d}, tree at {commit[:12]}")
     if d.exists():
         shutil.rmtree(d)
