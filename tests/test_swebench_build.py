@@ -11,7 +11,8 @@ import pytest
 from codechat.verifier.patches import apply_diff, parse_diff
 from codechat.verifier.repo_env import EnvError
 from codechat.verifier.swebench_env import _changed_packaging, _step, prepare_pip
-from codechat.verifier.swebench_spec import conda_to_pypi, parse_as_of, records_date
+from codechat.verifier.swebench_spec import (build_environ, conda_to_pypi, offline_pre_install, parse_as_of, records_date,
+                                             spec_packages, tree_pythonpath)
 
 
 def _bench():
@@ -267,3 +268,64 @@ def test_django_4_0_lite_bases_need_eight_installs_not_nineteen(shared_data):
     groups = _changed_packaging(mirror, recs[0]["environment_setup_commit"], {r["base_commit"] for r in recs})
     # 18 bases' packaging files differ from the environment commit's, in 7 ways: 7 installs and the environment's
     assert len(recs) == 19 and len(groups) == 7 and sum(len(g) for g in groups.values()) == 18
+
+
+def test_a_spec_package_list_is_read_as_the_shell_reads_it():
+    # scikit-learn 1.3's list is shell-quoted for `conda create`: read word by word, pip got `'numpy==1.19.2'`
+    assert spec_packages("'numpy==1.19.2' 'scipy==1.5.2' pytest \"pandas<2.0.0\" numpy=1.19") == [
+        "numpy==1.19.2", "scipy==1.5.2", "pytest", "pandas<2.0.0", "numpy==1.19"]
+    pytest.importorskip("swebench")
+    from codechat.verifier.swebench_spec import spec_for
+    assert spec_packages(spec_for("scikit-learn/scikit-learn", "1.3")["packages"])[:3] == [
+        "numpy==1.19.2", "scipy==1.5.2", "cython==3.0.10"]
+
+
+def test_an_install_asking_for_setup_py_develop_runs_with_a_pip_that_still_has_it(tmp_path, monkeypatch):
+    # scikit-learn's spec installs with `--no-use-pep517`, an option the pip that dating needs no longer has
+    from codechat.verifier import swebench_env
+    ran = []
+    cmd = "python -m pip install -v --no-use-pep517 --no-build-isolation -e ."
+
+    def fake_run(c, cwd, env, steps, timeout_s, as_of=None):
+        ran.append(c)
+        ok = "--no-use-pep517" not in c or "pip<25" in " ".join(ran)
+        steps.append({"cmd": c, "rc": 0 if ok else 2, "tail": "" if ok else "no such option: --no-use-pep517"})
+        return ok
+
+    monkeypatch.setattr(swebench_env, "_run", fake_run)
+    assert _step(cmd, tmp_path, tmp_path, [])
+    assert ran[-3:] == ["python -m pip install -q 'pip<25'", cmd, "python -m pip install -q 'pip>=26'"]
+
+
+def test_pre_install_downloads_and_the_lines_using_them_are_left_out_offline():
+    cmds = ['URL="http://example.org/q.tgz"', "TAR=/tmp/q.tgz", 'wget -O "$TAR" "$URL"', "tar -xzf ${TAR} -C b",
+            "curl -sO http://example.org/x", "echo $HOME > home.txt", "sed -i s/a/b/ setup.cfg"]
+    assert offline_pre_install(cmds) == (["echo $HOME > home.txt", "sed -i s/a/b/ setup.cfg"],
+                                         cmds[:5])
+    pytest.importorskip("swebench")
+    from codechat.verifier.swebench_spec import spec_for
+    run, left_out = offline_pre_install(spec_for("matplotlib/matplotlib", "3.6")["pre_install"])
+    assert [c.split()[0] for c in run] == ["apt-get"]  # itself skipped as root-only at build time
+    assert any(c.startswith("wget") for c in left_out) and any(c.startswith("tar") for c in left_out)
+
+
+def test_matplotlib_builds_with_the_systems_freetype_and_qhull(tmp_path):
+    environ = build_environ("matplotlib/matplotlib", tmp_path)
+    cfg = Path(environ["MPLSETUPCFG"])
+    assert cfg.parent == tmp_path and "system_freetype = True" in cfg.read_text()
+    assert "system_qhull = True" in cfg.read_text() and build_environ("sympy/sympy", tmp_path) == {}
+    steps = []
+    assert _step('echo "cfg=$MPLSETUPCFG"', tmp_path, tmp_path, steps, environ=environ)
+    assert steps[0]["tail"] == f"cfg={cfg}"
+
+
+def test_the_code_under_test_is_imported_from_the_trees_package_directory(tmp_path):
+    # matplotlib's package is lib/matplotlib: with the root on sys.path, the editable install's copy (the
+    # environment commit's code) was imported instead of the tree under test
+    (tmp_path / "lib" / "matplotlib").mkdir(parents=True)
+    assert tree_pythonpath(tmp_path, "matplotlib/matplotlib") == ["."]
+    (tmp_path / "lib" / "matplotlib" / "__init__.py").write_text("")
+    assert tree_pythonpath(tmp_path, "matplotlib/matplotlib") == ["lib"]
+    assert tree_pythonpath(tmp_path, "other/lib-user") == ["."]
+    (tmp_path / "src").mkdir()
+    assert tree_pythonpath(tmp_path, "pytest-dev/pytest") == ["src"]

@@ -38,7 +38,8 @@ from packaging.utils import canonicalize_name
 
 from codechat.verifier.repo_env import EnvError, TestEnv, env_dirname, resolve_python
 from codechat.verifier.swebench_spec import (RUNNER_FILES, conda_to_pypi, environment_yml_packages, find_mirror,
-                                             parse_as_of, parse_test_cmd, requirements_txt, spec_for)
+                                             parse_as_of, parse_test_cmd, requirements_txt, spec_for,
+                                             build_environ, offline_pre_install, spec_packages, tree_pythonpath)
 
 DOCKER_ONLY = re.compile(r"\b(?:apt-get|apt|locale-gen|conda|useradd|chmod|chown)\b|/etc/")
 SKIP_DIRS = {".git", "__pycache__", ".eggs", "build", ".tox", ".pytest_cache"}
@@ -59,11 +60,13 @@ their Requires-Python, so pip takes ones the old interpreter cannot run (asgiref
 old resolver stops there, today's backtracks for hours); the package index says which Python each file needs."""
 
 
+NEEDS_LEGACY_PIP = ("build_editable", "no such option: --no-use-pep517")
+"""What an editable install's failure says when only a pip below PIP_MIN_DATED_LEGACY can run it."""
 EDITABLE = re.compile(r"(?<=\s)(?:-e|--editable)(?:\s+|=)(?=\S)")
 
 
 def _step(cmd: str, cwd: Path, venv: Path, steps: list, timeout_s: float = STEP_TIMEOUT_S,
-          as_of: str | None = None, index_only: bool = False) -> bool:
+          as_of: str | None = None, index_only: bool = False, environ: dict | None = None) -> bool:
     """Run one build command in the venv, recording it in `steps`. With `as_of`, a command that runs pip first
     resolves as of that date: PIP_UPLOADED_PRIOR_TO, and no pip configuration files, find-links or extra indexes
     (an index without upload times, such as a local file index, would let later files through); a dated run that
@@ -71,9 +74,9 @@ def _step(cmd: str, cwd: Path, venv: Path, steps: list, timeout_s: float = STEP_
     the tree cannot be dated itself (its build backend would come from that date too, and may not build it): its
     requirements are read from an undated dry run's report, installed as of the date, and then the command runs
     as written, undated, keeping them (they satisfy it). `index_only` (or the venv's INDEX_ONLY file): the package
-    index alone. Every run is recorded."""
-    env = {**os.environ, "PATH": f"{venv / 'bin'}:{os.environ.get('PATH', '')}", "VIRTUAL_ENV": str(venv),
-           "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    index alone. `environ`: variables added for the command (build_environ). Every run is recorded."""
+    env = {**os.environ, **(environ or {}), "PATH": f"{venv / 'bin'}:{os.environ.get('PATH', '')}",
+           "VIRTUAL_ENV": str(venv), "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     env.pop("PYTHONPATH", None)
     if index_only or (venv / INDEX_ONLY).exists():
         env = _index_only(env)
@@ -91,10 +94,11 @@ def _step(cmd: str, cwd: Path, venv: Path, steps: list, timeout_s: float = STEP_
                          timeout_s, as_of)
     if _run(cmd, cwd, env, steps, timeout_s):
         return True
-    if not (EDITABLE.search(cmd) and "build_editable" in steps[-1]["tail"]):
+    if not (EDITABLE.search(cmd) and any(s in steps[-1]["tail"] for s in NEEDS_LEGACY_PIP)):
         return False
-    # a tree whose pinned build backend predates PEP 660 (pylint 2.15's setuptools~=62.6): the pip that dating
-    # needs no longer falls back to `setup.py develop`, as the pip of the harness's images did; that pip runs it
+    # a tree whose pinned build backend predates PEP 660 (pylint 2.15's setuptools~=62.6), or a spec that asks for
+    # `setup.py develop` itself (scikit-learn's `--no-use-pep517`): the pip that dating needs has neither, as the
+    # pip of the harness's images had; that pip runs it
     _run(f"python -m pip install -q 'pip<{PIP_MIN_DATED_LEGACY}'", cwd, env, steps, timeout_s)
     ok = _run(cmd, cwd, env, steps, timeout_s)
     _run(f"python -m pip install -q 'pip>={PIP_MIN_DATED}'", cwd, env, steps, timeout_s)
@@ -319,7 +323,7 @@ def build_swebench_env(repo: str, version: str, records: list[dict], mirrors: Pa
             _pip((d / "requirements.txt").read_text().splitlines(), d, steps, missing, as_of)
     elif pkgs:  # conda packages: an environment.yml or the spec's list
         conda = (environment_yml_packages(repo, mirror, commit, str(first["instance_id"])) if pkgs == "environment.yml"
-                 else [re.sub(r"(?<=[\w])=(?=[\d])", "==", p) for p in pkgs.split()])
+                 else spec_packages(pkgs))
         conda, notes["conda_to_pypi"] = conda_to_pypi(conda)
         _pip(conda, d, steps, missing, as_of)
     _pip(list(spec.get("pip_packages", [])), d, steps, missing, as_of)
@@ -327,6 +331,12 @@ def build_swebench_env(repo: str, version: str, records: list[dict], mirrors: Pa
     # packaging files resolve differently from the environment commit's comes from installing there once
     installed = {}
     groups = _changed_packaging(src, commit, {str(r["base_commit"]) for r in records})
+    pre_install, offline = offline_pre_install(list(spec.get("pre_install", [])))
+    if offline:
+        notes["skipped_offline"] = offline
+    build_env = build_environ(repo, d)
+    if build_env:
+        notes["build_environ"] = build_env
     for c in [*groups, commit]:
         if c != commit:
             log(f"{env.key}: install at {c[:12]} (its packaging files differ; "
@@ -335,12 +345,12 @@ def build_swebench_env(repo: str, version: str, records: list[dict], mirrors: Pa
             if c == commit:
                 raise EnvError(f"{env.key}: git checkout {c[:12]} failed: {steps[-1]['tail'][-200:]}")
             continue
-        for cmd in list(spec.get("pre_install", [])) + ([spec["install"]] if spec.get("install") else []):
+        for cmd in pre_install + ([spec["install"]] if spec.get("install") else []):
             if DOCKER_ONLY.search(cmd):
                 skipped.append(cmd)
                 continue
             log(f"{env.key}: {cmd[:100]}")
-            if not _step(cmd, src, d, steps, as_of=as_of) and c == commit:
+            if not _step(cmd, src, d, steps, as_of=as_of, environ=build_env) and c == commit:
                 _write_manifest(d, spec, commit, python, steps, missing, skipped, [], t_start, notes)
                 last = (steps[-1]["tail"].splitlines() or [""])[-1]
                 raise EnvError(f"{env.key}: `{cmd[:80]}` failed: {last[:200]} (manifest: {d / 'manifest.json'})")
@@ -357,7 +367,7 @@ def build_swebench_env(repo: str, version: str, records: list[dict], mirrors: Pa
         else:
             skipped.append(cmd)
     overlay = _overlay(src, d / "overlay")
-    built = TestEnv(repo, version, python=str(spec["python"]), pythonpath=["src"] if (src / "src").is_dir() else ["."],
+    built = TestEnv(repo, version, python=str(spec["python"]), pythonpath=tree_pythonpath(src, repo),
                     runner="swebench", test_cmd=spec["test_cmd"], environ={**runner["environ"], **environ},
                     protected=RUNNER_FILES[runner["kind"]], bases=bases, dir=str(d))
     rec = {k: v for k, v in built.__dict__.items() if k not in ("dir", "layer")}

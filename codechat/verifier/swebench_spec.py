@@ -119,6 +119,57 @@ def conda_to_pypi(lines: list[str]) -> tuple[list[str], dict[str, str | None]]:
     return out, changed
 
 
+def spec_packages(text: str) -> list[str]:
+    """A spec's package list (conda names, shell-quoted as the harness passes them to `conda create`: scikit-learn
+    1.3's `'numpy==1.19.2' 'scipy==1.5.2'`) as requirement lines, conda's `name=1.2` pins as `name==1.2`."""
+    return [re.sub(r"(?<=[\w])=(?=[\d])", "==", p) for p in shlex.split(text)]
+
+
+DOWNLOAD = re.compile(r"\b(?:wget|curl)\b")
+ASSIGNMENT = re.compile(r"\s*([A-Za-z_]\w*)=\S*\s*")
+
+
+def offline_pre_install(cmds: list[str]) -> tuple[list[str], list[str]]:
+    """The spec's `pre_install` commands split into those to run and those left out: downloads (`wget`, `curl`:
+    the build has no internet), lines that only set a shell variable (a Dockerfile's RUN keeps it for the next
+    line; here each command runs in its own shell) and every line reading such a variable (matplotlib's qhull
+    download: `wget -O "$QHULL_TAR" "$QHULL_URL"`, then `tar -xvzf "$QHULL_TAR"`)."""
+    names = {m[1] for c in cmds if (m := ASSIGNMENT.fullmatch(c))}
+    reads = re.compile(r"\$\{?(?:" + "|".join(map(re.escape, sorted(names))) + r")\b") if names else None
+    run, left_out = [], []
+    for c in cmds:
+        out = DOWNLOAD.search(c) or ASSIGNMENT.fullmatch(c) or (reads and reads.search(c))
+        (left_out if out else run).append(c)
+    return run, left_out
+
+
+SYSTEM_LIBRARIES = {"matplotlib/matplotlib": ("mplsetup.cfg", "MPLSETUPCFG",
+                                              "[libs]\nsystem_freetype = True\nsystem_qhull = True\n")}
+"""Where a repository's build downloads a C library's source (matplotlib: freetype 2.6.1 and qhull 2020.2, from
+the internet the build does not have), the build takes the system's instead: (a file written in the environment,
+the variable naming it to the build, the file's text). Needs the libraries' headers (libfreetype-dev,
+libqhull-dev); matplotlib's tests comparing images with text assume freetype 2.6.1."""
+
+
+def build_environ(repo: str, env_dir: Path) -> dict[str, str]:
+    """The variables the repository's install steps get (SYSTEM_LIBRARIES), their files written in `env_dir`."""
+    if repo not in SYSTEM_LIBRARIES:
+        return {}
+    name, var, text = SYSTEM_LIBRARIES[repo]
+    (env_dir / name).write_text(text, encoding="utf-8")
+    return {var: str(env_dir / name)}
+
+
+def tree_pythonpath(src: Path, repo: str) -> list[str]:
+    """The tree directories the code under test is imported from: `src` (pytest-dev), `lib` when the package lives
+    there (matplotlib's `lib/matplotlib`, where its editable install points), else the root."""
+    if (src / "src").is_dir():
+        return ["src"]
+    if (src / "lib" / repo.rsplit("/", 1)[-1] / "__init__.py").is_file():
+        return ["lib"]
+    return ["."]
+
+
 def records_date(records: list[dict]) -> str | None:
     """The newest `created_at` of the records (ISO 8601, as SWE-bench writes it), or None when none has one."""
     dates = [str(r["created_at"]) for r in records if r.get("created_at")]
