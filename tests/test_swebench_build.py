@@ -294,7 +294,7 @@ def test_an_install_asking_for_setup_py_develop_runs_with_a_pip_that_still_has_i
 
     monkeypatch.setattr(swebench_env, "_run", fake_run)
     assert _step(cmd, tmp_path, tmp_path, [])
-    assert ran[-3:] == ["python -m pip install -q 'pip<25'", cmd, "python -m pip install -q 'pip>=26'"]
+    assert ran[-3:] == ["python -m pip install -q 'pip<25' wheel", cmd, "python -m pip install -q 'pip>=26'"]
 
 
 def test_pre_install_downloads_and_the_lines_using_them_are_left_out_offline():
@@ -320,12 +320,14 @@ def test_matplotlib_builds_with_the_systems_freetype_and_qhull(tmp_path):
 
 
 def test_the_code_under_test_is_imported_from_the_trees_package_directory(tmp_path):
-    # matplotlib's package is lib/matplotlib: with the root on sys.path, the editable install's copy (the
-    # environment commit's code) was imported instead of the tree under test
+    # matplotlib's package is lib/matplotlib, beside a src/ of C++ sources: with src/ on sys.path, the editable
+    # install's copy (the environment commit's code) was imported instead of the tree under test
+    (tmp_path / "src" / "tri").mkdir(parents=True)
+    (tmp_path / "src" / "_path.cpp").write_text("")
     (tmp_path / "lib" / "matplotlib").mkdir(parents=True)
-    assert tree_pythonpath(tmp_path, "matplotlib/matplotlib") == ["."]
+    assert tree_pythonpath(tmp_path) == ["."]
     (tmp_path / "lib" / "matplotlib" / "__init__.py").write_text("")
-    assert tree_pythonpath(tmp_path, "matplotlib/matplotlib") == ["lib"]
-    assert tree_pythonpath(tmp_path, "other/lib-user") == ["."]
-    (tmp_path / "src").mkdir()
-    assert tree_pythonpath(tmp_path, "pytest-dev/pytest") == ["src"]
+    assert tree_pythonpath(tmp_path) == ["lib"]
+    (tmp_path / "src" / "_pytest").mkdir()
+    (tmp_path / "src" / "_pytest" / "__init__.py").write_text("")
+    assert tree_pythonpath(tmp_path) == ["src"]

@@ -282,7 +282,7 @@ def test_an_editable_install_without_a_pep660_backend_runs_again_with_a_legacy_p
 
     monkeypatch.setattr(swebench_env, "_run", fake_run)
     assert swebench_env._step("python -m pip install -e .", tmp_path, tmp_path, [])
-    assert ran[-3:] == ["python -m pip install -q 'pip<25'", "python -m pip install -e .",
+    assert ran[-3:] == ["python -m pip install -q 'pip<25' wheel", "python -m pip install -e .",
                         "python -m pip install -q 'pip>=26'"]
     ran.clear()
     monkeypatch.setattr(swebench_env, "_run", lambda cmd, *a, **k: ran.append(cmd) or False)

@@ -98,8 +98,8 @@ def _step(cmd: str, cwd: Path, venv: Path, steps: list, timeout_s: float = STEP_
         return False
     # a tree whose pinned build backend predates PEP 660 (pylint 2.15's setuptools~=62.6), or a spec that asks for
     # `setup.py develop` itself (scikit-learn's `--no-use-pep517`): the pip that dating needs has neither, as the
-    # pip of the harness's images had; that pip runs it
-    _run(f"python -m pip install -q 'pip<{PIP_MIN_DATED_LEGACY}'", cwd, env, steps, timeout_s)
+    # pip of the harness's images had; that pip runs it, with `wheel` (which its `--no-use-pep517` needs)
+    _run(f"python -m pip install -q 'pip<{PIP_MIN_DATED_LEGACY}' wheel", cwd, env, steps, timeout_s)
     ok = _run(cmd, cwd, env, steps, timeout_s)
     _run(f"python -m pip install -q 'pip>={PIP_MIN_DATED}'", cwd, env, steps, timeout_s)
     return ok
@@ -367,7 +367,7 @@ def build_swebench_env(repo: str, version: str, records: list[dict], mirrors: Pa
         else:
             skipped.append(cmd)
     overlay = _overlay(src, d / "overlay")
-    built = TestEnv(repo, version, python=str(spec["python"]), pythonpath=tree_pythonpath(src, repo),
+    built = TestEnv(repo, version, python=str(spec["python"]), pythonpath=tree_pythonpath(src),
                     runner="swebench", test_cmd=spec["test_cmd"], environ={**runner["environ"], **environ},
                     protected=RUNNER_FILES[runner["kind"]], bases=bases, dir=str(d))
     rec = {k: v for k, v in built.__dict__.items() if k not in ("dir", "layer")}

@@ -160,13 +160,13 @@ def build_environ(repo: str, env_dir: Path) -> dict[str, str]:
     return {var: str(env_dir / name)}
 
 
-def tree_pythonpath(src: Path, repo: str) -> list[str]:
-    """The tree directories the code under test is imported from: `src` (pytest-dev), `lib` when the package lives
-    there (matplotlib's `lib/matplotlib`, where its editable install points), else the root."""
-    if (src / "src").is_dir():
-        return ["src"]
-    if (src / "lib" / repo.rsplit("/", 1)[-1] / "__init__.py").is_file():
-        return ["lib"]
+def tree_pythonpath(src: Path) -> list[str]:
+    """The tree directory the code under test is imported from: `src` or `lib` when it holds a Python package
+    (pytest-dev's `src/_pytest`; matplotlib's `lib/matplotlib`, where its editable install points, beside a `src`
+    of C++ sources), else the root."""
+    for d in ("src", "lib"):
+        if any((p / "__init__.py").is_file() for p in (src / d).glob("*/")):
+            return [d]
     return ["."]
 
 
