@@ -4,6 +4,7 @@ import importlib.util
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -331,3 +332,19 @@ def test_the_code_under_test_is_imported_from_the_trees_package_directory(tmp_pa
     (tmp_path / "src" / "_pytest").mkdir()
     (tmp_path / "src" / "_pytest" / "__init__.py").write_text("")
     assert tree_pythonpath(tmp_path) == ["src"]
+
+
+def test_pytest_runs_without_xdist_unless_the_test_command_asks_for_workers(tmp_path):
+    # installed but unused, pytest-xdist made pytest-rerunfailures bind a localhost socket, which the sandbox lacks
+    pytest.importorskip("xdist")
+    from codechat.sandbox.suite_runner import pytest_args
+    assert pytest_args(["-rA"]) == ["-p", "no:cacheprovider", "-p", "no:xdist", "-rA"]
+    assert pytest_args(["-rA", "-n", "4"])[:3] == ["-p", "no:cacheprovider", "-rA"]
+    assert "no:xdist" not in pytest_args(["--numprocesses=2"]) and "no:xdist" not in pytest_args(["-n2"])
+    (tmp_path / "conftest.py").write_text(
+        "def pytest_configure(config):\n    print('xdist loaded:', config.pluginmanager.hasplugin('xdist'))\n")
+    (tmp_path / "test_a.py").write_text("def test_a():\n    pass\n")
+    run = lambda args: subprocess.run([sys.executable, "-c", f"import pytest; pytest.main({args!r})"], cwd=tmp_path,
+                                      capture_output=True, text=True).stdout
+    assert "xdist loaded: True" in run(["-s"])
+    assert "xdist loaded: False" in run(pytest_args(["-s"]))

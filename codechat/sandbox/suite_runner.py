@@ -32,6 +32,15 @@ SYMPY_OUTCOMES = ("entering_test", "test_pass", "test_fail", "test_exception", "
 SYMPY_RUNNERS = ("sympy/testing/runtests.py", "sympy/utilities/runtests.py")
 
 
+def pytest_args(args: list) -> list:
+    """The arguments pytest runs with: the test command's, after `-p no:cacheprovider` (the tree is read-only in the
+    sandbox: pytest's cache could only warn, an error under -W error) and, unless the command asks for workers,
+    `-p no:xdist`: installed but unused, pytest-xdist makes pytest-rerunfailures (11+) open a socket server on
+    `localhost` at configure, which the sandbox has not (matplotlib's whole run stopped there)."""
+    workers = any(a.startswith(("-n", "--numprocesses", "--dist")) for a in args)
+    return ["-p", "no:cacheprovider", *([] if workers else ["-p", "no:xdist"]), *args]
+
+
 class Record:
     """Outcomes seen by the recorder: key -> list of outcomes ('pass', 'fail', 'skip', ...)."""
 
@@ -187,8 +196,7 @@ def main() -> None:
     if not error:
         try:
             if kind == "pytest":
-                # the tree is read-only in the sandbox: pytest's cache could only warn (an error under -W error)
-                code = int(pytest.main(["-p", "no:cacheprovider", *spec["args"]], plugins=[plugin]))
+                code = int(pytest.main(pytest_args(spec["args"]), plugins=[plugin]))
             else:
                 sys.argv = [script, *spec["args"]]
                 runpy.run_path(script, run_name="__main__")
