@@ -348,3 +348,20 @@ def test_pytest_runs_without_xdist_unless_the_test_command_asks_for_workers(tmp_
                                       capture_output=True, text=True).stdout
     assert "xdist loaded: True" in run(["-s"])
     assert "xdist loaded: False" in run(pytest_args(["-s"]))
+
+
+def test_a_pkg_resources_namespace_of_the_tree_is_made_without_running_its_init(tmp_path):
+    # matplotlib's lib/mpl_toolkits/__init__.py imports pkg_resources (a warning, an error in its tests); the
+    # harness's editable install creates the namespace from its -nspkg.pth without running that file
+    ns = tmp_path / "lib" / "mpl_toolkits"
+    (ns / "mplot3d").mkdir(parents=True)
+    (ns / "__init__.py").write_text("raise RuntimeError('ran')\n__import__('pkg_resources').declare_namespace(__name__)\n")
+    (ns / "mplot3d" / "__init__.py").write_text("AXES = 3\n")
+    (tmp_path / "lib" / "plain").mkdir()
+    (tmp_path / "lib" / "plain" / "__init__.py").write_text("RAN = True\n")
+    probe = ("import sys; from codechat.sandbox.suite_runner import legacy_namespaces; "
+             f"print(legacy_namespaces([{str(tmp_path / 'lib')!r}, '/nonexistent'])); "
+             f"sys.path.insert(0, {str(tmp_path / 'lib')!r}); import mpl_toolkits.mplot3d as m, plain; "
+             "print(m.AXES, plain.RAN)")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert out.stdout.split("\n")[:2] == ["['mpl_toolkits']", "3 True"], out.stderr
