@@ -365,3 +365,11 @@ def test_a_pkg_resources_namespace_of_the_tree_is_made_without_running_its_init(
              "print(m.AXES, plain.RAN)")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert out.stdout.split("\n")[:2] == ["['mpl_toolkits']", "3 True"], out.stderr
+
+
+def test_an_unpinned_cython_on_python_3_6_is_the_one_conda_had():
+    # PyPI's Cython 3.0 installs on 3.6, conda never built it there, and scikit-learn 0.22 does not compile with it
+    from codechat.verifier.swebench_spec import python_caps
+    lines = ["numpy", "Cython", "cython==0.28.5", "scipy"]
+    assert python_caps(lines, "3.6") == ["numpy", "Cython<3", "cython==0.28.5", "scipy"]
+    assert python_caps(lines, "3.9") == lines

@@ -39,7 +39,8 @@ from packaging.utils import canonicalize_name
 from codechat.verifier.repo_env import EnvError, TestEnv, env_dirname, resolve_python
 from codechat.verifier.swebench_spec import (RUNNER_FILES, conda_to_pypi, environment_yml_packages, find_mirror,
                                              parse_as_of, parse_test_cmd, requirements_txt, spec_for,
-                                             build_environ, offline_pre_install, spec_packages, tree_pythonpath)
+                                             build_environ, offline_pre_install, python_caps, spec_packages,
+                                             tree_pythonpath)
 
 DOCKER_ONLY = re.compile(r"\b(?:apt-get|apt|locale-gen|conda|useradd|chmod|chown)\b|/etc/")
 SKIP_DIRS = {".git", "__pycache__", ".eggs", "build", ".tox", ".pytest_cache"}
@@ -325,6 +326,7 @@ def build_swebench_env(repo: str, version: str, records: list[dict], mirrors: Pa
         conda = (environment_yml_packages(repo, mirror, commit, str(first["instance_id"])) if pkgs == "environment.yml"
                  else spec_packages(pkgs))
         conda, notes["conda_to_pypi"] = conda_to_pypi(conda)
+        conda = python_caps(conda, str(spec["python"]))
         _pip(conda, d, steps, missing, as_of)
     _pip(list(spec.get("pip_packages", [])), d, steps, missing, as_of)
     # the harness runs `install` again in every instance's container, at its base commit: what an instance's

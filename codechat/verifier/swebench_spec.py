@@ -119,6 +119,18 @@ def conda_to_pypi(lines: list[str]) -> tuple[list[str], dict[str, str | None]]:
     return out, changed
 
 
+CONDA_PYTHON_CAPS = {"3.6": {"cython": "<3"}}
+"""Caps on a conda package list's unpinned packages for an old Python, where PyPI serves a release that installs
+but that conda never built for that Python: conda's last Python 3.6 builds are Cython 0.29, PyPI's Cython 3.0
+(July 2023) installs on 3.6 too, and scikit-learn 0.20–0.22 do not compile with it (`_ball_tree.pyx`)."""
+
+
+def python_caps(lines: list[str], python: str) -> list[str]:
+    """`lines` (requirement lines of a conda package list) with CONDA_PYTHON_CAPS applied to the unpinned ones."""
+    caps = CONDA_PYTHON_CAPS.get(python, {})
+    return [line + caps[line.lower()] if line.lower() in caps else line for line in lines]
+
+
 def spec_packages(text: str) -> list[str]:
     """A spec's package list (conda names, shell-quoted as the harness passes them to `conda create`: scikit-learn
     1.3's `'numpy==1.19.2' 'scipy==1.5.2'`) as requirement lines, conda's `name=1.2` pins as `name==1.2`."""
