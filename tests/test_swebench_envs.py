@@ -208,6 +208,15 @@ def test_build_from_a_spec_records_steps_overlay_and_installs_at_changed_bases(t
     assert (Path(env.dir) / "overlay" / "installed_at.txt").read_text().split() == [old, new]
     loaded = load_envs(tmp_path / "envs")["me/calc@1"]
     assert loaded.runner == "swebench" and loaded.test_cmd == "pytest -rA" and loaded.pythonpath == ["."]
+    # a base's trees get what its own install made (scikit-learn 0.22's generated shims and compiled modules
+    # differ between its base commits and the environment commit); other commits get the environment commit's
+    from codechat.verifier.repo_env import lay_overlay
+    assert loaded.overlays == {old: f"overlays/{old[:12]}"}
+    for commit, want in ((old, [old]), (new, [old, new]), (None, [old, new])):
+        tree = tmp_path / f"tree-{commit}"
+        tree.mkdir()
+        assert lay_overlay(loaded.for_commit(commit), tree) == ["installed_at.txt"]
+        assert (tree / "installed_at.txt").read_text().split() == want
 
 
 def test_swebench_record_from_a_bare_mirror_has_visible_tests(tmp_path):

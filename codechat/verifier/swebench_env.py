@@ -331,7 +331,7 @@ def build_swebench_env(repo: str, version: str, records: list[dict], mirrors: Pa
     _pip(list(spec.get("pip_packages", [])), d, steps, missing, as_of)
     # the harness runs `install` again in every instance's container, at its base commit: what an instance's
     # packaging files resolve differently from the environment commit's comes from installing there once
-    installed = {}
+    installed, overlays = {}, {}
     groups = _changed_packaging(src, commit, {str(r["base_commit"]) for r in records})
     pre_install, offline = offline_pre_install(list(spec.get("pre_install", [])))
     if offline:
@@ -347,17 +347,22 @@ def build_swebench_env(repo: str, version: str, records: list[dict], mirrors: Pa
             if c == commit:
                 raise EnvError(f"{env.key}: git checkout {c[:12]} failed: {steps[-1]['tail'][-200:]}")
             continue
+        ok = True
         for cmd in pre_install + ([spec["install"]] if spec.get("install") else []):
             if DOCKER_ONLY.search(cmd):
                 skipped.append(cmd)
                 continue
             log(f"{env.key}: {cmd[:100]}")
-            if not _step(cmd, src, d, steps, as_of=as_of, environ=build_env) and c == commit:
+            ok = _step(cmd, src, d, steps, as_of=as_of, environ=build_env) and ok
+            if not ok and c == commit:
                 _write_manifest(d, spec, commit, python, steps, missing, skipped, [], t_start, notes)
                 last = (steps[-1]["tail"].splitlines() or [""])[-1]
                 raise EnvError(f"{env.key}: `{cmd[:80]}` failed: {last[:200]} (manifest: {d / 'manifest.json'})")
         for member in groups.get(c, [c]):
             installed[member] = _packages(d)
+        if c != commit and ok:  # what this base's install compiled or generated, for its trees (last: overlay/)
+            _overlay(src, d / "overlays" / c[:12])
+            overlays.update({member: f"overlays/{c[:12]}" for member in groups[c]})
     bases = _layers(d, python, repo, installed, commit, steps, log)
     if bases:
         notes["bases"] = {c: {"dir": rel, "packages": installed[c]} for c, rel in bases.items()}
@@ -371,8 +376,8 @@ def build_swebench_env(repo: str, version: str, records: list[dict], mirrors: Pa
     overlay = _overlay(src, d / "overlay")
     built = TestEnv(repo, version, python=str(spec["python"]), pythonpath=tree_pythonpath(src),
                     runner="swebench", test_cmd=spec["test_cmd"], environ={**runner["environ"], **environ},
-                    protected=RUNNER_FILES[runner["kind"]], bases=bases, dir=str(d))
-    rec = {k: v for k, v in built.__dict__.items() if k not in ("dir", "layer")}
+                    protected=RUNNER_FILES[runner["kind"]], bases=bases, overlays=overlays, dir=str(d))
+    rec = {k: v for k, v in built.__dict__.items() if k not in ("dir", "layer", "overlay")}
     (d / "env.json").write_text(json.dumps(rec, indent=1) + "\n", encoding="utf-8")
     _write_manifest(d, spec, commit, python, steps, missing, skipped, overlay, t_start, notes)
     return built
