@@ -255,6 +255,12 @@ def test_base_commits_with_the_same_packaging_files_are_installed_once(tmp_path)
     env_commit, b, c, d = commits
     assert _changed_packaging(repo, env_commit, {b, c, d}) == {min(b, c): sorted([b, c])}
     assert _changed_packaging(repo, env_commit, {d, env_commit}) == {}
+    # a compiled source that differs (scikit-learn 0.22's bases under the same packaging files) needs its own build
+    (repo / "_fast.pyx").write_text("def f(): pass\n")
+    _git(repo, "add", "-A")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "e")
+    e = _git(repo, "rev-parse", "HEAD")
+    assert _changed_packaging(repo, env_commit, {d, e}) == {e: [e]}
 
 
 def test_django_4_0_lite_bases_need_eight_installs_not_nineteen(shared_data):

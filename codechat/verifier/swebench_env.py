@@ -202,10 +202,18 @@ def _overlay(src: Path, dst: Path) -> list[str]:
 PACKAGING = ("setup.py", "setup.cfg", "pyproject.toml")
 
 
+COMPILED = re.compile(r"\.(?:pyx|pxd|pxi|c|cc|cpp|cxx|h|hpp|f|f90)$")
+"""Sources an install compiles: a base whose own differ needs its own build (scikit-learn 0.22's bases rename
+`expected_mutual_info_fast` and change libsvm under the same packaging files)."""
+
+
 def _packaging(src: Path, commit: str) -> str:
-    """The blob ids of `commit`'s packaging files (what an install at that commit reads)."""
-    return subprocess.run(["git", "-C", str(src), "ls-tree", commit, "--", *PACKAGING], capture_output=True,
-                          text=True, check=True).stdout
+    """The blob ids of `commit`'s packaging files and compiled sources (what an install at that commit reads and
+    builds)."""
+    tree = subprocess.run(["git", "-C", str(src), "ls-tree", "-r", commit], capture_output=True, text=True,
+                          check=True).stdout.splitlines()
+    return "\n".join(line for line in tree if line.split("\t", 1)[-1] in PACKAGING or
+                     COMPILED.search(line.split("\t", 1)[-1]))
 
 
 def _changed_packaging(src: Path, commit: str, bases: set[str]) -> dict[str, list[str]]:
