@@ -9,7 +9,7 @@ mirror and cleaned with the harness's `clean_requirements`; `environment.yml`; o
 a venv with that interpreter (pyenv's), `src/`: the repository at the records' `environment_setup_commit` (a
 shared clone of the mirror) with `pre_install` and `install` run in it as the image build runs them, `overlay/`:
 every file that install created or changed in the tree (pytest's `_version.py`, compiled extensions), which the
-judge lays over each fresh tree, `env.json` (what the judge reads) and `manifest.json` (what was done: each
+judge lays over each fresh tree (`overlays/<commit>`: a base commit's own install's, for its trees), `env.json` (what the judge reads) and `manifest.json` (what was done: each
 step's command, exit status, seconds and output tail; packages pip could not install; steps skipped because
 they need root or Docker, such as `apt-get` and `locale-gen`).
 What this simplifies: conda packages are installed with pip, under `CONDA_TO_PYPI`'s name where the conda name
