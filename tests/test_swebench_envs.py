@@ -204,15 +204,19 @@ def test_build_from_a_spec_records_steps_overlay_and_installs_at_changed_bases(t
     env = swebench_env.build_swebench_env("me/calc", "1", recs, mirrors, tmp_path / "envs", log=lambda *_: None)
     manifest = json.loads((Path(env.dir) / "manifest.json").read_text())
     assert manifest["commit"] == new and manifest["overlay"] == ["installed_at.txt"]
-    # the base commit's setup.py differs: install ran there first, then at the environment commit, last
-    assert (Path(env.dir) / "overlay" / "installed_at.txt").read_text().split() == [old, new]
+    # the base commit's setup.py differs: install ran there first, then at the environment commit, last, each in a
+    # clean tree (an earlier commit's build outputs do not reach a later commit's overlay)
+    steps = [s["cmd"] for s in manifest["steps"]]
+    assert steps == [f"git clean -q -f -d -x && git checkout -q -f {old}", spec["install"],
+                     f"git clean -q -f -d -x && git checkout -q -f {new}", spec["install"]]
+    assert (Path(env.dir) / "overlay" / "installed_at.txt").read_text().split() == [new]
     loaded = load_envs(tmp_path / "envs")["me/calc@1"]
     assert loaded.runner == "swebench" and loaded.test_cmd == "pytest -rA" and loaded.pythonpath == ["."]
     # a base's trees get what its own install made (scikit-learn 0.22's generated shims and compiled modules
     # differ between its base commits and the environment commit); other commits get the environment commit's
     from codechat.verifier.repo_env import lay_overlay
     assert loaded.overlays == {old: f"overlays/{old[:12]}"}
-    for commit, want in ((old, [old]), (new, [old, new]), (None, [old, new])):
+    for commit, want in ((old, [old]), (new, [new]), (None, [new])):
         tree = tmp_path / f"tree-{commit}"
         tree.mkdir()
         assert lay_overlay(loaded.for_commit(commit), tree) == ["installed_at.txt"]

@@ -351,7 +351,9 @@ def build_swebench_env(repo: str, version: str, records: list[dict], mirrors: Pa
         if c != commit:
             log(f"{env.key}: install at {c[:12]} (its packaging files differ; "
                 f"{len(groups[c])} base commit(s) with these files)")
-        if not _step(f"git checkout -q -f {c}", src, d, steps):
+        # from a clean tree, as each instance's image builds: an earlier commit's build outputs would stay (0.22:
+        # a stale `_online_lda` extension shadowed the base's `_online_lda.py`) and go into this commit's overlay
+        if not _step(f"git clean -q -f -d -x && git checkout -q -f {c}", src, d, steps):
             if c == commit:
                 raise EnvError(f"{env.key}: git checkout {c[:12]} failed: {steps[-1]['tail'][-200:]}")
             continue
