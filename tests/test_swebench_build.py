@@ -4,6 +4,7 @@ import importlib.util
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,8 @@ import pytest
 from codechat.verifier.patches import apply_diff, parse_diff
 from codechat.verifier.repo_env import EnvError
 from codechat.verifier.swebench_env import _changed_packaging, _step, prepare_pip
-from codechat.verifier.swebench_spec import conda_to_pypi, parse_as_of, records_date
+from codechat.verifier.swebench_spec import (build_environ, conda_to_pypi, offline_pre_install, parse_as_of, records_date,
+                                             spec_packages, tree_pythonpath)
 
 
 def _bench():
@@ -253,6 +255,12 @@ def test_base_commits_with_the_same_packaging_files_are_installed_once(tmp_path)
     env_commit, b, c, d = commits
     assert _changed_packaging(repo, env_commit, {b, c, d}) == {min(b, c): sorted([b, c])}
     assert _changed_packaging(repo, env_commit, {d, env_commit}) == {}
+    # a compiled source that differs (scikit-learn 0.22's bases under the same packaging files) needs its own build
+    (repo / "_fast.pyx").write_text("def f(): pass\n")
+    _git(repo, "add", "-A")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "e")
+    e = _git(repo, "rev-parse", "HEAD")
+    assert _changed_packaging(repo, env_commit, {d, e}) == {e: [e]}
 
 
 def test_django_4_0_lite_bases_need_eight_installs_not_nineteen(shared_data):
@@ -267,3 +275,107 @@ def test_django_4_0_lite_bases_need_eight_installs_not_nineteen(shared_data):
     groups = _changed_packaging(mirror, recs[0]["environment_setup_commit"], {r["base_commit"] for r in recs})
     # 18 bases' packaging files differ from the environment commit's, in 7 ways: 7 installs and the environment's
     assert len(recs) == 19 and len(groups) == 7 and sum(len(g) for g in groups.values()) == 18
+
+
+def test_a_spec_package_list_is_read_as_the_shell_reads_it():
+    # scikit-learn 1.3's list is shell-quoted for `conda create`: read word by word, pip got `'numpy==1.19.2'`
+    assert spec_packages("'numpy==1.19.2' 'scipy==1.5.2' pytest \"pandas<2.0.0\" numpy=1.19") == [
+        "numpy==1.19.2", "scipy==1.5.2", "pytest", "pandas<2.0.0", "numpy==1.19"]
+    pytest.importorskip("swebench")
+    from codechat.verifier.swebench_spec import spec_for
+    assert spec_packages(spec_for("scikit-learn/scikit-learn", "1.3")["packages"])[:3] == [
+        "numpy==1.19.2", "scipy==1.5.2", "cython==3.0.10"]
+
+
+def test_an_install_asking_for_setup_py_develop_runs_with_a_pip_that_still_has_it(tmp_path, monkeypatch):
+    # scikit-learn's spec installs with `--no-use-pep517`, an option the pip that dating needs no longer has
+    from codechat.verifier import swebench_env
+    ran = []
+    cmd = "python -m pip install -v --no-use-pep517 --no-build-isolation -e ."
+
+    def fake_run(c, cwd, env, steps, timeout_s, as_of=None):
+        ran.append(c)
+        ok = "--no-use-pep517" not in c or "pip<25" in " ".join(ran)
+        steps.append({"cmd": c, "rc": 0 if ok else 2, "tail": "" if ok else "no such option: --no-use-pep517"})
+        return ok
+
+    monkeypatch.setattr(swebench_env, "_run", fake_run)
+    assert _step(cmd, tmp_path, tmp_path, [])
+    assert ran[-3:] == ["python -m pip install -q 'pip<25' wheel", cmd, "python -m pip install -q 'pip>=26'"]
+
+
+def test_pre_install_downloads_and_the_lines_using_them_are_left_out_offline():
+    cmds = ['URL="http://example.org/q.tgz"', "TAR=/tmp/q.tgz", 'wget -O "$TAR" "$URL"', "tar -xzf ${TAR} -C b",
+            "curl -sO http://example.org/x", "echo $HOME > home.txt", "sed -i s/a/b/ setup.cfg"]
+    assert offline_pre_install(cmds) == (["echo $HOME > home.txt", "sed -i s/a/b/ setup.cfg"],
+                                         cmds[:5])
+    pytest.importorskip("swebench")
+    from codechat.verifier.swebench_spec import spec_for
+    run, left_out = offline_pre_install(spec_for("matplotlib/matplotlib", "3.6")["pre_install"])
+    assert [c.split()[0] for c in run] == ["apt-get"]  # itself skipped as root-only at build time
+    assert any(c.startswith("wget") for c in left_out) and any(c.startswith("tar") for c in left_out)
+
+
+def test_matplotlib_builds_with_the_systems_freetype_and_qhull(tmp_path):
+    environ = build_environ("matplotlib/matplotlib", tmp_path)
+    cfg = Path(environ["MPLSETUPCFG"])
+    assert cfg.parent == tmp_path and "system_freetype = True" in cfg.read_text()
+    assert "system_qhull = True" in cfg.read_text() and build_environ("sympy/sympy", tmp_path) == {}
+    steps = []
+    assert _step('echo "cfg=$MPLSETUPCFG"', tmp_path, tmp_path, steps, environ=environ)
+    assert steps[0]["tail"] == f"cfg={cfg}"
+
+
+def test_the_code_under_test_is_imported_from_the_trees_package_directory(tmp_path):
+    # matplotlib's package is lib/matplotlib, beside a src/ of C++ sources: with src/ on sys.path, the editable
+    # install's copy (the environment commit's code) was imported instead of the tree under test
+    (tmp_path / "src" / "tri").mkdir(parents=True)
+    (tmp_path / "src" / "_path.cpp").write_text("")
+    (tmp_path / "lib" / "matplotlib").mkdir(parents=True)
+    assert tree_pythonpath(tmp_path) == ["."]
+    (tmp_path / "lib" / "matplotlib" / "__init__.py").write_text("")
+    assert tree_pythonpath(tmp_path) == ["lib"]
+    (tmp_path / "src" / "_pytest").mkdir()
+    (tmp_path / "src" / "_pytest" / "__init__.py").write_text("")
+    assert tree_pythonpath(tmp_path) == ["src"]
+
+
+def test_pytest_runs_without_xdist_unless_the_test_command_asks_for_workers(tmp_path):
+    # installed but unused, pytest-xdist made pytest-rerunfailures bind a localhost socket, which the sandbox lacks
+    pytest.importorskip("xdist")
+    from codechat.sandbox.suite_runner import pytest_args
+    assert pytest_args(["-rA"]) == ["-p", "no:cacheprovider", "-p", "no:xdist", "-rA"]
+    assert pytest_args(["-rA", "-n", "4"])[:3] == ["-p", "no:cacheprovider", "-rA"]
+    assert "no:xdist" not in pytest_args(["--numprocesses=2"]) and "no:xdist" not in pytest_args(["-n2"])
+    (tmp_path / "conftest.py").write_text(
+        "def pytest_configure(config):\n    print('xdist loaded:', config.pluginmanager.hasplugin('xdist'))\n")
+    (tmp_path / "test_a.py").write_text("def test_a():\n    pass\n")
+    run = lambda args: subprocess.run([sys.executable, "-c", f"import pytest; pytest.main({args!r})"], cwd=tmp_path,
+                                      capture_output=True, text=True).stdout
+    assert "xdist loaded: True" in run(["-s"])
+    assert "xdist loaded: False" in run(pytest_args(["-s"]))
+
+
+def test_a_pkg_resources_namespace_of_the_tree_is_made_without_running_its_init(tmp_path):
+    # matplotlib's lib/mpl_toolkits/__init__.py imports pkg_resources (a warning, an error in its tests); the
+    # harness's editable install creates the namespace from its -nspkg.pth without running that file
+    ns = tmp_path / "lib" / "mpl_toolkits"
+    (ns / "mplot3d").mkdir(parents=True)
+    (ns / "__init__.py").write_text("raise RuntimeError('ran')\n__import__('pkg_resources').declare_namespace(__name__)\n")
+    (ns / "mplot3d" / "__init__.py").write_text("AXES = 3\n")
+    (tmp_path / "lib" / "plain").mkdir()
+    (tmp_path / "lib" / "plain" / "__init__.py").write_text("RAN = True\n")
+    probe = ("import sys; from codechat.sandbox.suite_runner import legacy_namespaces; "
+             f"print(legacy_namespaces([{str(tmp_path / 'lib')!r}, '/nonexistent'])); "
+             f"sys.path.insert(0, {str(tmp_path / 'lib')!r}); import mpl_toolkits.mplot3d as m, plain; "
+             "print(m.AXES, plain.RAN)")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert out.stdout.split("\n")[:2] == ["['mpl_toolkits']", "3 True"], out.stderr
+
+
+def test_an_unpinned_cython_on_python_3_6_is_the_one_conda_had():
+    # PyPI's Cython 3.0 installs on 3.6, conda never built it there, and scikit-learn 0.22 does not compile with it
+    from codechat.verifier.swebench_spec import python_caps
+    lines = ["numpy", "Cython", "cython==0.28.5", "scipy"]
+    assert python_caps(lines, "3.6") == ["numpy", "Cython<3", "cython==0.28.5", "scipy"]
+    assert python_caps(lines, "3.9") == lines

@@ -205,10 +205,23 @@ def test_build_from_a_spec_records_steps_overlay_and_installs_at_changed_bases(t
     env = swebench_env.build_swebench_env("me/calc", "1", recs, mirrors, tmp_path / "envs", log=lambda *_: None)
     manifest = json.loads((Path(env.dir) / "manifest.json").read_text())
     assert manifest["commit"] == new and manifest["overlay"] == ["installed_at.txt"]
-    # the base commit's setup.py differs: install ran there first, then at the environment commit, last
-    assert (Path(env.dir) / "overlay" / "installed_at.txt").read_text().split() == [old, new]
+    # the base commit's setup.py differs: install ran there first, then at the environment commit, last, each in a
+    # clean tree (an earlier commit's build outputs do not reach a later commit's overlay)
+    steps = [s["cmd"] for s in manifest["steps"]]
+    assert steps == [f"git clean -q -f -d -x && git checkout -q -f {old}", spec["install"],
+                     f"git clean -q -f -d -x && git checkout -q -f {new}", spec["install"]]
+    assert (Path(env.dir) / "overlay" / "installed_at.txt").read_text().split() == [new]
     loaded = load_envs(tmp_path / "envs")["me/calc@1"]
     assert loaded.runner == "swebench" and loaded.test_cmd == "pytest -rA" and loaded.pythonpath == ["."]
+    # a base's trees get what its own install made (scikit-learn 0.22's generated shims and compiled modules
+    # differ between its base commits and the environment commit); other commits get the environment commit's
+    from codechat.verifier.repo_env import lay_overlay
+    assert loaded.overlays == {old: f"overlays/{old[:12]}"}
+    for commit, want in ((old, [old]), (new, [new]), (None, [new])):
+        tree = tmp_path / f"tree-{commit}"
+        tree.mkdir()
+        assert lay_overlay(loaded.for_commit(commit), tree) == ["installed_at.txt"]
+        assert (tree / "installed_at.txt").read_text().split() == want
 
 
 def test_swebench_record_from_a_bare_mirror_has_visible_tests(tmp_path):
@@ -283,7 +296,7 @@ def test_an_editable_install_without_a_pep660_backend_runs_again_with_a_legacy_p
 
     monkeypatch.setattr(swebench_env, "_run", fake_run)
     assert swebench_env._step("python -m pip install -e .", tmp_path, tmp_path, [])
-    assert ran[-3:] == ["python -m pip install -q 'pip<25'", "python -m pip install -e .",
+    assert ran[-3:] == ["python -m pip install -q 'pip<25' wheel", "python -m pip install -e .",
                         "python -m pip install -q 'pip>=26'"]
     ran.clear()
     monkeypatch.setattr(swebench_env, "_run", lambda cmd, *a, **k: ran.append(cmd) or False)

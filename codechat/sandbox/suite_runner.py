@@ -32,6 +32,45 @@ SYMPY_OUTCOMES = ("entering_test", "test_pass", "test_fail", "test_exception", "
 SYMPY_RUNNERS = ("sympy/testing/runtests.py", "sympy/utilities/runtests.py")
 
 
+def pytest_args(args: list) -> list:
+    """The arguments pytest runs with: the test command's, after `-p no:cacheprovider` (the tree is read-only in the
+    sandbox: pytest's cache could only warn, an error under -W error) and, unless the command asks for workers,
+    `-p no:xdist`: installed but unused, pytest-xdist makes pytest-rerunfailures (11+) open a socket server on
+    `localhost` at configure, which the sandbox has not (matplotlib's whole run stopped there)."""
+    workers = any(a.startswith(("-n", "--numprocesses", "--dist")) for a in args)
+    return ["-p", "no:cacheprovider", *([] if workers else ["-p", "no:xdist"]), *args]
+
+
+def legacy_namespaces(paths: list) -> list:
+    """Pre-create each top-level package of the tree's import directories whose `__init__.py` declares a
+    pkg_resources namespace (`declare_namespace(__name__)`: matplotlib's `mpl_toolkits` until 3.7) without running
+    that file, as the `-nspkg.pth` of the harness's editable install does for `setup.py`'s `namespace_packages`
+    (run, its `import pkg_resources` warns, an error under matplotlib's `filterwarnings = error`, and every test
+    module importing pyplot failed to collect). Returns the names."""
+    import importlib.machinery
+    import importlib.util
+    made = []
+    for d in paths:
+        try:
+            names = sorted(os.listdir(d))
+        except OSError:
+            continue
+        for name in names:
+            init = os.path.join(d, name, "__init__.py")
+            if not name.isidentifier() or name in sys.modules or not os.path.isfile(init):
+                continue
+            try:
+                with open(init, encoding="utf-8", errors="replace") as f:
+                    declares = "declare_namespace(__name__)" in f.read(4096)
+            except OSError:
+                continue
+            spec = importlib.machinery.PathFinder.find_spec(name, [d]) if declares else None
+            if spec is not None:
+                sys.modules[name] = importlib.util.module_from_spec(spec)
+                made.append(name)
+    return made
+
+
 class Record:
     """Outcomes seen by the recorder: key -> list of outcomes ('pass', 'fail', 'skip', ...)."""
 
@@ -168,6 +207,7 @@ def main() -> None:
     rec, code, watched, error = Record(), None, {}, ""
     script = os.path.join(root, spec["script"]) if spec.get("script") else ""
     sys.path[:0] = ([os.path.dirname(script)] if script else []) + paths
+    legacy_namespaces(paths)
     plugin = None
     try:
         if kind == "unittest":
@@ -187,8 +227,7 @@ def main() -> None:
     if not error:
         try:
             if kind == "pytest":
-                # the tree is read-only in the sandbox: pytest's cache could only warn (an error under -W error)
-                code = int(pytest.main(["-p", "no:cacheprovider", *spec["args"]], plugins=[plugin]))
+                code = int(pytest.main(pytest_args(spec["args"]), plugins=[plugin]))
             else:
                 sys.argv = [script, *spec["args"]]
                 runpy.run_path(script, run_name="__main__")

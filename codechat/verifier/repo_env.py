@@ -30,7 +30,7 @@ from pathlib import Path
 from codechat import CodechatError
 
 SPEC_FIELDS = ("repo", "version", "python", "requirements", "pythonpath", "offline_skip", "runner", "test_cmd",
-               "environ", "protected", "bases")
+               "environ", "protected", "bases", "overlays")
 RUNNERS = ("pytest", "swebench")
 
 
@@ -70,6 +70,11 @@ class TestEnv:
     resolved to other versions than the environment's; its site-packages come before the environment's."""
     layer: str = ""
     """The layer the tests of one task run in (`for_commit`); not part of the spec."""
+    overlays: dict[str, str] = field(default_factory=dict)
+    """Base commit -> the overlay (a directory under `dir`) of the install at that commit: its compiled extensions
+    and generated files, which the environment commit's may not match (scikit-learn 0.22's generated shims)."""
+    overlay: str = "overlay"
+    """The overlay laid over the tree of one task (`for_commit`); not part of the spec."""
 
     @property
     def key(self) -> str:
@@ -90,8 +95,8 @@ class TestEnv:
 
     def for_commit(self, commit: str | None) -> "TestEnv":
         """This environment as the tests at base `commit` run in it: through its layer, when it has one."""
-        layer = self.bases.get(commit or "", "")
-        return replace(self, layer=layer) if layer != self.layer else self
+        layer, overlay = self.bases.get(commit or "", ""), self.overlays.get(commit or "", "overlay")
+        return replace(self, layer=layer, overlay=overlay) if (layer, overlay) != (self.layer, self.overlay) else self
 
     def host_dirs(self) -> list[str]:
         """Host directories the sandbox must show (read-only) for this environment's interpreter to run: the venv
@@ -140,13 +145,14 @@ def parse_env(rec: object, where: str) -> TestEnv:
         if not isinstance(v, dict) or not all(isinstance(k, str) and isinstance(x, str) for k, x in v.items()):
             raise EnvError(f"{where}: 'environ' must map names to strings")
         env.environ = dict(v)
-    if "bases" in rec:
-        v = rec["bases"]
-        if not isinstance(v, dict) or not all(isinstance(k, str) and isinstance(x, str) and x and
-                                              not os.path.isabs(x) and ".." not in Path(x).parts
-                                              for k, x in v.items()):
-            raise EnvError(f"{where}: 'bases' must map commits to directories inside the environment")
-        env.bases = dict(v)
+    for name in ("bases", "overlays"):
+        if name in rec:
+            v = rec[name]
+            if not isinstance(v, dict) or not all(isinstance(k, str) and isinstance(x, str) and x and
+                                                  not os.path.isabs(x) and ".." not in Path(x).parts
+                                                  for k, x in v.items()):
+                raise EnvError(f"{where}: '{name}' must map commits to directories inside the environment")
+            setattr(env, name, dict(v))
     return env
 
 
@@ -224,6 +230,7 @@ def build_env(env: TestEnv, out: Path, log=print) -> TestEnv:
     rec = asdict(built)
     rec.pop("dir")
     rec.pop("layer")
+    rec.pop("overlay")
     (d / "env.json").write_text(json.dumps(rec, indent=1) + "\n", encoding="utf-8")
     return built
 
@@ -267,9 +274,9 @@ def check_env(env: TestEnv) -> str:
 
 
 def lay_overlay(env: TestEnv, tree: Path) -> list[str]:
-    """Copy the environment's overlay (files its install created or changed: swebench_env.py) into a fresh tree;
-    the paths copied."""
-    src = Path(env.dir) / "overlay"
+    """Copy the environment's overlay (files its install created or changed: swebench_env.py; the base commit's own
+    install's when it has one, `for_commit`) into a fresh tree; the paths copied."""
+    src = Path(env.dir) / env.overlay
     done = []
     for f in sorted(src.rglob("*")) if src.is_dir() else []:
         if f.is_file() and not f.is_symlink():

@@ -10,7 +10,7 @@ a venv with that interpreter (pyenv's), `src/`: the repository at the records' `
 shared clone of the mirror, its git submodules filled from their own mirrors under DIR, as the image build's
 install fetches them) with `pre_install` and `install` run in it as the image build runs them, `overlay/`:
 every file that install created or changed in the tree (pytest's `_version.py`, compiled extensions), which the
-judge lays over each fresh tree, `env.json` (what the judge reads) and `manifest.json` (what was done: each
+judge lays over each fresh tree (`overlays/<commit>`: a base commit's own install's, for its trees), `env.json` (what the judge reads) and `manifest.json` (what was done: each
 step's command, exit status, seconds and output tail; packages pip could not install; steps skipped because
 they need root or Docker, such as `apt-get` and `locale-gen`).
 What this simplifies: conda packages are installed with pip, under `CONDA_TO_PYPI`'s name where the conda name
@@ -40,7 +40,9 @@ from packaging.utils import canonicalize_name
 from codechat.tasks.submodules import SubmoduleError, fill_submodules
 from codechat.verifier.repo_env import EnvError, TestEnv, env_dirname, resolve_python
 from codechat.verifier.swebench_spec import (RUNNER_FILES, conda_to_pypi, environment_yml_packages, find_mirror,
-                                             parse_as_of, parse_test_cmd, requirements_txt, spec_for)
+                                             parse_as_of, parse_test_cmd, requirements_txt, spec_for,
+                                             build_environ, offline_pre_install, python_caps, spec_packages,
+                                             tree_pythonpath)
 
 DOCKER_ONLY = re.compile(r"\b(?:apt-get|apt|locale-gen|conda|useradd|chmod|chown)\b|/etc/")
 SKIP_DIRS = {".git", "__pycache__", ".eggs", "build", ".tox", ".pytest_cache"}
@@ -61,11 +63,13 @@ their Requires-Python, so pip takes ones the old interpreter cannot run (asgiref
 old resolver stops there, today's backtracks for hours); the package index says which Python each file needs."""
 
 
+NEEDS_LEGACY_PIP = ("build_editable", "no such option: --no-use-pep517")
+"""What an editable install's failure says when only a pip below PIP_MIN_DATED_LEGACY can run it."""
 EDITABLE = re.compile(r"(?<=\s)(?:-e|--editable)(?:\s+|=)(?=\S)")
 
 
 def _step(cmd: str, cwd: Path, venv: Path, steps: list, timeout_s: float = STEP_TIMEOUT_S,
-          as_of: str | None = None, index_only: bool = False) -> bool:
+          as_of: str | None = None, index_only: bool = False, environ: dict | None = None) -> bool:
     """Run one build command in the venv, recording it in `steps`. With `as_of`, a command that runs pip first
     resolves as of that date: PIP_UPLOADED_PRIOR_TO, and no pip configuration files, find-links or extra indexes
     (an index without upload times, such as a local file index, would let later files through); a dated run that
@@ -73,9 +77,9 @@ def _step(cmd: str, cwd: Path, venv: Path, steps: list, timeout_s: float = STEP_
     the tree cannot be dated itself (its build backend would come from that date too, and may not build it): its
     requirements are read from an undated dry run's report, installed as of the date, and then the command runs
     as written, undated, keeping them (they satisfy it). `index_only` (or the venv's INDEX_ONLY file): the package
-    index alone. Every run is recorded."""
-    env = {**os.environ, "PATH": f"{venv / 'bin'}:{os.environ.get('PATH', '')}", "VIRTUAL_ENV": str(venv),
-           "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    index alone. `environ`: variables added for the command (build_environ). Every run is recorded."""
+    env = {**os.environ, **(environ or {}), "PATH": f"{venv / 'bin'}:{os.environ.get('PATH', '')}",
+           "VIRTUAL_ENV": str(venv), "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     env.pop("PYTHONPATH", None)
     if index_only or (venv / INDEX_ONLY).exists():
         env = _index_only(env)
@@ -93,11 +97,12 @@ def _step(cmd: str, cwd: Path, venv: Path, steps: list, timeout_s: float = STEP_
                          timeout_s, as_of)
     if _run(cmd, cwd, env, steps, timeout_s):
         return True
-    if not (EDITABLE.search(cmd) and "build_editable" in steps[-1]["tail"]):
+    if not (EDITABLE.search(cmd) and any(s in steps[-1]["tail"] for s in NEEDS_LEGACY_PIP)):
         return False
-    # a tree whose pinned build backend predates PEP 660 (pylint 2.15's setuptools~=62.6): the pip that dating
-    # needs no longer falls back to `setup.py develop`, as the pip of the harness's images did; that pip runs it
-    _run(f"python -m pip install -q 'pip<{PIP_MIN_DATED_LEGACY}'", cwd, env, steps, timeout_s)
+    # a tree whose pinned build backend predates PEP 660 (pylint 2.15's setuptools~=62.6), or a spec that asks for
+    # `setup.py develop` itself (scikit-learn's `--no-use-pep517`): the pip that dating needs has neither, as the
+    # pip of the harness's images had; that pip runs it, with `wheel` (which its `--no-use-pep517` needs)
+    _run(f"python -m pip install -q 'pip<{PIP_MIN_DATED_LEGACY}' wheel", cwd, env, steps, timeout_s)
     ok = _run(cmd, cwd, env, steps, timeout_s)
     _run(f"python -m pip install -q 'pip>={PIP_MIN_DATED}'", cwd, env, steps, timeout_s)
     return ok
@@ -199,10 +204,18 @@ def _overlay(src: Path, dst: Path) -> list[str]:
 PACKAGING = ("setup.py", "setup.cfg", "pyproject.toml")
 
 
+COMPILED = re.compile(r"\.(?:pyx|pxd|pxi|c|cc|cpp|cxx|h|hpp|f|f90)$")
+"""Sources an install compiles: a base whose own differ needs its own build (scikit-learn 0.22's bases rename
+`expected_mutual_info_fast` and change libsvm under the same packaging files)."""
+
+
 def _packaging(src: Path, commit: str) -> str:
-    """The blob ids of `commit`'s packaging files (what an install at that commit reads)."""
-    return subprocess.run(["git", "-C", str(src), "ls-tree", commit, "--", *PACKAGING], capture_output=True,
-                          text=True, check=True).stdout
+    """The blob ids of `commit`'s packaging files and compiled sources (what an install at that commit reads and
+    builds)."""
+    tree = subprocess.run(["git", "-C", str(src), "ls-tree", "-r", commit], capture_output=True, text=True,
+                          check=True).stdout.splitlines()
+    return "\n".join(line for line in tree if line.split("\t", 1)[-1] in PACKAGING or
+                     COMPILED.search(line.split("\t", 1)[-1]))
 
 
 def _changed_packaging(src: Path, commit: str, bases: set[str]) -> dict[str, list[str]]:
@@ -325,19 +338,28 @@ def build_swebench_env(repo: str, version: str, records: list[dict], mirrors: Pa
             _pip((d / "requirements.txt").read_text().splitlines(), d, steps, missing, as_of)
     elif pkgs:  # conda packages: an environment.yml or the spec's list
         conda = (environment_yml_packages(repo, mirror, commit, str(first["instance_id"])) if pkgs == "environment.yml"
-                 else [re.sub(r"(?<=[\w])=(?=[\d])", "==", p) for p in pkgs.split()])
+                 else spec_packages(pkgs))
         conda, notes["conda_to_pypi"] = conda_to_pypi(conda)
+        conda = python_caps(conda, str(spec["python"]))
         _pip(conda, d, steps, missing, as_of)
     _pip(list(spec.get("pip_packages", [])), d, steps, missing, as_of)
     # the harness runs `install` again in every instance's container, at its base commit: what an instance's
     # packaging files resolve differently from the environment commit's comes from installing there once
-    installed = {}
+    installed, overlays = {}, {}
     groups = _changed_packaging(src, commit, {str(r["base_commit"]) for r in records})
+    pre_install, offline = offline_pre_install(list(spec.get("pre_install", [])))
+    if offline:
+        notes["skipped_offline"] = offline
+    build_env = build_environ(repo, d)
+    if build_env:
+        notes["build_environ"] = build_env
     for c in [*groups, commit]:
         if c != commit:
             log(f"{env.key}: install at {c[:12]} (its packaging files differ; "
                 f"{len(groups[c])} base commit(s) with these files)")
-        if not _step(f"git checkout -q -f {c}", src, d, steps):
+        # from a clean tree, as each instance's image builds: an earlier commit's build outputs would stay (0.22:
+        # a stale `_online_lda` extension shadowed the base's `_online_lda.py`) and go into this commit's overlay
+        if not _step(f"git clean -q -f -d -x && git checkout -q -f {c}", src, d, steps):
             if c == commit:
                 raise EnvError(f"{env.key}: git checkout {c[:12]} failed: {steps[-1]['tail'][-200:]}")
             continue
@@ -349,17 +371,22 @@ def build_swebench_env(repo: str, version: str, records: list[dict], mirrors: Pa
                 raise EnvError(f"{env.key}: {e}") from None
             log(f"{env.key}: not installed at {c[:12]}: {e}")
             continue
-        for cmd in list(spec.get("pre_install", [])) + ([spec["install"]] if spec.get("install") else []):
+        ok = True
+        for cmd in pre_install + ([spec["install"]] if spec.get("install") else []):
             if DOCKER_ONLY.search(cmd):
                 skipped.append(cmd)
                 continue
             log(f"{env.key}: {cmd[:100]}")
-            if not _step(cmd, src, d, steps, as_of=as_of) and c == commit:
+            ok = _step(cmd, src, d, steps, as_of=as_of, environ=build_env) and ok
+            if not ok and c == commit:
                 _write_manifest(d, spec, commit, python, steps, missing, skipped, [], t_start, notes)
                 last = (steps[-1]["tail"].splitlines() or [""])[-1]
                 raise EnvError(f"{env.key}: `{cmd[:80]}` failed: {last[:200]} (manifest: {d / 'manifest.json'})")
         for member in groups.get(c, [c]):
             installed[member] = _packages(d)
+        if c != commit and ok:  # what this base's install compiled or generated, for its trees (last: overlay/)
+            _overlay(src, d / "overlays" / c[:12])
+            overlays.update({member: f"overlays/{c[:12]}" for member in groups[c]})
     bases = _layers(d, python, repo, installed, commit, steps, log)
     if bases:
         notes["bases"] = {c: {"dir": rel, "packages": installed[c]} for c, rel in bases.items()}
@@ -371,10 +398,10 @@ def build_swebench_env(repo: str, version: str, records: list[dict], mirrors: Pa
         else:
             skipped.append(cmd)
     overlay = _overlay(src, d / "overlay")
-    built = TestEnv(repo, version, python=str(spec["python"]), pythonpath=["src"] if (src / "src").is_dir() else ["."],
+    built = TestEnv(repo, version, python=str(spec["python"]), pythonpath=tree_pythonpath(src),
                     runner="swebench", test_cmd=spec["test_cmd"], environ={**runner["environ"], **environ},
-                    protected=RUNNER_FILES[runner["kind"]], bases=bases, dir=str(d))
-    rec = {k: v for k, v in built.__dict__.items() if k not in ("dir", "layer")}
+                    protected=RUNNER_FILES[runner["kind"]], bases=bases, overlays=overlays, dir=str(d))
+    rec = {k: v for k, v in built.__dict__.items() if k not in ("dir", "layer", "overlay")}
     (d / "env.json").write_text(json.dumps(rec, indent=1) + "\n", encoding="utf-8")
     _write_manifest(d, spec, commit, python, steps, missing, skipped, overlay, t_start, notes)
     return built

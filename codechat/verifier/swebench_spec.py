@@ -117,6 +117,69 @@ def conda_to_pypi(lines: list[str]) -> tuple[list[str], dict[str, str | None]]:
     return out, changed
 
 
+CONDA_PYTHON_CAPS = {"3.6": {"cython": "<3"}}
+"""Caps on a conda package list's unpinned packages for an old Python, where PyPI serves a release that installs
+but that conda never built for that Python: conda's last Python 3.6 builds are Cython 0.29, PyPI's Cython 3.0
+(July 2023) installs on 3.6 too, and scikit-learn 0.20–0.22 do not compile with it (`_ball_tree.pyx`)."""
+
+
+def python_caps(lines: list[str], python: str) -> list[str]:
+    """`lines` (requirement lines of a conda package list) with CONDA_PYTHON_CAPS applied to the unpinned ones."""
+    caps = CONDA_PYTHON_CAPS.get(python, {})
+    return [line + caps[line.lower()] if line.lower() in caps else line for line in lines]
+
+
+def spec_packages(text: str) -> list[str]:
+    """A spec's package list (conda names, shell-quoted as the harness passes them to `conda create`: scikit-learn
+    1.3's `'numpy==1.19.2' 'scipy==1.5.2'`) as requirement lines, conda's `name=1.2` pins as `name==1.2`."""
+    return [re.sub(r"(?<=[\w])=(?=[\d])", "==", p) for p in shlex.split(text)]
+
+
+DOWNLOAD = re.compile(r"\b(?:wget|curl)\b")
+ASSIGNMENT = re.compile(r"\s*([A-Za-z_]\w*)=\S*\s*")
+
+
+def offline_pre_install(cmds: list[str]) -> tuple[list[str], list[str]]:
+    """The spec's `pre_install` commands split into those to run and those left out: downloads (`wget`, `curl`:
+    the build has no internet), lines that only set a shell variable (a Dockerfile's RUN keeps it for the next
+    line; here each command runs in its own shell) and every line reading such a variable (matplotlib's qhull
+    download: `wget -O "$QHULL_TAR" "$QHULL_URL"`, then `tar -xvzf "$QHULL_TAR"`)."""
+    names = {m[1] for c in cmds if (m := ASSIGNMENT.fullmatch(c))}
+    reads = re.compile(r"\$\{?(?:" + "|".join(map(re.escape, sorted(names))) + r")\b") if names else None
+    run, left_out = [], []
+    for c in cmds:
+        out = DOWNLOAD.search(c) or ASSIGNMENT.fullmatch(c) or (reads and reads.search(c))
+        (left_out if out else run).append(c)
+    return run, left_out
+
+
+SYSTEM_LIBRARIES = {"matplotlib/matplotlib": ("mplsetup.cfg", "MPLSETUPCFG",
+                                              "[libs]\nsystem_freetype = True\nsystem_qhull = True\n")}
+"""Where a repository's build downloads a C library's source (matplotlib: freetype 2.6.1 and qhull 2020.2, from
+the internet the build does not have), the build takes the system's instead: (a file written in the environment,
+the variable naming it to the build, the file's text). Needs the libraries' headers (libfreetype-dev,
+libqhull-dev); matplotlib's tests comparing images with text assume freetype 2.6.1."""
+
+
+def build_environ(repo: str, env_dir: Path) -> dict[str, str]:
+    """The variables the repository's install steps get (SYSTEM_LIBRARIES), their files written in `env_dir`."""
+    if repo not in SYSTEM_LIBRARIES:
+        return {}
+    name, var, text = SYSTEM_LIBRARIES[repo]
+    (env_dir / name).write_text(text, encoding="utf-8")
+    return {var: str(env_dir / name)}
+
+
+def tree_pythonpath(src: Path) -> list[str]:
+    """The tree directory the code under test is imported from: `src` or `lib` when it holds a Python package
+    (pytest-dev's `src/_pytest`; matplotlib's `lib/matplotlib`, where its editable install points, beside a `src`
+    of C++ sources), else the root."""
+    for d in ("src", "lib"):
+        if any((p / "__init__.py").is_file() for p in (src / d).glob("*/")):
+            return [d]
+    return ["."]
+
+
 def records_date(records: list[dict]) -> str | None:
     """The newest `created_at` of the records (ISO 8601, as SWE-bench writes it), or None when none has one."""
     dates = [str(r["created_at"]) for r in records if r.get("created_at")]
