@@ -11,7 +11,8 @@ import pytest
 
 from codechat.verifier.patches import apply_diff, parse_diff
 from codechat.verifier.repo_env import EnvError
-from codechat.verifier.swebench_env import _changed_packaging, _step, prepare_pip
+from codechat.verifier.swebench_env import _step, prepare_pip
+from codechat.verifier.swebench_tree import changed_packaging
 from codechat.verifier.swebench_spec import (build_environ, conda_to_pypi, offline_pre_install, parse_as_of, records_date,
                                              spec_packages, tree_pythonpath)
 
@@ -253,14 +254,14 @@ def test_base_commits_with_the_same_packaging_files_are_installed_once(tmp_path)
         _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", note)
         commits.append(_git(repo, "rev-parse", "HEAD"))
     env_commit, b, c, d = commits
-    assert _changed_packaging(repo, env_commit, {b, c, d}) == {min(b, c): sorted([b, c])}
-    assert _changed_packaging(repo, env_commit, {d, env_commit}) == {}
+    assert changed_packaging(repo, env_commit, {b, c, d}) == {min(b, c): sorted([b, c])}
+    assert changed_packaging(repo, env_commit, {d, env_commit}) == {}
     # a compiled source that differs (scikit-learn 0.22's bases under the same packaging files) needs its own build
     (repo / "_fast.pyx").write_text("def f(): pass\n")
     _git(repo, "add", "-A")
     _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "e")
     e = _git(repo, "rev-parse", "HEAD")
-    assert _changed_packaging(repo, env_commit, {d, e}) == {e: [e]}
+    assert changed_packaging(repo, env_commit, {d, e}) == {e: [e]}
 
 
 def test_django_4_0_lite_bases_need_eight_installs_not_nineteen(shared_data):
@@ -272,7 +273,7 @@ def test_django_4_0_lite_bases_need_eight_installs_not_nineteen(shared_data):
         pytest.skip(str(e))
     recs = [r for r in json.loads((shared_data / "repo" / "swe-bench-lite-test.json").read_text())
             if r["repo"] == "django/django" and r["version"] == "4.0"]
-    groups = _changed_packaging(mirror, recs[0]["environment_setup_commit"], {r["base_commit"] for r in recs})
+    groups = changed_packaging(mirror, recs[0]["environment_setup_commit"], {r["base_commit"] for r in recs})
     # 18 bases' packaging files differ from the environment commit's, in 7 ways: 7 installs and the environment's
     assert len(recs) == 19 and len(groups) == 7 and sum(len(g) for g in groups.values()) == 18
 

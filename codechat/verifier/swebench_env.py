@@ -10,7 +10,8 @@ a venv with that interpreter (pyenv's), `src/`: the repository at the records' `
 shared clone of the mirror, its git submodules filled from their own mirrors under DIR, as the image build's
 install fetches them) with `pre_install` and `install` run in it as the image build runs them, `overlay/`:
 every file that install created or changed in the tree (pytest's `_version.py`, compiled extensions), which the
-judge lays over each fresh tree (`overlays/<commit>`: a base commit's own install's, for its trees), `env.json` (what the judge reads) and `manifest.json` (what was done: each
+judge lays over each fresh tree (`overlays/<commit>`: a base commit's own install's, for its trees), `env.json`
+(what the judge reads) and `manifest.json` (what was done: each
 step's command, exit status, seconds and output tail; packages pip could not install; steps skipped because
 they need root or Docker, such as `apt-get` and `locale-gen`).
 What this simplifies: conda packages are installed with pip, under `CONDA_TO_PYPI`'s name where the conda name
@@ -21,7 +22,7 @@ a base commit whose install resolves some packages to other versions, a layer ve
 Unpinned packages move on after a spec was written (docutils dropped the `roman` module sphinx 3.x imports): with
 `as_of` (by default the newest `created_at` of the version's records) every pip step resolves as of that date
 (pip's `--uploaded-prior-to`; a step that cannot, such as a pin released later, runs again undated), see `_step`.
-Reading the specs, the records and the mirrors: `swebench_spec.py`.
+Reading the specs, the records and the mirrors: `swebench_spec.py`; what a commit's tree holds: `swebench_tree.py`.
 """
 from __future__ import annotations
 
@@ -43,10 +44,9 @@ from codechat.verifier.swebench_spec import (RUNNER_FILES, conda_to_pypi, enviro
                                              parse_as_of, parse_test_cmd, requirements_txt, spec_for,
                                              build_environ, offline_pre_install, python_caps, spec_packages,
                                              tree_pythonpath)
+from codechat.verifier.swebench_tree import changed_packaging, copy_overlay, without_absent
 
 DOCKER_ONLY = re.compile(r"\b(?:apt-get|apt|locale-gen|conda|useradd|chmod|chown)\b|/etc/")
-SKIP_DIRS = {".git", "__pycache__", ".eggs", "build", ".tox", ".pytest_cache"}
-OVERLAY_MAX_BYTES = 64 << 20
 STEP_TIMEOUT_S = 3600
 PIP_MIN_DATED = "26"
 """The oldest pip with `--uploaded-prior-to`, which a venv's pip is upgraded to when the build is dated."""
@@ -181,70 +181,6 @@ def prepare_pip(d: Path, python: str, as_of: str | None, steps: list) -> tuple[s
     return None, notes
 
 
-def _overlay(src: Path, dst: Path) -> list[str]:
-    """Copy the files install created or changed in the checkout (untracked, ignored or modified) to dst."""
-    res = subprocess.run(["git", "-C", str(src), "status", "--porcelain", "--ignored", "-uall", "-z"],
-                         capture_output=True, text=True, check=True)
-    paths = []
-    for entry in res.stdout.split("\0"):
-        if len(entry) < 4 or entry[:2] == " D":
-            continue
-        p = entry[3:]
-        parts = p.split("/")
-        if set(parts) & SKIP_DIRS or any(x.endswith(".egg-info") for x in parts) or p.endswith((".pyc", ".pyo")):
-            continue
-        f = src / p
-        if f.is_file() and not f.is_symlink() and f.stat().st_size <= OVERLAY_MAX_BYTES:
-            (dst / p).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(f, dst / p)
-            paths.append(p)
-    return sorted(paths)
-
-
-PACKAGING = ("setup.py", "setup.cfg", "pyproject.toml")
-
-
-COMPILED = re.compile(r"\.(?:pyx|pxd|pxi|c|cc|cpp|cxx|h|hpp|f|f90)$")
-"""Sources an install compiles: a base whose own differ needs its own build (scikit-learn 0.22's bases rename
-`expected_mutual_info_fast` and change libsvm under the same packaging files)."""
-
-
-def _packaging(src: Path, commit: str) -> str:
-    """The blob ids of `commit`'s packaging files and compiled sources (what an install at that commit reads and
-    builds)."""
-    tree = subprocess.run(["git", "-C", str(src), "ls-tree", "-r", commit], capture_output=True, text=True,
-                          check=True).stdout.splitlines()
-    return "\n".join(line for line in tree if line.split("\t", 1)[-1] in PACKAGING or
-                     COMPILED.search(line.split("\t", 1)[-1]))
-
-
-def _changed_packaging(src: Path, commit: str, bases: set[str]) -> dict[str, list[str]]:
-    """The base commits whose packaging files differ from `commit`'s, grouped by those files' contents: {the
-    group's first commit: the group's commits} (sorted). An install at one commit of a group stands for all."""
-    own, groups = _packaging(src, commit), {}
-    for b in sorted(bases - {commit}):
-        if (key := _packaging(src, b)) != own:
-            groups.setdefault(key, []).append(b)
-    return {g[0]: g for g in groups.values()}
-
-
-def _without_absent(src: Path, commit: str) -> list[str]:
-    """The files of `commit` whose contents the mirror lacks (a snapshot may leave its largest files out), left
-    out of the clone's checkouts (sparse patterns) so the environment can be built without them; [] when none.
-    The trees judged are read whole (`git archive`): an instance whose base lacks a file is not judged."""
-    tree = subprocess.run(["git", "-C", str(src), "ls-tree", "-r", "-z", commit], capture_output=True, text=True)
-    entries = [e.split("\t", 1) for e in tree.stdout.split("\0") if "\t" in e]
-    blobs = [(meta.split()[2], path) for meta, path in entries if meta.split()[1] == "blob"]
-    check = subprocess.run(["git", "-C", str(src), "cat-file", "--batch-check"], capture_output=True, text=True,
-                           input="".join(h + "\n" for h, _ in blobs))
-    absent = {line.split()[0] for line in check.stdout.splitlines() if line.endswith(" missing")}
-    paths = sorted(p for h, p in blobs if h in absent)
-    if paths:
-        subprocess.run(["git", "-C", str(src), "sparse-checkout", "set", "--no-cone", "/*",
-                        *("!/" + re.sub(r"([*?\[\\!#])", r"\\\1", p) for p in paths)], capture_output=True, check=True)
-    return paths
-
-
 def _packages(venv: Path) -> dict[str, str]:
     """{canonical name: version} of the distributions installed in the venv, editable installs left out."""
     res = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "list", "--format=json", "--exclude-editable",
@@ -325,7 +261,7 @@ def build_swebench_env(repo: str, version: str, records: list[dict], mirrors: Pa
     src = d / "src"
     for cmd in (["git", "clone", "-q", "--shared", "--no-checkout", str(mirror), str(src)],
                 ["git", "-C", str(src), "checkout", "-q", commit]):
-        if cmd[3] == "checkout" and (absent := _without_absent(src, commit)):
+        if cmd[3] == "checkout" and (absent := without_absent(src, commit)):
             notes["absent_blobs"] = absent
             log(f"{env.key}: the mirror lacks {', '.join(absent)}: built without")
         res = subprocess.run(cmd, capture_output=True, text=True)
@@ -346,7 +282,7 @@ def build_swebench_env(repo: str, version: str, records: list[dict], mirrors: Pa
     # the harness runs `install` again in every instance's container, at its base commit: what an instance's
     # packaging files resolve differently from the environment commit's comes from installing there once
     installed, overlays = {}, {}
-    groups = _changed_packaging(src, commit, {str(r["base_commit"]) for r in records})
+    groups = changed_packaging(src, commit, {str(r["base_commit"]) for r in records})
     pre_install, offline = offline_pre_install(list(spec.get("pre_install", [])))
     if offline:
         notes["skipped_offline"] = offline
@@ -385,7 +321,7 @@ def build_swebench_env(repo: str, version: str, records: list[dict], mirrors: Pa
         for member in groups.get(c, [c]):
             installed[member] = _packages(d)
         if c != commit and ok:  # what this base's install compiled or generated, for its trees (last: overlay/)
-            _overlay(src, d / "overlays" / c[:12])
+            copy_overlay(src, d / "overlays" / c[:12])
             overlays.update({member: f"overlays/{c[:12]}" for member in groups[c]})
     bases = _layers(d, python, repo, installed, commit, steps, log)
     if bases:
@@ -397,7 +333,7 @@ def build_swebench_env(repo: str, version: str, records: list[dict], mirrors: Pa
             environ[m[1]] = m[2]
         else:
             skipped.append(cmd)
-    overlay = _overlay(src, d / "overlay")
+    overlay = copy_overlay(src, d / "overlay")
     built = TestEnv(repo, version, python=str(spec["python"]), pythonpath=tree_pythonpath(src),
                     runner="swebench", test_cmd=spec["test_cmd"], environ={**runner["environ"], **environ},
                     protected=RUNNER_FILES[runner["kind"]], bases=bases, overlays=overlays, dir=str(d))
