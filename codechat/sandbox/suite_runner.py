@@ -36,7 +36,8 @@ def pytest_args(args: list) -> list:
     """The arguments pytest runs with: the test command's, after `-p no:cacheprovider` (the tree is read-only in the
     sandbox: pytest's cache could only warn, an error under -W error) and, unless the command asks for workers,
     `-p no:xdist`: installed but unused, pytest-xdist makes pytest-rerunfailures (11+) open a socket server on
-    `localhost` at configure, which the sandbox has not (matplotlib's whole run stopped there)."""
+    `localhost` at configure, a server thread for workers that never come (a run whose localhost does not resolve
+    stops there: matplotlib's did)."""
     workers = any(a.startswith(("-n", "--numprocesses", "--dist")) for a in args)
     return ["-p", "no:cacheprovider", *([] if workers else ["-p", "no:xdist"]), *args]
 
