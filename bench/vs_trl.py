@@ -14,7 +14,8 @@ Three systems, each in its own child process (`--child ...`), so each peak RSS (
 sandbox subprocesses are not counted for either) is its own:
 - `trl-shipped`: TRL as a user runs it, GRPOConfig's defaults: gradient checkpointing on and bf16 autocast on
   (`bf16` defaults to True, through accelerate, on a CPU too);
-- `trl-matched`: TRL at codechat's precision and memory plan: fp32 (`bf16=False`), no gradient checkpointing;
+- `trl-matched`: TRL at codechat's precision and memory plan: no gradient checkpointing, fp32 (`bf16=False`), or
+  bf16 autocast when codechat runs with `model.compute_dtype=bfloat16`;
 - `codechat`: codechat's GRPO stage (fp32 unless `--override model.compute_dtype=bfloat16`; the older `rl.autocast_bf16` still loads as that).
 The rounds alternate the order (A B C, C B A, ...), so a drift in machine load hits all alike. Seconds/step is the
 median wall time between consecutive step ends, over the steps after each run's first (warm-up: allocator,
@@ -189,7 +190,7 @@ def child_trl(a: argparse.Namespace) -> dict:
         temperature=W["temperature"], beta=W["beta"], learning_rate=W["lr"], lr_scheduler_type="constant",
         warmup_steps=0, max_grad_norm=1.0, use_cpu=True, report_to="none", logging_steps=1, save_strategy="no",
         seed=0, dataloader_num_workers=0, disable_tqdm=True,
-        **({} if a.child == "trl-shipped" else {"bf16": False, "gradient_checkpointing": False}))
+        **({} if a.child == "trl-shipped" else {"bf16": codechat_bf16(a.override), "gradient_checkpointing": False}))
     model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.float32)
     tok = AutoTokenizer.from_pretrained(a.model)
     trainer = GRPOTrainer(model=model, reward_funcs=pass_reward, args=cfg, train_dataset=ds, processing_class=tok,
@@ -281,6 +282,12 @@ def child_main(a: argparse.Namespace) -> None:
     res["threads"] = torch.get_num_threads()
     res["peak_mb"] = round(peak_mb(), 1)
     print(RESULT_TAG + json.dumps(res), flush=True)
+
+
+def codechat_bf16(overrides: list[str]) -> bool:
+    """Whether codechat's side runs bf16 autocast (so that TRL matched runs it too)."""
+    kv = dict(o.replace(" ", "").split("=", 1) for o in overrides if "=" in o)
+    return kv.get("model.compute_dtype") == "bfloat16" or kv.get("rl.autocast_bf16", "").lower() == "true"
 
 
 # --- parent ---------------------------------------------------------------------------------------------------
