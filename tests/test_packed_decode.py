@@ -4,6 +4,7 @@ import torch
 
 from codechat.config import ModelConfig, SamplingConfig
 from codechat.policy import Sampler, decoding, load_policy, packed
+from codechat.policy.precision import bf16_native
 from policy_helpers import pol, prompts  # noqa: F401 - fixtures (the tiny policy, PROMPT_TEXTS encoded)
 from qwen_helpers import qwen_policy
 
@@ -123,3 +124,41 @@ def test_packed_weights_on_the_tiny_preset():
         fast = Sampler(pol).sample(prompts, 8, SamplingConfig(max_new_tokens=64, seed=seed))
         assert torch.equal(plain.tokens, fast.tokens), seed
         assert (plain.logprobs - fast.logprobs).abs().max() < 1e-5
+
+
+@pytest.mark.skipif(not bf16_native("cpu"), reason="no native bf16 on this CPU")
+@pytest.mark.parametrize("layout", [10_000, -1])  # decoding.FLAT_PROMPT: the per-row cache, the shared-prompt grid
+@torch.inference_mode()
+def test_packed_bf16_steps_match_the_autocast_forward(pol, prompts, layout, monkeypatch):
+    """model.compute_dtype=bfloat16: inside CPU autocast the lean step runs on bf16 packed copies, and each step's
+    logits are the model's own autocast forward over the whole sequence up to bf16 rounding, not fp32's."""
+    monkeypatch.setattr(decoding, "FLAT_PROMPT", layout)
+    monkeypatch.setattr(packed, "MIN_TOKENS", 1)
+    P, n, Lp = len(prompts), 3, max(map(len, prompts))
+    ids = torch.tensor([[0] * (Lp - len(p)) + p for p in prompts])
+    valid = torch.tensor([[False] * (Lp - len(p)) + [True] * len(p) for p in prompts])
+    index = torch.arange(P).repeat_interleave(n)
+    seqs = [list(prompts[p]) for p in index.tolist()]
+    g = torch.Generator().manual_seed(0)
+    gaps, fp32_gaps = [], []
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        dec = decoding.make_decoder(pol.model, pack=True)
+        logits = dec.prefill(ids, valid, index, 8)
+        assert dec.lean and dec.fast.packed is not None and dec.fast.packed.dtype == torch.bfloat16
+        for step in range(6):
+            ref = torch.stack([pol.model(torch.tensor([s])).logits[0, -1] for s in seqs]).float()  # autocast's
+            with torch.autocast("cpu", enabled=False):
+                fp32 = torch.stack([pol.model(torch.tensor([s])).logits[0, -1] for s in seqs])
+            scale = fp32.abs().max()
+            if step:  # the steps after the prefill (the prefill is the model's own forward)
+                gaps.append(((logits.float() - ref).abs().max() / scale).item())
+                fp32_gaps.append(((logits.float() - fp32).abs().max() / scale).item())
+            tok = torch.randint(0, ref.shape[1], (len(seqs),), generator=g)
+            seqs = [s + [t] for s, t in zip(seqs, tok.tolist())]
+            if step == 2:
+                keep = torch.tensor([0, 2, 3, 5, 6, 8])
+                dec.select(keep)
+                tok, seqs = tok[keep], [seqs[i] for i in keep.tolist()]
+            logits = dec.step(tok)
+    assert max(gaps) < 2e-2, gaps
+    assert min(fp32_gaps) > 1e-4, fp32_gaps  # it computes in bf16

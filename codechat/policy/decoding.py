@@ -94,7 +94,9 @@ class FastDecoder:
         self.t = 0  # generated-cache column of the next token
         dtype = kv[0][0].dtype
         one_each = bool((torch.bincount(index) <= 1).all())
-        self.lean = flat_ok(self.fast, ids.device)
+        self.lean = flat_ok(self.fast, ids.device) or self._bf16_lean(ids.device, index.numel(), max_new)
+        if self.lean and packed.compute_dtype(ids.device) != torch.float32:  # autocast's v is bf16, its k fp32
+            kv = [(k, v.to(k.dtype)) for k, v in kv]  # (exact: bf16 values in fp32, as its attention reads them)
         if self.lean and (valid.shape[1] <= FLAT_PROMPT or one_each):
             static = StaticStep(self.fast, compiled=True) if self.compiled and supports(self.fast) else None
             if static is not None:  # whole buckets of columns, so later batches reuse the graph
@@ -111,11 +113,17 @@ class FastDecoder:
         self._pack(index.numel(), max_new, ids.device)
         return logits[index]
 
+    def _bf16_lean(self, device, rows: int, max_new: int) -> bool:
+        """Inside bf16 autocast the lean step runs only on bf16 packed weights (packed.py), never compiled."""
+        return (self.pack and not self.compiled and packed.compute_dtype(device) == torch.bfloat16
+                and packed.usable(self.fast, device, rows, max_new) and flat_ok(self.fast, device, autocast_ok=True))
+
     def _pack(self, rows: int, max_new: int, device) -> None:
         """Packed weights for the lean steps of this call (not the compiled step: inductor has its own)."""
         static = self.flat is not None and self.flat.static is not None
         use = self.pack and self.lean and not static and packed.usable(self.fast, device, rows, max_new)
-        self.fast.packed = packed.PackedWeights.build(self.fast) if use else None
+        dt = packed.compute_dtype(device)
+        self.fast.packed = packed.PackedWeights.build(self.fast, dt) if use else None
 
     def rows_for(self, n_live: int) -> int:
         """Rows to keep when n_live rows are still decoding: n_live, or its bucket for a static-shape step."""
@@ -123,6 +131,13 @@ class FastDecoder:
 
     def step(self, tok):
         """tok (B,) -> logits (B, V)."""
+        pk = self.fast.packed
+        if pk is not None and pk.dtype != torch.float32:  # the lean step gives each op its dtype itself
+            with torch.autocast(tok.device.type, enabled=False):
+                return self._step(tok)
+        return self._step(tok)
+
+    def _step(self, tok):
         if self.flat is not None:
             logits = self.flat.step(self.fast, tok, self.pos, self.t)
         elif self.lean:

@@ -26,12 +26,12 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from codechat.policy import packed
 
 
-def flat_ok(fast, device) -> bool:
-    """The lean step applies to this FastLM (fused, plain RMSNorms, no q/k norm, no o_proj bias, no autocast)."""
-    if fast.fused is None or fast.qk_norm or torch.is_autocast_enabled(torch.device(device).type):
+def flat_ok(fast, device, autocast_ok: bool = False) -> bool:
+    """The lean step applies to this FastLM (fused, plain RMSNorms, no q/k norm, no o_proj bias; no autocast unless
+    autocast_ok: bf16 packed weights, packed.py)."""
+    if fast.fused is None or fast.qk_norm or (torch.is_autocast_enabled(torch.device(device).type) and not autocast_ok):
         return False
     for layer in fast.inner.layers:
         if layer.self_attn.o_proj.bias is not None or type(layer.self_attn.o_proj) is not torch.nn.Linear:
@@ -57,19 +57,19 @@ def lean_step(fast, tok, pos, attend):
         w_o, w_down = layer.self_attn.o_proj.weight, layer.mlp.down_proj.weight
         ln = layer.input_layernorm
         x = F.rms_norm(h, h.shape[-1:], ln.weight, ln.variance_epsilon)
-        qkv = F.linear(x, w_qkv, b_qkv) if pk is None else packed.linear(x, pk.layers[i][0], b_qkv)  # (B, .)
+        qkv = F.linear(x, w_qkv, b_qkv) if pk is None else pk.linear(x, pk.layers[i][0], pk.qkv_bias[i])  # (B, .)
         qk = qkv[:, : (H + Hkv) * D].view(B, H + Hkv, D)
         qk = torch.addcmul(qk * cos, qk.roll(D // 2, -1), sin)  # (B, H + Hkv, D) rotary
         o = attend(i, qk[:, :H], qk[:, H:], qkv[:, (H + Hkv) * D:].view(B, Hkv, D))  # (B, H * D)
-        h = torch.addmm(h, o, w_o.t()) if pk is None else packed.linear_add(o, pk.layers[i][1], h)  # + o_proj
+        h = torch.addmm(h, o, w_o.t()) if pk is None else pk.add_linear(h, o, pk.layers[i][1])  # + o_proj
         ln = layer.post_attention_layernorm
         x = F.rms_norm(h, h.shape[-1:], ln.weight, ln.variance_epsilon)
-        g, u = (F.linear(x, w_gu) if pk is None else packed.linear(x, pk.layers[i][2])).chunk(2, dim=-1)  # (B, I)
+        g, u = (F.linear(x, w_gu) if pk is None else pk.linear(x, pk.layers[i][2])).chunk(2, dim=-1)  # (B, I)
         a = F.silu(g) * u
-        h = torch.addmm(h, a, w_down.t()) if pk is None else packed.linear_add(a, pk.layers[i][3], h)  # + down
+        h = torch.addmm(h, a, w_down.t()) if pk is None else pk.add_linear(h, a, pk.layers[i][3])  # + down
     if pk is None:
         return fast.logits(h)
-    return packed.linear(fast.final_norm(h), pk.head, pk.head_bias)
+    return pk.linear(fast.final_norm(h), pk.head, pk.head_bias)
 
 
 CHUNK = 32

@@ -1,4 +1,4 @@
-"""The lean decode step's matmuls on weights repacked for oneDNN (CPU, fp32), refreshed on every sample call.
+"""The lean decode step's matmuls on weights repacked for oneDNN (CPU, fp32 or bf16), refreshed on every sample call.
 
 Why: a decode step multiplies a few dozen rows by every projection and the LM head. `F.linear` runs that as an
 MKL sgemm over the (out, in) weight as it lies in memory; oneDNN's linear over a weight reordered once into its
@@ -18,6 +18,10 @@ The results are the same products summed in another order: logits differ from `F
 (~1e-6 relative), as the compiled step's do, and the sampled tokens are the same for the same seed
 (tests/test_packed_decode.py, on the test model through EOS and compaction and on the `tiny` preset).
 `sampling.packed_weights: false` keeps `F.linear`.
+
+Under bf16 compute (`model.compute_dtype: bfloat16`: the sampler runs inside CPU autocast) the copies are bf16 and
+the lean step runs with autocast off, giving each op the dtypes the model's autocast forward gives it (bf16
+products, fp32 residual stream, norms and attention); without packed weights a bf16 decode keeps that forward.
 """
 from __future__ import annotations
 
@@ -36,11 +40,19 @@ MAX_PARAMS = 100_000_000
 """Larger models keep F.linear: the packed copy adds the model's size in memory for the length of a call."""
 
 
+def compute_dtype(device) -> torch.dtype:
+    """The dtype the decode's matmuls compute in: autocast's inside CPU autocast (`model.compute_dtype`), else fp32."""
+    on = torch.device(device).type == "cpu" and torch.is_autocast_enabled("cpu")
+    return torch.get_autocast_dtype("cpu") if on else torch.float32
+
+
 def usable(fast, device, rows: int, max_new: int) -> bool:
     """Packed weights apply: a CPU fp32 model of at most MAX_PARAMS parameters with fused weights and a plain
-    nn.Linear LM head, oneDNN built into torch, at least MIN_ROWS rows and MIN_TOKENS rows x max_new."""
+    nn.Linear LM head, oneDNN built into torch, at least MIN_ROWS rows and MIN_TOKENS rows x max_new, computing
+    in fp32 or, inside CPU autocast, in bf16."""
     head = fast.lm.lm_head
     return (rows >= MIN_ROWS and rows * max_new >= MIN_TOKENS and torch.device(device).type == "cpu"
+            and compute_dtype(device) in (torch.float32, torch.bfloat16)
             and torch.backends.mkldnn.is_available()
             and fast.fused is not None and type(head) is torch.nn.Linear and head.weight.dtype == torch.float32
             and all(w.dtype == torch.float32 for w_qkv, _, w_gu in fast.fused for w in (w_qkv, w_gu))
@@ -55,16 +67,32 @@ class PackedWeights:
     """The LM head's weight, reordered."""
     head_bias: torch.Tensor | None
     """The LM head's bias, if any."""
+    qkv_bias: list
+    """Per layer, the fused q/k/v bias (or None) in `dtype`."""
+    dtype: torch.dtype = torch.float32
+    """What the products compute in: fp32, or bf16 as autocast runs a linear (inputs, weights, bias, output)."""
 
     @staticmethod
     @torch.no_grad()
-    def build(fast) -> "PackedWeights":
+    def build(fast, dtype: torch.dtype = torch.float32) -> "PackedWeights":
         """fast: a fused FastLM (flatkv.flat_ok) that `usable` accepts. Copies: call again after the weights change."""
-        pack = lambda w: torch.ops.mkldnn._reorder_linear_weight(w.detach(), None)  # noqa: E731
+        cast = lambda t: None if t is None else t.detach().to(dtype)  # noqa: E731
+        pack = lambda w: torch.ops.mkldnn._reorder_linear_weight(cast(w), None)  # noqa: E731
         layers = [(pack(w_qkv), pack(ly.self_attn.o_proj.weight), pack(w_gu), pack(ly.mlp.down_proj.weight))
                   for ly, (w_qkv, _, w_gu) in zip(fast.inner.layers, fast.fused)]
         head = fast.lm.lm_head
-        return PackedWeights(layers, pack(head.weight), head.bias)
+        return PackedWeights(layers, pack(head.weight), cast(head.bias), [cast(b) for _, b, _ in fast.fused], dtype)
+
+    def linear(self, x, w, b=None):
+        """x (R, in) @ packed w (out, in)^T + b -> (R, out), in self.dtype."""
+        return linear(x.to(self.dtype), w, b)
+
+    def add_linear(self, res, x, w):
+        """res + x @ packed w^T: one call in fp32; in bf16 the product is bf16 and the sum takes res's dtype, as
+        `res + linear(x)` does under autocast (the residual stream stays fp32)."""
+        if self.dtype == torch.float32:
+            return linear_add(x, w, res)
+        return res + linear(x.to(self.dtype), w)
 
 
 def linear(x, w, b=None):
