@@ -44,6 +44,7 @@ from codechat.verifier.swebench_spec import (RUNNER_FILES, conda_to_pypi, enviro
                                              parse_as_of, parse_test_cmd, requirements_txt, spec_for,
                                              build_environ, offline_pre_install, python_caps, spec_packages,
                                              tree_pythonpath)
+from codechat.verifier.swebench_sources import link_sources, linked_version, prepare_sources
 from codechat.verifier.swebench_tree import changed_packaging, copy_overlay, without_absent
 
 DOCKER_ONLY = re.compile(r"\b(?:apt-get|apt|locale-gen|conda|useradd|chmod|chown)\b|/etc/")
@@ -229,9 +230,10 @@ def _layers(d: Path, python: str, repo: str, installed: dict[str, dict], commit:
 
 
 def build_swebench_env(repo: str, version: str, records: list[dict], mirrors: Path, out: Path,
-                       log=print, as_of: str | None = "records") -> TestEnv:
+                       log=print, as_of: str | None = "records", sources: Path | None = None) -> TestEnv:
     """Build out/<owner>__<name>-<version>/ from the official spec (see the module docstring); `as_of` as
-    `parse_as_of` reads it."""
+    `parse_as_of` reads it; `sources`: the directory of library sources the build would download
+    (`swebench_sources.py`)."""
     t_start = time.monotonic()
     as_of = parse_as_of(as_of, records)
     spec = spec_for(repo, version)
@@ -286,7 +288,10 @@ def build_swebench_env(repo: str, version: str, records: list[dict], mirrors: Pa
     pre_install, offline = offline_pre_install(list(spec.get("pre_install", [])))
     if offline:
         notes["skipped_offline"] = offline
-    build_env = build_environ(repo, d)
+    prepared, used = prepare_sources(repo, mirror, commit, sources, d, log)
+    if used:
+        notes["build_sources"] = used
+    build_env = build_environ(repo, d, set(prepared))
     if build_env:
         notes["build_environ"] = build_env
     for c in [*groups, commit]:
@@ -307,6 +312,7 @@ def build_swebench_env(repo: str, version: str, records: list[dict], mirrors: Pa
                 raise EnvError(f"{env.key}: {e}") from None
             log(f"{env.key}: not installed at {c[:12]}: {e}")
             continue
+        link_sources(src, prepared)
         ok = True
         for cmd in pre_install + ([spec["install"]] if spec.get("install") else []):
             if DOCKER_ONLY.search(cmd):
@@ -323,6 +329,10 @@ def build_swebench_env(repo: str, version: str, records: list[dict], mirrors: Pa
         if c != commit and ok:  # what this base's install compiled or generated, for its trees (last: overlay/)
             copy_overlay(src, d / "overlays" / c[:12])
             overlays.update({member: f"overlays/{c[:12]}" for member in groups[c]})
+    for name, (source, _) in prepared.items():  # what the built extension links, as the manifest says
+        used[name]["linked"] = linked = linked_version(source, d)
+        if linked != used[name]["version"]:
+            log(f"{env.key}: the built extension links {name} {linked!r}, not {used[name]['version']}")
     bases = _layers(d, python, repo, installed, commit, steps, log)
     if bases:
         notes["bases"] = {c: {"dir": rel, "packages": installed[c]} for c, rel in bases.items()}
