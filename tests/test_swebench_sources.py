@@ -52,8 +52,8 @@ def layout(tmp_path):
     ft = tmp_path / "sources" / "freetype+freetype" / "repo"
     ft.mkdir(parents=True)
     _git(ft, "init", "-q")
-    old = _commit(ft, {"include/freetype/freetype.h": _header("2.6.1"), "autogen.sh": "",
-                       "builds/unix/configure.raw": ""}, tag="VER-2-6-1")
+    old = _commit(ft, {"include/freetype/freetype.h": _header("2.6.1"), "builds/unix/configure.raw": "",
+                       "autogen.sh": "echo '#!/bin/sh' > builds/unix/configure\n"}, tag="VER-2-6-1")
     _commit(ft, {"include/freetype/freetype.h": _header("2.7.0")}, tag="VER-2-7-0")
     return mpl, commit, tmp_path / "sources", old
 
@@ -68,7 +68,9 @@ def test_the_freetype_setupext_names_is_taken_from_the_mirrors_tag_and_linked_wh
     assert prepared == {"freetype": (FREETYPE, tree)}
     assert "FREETYPE_MINOR  6" in (tree / "include/freetype/freetype.h").read_text()
     assert notes["freetype"] == {"version": "2.6.1", "from": str(sources / "freetype+freetype" / "repo"),
-                                 "tag": "VER-2-6-1", "commit": old, "generates": "builds/unix/configure"}
+                                 "tag": "VER-2-6-1", "commit": old,
+                                 "generated": "builds/unix/configure (sh ./autogen.sh)"}
+    assert (tree / "builds/unix/configure").is_file()  # generated as a release holds it
     assert "freetype 2.6.1 from" in logged[0]
     src = tmp_path / "checkout"
     src.mkdir()
@@ -114,12 +116,19 @@ def test_a_mirror_without_the_versions_tag_or_no_sources_leave_the_systems_freet
     assert prepare_sources("sympy/sympy", mpl, commit, sources, tmp_path / "d", print) == ({}, {})
 
 
-def test_a_git_tree_needing_autotools_that_are_missing_is_not_used(layout, tmp_path, monkeypatch):
+def test_a_git_tree_whose_configure_cannot_be_generated_is_not_used(layout, tmp_path, monkeypatch):
     mpl, commit, sources, _ = layout
     monkeypatch.setattr(swebench_sources.shutil, "which", lambda name: None if name == "automake" else "/bin/x")
     prepared, notes = prepare_sources("matplotlib/matplotlib", mpl, commit, sources, tmp_path / "env", print)
     assert prepared == {} and "generating it needs automake" in notes["freetype"]["error"]
     assert not (tmp_path / "env" / "sources" / "freetype-2.6.1").exists()
+    monkeypatch.undo()
+    _commit(sources / "freetype+freetype" / "repo", {"autogen.sh": "echo 'autoconf: no' >&2; exit 1\n"},
+            tag="VER-2-6-2")
+    _commit(mpl, {"setupext.py": SETUPEXT.replace("2.6.1", "2.6.2")})
+    prepared, notes = prepare_sources("matplotlib/matplotlib", mpl, _git(mpl, "rev-parse", "HEAD"), sources,
+                                      tmp_path / "env2", print)
+    assert prepared == {} and notes["freetype"]["error"].endswith("`sh ./autogen.sh` did not make it: autoconf: no")
 
 
 def test_sources_that_are_not_a_directory_are_one_line(shared_data, tmp_path, capsys):
@@ -131,7 +140,7 @@ def test_sources_that_are_not_a_directory_are_one_line(shared_data, tmp_path, ca
 @pytest.mark.slow
 def test_matplotlibs_own_setupext_builds_freetype_2_6_1_from_the_mirrors_tag_offline(shared_data, tmp_path):
     # the real files: matplotlib 3.7's setupext.py at its environment commit, freetype's history (a git mirror);
-    # matplotlib's FreeType.do_custom_build finds the tree in build/, generates its configure and builds it
+    # matplotlib's FreeType.do_custom_build finds the tree (its configure generated) in build/ and builds it
     mpl = find_git(MIRRORS, "matplotlib/matplotlib") or find_git(MIRRORS, "williamlus/matplotlib")  # or a fork
     if mpl is None or find_git(MIRRORS, "freetype/freetype") is None:
         pytest.skip(f"no matplotlib or freetype git mirror under {MIRRORS}")

@@ -4,9 +4,11 @@ matplotlib's build downloads freetype (2.6.1, the version its baseline images ar
 `setupext.py`) and links it statically; the build has no internet. With `--sources DIR` holding that freetype
 (a git mirror of freetype/freetype with the release's tag, in the mirror layouts `--mirrors` takes, or an
 extracted tree `freetype-2.6.1/`), the build puts it where the repository's own build looks before downloading
-(`build/freetype-2.6.1` in the tree) and the repository's build makes it, with its own flags: from a git tree,
-matplotlib's `setupext.py` runs freetype's `autogen.sh` first (needs autoconf, automake and libtool), then
-`./configure --enable-static --disable-shared ...` and `make`. The tree is written once into the environment
+(`build/freetype-2.6.1` in the tree) and the repository's build makes it, with its own flags (matplotlib's
+`setupext.py`: `./configure --enable-static --disable-shared ...` and `make`). A git tree lacks the configure
+script a release holds: the build generates it first with the tree's own `autogen.sh` (needs autoconf, automake
+and libtool), as matplotlib's newer `setupext.py` would itself, so older ones (3.5's early bases run `configure`
+without it) build it too. The tree is written once into the environment
 (`sources/freetype-2.6.1`) and linked from each checkout an install runs in, so freetype is built once and
 every later install reuses it, as a matplotlib checkout reuses its `build/`. Without the source, or with a
 source of another version, the build uses the system's library (`SYSTEM_LIBRARIES`) and says why in its log and
@@ -45,8 +47,10 @@ class BuildSource:
     """The macros in `version_header` whose values, joined by dots, are the version."""
     needs_generated: str
     """A file a release has and a git tree lacks: without it, the build generates it (autotools)."""
+    generator: str
+    """The command (in the tree) generating `needs_generated`."""
     generator_tools: tuple[str, ...]
-    """The programs generating `needs_generated` needs."""
+    """The programs `generator` needs."""
     check: str
     """Python code printing the version the built extension links (run with the environment's python)."""
 
@@ -56,7 +60,7 @@ FREETYPE = BuildSource(
     version_re=r"(?m)^(?:TESTING_VERSION_OF_FREETYPE|LOCAL_FREETYPE_VERSION)\s*=\s*['\"]([\d.]+)['\"]",
     tag="VER-{dashed}", dest="build/freetype-{v}", version_header="include/freetype/freetype.h",
     version_macros=("FREETYPE_MAJOR", "FREETYPE_MINOR", "FREETYPE_PATCH"),
-    needs_generated="builds/unix/configure", generator_tools=("autoconf", "automake", "libtoolize"),
+    needs_generated="builds/unix/configure", generator="sh ./autogen.sh", generator_tools=("autoconf", "automake", "libtoolize"),
     check="import matplotlib.ft2font as f; print(f.__freetype_version__)")
 
 BUILD_SOURCES = {"matplotlib/matplotlib": (FREETYPE,)}
@@ -115,16 +119,26 @@ def prepare_source(source: BuildSource, version: str, sources: Path, out: Path) 
 
 
 def _generated(source: BuildSource, tree: Path, note: dict) -> tuple[Path | None, dict]:
-    """The tree, or None where it lacks its generated build files and a program generating them is missing."""
+    """The tree with its generated build files (a git tree's, made by `generator`), or None where it lacks them
+    and they cannot be made (a program missing, the generator failing)."""
     if (tree / source.needs_generated).exists():
         return tree, note
     lacking = [t for t in source.generator_tools if shutil.which(t) is None]
-    if lacking:
+    why = (f"generating it needs {', '.join(lacking)} (apt-get install autoconf automake libtool)" if lacking else "")
+    if not why:
+        try:
+            res = subprocess.run(["bash", "-c", source.generator], cwd=tree, capture_output=True, text=True,
+                                 timeout=600)
+            out = (res.stdout + res.stderr).strip().splitlines()
+        except subprocess.TimeoutExpired:
+            res, out = None, ["timed out"]
+        if res is None or res.returncode or not (tree / source.needs_generated).exists():
+            why = f"`{source.generator}` did not make it: {(out or [''])[-1][:200]}"
+    if why:
         shutil.rmtree(tree)
         return None, {**note, "error": f"{source.name} {note['version']} from {note['from']} has no "
-                                       f"{source.needs_generated}; generating it needs {', '.join(lacking)} "
-                                       f"(apt-get install autoconf automake libtool)"}
-    return tree, {**note, "generates": source.needs_generated}
+                                       f"{source.needs_generated}; {why}"}
+    return tree, {**note, "generated": f"{source.needs_generated} ({source.generator})"}
 
 
 def link_sources(src: Path, prepared: dict[str, tuple[BuildSource, Path]]) -> None:
