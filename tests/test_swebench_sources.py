@@ -160,7 +160,7 @@ def test_matplotlibs_own_setupext_builds_freetype_2_6_1_from_the_mirrors_tag_off
     (src / "pybind11" / "setup_helpers.py").write_text("Pybind11Extension = object\n")
     link_sources(src, prepared)
     env = {**os.environ, **build_environ("matplotlib/matplotlib", tmp_path, set(prepared))}
-    res = subprocess.run([sys.executable, "-c", "import setupext; import os; setupext.FreeType().do_custom_build(dict(os.environ))"],
-                         cwd=src, env=env, capture_output=True, text=True, timeout=600)
+    build = "import os, setupext; setupext.FreeType().do_custom_build(dict(os.environ))"  # setup.py passes its env
+    res = subprocess.run([sys.executable, "-c", build], cwd=src, env=env, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     assert (tmp_path / "env" / "sources" / "freetype-2.6.1" / "objs" / ".libs" / "libfreetype.a").is_file()

@@ -60,7 +60,8 @@ FREETYPE = BuildSource(
     version_re=r"(?m)^(?:TESTING_VERSION_OF_FREETYPE|LOCAL_FREETYPE_VERSION)\s*=\s*['\"]([\d.]+)['\"]",
     tag="VER-{dashed}", dest="build/freetype-{v}", version_header="include/freetype/freetype.h",
     version_macros=("FREETYPE_MAJOR", "FREETYPE_MINOR", "FREETYPE_PATCH"),
-    needs_generated="builds/unix/configure", generator="sh ./autogen.sh", generator_tools=("autoconf", "automake", "libtoolize"),
+    needs_generated="builds/unix/configure", generator="sh ./autogen.sh",
+    generator_tools=("autoconf", "automake", "libtoolize"),
     check="import matplotlib.ft2font as f; print(f.__freetype_version__)")
 
 BUILD_SOURCES = {"matplotlib/matplotlib": (FREETYPE,)}
