@@ -1,6 +1,6 @@
 """Test environments built from the official SWE-bench specs (the optional `swebench` package), without Docker.
 
-    codechat repo env build swe-bench-lite-test.json --mirrors DIR --out ENVS [--only sympy]
+    codechat repo env build swe-bench-lite-test.json --mirrors DIR --out ENVS [--only sympy] [--sources SRC]
 
 For each (repo, version) of a record set, `swebench.harness.constants.MAP_REPO_VERSION_TO_SPECS` gives the Python
 version, the packages (`requirements.txt`: the repository's own file at the environment commit, read from the git
@@ -22,7 +22,8 @@ a base commit whose install resolves some packages to other versions, a layer ve
 Unpinned packages move on after a spec was written (docutils dropped the `roman` module sphinx 3.x imports): with
 `as_of` (by default the newest `created_at` of the version's records) every pip step resolves as of that date
 (pip's `--uploaded-prior-to`; a step that cannot, such as a pin released later, runs again undated), see `_step`.
-Reading the specs, the records and the mirrors: `swebench_spec.py`; what a commit's tree holds: `swebench_tree.py`.
+Reading the specs, the records and the mirrors: `swebench_spec.py`; what a commit's tree holds: `swebench_tree.py`;
+library sources a build would download, given locally (`--sources`: matplotlib's freetype): `swebench_sources.py`.
 """
 from __future__ import annotations
 
