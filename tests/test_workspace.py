@@ -130,3 +130,19 @@ def test_an_interpreter_behind_a_symlinked_venv_dir_runs(tmp_path, monkeypatch):
     ws.mkdir()
     res = run_isolated([sys.executable, "-c", "print(6 * 7)"], ws, timeout_s=20)
     assert res.output.strip().endswith("42"), res.output
+
+
+@pytest.mark.skipif(not (os.path.isfile("/usr/bin/xelatex") and os.path.isdir("/var/lib/texmf")),
+                    reason="no TeX Live with xelatex on this host")
+def test_a_command_runs_xelatex_with_the_tex_trees_formats_and_cannot_write_them(ws):
+    # Debian's TeX tree under /usr links its formats and file databases in /var/lib/texmf: without them
+    # xelatex stops at "I can't find the format file" (matplotlib's pgf tests need it)
+    ws.write("t.tex", "\\documentclass{article}\\usepackage{pgf}\\begin{document}\\typeout{pgf=\\pgfversion}"
+                      "\\makeatletter\\@@end\n")
+    code = ("import os, subprocess, tempfile\nd = tempfile.mkdtemp()\n"
+            "r = subprocess.run(['/usr/bin/xelatex', '-halt-on-error', '-output-directory', d, 't.tex'], "
+            "capture_output=True, text=True)\nprint('rc', r.returncode, r.stdout[-300:])\n"
+            "try:\n    open('/var/lib/texmf/x', 'w')\nexcept OSError as e:\n    print('write', type(e).__name__)\n")
+    r = run_isolated([sys.executable, "-I", "-c", code], ws.root, timeout_s=60)
+    assert r.status == "ok" and "rc 0" in r.output and "pgf=3." in r.output, r.output
+    assert "write" in r.output and not os.path.exists("/var/lib/texmf/x")

@@ -30,6 +30,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     b.add_argument("--keep", action="store_true", help="SWE-bench records: skip environments already built")
     b.add_argument("--as-of", default="records", help="SWE-bench records: resolve packages as uploaded before this "
                    "date (ISO 8601), 'records' (the newest created_at of each version's records) or 'none' (today)")
+    b.add_argument("--sources", help="SWE-bench records: directory of the library sources a repository's build "
+                   "downloads, used instead (matplotlib: freetype at the version its setupext.py names, as a git "
+                   "mirror of freetype/freetype or an extracted freetype-VERSION/ tree); without it, the system's")
     c = env.add_parser("check", help="run each environment's python (and pytest) once")
     c.add_argument("dir", help="directory of built environments")
 
@@ -58,6 +61,9 @@ def _build_swebench(records: list[dict], args) -> int:
         parse_as_of(args.as_of, [])
     except EnvError as e:
         raise CodechatError(str(e)) from None
+    sources = Path(args.sources).expanduser().resolve() if args.sources else None
+    if sources is not None and not sources.is_dir():
+        raise CodechatError(f"--sources {args.sources}: no such directory")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     failed = 0
@@ -68,7 +74,8 @@ def _build_swebench(records: list[dict], args) -> int:
             continue
         t0 = time.monotonic()
         try:
-            built = build_swebench_env(repo, version, recs, Path(args.mirrors).expanduser(), out, as_of=args.as_of)
+            built = build_swebench_env(repo, version, recs, Path(args.mirrors).expanduser(), out, as_of=args.as_of,
+                                       sources=sources)
             print(f"{repo}@{version}: built in {time.monotonic() - t0:.0f}s ({len(recs)} records; "
                   f"{check_env(built)}) {built.dir}")
         except (EnvError, OSError) as e:

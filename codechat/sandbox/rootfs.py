@@ -7,6 +7,8 @@ before any program is forked; the zygote, its supervisor, its judge and every pr
   <codechat>/sandbox             read-only: the only part of codechat there (the candidate's and the judge's code);
                                  codechat/tasks (reference solutions), the checkout, task files are absent
   /etc/ld.so.cache               read-only (library lookup)
+  /etc/texmf, /var/lib/texmf     only for a repository command, read-only where the host has them: TeX Live's
+                                 configuration, formats and file databases, which its tree under /usr links to
   /etc/hosts, /etc/nsswitch.conf written here: localhost is 127.0.0.1 and ::1, looked up in the hosts file only
                                  (`HOSTS`). Loopback is up only for repository commands, each in a network
                                  namespace of its own (`isolation.enter_workspace`)
@@ -39,6 +41,9 @@ MS_REMOUNT, MS_BIND, MS_MOVE, MS_REC, MS_PRIVATE = 0x20, 0x1000, 0x2000, 0x4000,
 MNT_DETACH = 2
 SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
 SYSTEM_DIRS = ("/usr", "/lib", "/lib64", "/lib32", "/libx32", "/bin", "/sbin")
+TEX_DIRS = ("/etc/texmf", "/var/lib/texmf")
+"""TeX Live's configuration and generated files outside /usr (Debian: the formats, file databases and font maps
+that /usr's TeX tree links to): exposed read-only to repository commands, whose test suites run `xelatex`."""
 DEVICES = ("null", "zero", "full", "random", "urandom")
 VISIBLE_PACKAGES = ("sandbox",)  # subpackages of codechat visible inside (the candidate and judge import them)
 TMP_OPTS = "mode=1777,size=256m,nr_inodes=16384"
@@ -144,6 +149,8 @@ def build_root(package_dir: str, hide_paths: tuple[str, ...] = (), binds: tuple[
     sandbox_dirs = [os.path.join(package_dir, s) for s in VISIBLE_PACKAGES]
     plan += [(p, "dir", True) for p in sandbox_dirs if not any(_under(p, e) for e in visible)]
     plan += [(os.path.realpath(b), "dir", True) for b in binds]
+    if user is not None:
+        plan += [(d, "dir", True) for d in TEX_DIRS if os.path.isdir(d) and not os.path.islink(d)]
     planned = {p for p, _, _ in plan}
     plan += [(q, "link", True) for q in python_links(binds)
              if q not in planned and not any(_under(q, v) for v in visible)]

@@ -1,6 +1,6 @@
 """Test environments built from the official SWE-bench specs (the optional `swebench` package), without Docker.
 
-    codechat repo env build swe-bench-lite-test.json --mirrors DIR --out ENVS [--only sympy]
+    codechat repo env build swe-bench-lite-test.json --mirrors DIR --out ENVS [--only sympy] [--sources SRC]
 
 For each (repo, version) of a record set, `swebench.harness.constants.MAP_REPO_VERSION_TO_SPECS` gives the Python
 version, the packages (`requirements.txt`: the repository's own file at the environment commit, read from the git
@@ -22,7 +22,8 @@ a base commit whose install resolves some packages to other versions, a layer ve
 Unpinned packages move on after a spec was written (docutils dropped the `roman` module sphinx 3.x imports): with
 `as_of` (by default the newest `created_at` of the version's records) every pip step resolves as of that date
 (pip's `--uploaded-prior-to`; a step that cannot, such as a pin released later, runs again undated), see `_step`.
-Reading the specs, the records and the mirrors: `swebench_spec.py`; what a commit's tree holds: `swebench_tree.py`.
+Reading the specs, the records and the mirrors: `swebench_spec.py`; what a commit's tree holds: `swebench_tree.py`;
+library sources a build would download, given locally (`--sources`: matplotlib's freetype): `swebench_sources.py`.
 """
 from __future__ import annotations
 
@@ -44,6 +45,7 @@ from codechat.verifier.swebench_spec import (RUNNER_FILES, conda_to_pypi, enviro
                                              parse_as_of, parse_test_cmd, requirements_txt, spec_for,
                                              build_environ, offline_pre_install, python_caps, spec_packages,
                                              tree_pythonpath)
+from codechat.verifier.swebench_sources import link_sources, linked_version, prepare_sources
 from codechat.verifier.swebench_tree import changed_packaging, copy_overlay, without_absent
 
 DOCKER_ONLY = re.compile(r"\b(?:apt-get|apt|locale-gen|conda|useradd|chmod|chown)\b|/etc/")
@@ -229,9 +231,10 @@ def _layers(d: Path, python: str, repo: str, installed: dict[str, dict], commit:
 
 
 def build_swebench_env(repo: str, version: str, records: list[dict], mirrors: Path, out: Path,
-                       log=print, as_of: str | None = "records") -> TestEnv:
+                       log=print, as_of: str | None = "records", sources: Path | None = None) -> TestEnv:
     """Build out/<owner>__<name>-<version>/ from the official spec (see the module docstring); `as_of` as
-    `parse_as_of` reads it."""
+    `parse_as_of` reads it; `sources`: the directory of library sources the build would download
+    (`swebench_sources.py`)."""
     t_start = time.monotonic()
     as_of = parse_as_of(as_of, records)
     spec = spec_for(repo, version)
@@ -286,7 +289,10 @@ def build_swebench_env(repo: str, version: str, records: list[dict], mirrors: Pa
     pre_install, offline = offline_pre_install(list(spec.get("pre_install", [])))
     if offline:
         notes["skipped_offline"] = offline
-    build_env = build_environ(repo, d)
+    prepared, used = prepare_sources(repo, mirror, commit, sources, d, log)
+    if used:
+        notes["build_sources"] = used
+    build_env = build_environ(repo, d, set(prepared))
     if build_env:
         notes["build_environ"] = build_env
     for c in [*groups, commit]:
@@ -307,6 +313,7 @@ def build_swebench_env(repo: str, version: str, records: list[dict], mirrors: Pa
                 raise EnvError(f"{env.key}: {e}") from None
             log(f"{env.key}: not installed at {c[:12]}: {e}")
             continue
+        link_sources(src, prepared)
         ok = True
         for cmd in pre_install + ([spec["install"]] if spec.get("install") else []):
             if DOCKER_ONLY.search(cmd):
@@ -323,6 +330,10 @@ def build_swebench_env(repo: str, version: str, records: list[dict], mirrors: Pa
         if c != commit and ok:  # what this base's install compiled or generated, for its trees (last: overlay/)
             copy_overlay(src, d / "overlays" / c[:12])
             overlays.update({member: f"overlays/{c[:12]}" for member in groups[c]})
+    for name, (source, _) in prepared.items():  # what the built extension links, as the manifest says
+        used[name]["linked"] = linked = linked_version(source, d)
+        if linked != used[name]["version"]:
+            log(f"{env.key}: the built extension links {name} {linked!r}, not {used[name]['version']}")
     bases = _layers(d, python, repo, installed, commit, steps, log)
     if bases:
         notes["bases"] = {c: {"dir": rel, "packages": installed[c]} for c, rel in bases.items()}

@@ -154,18 +154,21 @@ def offline_pre_install(cmds: list[str]) -> tuple[list[str], list[str]]:
 
 
 SYSTEM_LIBRARIES = {"matplotlib/matplotlib": ("mplsetup.cfg", "MPLSETUPCFG",
-                                              "[libs]\nsystem_freetype = True\nsystem_qhull = True\n")}
+                                              {"freetype": "system_freetype", "qhull": "system_qhull"})}
 """Where a repository's build downloads a C library's source (matplotlib: freetype 2.6.1 and qhull 2020.2, from
-the internet the build does not have), the build takes the system's instead: (a file written in the environment,
-the variable naming it to the build, the file's text). Needs the libraries' headers (libfreetype-dev,
+the internet the build does not have), the build takes the system's instead, unless the library's source is given
+locally (`swebench_sources.py`): (a file written in the environment, the variable naming it to the build, {library:
+the file's option saying "use the system's"}). Needs the system libraries' headers (libfreetype-dev,
 libqhull-dev); matplotlib's tests comparing images with text assume freetype 2.6.1."""
 
 
-def build_environ(repo: str, env_dir: Path) -> dict[str, str]:
-    """The variables the repository's install steps get (SYSTEM_LIBRARIES), their files written in `env_dir`."""
+def build_environ(repo: str, env_dir: Path, local: frozenset[str] | set[str] = frozenset()) -> dict[str, str]:
+    """The variables the repository's install steps get (SYSTEM_LIBRARIES), their files written in `env_dir`;
+    the libraries in `local` are built from their given sources, the others taken from the system."""
     if repo not in SYSTEM_LIBRARIES:
         return {}
-    name, var, text = SYSTEM_LIBRARIES[repo]
+    name, var, options = SYSTEM_LIBRARIES[repo]
+    text = "[libs]\n" + "".join(f"{opt} = {lib not in local}\n" for lib, opt in options.items())
     (env_dir / name).write_text(text, encoding="utf-8")
     return {var: str(env_dir / name)}
 
