@@ -380,3 +380,15 @@ def test_an_unpinned_cython_on_python_3_6_is_the_one_conda_had():
     lines = ["numpy", "Cython", "cython==0.28.5", "scipy"]
     assert python_caps(lines, "3.6") == ["numpy", "Cython<3", "cython==0.28.5", "scipy"]
     assert python_caps(lines, "3.9") == lines
+
+
+def test_an_unpinned_pytest_on_python_3_6_names_parameters_as_the_records_do(shared_data):
+    # pytest 7.0 installs on 3.6 from PyPI and names a complex parameter `1j`; the harness's conda pytest for 3.6
+    # (6.2) names it by position, as scikit-learn 0.22's records do
+    from codechat.verifier.swebench_spec import python_caps, spec_packages, spec_for
+    spec = spec_for("scikit-learn/scikit-learn", "0.22")
+    assert "pytest<7" in python_caps(spec_packages(spec["packages"]), "3.6")
+    assert python_caps(["pytest"], "3.9") == ["pytest"]
+    records = json.loads((shared_data / "repo" / "swe-bench-lite-test.json").read_text())
+    passing = json.loads(next(r for r in records if r["instance_id"] == "scikit-learn__scikit-learn-14983")["PASS_TO_PASS"])
+    assert "sklearn/model_selection/tests/test_split.py::test_shufflesplit_errors[None-train_size3]" in passing
