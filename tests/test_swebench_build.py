@@ -383,8 +383,8 @@ def test_an_unpinned_cython_on_python_3_6_is_the_one_conda_had():
 
 
 def test_an_unpinned_pytest_on_python_3_6_names_parameters_as_the_records_do(shared_data):
-    # pytest 7.0 installs on 3.6 from PyPI and names a complex parameter `1j`; the harness's conda pytest for 3.6
-    # (6.2) names it by position, as scikit-learn 0.22's records do
+    # pytest 7.0 installs on 3.6 from PyPI and names a complex parameter `1j`; the harness's pytest named it by
+    # position, as scikit-learn 0.22's records show
     from codechat.verifier.swebench_spec import python_caps, spec_packages, spec_for
     spec = spec_for("scikit-learn/scikit-learn", "0.22")
     assert "pytest<7" in python_caps(spec_packages(spec["packages"]), "3.6")
