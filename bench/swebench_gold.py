@@ -17,7 +17,8 @@
         instances, environments built, gold / empty / wrong resolved, env errors, median seconds of a gold
         judgement and the environments' build seconds (their manifests). --per-repo N: the first N instances of
         each repository (in record order); --ids, --kinds: a rerun of some. "wrong": the gold with one change
-        block undone, largest block first, up to --wrong-tries variants until one does not resolve; the variants
+        block undone, largest block first (passing over one that undoes only docstrings or comments: the
+        gold's program), up to --wrong-tries variants until one does not resolve; the variants
         that still resolved are counted (`wrong_blocks_unneeded`: blocks the tests do not need), an instance
         where all do is in `wrong_resolved_ids`. One result line per judgement goes to --out as it is made.
 Ends with one JSON line of figures.
