@@ -17,7 +17,8 @@
         instances, environments built, gold / empty / wrong resolved, env errors, median seconds of a gold
         judgement and the environments' build seconds (their manifests). --per-repo N: the first N instances of
         each repository (in record order); --ids, --kinds: a rerun of some. "wrong": the gold with one change
-        block undone, largest block first, up to --wrong-tries variants until one does not resolve; the variants
+        block undone, largest block first (passing over one that undoes only docstrings or comments: the
+        gold's program), up to --wrong-tries variants until one does not resolve; the variants
         that still resolved are counted (`wrong_blocks_unneeded`: blocks the tests do not need), an instance
         where all do is in `wrong_resolved_ids`. One result line per judgement goes to --out as it is made.
 Ends with one JSON line of figures.
@@ -25,9 +26,11 @@ Ends with one JSON line of figures.
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
 import re
+import subprocess
 import sys
 import tarfile
 import tempfile
@@ -39,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from codechat.tasks.repo import RepoTask  # noqa: E402
 from codechat.tasks.repo_loaders import from_swebench  # noqa: E402
-from codechat.verifier.patches import Hunk, parse_diff  # noqa: E402
+from codechat.verifier.patches import Hunk, apply_diff, parse_diff  # noqa: E402
 from codechat.verifier.repo import RepoJudge  # noqa: E402
 from codechat.verifier.repo_env import load_envs  # noqa: E402
 from codechat.verifier.repo_rules import drop_reason, hazard, matches, test_targets, well_formed  # noqa: E402
@@ -138,10 +141,49 @@ def without_block(patch: str, block: tuple[int, int, int]) -> str:
     return "".join(out)
 
 
-def wrong_variants(patch: str, tries: int) -> list[str]:
+def _code(text: str | None, path: str) -> str | None:
+    """A file's program: for Python, its syntax tree without docstrings (comments never reach it); else the text."""
+    if text is None or not path.endswith(".py"):
+        return text
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return text
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
+                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)):
+            body[0] = ast.Pass()
+    return ast.dump(tree)
+
+
+def wrong_variants(patch: str, tries: int, read=None) -> list[str]:
     """Up to `tries` wrong changes: the gold without one change block, largest block first. A gold of one block
-    has one: the base itself (the empty change)."""
-    return [without_block(patch, b) for b in change_blocks(patch)[:tries]]
+    has one: the base itself (the empty change). With `read` (a base file's text by path), a variant whose
+    program is the gold's (it undoes docstring or comment lines only) is passed over, unless every one is."""
+    variants = [without_block(patch, b) for b in change_blocks(patch)]
+    if read is not None:
+        gold = apply_diff(patch, read)
+        code = {p: _code(t, p) for p, t in gold.items()}
+        differ = []
+        for v in variants:
+            mine = apply_diff(v, read) if v else {}
+            if any(_code(mine[p] if p in mine else read(p), p) != c for p, c in code.items()):
+                differ.append(v)
+        variants = differ or variants
+    return variants[:tries]
+
+
+def _read_commit(task) -> object:
+    """A reader of the task's base files (`git show` from its mirror), or None for a plain tree."""
+    if not task.commit:
+        return None
+
+    def read(path: str) -> str | None:
+        res = subprocess.run(["git", "-C", task.repo_dir, "show", f"{task.commit}:{path}"], capture_output=True)
+        return res.stdout.decode("utf-8", errors="replace") if res.returncode == 0 else None
+    return read
 
 
 def offline_reason(rec: dict, envs: dict) -> str | None:
@@ -242,7 +284,7 @@ def judge_wrong(judge, task, patch: str, tries: int) -> tuple[str, float, str, d
     """The first of `wrong_variants` that does not resolve (status, seconds, message, details): how many blocks
     the gold has, how many variants were judged, and how many of them still resolved (a block the tests do not
     need); when every one resolves, the last one's verdict, "passed"."""
-    blocks, variants = len(change_blocks(patch)), wrong_variants(patch, tries)
+    blocks, variants = len(change_blocks(patch)), wrong_variants(patch, tries, _read_commit(task))
     t0, resolved = time.monotonic(), 0
     for n, variant in enumerate(variants, 1):
         v = judge.judge(task, variant)

@@ -380,3 +380,31 @@ def test_an_unpinned_cython_on_python_3_6_is_the_one_conda_had():
     lines = ["numpy", "Cython", "cython==0.28.5", "scipy"]
     assert python_caps(lines, "3.6") == ["numpy", "Cython<3", "cython==0.28.5", "scipy"]
     assert python_caps(lines, "3.9") == lines
+
+
+def test_an_unpinned_pytest_on_python_3_6_names_parameters_as_the_records_do(shared_data):
+    # pytest 7.0 installs on 3.6 from PyPI and names a complex parameter `1j`; the harness's pytest named it by
+    # position, as scikit-learn 0.22's records show
+    from codechat.verifier.swebench_spec import python_caps, spec_packages, spec_for
+    spec = spec_for("scikit-learn/scikit-learn", "0.22")
+    assert "pytest<7" in python_caps(spec_packages(spec["packages"]), "3.6")
+    assert python_caps(["pytest"], "3.9") == ["pytest"]
+    records = json.loads((shared_data / "repo" / "swe-bench-lite-test.json").read_text())
+    passing = json.loads(next(r for r in records if r["instance_id"] == "scikit-learn__scikit-learn-14983")["PASS_TO_PASS"])
+    assert "sklearn/model_selection/tests/test_split.py::test_shufflesplit_errors[None-train_size3]" in passing
+
+
+def test_a_wrong_variant_undoing_only_docstrings_or_comments_is_passed_over():
+    # a gold whose largest blocks rewrite docstrings (scikit-learn 10297) would give "wrong" changes that are the
+    # gold's program; with the base files the variants that change code come first
+    bench = _bench()
+    base = {"m.py": 'def f(a):\n    """Old text\n    more."""\n    return a\n\n\n# note\nX = 1\n'}
+    gold = ("--- a/m.py\n+++ b/m.py\n@@ -1,8 +1,8 @@\n def f(a):\n-    \"\"\"Old text\n-    more.\"\"\"\n"
+            "+    \"\"\"New text,\n+    rewritten.\"\"\"\n     return a\n \n \n-# note\n+# a note\n-X = 1\n+X = 2\n")
+    plain = bench.wrong_variants(gold, 3)
+    assert len(plain) == 2 and "X = 2" in plain[0]          # the docstring block (4 lines) first, X kept
+    code = bench.wrong_variants(gold, 3, base.get)
+    assert len(code) == 1 and "X = 2" not in code[0]        # only undoing `X = 2` changes the program
+    assert "X = 1" in apply_diff(code[0], base.get)["m.py"]
+    docs_only = "--- a/m.py\n+++ b/m.py\n@@ -7,1 +7,1 @@\n-# note\n+# a note\n"
+    assert bench.wrong_variants(docs_only, 3, base.get) == bench.wrong_variants(docs_only, 3) == [""]

@@ -117,10 +117,13 @@ def conda_to_pypi(lines: list[str]) -> tuple[list[str], dict[str, str | None]]:
     return out, changed
 
 
-CONDA_PYTHON_CAPS = {"3.6": {"cython": "<3"}}
+CONDA_PYTHON_CAPS = {"3.6": {"cython": "<3", "pytest": "<7"}}
 """Caps on a conda package list's unpinned packages for an old Python, where PyPI serves a release that installs
-but that conda never built for that Python: conda's last Python 3.6 builds are Cython 0.29, PyPI's Cython 3.0
-(July 2023) installs on 3.6 too, and scikit-learn 0.20–0.22 do not compile with it (`_ball_tree.pyx`)."""
+but that the harness's conda did not give that Python. Conda's last Python 3.6 builds are Cython 0.29; PyPI's
+Cython 3.0 (July 2023) installs on 3.6 too, and scikit-learn 0.20–0.22 do not compile with it (`_ball_tree.pyx`).
+PyPI's pytest 7.0 installs on 3.6 and names a complex parameter by its value, where pytest before 7.0 names it by
+position; the harness's pytest did so (scikit-learn 0.22's records name `test_shufflesplit_errors[None-train_size3]`,
+which pytest 7.0 calls `[None-1j]`)."""
 
 
 def python_caps(lines: list[str], python: str) -> list[str]:
