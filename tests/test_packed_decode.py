@@ -71,8 +71,18 @@ def test_packed_logits_match_a_plain_forward(pol, prompts, layout, monkeypatch):
     """Each packed step's logits equal the model's forward over the row's whole sequence, through a compaction."""
     monkeypatch.setattr(decoding, "FLAT_PROMPT", layout)
     monkeypatch.setattr(packed, "MIN_TOKENS", 1)
-    dec = decoding.make_decoder(pol.model, pack=True)
-    P, n, Lp = len(prompts), 3, max(map(len, prompts))
+
+    def check(step, logits, seqs):
+        ref = torch.stack([pol.model(torch.tensor([s])).logits[0, -1] for s in seqs])  # (B, V)
+        assert (logits - ref).abs().max() < 1e-4, f"step {step}"
+
+    walk(decoding.make_decoder(pol.model, pack=True), prompts, check)
+
+
+def walk(dec, prompts, check, n: int = 3, steps: int = 6):
+    """Prefill n rows per prompt on packed weights, then `steps` random tokens, dropping rows after the third;
+    check(step, logits (B, V), seqs) sees each step's logits and the rows' whole sequences."""
+    P, Lp = len(prompts), max(map(len, prompts))
     ids = torch.tensor([[0] * (Lp - len(p)) + p for p in prompts])
     valid = torch.tensor([[False] * (Lp - len(p)) + [True] * len(p) for p in prompts])
     index = torch.arange(P).repeat_interleave(n)
@@ -80,10 +90,9 @@ def test_packed_logits_match_a_plain_forward(pol, prompts, layout, monkeypatch):
     assert dec.fast.packed is not None
     seqs = [list(prompts[p]) for p in index.tolist()]
     g = torch.Generator().manual_seed(0)
-    for step in range(6):
-        ref = torch.stack([pol.model(torch.tensor([s])).logits[0, -1] for s in seqs])  # (B, V)
-        assert (logits - ref).abs().max() < 1e-4, f"step {step}"
-        tok = torch.randint(0, ref.shape[1], (len(seqs),), generator=g)
+    for step in range(steps):
+        check(step, logits, seqs)
+        tok = torch.randint(0, logits.shape[1], (len(seqs),), generator=g)
         seqs = [s + [t] for s, t in zip(seqs, tok.tolist())]
         if step == 2:
             keep = torch.tensor([0, 2, 3, 5, 6, 8])
@@ -134,31 +143,20 @@ def test_packed_bf16_steps_match_the_autocast_forward(pol, prompts, layout, monk
     logits are the model's own autocast forward over the whole sequence up to bf16 rounding, not fp32's."""
     monkeypatch.setattr(decoding, "FLAT_PROMPT", layout)
     monkeypatch.setattr(packed, "MIN_TOKENS", 1)
-    P, n, Lp = len(prompts), 3, max(map(len, prompts))
-    ids = torch.tensor([[0] * (Lp - len(p)) + p for p in prompts])
-    valid = torch.tensor([[False] * (Lp - len(p)) + [True] * len(p) for p in prompts])
-    index = torch.arange(P).repeat_interleave(n)
-    seqs = [list(prompts[p]) for p in index.tolist()]
-    g = torch.Generator().manual_seed(0)
     gaps, fp32_gaps = [], []
+
+    def check(step, logits, seqs):
+        ref = torch.stack([pol.model(torch.tensor([s])).logits[0, -1] for s in seqs]).float()  # autocast's
+        with torch.autocast("cpu", enabled=False):
+            fp32 = torch.stack([pol.model(torch.tensor([s])).logits[0, -1] for s in seqs])
+        if step:  # the steps after the prefill (the prefill is the model's own forward)
+            scale = fp32.abs().max()
+            gaps.append(((logits.float() - ref).abs().max() / scale).item())
+            fp32_gaps.append(((logits.float() - fp32).abs().max() / scale).item())
+
     with torch.autocast("cpu", dtype=torch.bfloat16):
         dec = decoding.make_decoder(pol.model, pack=True)
-        logits = dec.prefill(ids, valid, index, 8)
-        assert dec.lean and dec.fast.packed is not None and dec.fast.packed.dtype == torch.bfloat16
-        for step in range(6):
-            ref = torch.stack([pol.model(torch.tensor([s])).logits[0, -1] for s in seqs]).float()  # autocast's
-            with torch.autocast("cpu", enabled=False):
-                fp32 = torch.stack([pol.model(torch.tensor([s])).logits[0, -1] for s in seqs])
-            scale = fp32.abs().max()
-            if step:  # the steps after the prefill (the prefill is the model's own forward)
-                gaps.append(((logits.float() - ref).abs().max() / scale).item())
-                fp32_gaps.append(((logits.float() - fp32).abs().max() / scale).item())
-            tok = torch.randint(0, ref.shape[1], (len(seqs),), generator=g)
-            seqs = [s + [t] for s, t in zip(seqs, tok.tolist())]
-            if step == 2:
-                keep = torch.tensor([0, 2, 3, 5, 6, 8])
-                dec.select(keep)
-                tok, seqs = tok[keep], [seqs[i] for i in keep.tolist()]
-            logits = dec.step(tok)
+        walk(dec, prompts, check)
+    assert dec.lean and dec.fast.packed.dtype == torch.bfloat16
     assert max(gaps) < 2e-2, gaps
     assert min(fp32_gaps) > 1e-4, fp32_gaps  # it computes in bf16
