@@ -374,6 +374,25 @@ def test_a_pkg_resources_namespace_of_the_tree_is_made_without_running_its_init(
     assert out.stdout.split("\n")[:2] == ["['mpl_toolkits']", "3 True"], out.stderr
 
 
+def test_the_tree_s_namespace_replaces_the_one_the_environment_s_nspkg_pth_made(tmp_path):
+    # the environment's editable install leaves a -nspkg.pth that makes `mpl_toolkits` from the environment's own
+    # source copy at startup; the tree under test must win, as in the harness where both are one directory
+    for root, axes in (("env", "'env'"), ("tree", "'tree'")):
+        ns = tmp_path / root / "mpl_toolkits"
+        (ns / "mplot3d").mkdir(parents=True)
+        (ns / "__init__.py").write_text("__import__('pkg_resources').declare_namespace(__name__)\n")
+        (ns / "mplot3d" / "__init__.py").write_text(f"AXES = {axes}\n")
+    env, tree = str(tmp_path / "env"), str(tmp_path / "tree")
+    nspkg = ("import importlib.util, importlib.machinery; "
+             f"sys.modules['mpl_toolkits'] = importlib.util.module_from_spec("
+             f"importlib.machinery.PathFinder.find_spec('mpl_toolkits', [{env!r}]))")
+    probe = (f"import sys; {nspkg}; from codechat.sandbox.suite_runner import legacy_namespaces; "
+             f"print(legacy_namespaces([{tree!r}])); sys.path.insert(0, {tree!r}); "
+             "import mpl_toolkits.mplot3d as m; print(m.AXES); print(legacy_namespaces([" + repr(tree) + "]))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert out.stdout.split("\n")[:3] == ["['mpl_toolkits']", "tree", "[]"], out.stderr
+
+
 def test_an_unpinned_cython_on_python_3_6_is_the_one_conda_had():
     # PyPI's Cython 3.0 installs on 3.6, conda never built it there, and scikit-learn 0.22 does not compile with it
     from codechat.verifier.swebench_spec import python_caps

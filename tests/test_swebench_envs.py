@@ -373,3 +373,18 @@ def test_attack_a_parameter_id_holding_the_instance_marker_backs_no_other_test()
     from codechat.verifier.repo_suite import agrees, parser_keys
     seen = {"a.py::test_p[x::()::y]": ["pass"]}
     assert not agrees("a.py::test_p[x::y]", "PASSED", parser_keys("astropy/astropy", seen))
+
+
+def test_the_repository_s_own_nspkg_pth_is_removed_and_others_kept(tmp_path, monkeypatch):
+    # matplotlib 3.3's `pip install -e .` leaves a -nspkg.pth making `mpl_toolkits` from the environment's source
+    # copy at every start: a test's subprocess would import the environment commit's mplot3d, not the tree's
+    from codechat.verifier import swebench_env
+    site, src = tmp_path / "site", tmp_path / "env" / "src"
+    site.mkdir()
+    own = site / "matplotlib-0.1-nspkg.pth"
+    own.write_text(f"import sys, os; p = os.path.join({str(src / 'lib')!r}, *('mpl_toolkits',))\n")
+    other = site / "sphinxcontrib_svg2pdfconverter-1.2.2-nspkg.pth"
+    other.write_text("import sys, os; p = os.path.join(sys._getframe(1).f_locals['sitedir'], 'sphinxcontrib')\n")
+    monkeypatch.setattr(swebench_env, "_site", lambda venv: site)
+    assert swebench_env.drop_own_nspkg(tmp_path / "env", src) == [own.name]
+    assert not own.exists() and other.exists()

@@ -47,7 +47,9 @@ def legacy_namespaces(paths: list) -> list:
     pkg_resources namespace (`declare_namespace(__name__)`: matplotlib's `mpl_toolkits` until 3.7) without running
     that file, as the `-nspkg.pth` of the harness's editable install does for `setup.py`'s `namespace_packages`
     (run, its `import pkg_resources` warns, an error under matplotlib's `filterwarnings = error`, and every test
-    module importing pyplot failed to collect). Returns the names."""
+    module importing pyplot failed to collect). The environment's own `-nspkg.pth` made that namespace at startup
+    from the environment's source copy (where the harness's points at the tree under test): it is replaced, or the
+    tree's `mpl_toolkits` would be the environment commit's. Returns the names."""
     import importlib.machinery
     import importlib.util
     made = []
@@ -58,7 +60,9 @@ def legacy_namespaces(paths: list) -> list:
             continue
         for name in names:
             init = os.path.join(d, name, "__init__.py")
-            if not name.isidentifier() or name in sys.modules or not os.path.isfile(init):
+            have = sys.modules.get(name)
+            if not name.isidentifier() or not os.path.isfile(init) or (
+                    have is not None and os.path.join(d, name) in list(getattr(have, "__path__", None) or [])):
                 continue
             try:
                 with open(init, encoding="utf-8", errors="replace") as f:
@@ -66,7 +70,7 @@ def legacy_namespaces(paths: list) -> list:
             except OSError:
                 continue
             spec = importlib.machinery.PathFinder.find_spec(name, [d]) if declares else None
-            if spec is not None:
+            if spec is not None and not any(m.startswith(name + ".") for m in sys.modules):  # nothing under it yet
                 sys.modules[name] = importlib.util.module_from_spec(spec)
                 made.append(name)
     return made

@@ -199,6 +199,20 @@ def _site(venv: Path) -> Path:
     return Path(res.stdout.strip())
 
 
+def drop_own_nspkg(venv: Path, src: Path) -> list[str]:
+    """Removes the repository's own `-nspkg.pth` files (setup.py's `namespace_packages` under `pip install -e`):
+    at every interpreter start they make the namespace package (matplotlib's `mpl_toolkits` before 3.7) from the
+    environment's source copy, so a test's subprocess would import the environment commit's `mpl_toolkits`, not the
+    tree's; in the harness that file names the one checkout under test. The runner makes the namespace from the
+    tree (`suite_runner.legacy_namespaces`). Returns the names removed."""
+    gone = []
+    for pth in sorted(_site(venv).glob("*-nspkg.pth")):
+        if str(src) in pth.read_text(encoding="utf-8", errors="replace"):
+            pth.unlink()
+            gone.append(pth.name)
+    return gone
+
+
 def _layers(d: Path, python: str, repo: str, installed: dict[str, dict], commit: str, steps: list,
             log=print) -> dict[str, str]:
     """For each base commit whose install resolved some distributions to other versions than the environment
@@ -334,6 +348,8 @@ def build_swebench_env(repo: str, version: str, records: list[dict], mirrors: Pa
         used[name]["linked"] = linked = linked_version(source, d)
         if linked != used[name]["version"]:
             log(f"{env.key}: the built extension links {name} {linked!r}, not {used[name]['version']}")
+    if dropped := drop_own_nspkg(d, src):
+        notes["nspkg_dropped"] = dropped
     bases = _layers(d, python, repo, installed, commit, steps, log)
     if bases:
         notes["bases"] = {c: {"dir": rel, "packages": installed[c]} for c, rel in bases.items()}
