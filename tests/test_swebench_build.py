@@ -13,8 +13,8 @@ from codechat.verifier.patches import apply_diff, parse_diff
 from codechat.verifier.repo_env import EnvError
 from codechat.verifier.swebench_env import _step, prepare_pip
 from codechat.verifier.swebench_tree import changed_packaging
-from codechat.verifier.swebench_spec import (build_environ, conda_to_pypi, offline_pre_install, parse_as_of, records_date,
-                                             spec_packages, tree_pythonpath)
+from codechat.verifier.swebench_spec import (as_of_hint, build_environ, conda_to_pypi, offline_pre_install, parse_as_of,
+                                             records_date, spec_packages, tree_pythonpath)
 
 
 def _bench():
@@ -39,6 +39,10 @@ def test_as_of_is_the_newest_record_date_or_a_checked_date():
     assert parse_as_of("2021-01-01", recs) == "2021-01-01"
     with pytest.raises(EnvError, match="ISO 8601"):
         parse_as_of("2020-13-01", recs)
+    # a date before the interpreter's release (matplotlib 3.5's records on Python 3.11) names one with its wheels
+    assert "--as-of 2022-11-24" in as_of_hint("2022-08-05T15:52:55Z", "3.11")
+    assert as_of_hint("2022-11-24", "3.11") is None and as_of_hint(None, "3.11") is None
+    assert as_of_hint("2020-07-18T06:39:32Z", "3.8") is None
 
 
 def _fake_pip(venv: Path, body: str = '[ -z "$PIP_UPLOADED_PRIOR_TO" ]\n') -> None:

@@ -41,8 +41,8 @@ from packaging.utils import canonicalize_name
 
 from codechat.tasks.submodules import SubmoduleError, fill_submodules
 from codechat.verifier.repo_env import EnvError, TestEnv, env_dirname, resolve_python
-from codechat.verifier.swebench_spec import (RUNNER_FILES, conda_to_pypi, environment_yml_packages, find_mirror,
-                                             parse_as_of, parse_test_cmd, requirements_txt, spec_for,
+from codechat.verifier.swebench_spec import (RUNNER_FILES, as_of_hint, conda_to_pypi, environment_yml_packages,
+                                             find_mirror, parse_as_of, parse_test_cmd, requirements_txt, spec_for,
                                              build_environ, offline_pre_install, python_caps, spec_packages,
                                              tree_pythonpath)
 from codechat.verifier.swebench_sources import link_sources, linked_version, prepare_sources
@@ -272,7 +272,11 @@ def build_swebench_env(repo: str, version: str, records: list[dict], mirrors: Pa
     d.mkdir(parents=True)
     steps, missing, skipped = [], [], []
     subprocess.run([python, "-m", "venv", str(d)], check=True, capture_output=True)
+    if hint := as_of_hint(as_of, str(spec["python"])):
+        log(f"{env.key}: {hint}")
     as_of, notes = prepare_pip(d, str(spec["python"]), as_of, steps)
+    if hint:
+        notes["as_of_hint"] = hint
     if "as_of_unavailable" in notes:
         log(f"{env.key}: {notes['as_of_unavailable']}")
     src = d / "src"

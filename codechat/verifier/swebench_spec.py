@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import shlex
 import subprocess
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import yaml
@@ -217,6 +217,25 @@ RUNNER_FILES = {"unittest": ["tests/runtests.py", "tests/test_sqlite.py", "tests
                 "sympy": ["bin/test", "sympy/utilities/runtests.py", "sympy/testing/runtests.py"],
                 "pytest": []}
 """Files the judge keeps pristine for a runner kind (an edit is dropped): the runner script and its settings."""
+
+
+PYTHON_RELEASED = {"3.5": "2015-09-13", "3.6": "2016-12-23", "3.7": "2018-06-27", "3.8": "2019-10-14",
+                   "3.9": "2020-10-05", "3.10": "2021-10-04", "3.11": "2022-10-24", "3.12": "2023-10-02",
+                   "3.13": "2024-10-07"}
+"""CPython releases, for `as_of_hint`."""
+
+
+def as_of_hint(as_of: str | None, python: str) -> str | None:
+    """What to say when a build's date precedes its interpreter's release (matplotlib 3.5's records of Aug 2022 on
+    Python 3.11): packages with compiled code had no wheels for it then, so pip builds them from source (pandas,
+    numpy in its build environment: slow, and not always possible), where the harness's images, built later, took
+    wheels. Pure-Python trees (sympy on 3.9) build fine, so the date is not moved; the hint names a later one."""
+    released = PYTHON_RELEASED.get(str(python))
+    if not (as_of and released and as_of[:10] < released):
+        return None
+    later = (datetime.fromisoformat(released) + timedelta(days=31)).date().isoformat()
+    return (f"packages as of {as_of[:10]}, before Python {python} ({released}): compiled ones build from source; "
+            f"`--as-of {later}` takes their wheels")
 
 
 def parse_as_of(value: str | None, records: list[dict]) -> str | None:
