@@ -20,7 +20,9 @@
         block undone, largest block first (passing over one that undoes only docstrings or comments: the
         gold's program), up to --wrong-tries variants until one does not resolve; the variants
         that still resolved are counted (`wrong_blocks_unneeded`: blocks the tests do not need), an instance
-        where all do is in `wrong_resolved_ids`. One result line per judgement goes to --out as it is made.
+        where all do is in `wrong_resolved_ids`. An instance some of whose FAIL_TO_PASS tests need the internet
+        (the environment's `offline_skip`, from `repo env build --offline-skip FILE`) is not judged: its repository
+        lists it under "skipped" with the reason. One result line per judgement goes to --out as it is made.
 Ends with one JSON line of figures.
 """
 from __future__ import annotations
@@ -258,9 +260,12 @@ def summarize(lines: list[dict], records: list[dict], envs: dict) -> dict:
                           if (m := Path(envs[f"{repo}@{v}"].dir) / "manifest.json").is_file())
             fig[repo] = {"instances": 0, "versions": len(versions[repo]), "envs_built": len(built),
                          "gold_resolved": 0, "empty_resolved": 0, "wrong_resolved": 0, "env_errors": 0,
-                         "not_resolved": {}, "empty_resolved_ids": [], "wrong_resolved_ids": [],
+                         "skipped": {}, "not_resolved": {}, "empty_resolved_ids": [], "wrong_resolved_ids": [],
                          "wrong_blocks_unneeded": {}, "build_s": round(build_s), "gold_s": []}
         f, kind, ok = fig[repo], line["kind"], line["status"] == "passed"
+        if kind == "skipped":
+            f["skipped"][line["instance_id"]] = line["message"]
+            continue
         f[f"{kind}_resolved"] += ok
         f["env_errors"] += line["status"] == "env_error"
         if kind == "wrong" and line.get("tried_resolved"):
@@ -277,7 +282,7 @@ def summarize(lines: list[dict], records: list[dict], envs: dict) -> dict:
         f["median_gold_s"] = round(g[len(g) // 2], 1) if g else None
     total = {k: sum(f[k] for f in fig.values()) for k in ("instances", "gold_resolved", "empty_resolved",
                                                             "wrong_resolved", "env_errors")}
-    return {**total, "repos": fig}
+    return {**total, "skipped": sum(len(f["skipped"]) for f in fig.values()), "repos": fig}
 
 
 def judge_wrong(judge, task, patch: str, tries: int) -> tuple[str, float, str, dict]:
@@ -296,6 +301,10 @@ def judge_wrong(judge, task, patch: str, tries: int) -> tuple[str, float, str, d
     return v.status, time.monotonic() - t0, message, {"blocks": blocks, "tried": n, "tried_resolved": resolved}
 
 
+class Offline(Exception):
+    """An instance whose FAIL_TO_PASS tests need the internet (`offline_reason`): listed as skipped, not judged."""
+
+
 def run_all(records: list[dict], envs_dir: str, mirrors: str, per_repo: int, out: str | None,
             log_dir: str | None, start: int = 0, kinds: tuple = ("gold", "empty", "wrong"), ids: set | None = None,
             wrong_tries: int = 3, test_timeout_s: float = 0) -> dict:
@@ -311,9 +320,13 @@ def run_all(records: list[dict], envs_dir: str, mirrors: str, per_repo: int, out
             todo = todo[start:][:per_repo or None]
             for r in todo:
                 try:
+                    if why := offline_reason(r, envs):  # FAIL_TO_PASS tests that need the internet: not judged
+                        raise Offline(why)
                     task = from_swebench(r, r["instance_id"], mirrors)
                     if test_timeout_s:
                         task.limits.test_timeout_s = test_timeout_s
+                except Offline as e:
+                    judged = [("skipped", "skipped", 0.0, str(e)[:300], {})]
                 except Exception as e:  # noqa: BLE001 - a record that cannot load is reported, the run goes on
                     judged = [("gold", "error", 0.0, f"cannot load: {e}"[:300], {})]
                 else:

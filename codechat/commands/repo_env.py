@@ -13,7 +13,8 @@ from pathlib import Path
 from codechat import CodechatError
 from codechat.tasks.loaders import read_records
 from codechat.tasks.model import TaskFormatError
-from codechat.verifier.repo_env import EnvError, build_env, check_env, load_envs, load_specs
+from codechat.verifier.repo_env import (EnvError, build_env, check_env, load_envs, load_offline_marks, load_specs,
+                                        set_offline_skip)
 from codechat.verifier.swebench_env import build_swebench_env, group_records
 from codechat.verifier.swebench_spec import parse_as_of
 
@@ -33,6 +34,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     b.add_argument("--sources", help="SWE-bench records: directory of the library sources a repository's build "
                    "downloads, used instead (matplotlib: freetype at the version its setupext.py names, as a git "
                    "mirror of freetype/freetype or an extracted freetype-VERSION/ tree); without it, the system's")
+    b.add_argument("--offline-skip", metavar="FILE", help="SWE-bench records: the tests that need the internet, "
+                   "which the sandbox lacks: a JSON list of {repo, version, offline_skip: {test id: reason}} (an "
+                   "environment spec serves; its other fields are not used), kept in each environment's env.json: an "
+                   "instance needing one of them to pass is not judged, a PASS_TO_PASS one is left out")
     c = env.add_parser("check", help="run each environment's python (and pytest) once")
     c.add_argument("dir", help="directory of built environments")
 
@@ -64,18 +69,21 @@ def _build_swebench(records: list[dict], args) -> int:
     sources = Path(args.sources).expanduser().resolve() if args.sources else None
     if sources is not None and not sources.is_dir():
         raise CodechatError(f"--sources {args.sources}: no such directory")
+    marks = _offline_marks(args.offline_skip, groups) if args.offline_skip else {}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     failed = 0
     for (repo, version), recs in sorted(groups.items()):
         d = out / f"{repo.replace('/', '__')}-{version}"
         if args.keep and (d / "env.json").is_file():
+            if args.offline_skip:  # the marks given now replace those it was built with
+                set_offline_skip(d, marks.get(f"{repo}@{version}", {}))
             print(f"{repo}@{version}: kept {d}")
             continue
         t0 = time.monotonic()
         try:
             built = build_swebench_env(repo, version, recs, Path(args.mirrors).expanduser(), out, as_of=args.as_of,
-                                       sources=sources)
+                                       sources=sources, offline_skip=marks.get(f"{repo}@{version}"))
             print(f"{repo}@{version}: built in {time.monotonic() - t0:.0f}s ({len(recs)} records; "
                   f"{check_env(built)}) {built.dir}")
         except (EnvError, OSError) as e:
@@ -85,11 +93,29 @@ def _build_swebench(records: list[dict], args) -> int:
     return 1 if failed else 0
 
 
+def _offline_marks(path: str, groups: dict) -> dict[str, dict[str, str]]:
+    """The --offline-skip file's marks by repo@version, read before anything is built; marks for a version of a
+    repository being built that the records lack are named (a misspelt version would silently judge nothing)."""
+    try:
+        marks = load_offline_marks(path)
+    except EnvError as e:
+        raise CodechatError(f"--offline-skip: {e}") from None
+    repos = {repo for repo, _ in groups}
+    for key in sorted(set(marks) - {f"{r}@{v}" for r, v in groups}):
+        if key.split("@")[0] in repos:
+            print(f"--offline-skip {path}: {key}: no records of this version (its marks are not used)",
+                  file=sys.stderr)
+    return marks
+
+
 def run(args) -> int:
     if args.action == "build":
         records = _records(args.spec)
         if records is not None:
             return _build_swebench(records, args)
+        if args.offline_skip:
+            raise CodechatError(f"--offline-skip is for SWE-bench records; {args.spec} gives each environment's "
+                                f"offline_skip itself")
         specs = [e for e in load_specs(args.spec) if args.only in e.key]
         if not specs:
             raise CodechatError(f"{args.spec}: no environment matches --only {args.only!r}")

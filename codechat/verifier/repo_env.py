@@ -167,6 +167,28 @@ def load_specs(path: str | Path) -> list[TestEnv]:
     return [parse_env(r, f"{p}[{i}]") for i, r in enumerate(data)]
 
 
+def load_offline_marks(path: str | Path) -> dict[str, dict[str, str]]:
+    """{repo@version: {test id: why it needs the internet}} from a spec file's `offline_skip` fields (entries
+    without one add nothing, so a full environment spec serves), for environments built from other sources
+    (`codechat repo env build RECORDS --offline-skip FILE`). Two entries of one repo@version are merged."""
+    marks: dict[str, dict[str, str]] = {}
+    for env in load_specs(path):
+        if env.offline_skip:
+            marks.setdefault(env.key, {}).update(env.offline_skip)
+    return marks
+
+
+def set_offline_skip(env_dir: str | Path, marks: dict[str, str]) -> None:
+    """Replace the `offline_skip` of the environment built in `env_dir` (its env.json)."""
+    cfg = Path(env_dir) / "env.json"
+    try:
+        rec = json.loads(cfg.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise EnvError(f"{cfg}: cannot read ({e})") from None
+    rec["offline_skip"] = dict(marks)
+    cfg.write_text(json.dumps(rec, indent=1) + "\n", encoding="utf-8")
+
+
 def env_dirname(env: TestEnv) -> str:
     return f"{env.repo.replace('/', '__')}-{env.version}"
 

@@ -24,6 +24,8 @@ Unpinned packages move on after a spec was written (docutils dropped the `roman`
 (pip's `--uploaded-prior-to`; a step that cannot, such as a pin released later, runs again undated), see `_step`.
 Reading the specs, the records and the mirrors: `swebench_spec.py`; what a commit's tree holds: `swebench_tree.py`;
 library sources a build would download, given locally (`--sources`: matplotlib's freetype): `swebench_sources.py`.
+Tests that need the internet at test time (requests' calls to httpbin.org; the harness's containers had a network,
+the sandbox has none) are not in the specs: `--offline-skip FILE` gives them, as `offline_skip` marks in env.json.
 """
 from __future__ import annotations
 
@@ -245,10 +247,12 @@ def _layers(d: Path, python: str, repo: str, installed: dict[str, dict], commit:
 
 
 def build_swebench_env(repo: str, version: str, records: list[dict], mirrors: Path, out: Path,
-                       log=print, as_of: str | None = "records", sources: Path | None = None) -> TestEnv:
+                       log=print, as_of: str | None = "records", sources: Path | None = None,
+                       offline_skip: dict[str, str] | None = None) -> TestEnv:
     """Build out/<owner>__<name>-<version>/ from the official spec (see the module docstring); `as_of` as
     `parse_as_of` reads it; `sources`: the directory of library sources the build would download
-    (`swebench_sources.py`)."""
+    (`swebench_sources.py`); `offline_skip`: {test id: why} of the tests that need the internet (the specs say
+    nothing of it; the harness's containers had a network), kept in env.json for the judge."""
     t_start = time.monotonic()
     as_of = parse_as_of(as_of, records)
     spec = spec_for(repo, version)
@@ -357,6 +361,8 @@ def build_swebench_env(repo: str, version: str, records: list[dict], mirrors: Pa
     bases = _layers(d, python, repo, installed, commit, steps, log)
     if bases:
         notes["bases"] = {c: {"dir": rel, "packages": installed[c]} for c, rel in bases.items()}
+    if offline_skip:
+        notes["offline_skip"] = len(offline_skip)
     environ = {}
     for cmd in spec.get("eval_commands", []):
         m = re.fullmatch(r"export (\w+)=(\S+)", cmd.strip())
@@ -367,7 +373,8 @@ def build_swebench_env(repo: str, version: str, records: list[dict], mirrors: Pa
     overlay = copy_overlay(src, d / "overlay")
     built = TestEnv(repo, version, python=str(spec["python"]), pythonpath=tree_pythonpath(src),
                     runner="swebench", test_cmd=spec["test_cmd"], environ={**runner["environ"], **environ},
-                    protected=RUNNER_FILES[runner["kind"]], bases=bases, overlays=overlays, dir=str(d))
+                    protected=RUNNER_FILES[runner["kind"]], bases=bases, overlays=overlays,
+                    offline_skip=dict(offline_skip or {}), dir=str(d))
     rec = {k: v for k, v in built.__dict__.items() if k not in ("dir", "layer", "overlay")}
     (d / "env.json").write_text(json.dumps(rec, indent=1) + "\n", encoding="utf-8")
     _write_manifest(d, spec, commit, python, steps, missing, skipped, overlay, t_start, notes)

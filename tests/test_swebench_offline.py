@@ -1,0 +1,105 @@
+"""Tests that need the internet in environments built from the official SWE-bench specs: the specs do not say
+which (the harness's containers had a network, the sandbox has none), `repo env build --offline-skip FILE` gives
+them as `offline_skip` marks kept in env.json; an instance one of whose FAIL_TO_PASS tests is marked is not judged,
+a marked PASS_TO_PASS test is left out of the judgement."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from codechat.cli import main
+from codechat.verifier.repo import RepoJudge
+from codechat.verifier.repo_env import TestEnv, load_envs
+from codechat.verifier.swebench_spec import RUNNER_FILES
+from tests.test_swebench_build import _bench
+from tests.test_swebench_envs import F2P, FIX, P2P, _mirror, _task
+
+pytest.importorskip("swebench", reason="the optional swebench package (pip install codechat[swebench])")
+
+NETWORK_P2P = "test_remote (app.tests.T.test_remote)"
+REMOTE = "+\n+    def test_remote(self):\n+        raise ConnectionError('httpbin.org: Name or service not known')\n"
+
+
+def _judge(change, offline_skip: dict):
+    task = _task()
+    task.test_patch = task.test_patch.replace("@@ -0,0 +1,10 @@", "@@ -0,0 +1,13 @@") + REMOTE
+    task.pass_to_pass = [P2P, NETWORK_P2P]
+    env = TestEnv("django/django", "9.9", runner="swebench", test_cmd="./tests/runtests.py --verbose",
+                  protected=RUNNER_FILES["unittest"], offline_skip=offline_skip, dir=sys.prefix)
+    with RepoJudge(envs={env.key: env}) as judge:
+        return judge.judge(task, change)
+
+
+def test_a_pass_to_pass_test_needing_the_internet_is_left_out_when_marked():
+    v = _judge(FIX, {})
+    assert not v.passed and NETWORK_P2P in v.pass_to_pass["failed"], v.message + v.output_tail
+    v = _judge(FIX, {NETWORK_P2P: "calls httpbin.org"})
+    assert v.passed, v.message + v.output_tail
+    assert v.pass_to_pass["passed"] == [P2P] and any("calls httpbin.org" in w for w in v.warnings)
+    assert not _judge({}, {NETWORK_P2P: "calls httpbin.org"}).passed
+
+
+def test_an_instance_whose_fail_to_pass_needs_the_internet_is_not_judged():
+    v = _judge(FIX, {F2P: "calls httpbin.org"})
+    assert v.status == "env_error" and "1 of 1 FAIL_TO_PASS tests are marked offline_skip (calls httpbin.org)" \
+        in v.message
+
+
+def _build(tmp_path, monkeypatch, *extra):
+    from codechat.verifier import swebench_env
+    if not (tmp_path / "m").is_dir():
+        _mirror(tmp_path)
+    mirrors = tmp_path / "m"
+    new = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_path / "work", capture_output=True,
+                         text=True).stdout.strip()
+    monkeypatch.setattr(swebench_env, "spec_for", lambda repo, version: {
+        "python": f"{sys.version_info[0]}.{sys.version_info[1]}", "test_cmd": "pytest -rA"})
+    recs = tmp_path / "recs.json"
+    recs.write_text(json.dumps([{"instance_id": "me__calc-1", "repo": "me/calc", "version": "1", "base_commit": new,
+                                 "environment_setup_commit": new}]))
+    return main(["repo", "env", "build", str(recs), "--mirrors", str(mirrors), "--out", str(tmp_path / "envs"),
+                 "--as-of", "none", *extra])
+
+
+def test_build_keeps_the_marks_of_each_version_in_env_json_and_keep_replaces_them(tmp_path, monkeypatch, capsys):
+    marks = tmp_path / "marks.json"
+    # an environment spec serves: its other fields are not used; a version without records is named
+    marks.write_text(json.dumps([
+        {"repo": "me/calc", "version": "1", "python": "3.9", "requirements": ["pytest"],
+         "offline_skip": {"tests/test_calc.py::test_get": "calls httpbin.org"}},
+        {"repo": "me/calc", "version": "1.0", "offline_skip": {"tests/test_calc.py::test_x": "calls httpbin.org"}},
+        {"repo": "other/repo", "version": "2", "offline_skip": {"t.py::t": "calls httpbin.org"}}]))
+    assert _build(tmp_path, monkeypatch, "--offline-skip", str(marks)) == 0
+    assert "me/calc@1.0: no records of this version" in capsys.readouterr().err
+    env = load_envs(tmp_path / "envs")["me/calc@1"]
+    assert env.offline_skip == {"tests/test_calc.py::test_get": "calls httpbin.org"}
+    assert json.loads((tmp_path / "envs" / "me__calc-1" / "manifest.json").read_text())["offline_skip"] == 1
+    marks.write_text(json.dumps([{"repo": "me/calc", "version": "1", "offline_skip": {"a.py::b": "calls x.org"}}]))
+    assert _build(tmp_path, monkeypatch, "--offline-skip", str(marks), "--keep") == 0
+    assert load_envs(tmp_path / "envs")["me/calc@1"].offline_skip == {"a.py::b": "calls x.org"}
+
+
+def test_a_bad_marks_file_is_named_before_anything_is_built(tmp_path, monkeypatch, capsys):
+    marks = tmp_path / "marks.json"
+    marks.write_text(json.dumps([{"repo": "me/calc", "version": "1", "offline_skip": ["a.py::b"]}]))
+    assert _build(tmp_path, monkeypatch, "--offline-skip", str(marks)) == 2
+    assert f"--offline-skip: {marks}[0]: 'offline_skip' must map test ids to reasons" in capsys.readouterr().err
+    assert not (tmp_path / "envs").exists()
+
+
+def test_the_bench_lists_skipped_instances_with_their_reason_and_judges_the_others(tmp_path):
+    bench = _bench()
+    (tmp_path / "envs" / "o__r-1").mkdir(parents=True)
+    (tmp_path / "envs" / "o__r-1" / "env.json").write_text(json.dumps(
+        {"repo": "o/r", "version": "1", "runner": "swebench", "offline_skip": {"t.py::a": "calls httpbin.org"}}))
+    recs = [{"instance_id": f"o__r-{i}", "repo": "o/r", "version": "1", "FAIL_TO_PASS": json.dumps([f2p])}
+            for i, f2p in ((1, "t.py::a"), (2, "t.py::b"))]
+    out = tmp_path / "results.jsonl"
+    fig = bench.run_all(recs, str(tmp_path / "envs"), str(tmp_path / "no-mirrors"), 0, str(out), None)
+    assert fig["skipped"] == 1 and fig["repos"]["o/r"]["skipped"] == {
+        "o__r-1": "1 of 1 FAIL_TO_PASS tests are marked offline_skip (calls httpbin.org): the instance cannot be "
+                  "judged offline"}
+    # the other is judged (here its tree cannot load: no mirror), and only it counts as an instance
+    assert fig["instances"] == 1 and "o__r-2" in fig["repos"]["o/r"]["not_resolved"]
+    assert [json.loads(l)["kind"] for l in out.read_text().splitlines()] == ["skipped", "gold"]
