@@ -103,3 +103,4 @@ def test_the_bench_lists_skipped_instances_with_their_reason_and_judges_the_othe
     # the other is judged (here its tree cannot load: no mirror), and only it counts as an instance
     assert fig["instances"] == 1 and "o__r-2" in fig["repos"]["o/r"]["not_resolved"]
     assert [json.loads(l)["kind"] for l in out.read_text().splitlines()] == ["skipped", "gold"]
+

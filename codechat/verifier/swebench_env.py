@@ -24,7 +24,8 @@ Unpinned packages move on after a spec was written (docutils dropped the `roman`
 (pip's `--uploaded-prior-to`; a step that cannot, such as a pin released later, runs again undated), see `_step`.
 Reading the specs, the records and the mirrors: `swebench_spec.py`; what a commit's tree holds: `swebench_tree.py`;
 library sources a build would download, given locally (`--sources`: matplotlib's freetype): `swebench_sources.py`.
-Tests that need the internet at test time (requests' calls to httpbin.org; the harness's containers had a network,
+A pytest the build's date gives that cannot run on the spec's interpreter is installed again as of the
+interpreter's release (`swebench_probe.py`). Tests that need the internet at test time (requests' calls to httpbin.org; the harness's containers had a network,
 the sandbox has none) are not in the specs: `--offline-skip FILE` gives them, as `offline_skip` marks in env.json.
 """
 from __future__ import annotations
@@ -47,6 +48,7 @@ from codechat.verifier.swebench_spec import (RUNNER_FILES, as_of_hint, conda_to_
                                              find_mirror, parse_as_of, parse_test_cmd, requirements_txt, spec_for,
                                              build_environ, offline_pre_install, python_caps, spec_packages,
                                              tree_pythonpath)
+from codechat.verifier.swebench_probe import check_runner
 from codechat.verifier.swebench_sources import link_sources, linked_version, prepare_sources
 from codechat.verifier.swebench_tree import changed_packaging, copy_overlay, without_absent
 
@@ -352,6 +354,9 @@ def build_swebench_env(repo: str, version: str, records: list[dict], mirrors: Pa
         if c != commit and ok:  # what this base's install compiled or generated, for its trees (last: overlay/)
             copy_overlay(src, d / "overlays" / c[:12])
             overlays.update({member: f"overlays/{c[:12]}" for member in groups[c]})
+    if runner["kind"] == "pytest" and canonicalize_name(repo.split("/")[-1]) != "pytest":  # not the tree's own
+        notes["runner_probe"] = check_runner(repo, spec, runner, d, as_of,
+                                             lambda cmd, date: _step(cmd, d, d, steps, as_of=date), log)
     for name, (source, _) in prepared.items():  # what the built extension links, as the manifest says
         used[name]["linked"] = linked = linked_version(source, d)
         if linked != used[name]["version"]:

@@ -222,7 +222,16 @@ RUNNER_FILES = {"unittest": ["tests/runtests.py", "tests/test_sqlite.py", "tests
 PYTHON_RELEASED = {"3.5": "2015-09-13", "3.6": "2016-12-23", "3.7": "2018-06-27", "3.8": "2019-10-14",
                    "3.9": "2020-10-05", "3.10": "2021-10-04", "3.11": "2022-10-24", "3.12": "2023-10-02",
                    "3.13": "2024-10-07"}
-"""CPython releases, for `as_of_hint`."""
+"""CPython releases, for `later_date`."""
+
+
+def later_date(as_of: str | None, python: str) -> str | None:
+    """A month after the interpreter's release when `as_of` precedes it (when its wheels and the packages that run
+    on it were out), else None."""
+    released = PYTHON_RELEASED.get(str(python))
+    if not (as_of and released and as_of[:10] < released):
+        return None
+    return (datetime.fromisoformat(released) + timedelta(days=31)).date().isoformat()
 
 
 def as_of_hint(as_of: str | None, python: str) -> str | None:
@@ -230,12 +239,11 @@ def as_of_hint(as_of: str | None, python: str) -> str | None:
     Python 3.11): packages with compiled code had no wheels for it then, so pip builds them from source (pandas,
     numpy in its build environment: slow, and not always possible), where the harness's images, built later, took
     wheels. Pure-Python trees (sympy on 3.9) build fine, so the date is not moved; the hint names a later one."""
-    released = PYTHON_RELEASED.get(str(python))
-    if not (as_of and released and as_of[:10] < released):
+    later = later_date(as_of, python)
+    if later is None:
         return None
-    later = (datetime.fromisoformat(released) + timedelta(days=31)).date().isoformat()
-    return (f"packages as of {as_of[:10]}, before Python {python} ({released}): compiled ones build from source; "
-            f"`--as-of {later}` takes their wheels")
+    return (f"packages as of {as_of[:10]}, before Python {python} ({PYTHON_RELEASED[str(python)]}): compiled ones "
+            f"build from source; `--as-of {later}` takes their wheels")
 
 
 def parse_as_of(value: str | None, records: list[dict]) -> str | None:

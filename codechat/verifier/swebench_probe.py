@@ -1,0 +1,84 @@
+"""The built environment's pytest tried on a one-test file, its log read by the repository's official parser, and
+replaced when a build date older than the interpreter gave it one that cannot run there.
+
+A spec that names `pytest` unpinned (requests: Python 3.9, `packages: pytest`) had the harness's images take the
+pytest of the day they were built. A build dated by its records (requests 2.10's of June 2016) takes that day's
+pytest instead, 2.9.2, which stops on Python 3.9 before running a test (`warn_about_missing_assertion`: an
+INTERNALERROR): such a pytest predates the interpreter and never ran on it. The harness's pytest ran the tests
+its records name, so a pytest that cannot run one test is never the harness's: it is installed again as of a
+month after the interpreter's release (`later_date`), the spec's pytest pin kept.
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import tempfile
+from pathlib import Path
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
+from codechat.verifier.swebench_spec import later_date, spec_packages
+
+PROBE_ID = "test_codechat_probe.py::test_probe"
+
+
+def runner_runs(repo: str, venv: Path, args: list[str], environ: dict[str, str],
+                timeout_s: float = 300) -> tuple[bool, str]:
+    """Whether the venv's pytest, given the spec's test command arguments, runs a one-test file in an empty
+    directory and the repository's official log parser reads that test as passed; and the output's tail."""
+    from codechat.verifier.repo_suite import parse_log  # the suite runner's parser: what the judge reads
+    with tempfile.TemporaryDirectory() as tmp:
+        Path(tmp, PROBE_ID.split("::")[0]).write_text("def test_probe():\n    assert [1] == [1]\n", encoding="utf-8")
+        env = {**os.environ, **environ, "PATH": f"{venv / 'bin'}:{os.environ.get('PATH', '')}"}
+        env.pop("PYTHONPATH", None)
+        try:
+            res = subprocess.run([str(venv / "bin" / "python"), "-m", "pytest", *args, PROBE_ID.split("::")[0]],
+                                 cwd=tmp, env=env, capture_output=True, text=True, timeout=timeout_s)
+            out = res.stdout + res.stderr
+        except subprocess.TimeoutExpired:
+            return False, f"timed out after {timeout_s:.0f}s"
+    try:
+        ok = parse_log(repo, out).get(PROBE_ID) == "PASSED"
+    except Exception:  # noqa: BLE001 - a log the parser cannot read is a runner that does not run
+        ok = False
+    return ok, "\n".join(out.strip().splitlines()[-6:])[-1000:]
+
+
+def pytest_line(spec: dict, env_dir: Path) -> str:
+    """The spec's requirement line for pytest (its package list, pip packages or the requirements file the build
+    wrote), else `pytest`."""
+    pkgs = str(spec.get("packages") or "")
+    lines = list(spec.get("pip_packages") or [])
+    if pkgs == "requirements.txt" and (env_dir / "requirements.txt").is_file():
+        lines += (env_dir / "requirements.txt").read_text(encoding="utf-8").splitlines()
+    elif pkgs and pkgs != "environment.yml":
+        lines += spec_packages(pkgs)
+    for line in lines:
+        try:
+            if canonicalize_name(Requirement(line.strip()).name) == "pytest":
+                return line.strip()
+        except InvalidRequirement:
+            continue
+    return "pytest"
+
+
+def check_runner(repo: str, spec: dict, runner: dict, env_dir: Path, as_of: str | None, step, log=print) -> dict:
+    """Probe the environment's pytest (`runner_runs`); when it cannot run and the build's date precedes the
+    interpreter's release, install the spec's pytest again as of `later_date` (`step(cmd, as_of)` runs a pip
+    command in the venv) and probe again. The manifest's record of it: {"runs"[, "tail"][, "reinstalled"]}."""
+    ok, tail = runner_runs(repo, env_dir, runner["args"], runner["environ"])
+    out: dict = {"runs": ok}
+    later = later_date(as_of, str(spec["python"]))
+    if not ok and later:
+        cmd = f"python -m pip install -q --upgrade {shlex.quote(pytest_line(spec, env_dir))}"
+        step(cmd, later)
+        ok, tail = runner_runs(repo, env_dir, runner["args"], runner["environ"])
+        out.update(runs=ok, reinstalled={"cmd": cmd, "as_of": later})
+        log(f"{repo}: the pytest of {as_of[:10]} does not run on Python {spec['python']}: installed again as of "
+            f"{later} ({'runs' if ok else 'still does not run'})")
+    if not ok:
+        out["tail"] = tail
+        log(f"{repo}: its pytest does not run a one-test file: {(tail.splitlines() or [''])[-1][:200]}")
+    return out
