@@ -1,7 +1,8 @@
 """Tests that need the internet in environments built from the official SWE-bench specs: the specs do not say
 which (the harness's containers had a network, the sandbox has none), `repo env build --offline-skip FILE` gives
 them as `offline_skip` marks kept in env.json; an instance one of whose FAIL_TO_PASS tests is marked is not judged,
-a marked PASS_TO_PASS test is left out of the judgement."""
+a marked PASS_TO_PASS test is left out of the judgement; `bench/swebench_offline_marks.py` finds the marks from the
+gold runs' network errors."""
 import json
 import subprocess
 import sys
@@ -104,3 +105,52 @@ def test_the_bench_lists_skipped_instances_with_their_reason_and_judges_the_othe
     assert fig["instances"] == 1 and "o__r-2" in fig["repos"]["o/r"]["not_resolved"]
     assert [json.loads(l)["kind"] for l in out.read_text().splitlines()] == ["skipped", "gold"]
 
+
+
+GOLD = "diff --git a/r.py b/r.py\n--- a/r.py\n+++ b/r.py\n@@ -1 +1 @@\n-x = 1\n+x = 2\n"
+OUTPUT = """=================================== FAILURES ===================================
+_______________________ RequestsTestCase.test_HTTP_200_OK ______________________
+    def test_HTTP_200_OK(self):
+>       r = requests.get(httpbin('get'))
+E       requests.exceptions.ConnectionError: HTTPConnectionPool(host='httpbin.org', port=80): Max retries exceeded
+E       socket.gaierror: [Errno -2] Name or service not known
+__ RequestsTestCase.test_accept_objects_with_a_very_long_name_that_fills_the_line __
+E       socket.gaierror: [Errno -3] Temporary failure in name resolution
+__________________________ RequestsTestCase.test_bug ___________________________
+E       AssertionError: assert 'a' == 'b'
+=========================== short test summary info ============================
+"""
+
+
+def _log(root, instance, n, patch, failed):
+    d = root / instance / str(n)
+    d.mkdir(parents=True)
+    (d / "patch.diff").write_text(patch)
+    (d / "test_output.txt").write_text(OUTPUT)
+    (d / "report.json").write_text(json.dumps({"fail_to_pass": {"failed": failed[:1], "unknown": []},
+                                               "pass_to_pass": {"failed": failed[1:], "unknown": []}}))
+
+
+def test_marks_are_the_record_tests_whose_gold_run_fails_with_a_network_error(tmp_path):
+    import importlib.util
+    from pathlib import Path
+    spec = importlib.util.spec_from_file_location("marks", Path(__file__).parents[1] / "bench" /
+                                                  "swebench_offline_marks.py")
+    marks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(marks)
+    ids = [f"test_requests.py::RequestsTestCase::{n}" for n in
+           ("test_HTTP_200_OK", "test_accept_objects_with_a_very_long_name_that_fills_the_line", "test_bug")]
+    recs = [{"instance_id": "psf__requests-1", "repo": "psf/requests", "version": "2.3", "patch": GOLD}]
+    _log(tmp_path, "psf__requests-1", 1, GOLD, ids)
+    _log(tmp_path, "psf__requests-1", 2, "", ids + ["test_requests.py::T::test_only_in_the_empty_run"])
+    found, other = marks.find_marks(tmp_path, recs)
+    # the gold judgement only (not the empty one); a failure that is the code's, not the network's, is not marked
+    assert sorted(found["psf/requests@2.3"]) == ids[:2] and other == {"psf/requests@2.3": 1}
+    assert found["psf/requests@2.3"][ids[1]] == ("needs the internet (socket.gaierror: [Errno -3] Temporary failure "
+                                                 "in name resolution; the sandbox has no network)")
+    given = tmp_path / "given.json"
+    given.write_text(json.dumps([{"repo": "psf/requests", "version": "2.3", "offline_skip": {ids[0]: "calls httpbin"}},
+                                 {"repo": "pallets/flask", "version": "2.0", "python": "3.9"}]))
+    out = marks.merged(found, str(given))
+    assert out == [{"repo": "psf/requests", "version": "2.3",
+                    "offline_skip": {ids[0]: "calls httpbin", ids[1]: found["psf/requests@2.3"][ids[1]]}}]
