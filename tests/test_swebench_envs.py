@@ -151,7 +151,8 @@ MIRRORS = os.environ.get("CODECHAT_MIRRORS", "/work/.mirror")
 
 @pytest.mark.slow
 @pytest.mark.parametrize("instance", ["sympy__sympy-14774", "pytest-dev__pytest-5227", "django__django-14017",
-                                      "astropy__astropy-6938", "astropy__astropy-14182"])
+                                      "astropy__astropy-6938", "astropy__astropy-14182", "pallets__flask-4992",
+                                      "psf__requests-3362"])
 def test_real_instance_gold_resolves_empty_does_not(shared_data, instance):
     from codechat.tasks.repo_loaders import from_swebench
     recs = {r["instance_id"]: r for r in json.loads((shared_data / "repo" / "swe-bench-lite-test.json").read_text())}
