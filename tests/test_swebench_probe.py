@@ -48,3 +48,13 @@ def test_a_pytest_that_runs_is_left_as_it_is(tmp_path):
     out = check_runner("psf/requests", {"python": "3.9", "packages": "pytest"}, {"args": ["-rA"], "environ": {}},
                        tmp_path, "2016-06-24", lambda cmd, date: pytest.fail(cmd), log=lambda *_: None)
     assert out == {"runs": True}
+
+
+def test_the_probe_runs_a_real_pytest_and_reads_its_log_with_the_official_parser():
+    import sys
+    from pathlib import Path
+    from codechat.verifier.swebench_probe import runner_runs
+    ok, tail = runner_runs("psf/requests", Path(sys.prefix), ["-rA"], {})
+    assert ok, tail
+    ok, tail = runner_runs("psf/requests", Path(sys.prefix), ["-rA", "--no-such-option"], {})
+    assert not ok and "--no-such-option" in tail

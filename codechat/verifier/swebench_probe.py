@@ -31,6 +31,8 @@ def runner_runs(repo: str, venv: Path, args: list[str], environ: dict[str, str],
     from codechat.verifier.repo_suite import parse_log  # the suite runner's parser: what the judge reads
     with tempfile.TemporaryDirectory() as tmp:
         Path(tmp, PROBE_ID.split("::")[0]).write_text("def test_probe():\n    assert [1] == [1]\n", encoding="utf-8")
+        # its own rootdir: no ini file or conftest.py of a directory above (the build's temporary directory) applies
+        Path(tmp, "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
         env = {**os.environ, **environ, "PATH": f"{venv / 'bin'}:{os.environ.get('PATH', '')}"}
         env.pop("PYTHONPATH", None)
         try:
