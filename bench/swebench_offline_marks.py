@@ -68,7 +68,8 @@ def find_marks(log_dir: Path, records: list[dict]) -> tuple[dict[str, dict[str, 
         for test in failed:
             m = NETWORK.search(found.get(headline(test), ""))
             if m:
-                marks.setdefault(key, {})[test] = f"needs the internet ({m[0].strip()[:80]}; the sandbox has no network)"
+                why = f"needs the internet ({m[0].strip()[:80]}; the sandbox has no network)"
+                marks.setdefault(key, {})[test] = why
             else:
                 other[key] = other.get(key, 0) + 1
     return marks, other

@@ -10,7 +10,8 @@ def _fake_pytest(venv, works: bool):
     """A venv whose `python -m pytest` passes the probe's test once `fixed` exists in the venv (or always)."""
     (venv / "bin").mkdir(parents=True)
     (venv / "bin" / "python").write_text(
-        "#!/bin/bash\n" + ("" if works else f'[ -e {venv}/fixed ] || {{ echo "INTERNALERROR> assert False"; exit 3; }}\n')
+        "#!/bin/bash\n"
+        + ("" if works else f'[ -e {venv}/fixed ] || {{ echo "INTERNALERROR> assert False"; exit 3; }}\n')
         + 'echo "PASSED test_codechat_probe.py::test_probe"\n')
     (venv / "bin" / "python").chmod(0o755)
 

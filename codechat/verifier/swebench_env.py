@@ -25,8 +25,9 @@ Unpinned packages move on after a spec was written (docutils dropped the `roman`
 Reading the specs, the records and the mirrors: `swebench_spec.py`; what a commit's tree holds: `swebench_tree.py`;
 library sources a build would download, given locally (`--sources`: matplotlib's freetype): `swebench_sources.py`.
 A pytest the build's date gives that cannot run on the spec's interpreter is installed again as of the
-interpreter's release (`swebench_probe.py`). Tests that need the internet at test time (requests' calls to httpbin.org; the harness's containers had a network,
-the sandbox has none) are not in the specs: `--offline-skip FILE` gives them, as `offline_skip` marks in env.json.
+interpreter's release (`swebench_probe.py`). Tests that need the internet at test time (requests' calls to
+httpbin.org; the harness's containers had a network, the sandbox has none) are not in the specs: `--offline-skip
+FILE` gives them, as `offline_skip` marks in env.json.
 """
 from __future__ import annotations
 
