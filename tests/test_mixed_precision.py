@@ -2,7 +2,7 @@
 master weights. Off by default and then a no-op; on, log-probs and weight updates within bf16 tolerance of fp32's
 (but not equal: the setting has an effect), the fast path still agrees with the reference path, updates of lr 1e-6
 are not lost (they are in pure bf16 weights), activation checkpointing keeps less for the same gradients, and the
-config parses (the old rl.autocast_bf16 carried over)."""
+config parses (the old rl.autocast_bf16 carried over); on a CPU, oneDNN's per-shape kernel caches stay bounded."""
 import json
 import os
 import resource
@@ -171,6 +171,40 @@ def test_fast_path_stays_on_when_first_checked_under_autocast():
     model = load_policy(ModelConfig(path="tiny", device="cpu")).model
     with compute_autocast("bfloat16", "cpu"):
         assert usable(model)
+
+
+GROWTH = """
+import os, torch
+from codechat.config import ModelConfig
+from codechat.policy import load_policy
+def rss():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+pol = load_policy(ModelConfig(path="tiny", device="cpu", compute_dtype="bfloat16"))
+with torch.no_grad(), pol.autocast():
+    for n in range(1, 80):  # each length: new GEMM shapes (n rows)
+        if n == 20:
+            start = rss()
+        pol.model(input_ids=torch.ones(1, n, dtype=torch.long))
+print(rss() - start)
+"""
+
+
+@pytest.mark.skipif(not precision.bf16_native("cpu"), reason="bf16 matmuls go through oneDNN only with native bf16")
+def test_cpu_bf16_kernel_caches_stay_bounded_over_new_shapes():
+    """Each new GEMM shape under CPU bf16 compute compiles a oneDNN kernel that its caches keep: with load_policy's
+    cap, 60 new sequence lengths leave the process's memory where it was; with oneDNN's default capacity (which
+    an environment that sets the variables keeps) they add ~2 MB each."""
+    env = {k: v for k, v in os.environ.items() if k not in precision.KERNEL_CACHE_VARS}
+    env |= {"OMP_NUM_THREADS": "1", "MALLOC_MMAP_THRESHOLD_": "131072"}  # large buffers unmapped when freed
+
+    def growth(**extra) -> float:
+        r = subprocess.run([sys.executable, "-c", GROWTH], capture_output=True, text=True, cwd=ROOT,
+                           env=env | extra, timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+        return float(r.stdout.split()[-1])
+    assert growth() < 10
+    assert growth(ONEDNN_PRIMITIVE_CACHE_CAPACITY="1024", LRU_CACHE_CAPACITY="1024") > 40
 
 
 @pytest.mark.slow

@@ -166,7 +166,7 @@ class FastLM:
             g, u = F.linear(x, self.fused[i][2]).chunk(2, dim=-1)
             return layer.mlp.down_proj(F.silu(g) * u)
         if lean_training(x) and lean_swiglu(layer.mlp):
-            return swiglu(layer.mlp, x)  # training: saves g and u only (policy/lean_ops.py), same values
+            return swiglu(layer.mlp, self._lowp(x))  # training: saves g and u only (policy/lean_ops.py), same values
         return layer.mlp(self._lowp(x))
 
     @staticmethod

@@ -24,7 +24,7 @@ from codechat import CodechatError
 from codechat.config import ModelConfig
 from codechat.policy import fsdp
 from codechat.policy.lora import adapter_base, add_lora, is_adapter_dir, is_lora, load_adapters, save_adapters
-from codechat.policy.precision import compute_autocast
+from codechat.policy.precision import bound_kernel_caches, compute_autocast
 from codechat.policy.presets import PRESET_NAMES, preset_dir, save_tokenizer
 from codechat.io.rundir import resolve_model
 
@@ -206,6 +206,7 @@ def load_policy(cfg: ModelConfig, adapters: str | Path | None = None) -> Policy:
     if adapters is None and is_adapter_dir(path):
         adapters, path = path, resolve_path(adapter_base(path))
     device = pick_device(cfg.device)
+    bound_kernel_caches(cfg.compute_dtype, device, getattr(torch, cfg.dtype))  # before any oneDNN op (precision.py)
     tok = load_tokenizer(Path(adapters) if adapters is not None else path, cfg.path)
     try:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, cfg.dtype), local_files_only=True)

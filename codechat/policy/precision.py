@@ -17,10 +17,22 @@ Devices: a CUDA GPU without bf16 is refused (`check_autocast`). A CPU without AV
 rehearsal of a GPU run does) with a warning: there bf16 GEMMs are emulated, many times slower than fp32 (measured
 on an AVX2 AMD EPYC: 25-50x), and a bf16 update lands 0.68x of fp32's step away from fp32's, against < 0.05x on
 AMX (bench/update_speed.py).
+
+Kernel caches: on a CPU, bf16 matmuls run through oneDNN, which keeps one compiled primitive per distinct GEMM
+shape, in two caches (oneDNN's own and PyTorch's ideep LRU) of 1,024 entries each, ~0.57 MB per shape for the
+pair (measured on a 2-core AMD EPYC VM, torch 2.13). A training step brings new shapes every time (the LM head
+runs over the step's count of real tokens, the prompt pass over its prompts' padded length), so under bf16 the
+process grew by ~20 MB a step on bench/vs_trl.py's workload until the caches filled, up to ~600 MB. fp32 matmuls
+run through MKL, which keeps nothing per shape. `bound_kernel_caches` caps both caches at
+KERNEL_CACHE_CAPACITY entries for CPU bf16 compute (ONEDNN_PRIMITIVE_CACHE_CAPACITY and LRU_CACHE_CAPACITY;
+values the environment sets are kept): it is read at the process's first oneDNN op, so `load_policy` sets it
+before the model exists. On that workload 16 entries cost no measurable time (one step's own shapes repeat
+over the layers) and held the bf16 run's peak at fp32's (tests/test_mixed_precision.py).
 """
 from __future__ import annotations
 
 import contextlib
+import os
 import warnings
 
 import torch
@@ -28,7 +40,8 @@ import torch
 from codechat import CodechatError
 from codechat.config.rollout import COMPUTE_DTYPES
 
-
+KERNEL_CACHE_CAPACITY = 16  # oneDNN primitives kept per cache under CPU bf16 compute (module docstring)
+KERNEL_CACHE_VARS = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")  # oneDNN's cache, PyTorch's ideep LRU
 
 def autocast_dtype(compute_dtype: str, weight_dtype) -> torch.dtype | None:
     """The autocast dtype for compute_dtype over weights of `weight_dtype`, or None (no autocast)."""
@@ -46,6 +59,17 @@ def compute_autocast(compute_dtype: str, device, weight_dtype=torch.float32) -> 
     if dt is None:
         return contextlib.nullcontext()
     return torch.autocast(torch.device(device).type, dtype=dt)
+
+
+def bound_kernel_caches(compute_dtype: str, device, weight_dtype=torch.float32) -> bool:
+    """Under CPU bf16 compute, cap oneDNN's per-shape kernel caches at KERNEL_CACHE_CAPACITY entries (module
+    docstring) where the environment does not set them. Effective only before the process's first oneDNN op
+    (call it before any forward). Returns whether it applies (CPU autocast to a lower dtype)."""
+    if torch.device(device).type != "cpu" or autocast_dtype(compute_dtype, weight_dtype) is None:
+        return False
+    for var in KERNEL_CACHE_VARS:
+        os.environ.setdefault(var, str(KERNEL_CACHE_CAPACITY))
+    return True
 
 
 def bf16_native(device) -> bool:
