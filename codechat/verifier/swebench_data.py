@@ -74,7 +74,7 @@ def fill_test_data(repo: str, mirror: Path, commits: list[str], mirrors: Path, e
             dest.mkdir(parents=True, exist_ok=True)
             (dest / name).write_bytes(data)
             out["files"] += 1
-    log(f"{repo}: {out['files']} of {len(wanted)} test data files its tests download, from mirrors"
+    log(f"{out['files']} of {len(wanted)} test data files its tests download, from mirrors"
         + (f"; no mirror of {', '.join(out['no_mirror'])}" if out["no_mirror"] else "")
         + (f"; left out: {', '.join((out['absent'] + out['hash_differs'])[:8])}"
            if out["absent"] or out["hash_differs"] else ""))
