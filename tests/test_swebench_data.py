@@ -159,6 +159,15 @@ def test_the_pytest_of_the_build_s_date_is_installed_pinned_unless_the_spec_pins
     assert asked == [("pytest", "3.8", "2020-09-22T03:16:19Z")] and ran == ["python -m pip install -q pytest==6.0.2"]
     ran.clear()
     assert date_runner({**spec, "pip_packages": ["pytest==3.3.1"]}, tmp_path, "2017-01-01", ran.append) == {}
+    assert date_runner({**spec, "python": "3.6"}, tmp_path, "2019-01-01", ran.append) == {}  # capped below 7 there
     assert ran == []
     monkeypatch.setattr(swebench_probe, "dated_version", lambda *a: None)  # codechat's pip cannot tell: kept
     assert date_runner(spec, tmp_path, "2020-09-22", ran.append, log=lambda *_: None)["unavailable"] and ran == []
+
+
+def test_codechat_s_pip_names_the_pytest_of_a_date_for_an_older_interpreter():
+    # asks the package index: skipped where it cannot be reached
+    got = swebench_probe.dated_version("pytest", "3.8", "2020-09-22T03:16:19Z", timeout_s=120)
+    if got is None:
+        pytest.skip("the package index cannot be reached (or codechat's pip has no --uploaded-prior-to)")
+    assert got == "6.0.2"  # pydicom 2.0's records' date; pytest 6.1.0 came out on 2020-09-26

@@ -12,7 +12,8 @@ The other way round, an interpreter too old for a pip with `--uploaded-prior-to`
 undated, and an unpinned pytest is today's newest for it (pytest 8 on 3.8), which no longer calls the nose-style
 `setup` methods pydicom 2.0's tests rely on (67 of its PASS_TO_PASS tests of `test_filewriter.py` failed). The
 pytest of the build's date is found with codechat's own pip, asked for the spec's interpreter (`dated_version`),
-and installed pinned (`date_runner`).
+and installed pinned (`date_runner`); a pytest the spec pins, or that CONDA_PYTHON_CAPS caps for the interpreter
+(3.6), is kept.
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from codechat.verifier.swebench_spec import later_date, spec_packages
+from codechat.verifier.swebench_spec import CONDA_PYTHON_CAPS, later_date, spec_packages
 
 PROBE_ID = "test_codechat_probe.py::test_probe"
 
@@ -118,9 +119,10 @@ def dated_version(line: str, python: str, as_of: str, timeout_s: float = 300) ->
 def date_runner(spec: dict, env_dir: Path, as_of: str, step, log=print) -> dict:
     """Pin the environment's pytest to the version of `as_of` when the spec leaves it unpinned and the build could
     not be dated (see the module docstring); `step(cmd)` runs a pip command in the venv. The manifest's record:
-    {"as_of", "version"} or {"as_of", "unavailable"}; {} when the spec pins pytest."""
+    {"as_of", "version"} or {"as_of", "unavailable"}; {} when the spec pins pytest or CONDA_PYTHON_CAPS caps it
+    for the interpreter (3.6: below 7, as the harness had it)."""
     line = pytest_line(spec, env_dir)
-    if "==" in line or "===" in line:
+    if "==" in line or "pytest" in CONDA_PYTHON_CAPS.get(str(spec["python"]), {}):
         return {}
     version = dated_version(line, str(spec["python"]), as_of)
     if version is None:
