@@ -171,3 +171,15 @@ def test_codechat_s_pip_names_the_pytest_of_a_date_for_an_older_interpreter():
     if got is None:
         pytest.skip("the package index cannot be reached (or codechat's pip has no --uploaded-prior-to)")
     assert got == "6.0.2"  # pydicom 2.0's records' date; pytest 6.1.0 came out on 2020-09-26
+
+
+def test_the_bench_reads_record_test_ids_as_json_text_or_as_lists():
+    # Lite stores FAIL_TO_PASS as JSON text, the dev records (pydicom's among them) as a list
+    from tests.test_swebench_build import _bench
+    bench = _bench()
+    ids = ["a.py::test_x", "a.py::test_y"]
+    assert bench.record_ids({"instance_id": "i", "FAIL_TO_PASS": json.dumps(ids)}, "FAIL_TO_PASS") == ids
+    assert bench.record_ids({"instance_id": "i", "FAIL_TO_PASS": ids}, "FAIL_TO_PASS") == ids
+    env = TestEnv("a/b", "1", offline_skip={"a.py::test_y": "needs the internet"})
+    rec = {"instance_id": "i", "repo": "a/b", "version": "1", "FAIL_TO_PASS": ids}
+    assert "1 of 2 FAIL_TO_PASS tests are marked offline_skip" in bench.offline_reason(rec, {env.key: env})
