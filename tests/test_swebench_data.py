@@ -19,6 +19,7 @@ from codechat.verifier.repo_env import EnvError, TestEnv, parse_env
 from codechat.verifier.swebench_data import fill_test_data
 from codechat.verifier.swebench_probe import date_runner
 from codechat.verifier.swebench_spec import RUNNER_FILES
+from tests.test_swebench_envs import RUNTESTS
 
 MIRRORS = Path(os.environ.get("CODECHAT_MIRRORS", "/work/.mirror"))
 
@@ -106,12 +107,6 @@ def test_home_must_lie_inside_the_environment():
             parse_env({"repo": "a/b", "version": "1", "home": bad}, "x")
 
 
-RUNTESTS = """import os, sys, unittest
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-labels = [a for a in sys.argv[1:] if not a.startswith("-")]
-result = unittest.TextTestRunner(verbosity=2, stream=sys.stdout).run(unittest.defaultTestLoader.loadTestsFromNames(labels))
-sys.exit(not result.wasSuccessful())
-"""
 TEST_PATCH = """diff --git a/tests/app/tests.py b/tests/app/tests.py
 new file mode 100644
 --- /dev/null
@@ -138,7 +133,8 @@ def test_a_sandboxed_test_run_finds_the_downloaded_files_in_its_home(tmp_path):
     task = RepoTask("pydicom__fixture-1", "size() must count bytes",
                     {"reader.py": "def size(p):\n    return 0\n", "tests/runtests.py": RUNTESTS,
                      "tests/app/__init__.py": ""}, test_patch=TEST_PATCH,
-                    fail_to_pass=["test_size (app.tests.T.test_size)"], metadata={"repo": "django/django", "version": "9"})
+                    fail_to_pass=["test_size (app.tests.T.test_size)"],
+                    metadata={"repo": "django/django", "version": "9"})
     fix = {"reader.py": "import os\n\n\ndef size(p):\n    return os.path.getsize(p)\n"}
     verdicts = {}
     for home in ("home", ""):
@@ -152,7 +148,8 @@ def test_a_sandboxed_test_run_finds_the_downloaded_files_in_its_home(tmp_path):
 
 def test_the_pytest_of_the_build_s_date_is_installed_pinned_unless_the_spec_pins_one(tmp_path, monkeypatch):
     asked, ran = [], []
-    monkeypatch.setattr(swebench_probe, "dated_version", lambda line, py, date: asked.append((line, py, date)) or "6.0.2")
+    monkeypatch.setattr(swebench_probe, "dated_version",
+                        lambda line, py, date: asked.append((line, py, date)) or "6.0.2")
     spec = {"python": "3.8", "packages": "numpy", "pip_packages": ["pytest"], "test_cmd": "pytest -rA"}
     out = date_runner(spec, tmp_path, "2020-09-22T03:16:19Z", lambda cmd: ran.append(cmd) or True, log=lambda *_: None)
     assert out == {"as_of": "2020-09-22T03:16:19Z", "version": "6.0.2"}
