@@ -151,7 +151,8 @@ def test_the_pytest_of_the_build_s_date_is_installed_pinned_unless_the_spec_pins
     monkeypatch.setattr(swebench_probe, "dated_version",
                         lambda line, py, date: asked.append((line, py, date)) or "6.0.2")
     spec = {"python": "3.8", "packages": "numpy", "pip_packages": ["pytest"], "test_cmd": "pytest -rA"}
-    out = date_runner(spec, tmp_path, "2020-09-22T03:16:19Z", lambda cmd: ran.append(cmd) or True, log=lambda *_: None)
+    out = date_runner(spec, tmp_path, "2020-09-22T03:16:19Z", lambda cmd: ran.append(cmd) or True,
+                      log=lambda *_: None)
     assert out == {"as_of": "2020-09-22T03:16:19Z", "version": "6.0.2"}
     assert asked == [("pytest", "3.8", "2020-09-22T03:16:19Z")] and ran == ["python -m pip install -q pytest==6.0.2"]
     ran.clear()

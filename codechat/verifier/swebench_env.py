@@ -23,11 +23,12 @@ Unpinned packages move on after a spec was written (docutils dropped the `roman`
 `as_of` (by default the newest `created_at` of the version's records) every pip step resolves as of that date
 (pip's `--uploaded-prior-to`; a step that cannot, such as a pin released later, runs again undated), see `_step`.
 Reading the specs, the records and the mirrors: `swebench_spec.py`; what a commit's tree holds: `swebench_tree.py`;
-library sources a build would download, given locally (`--sources`: matplotlib's freetype): `swebench_sources.py`.
+library sources a build would download, given locally (`--sources`: matplotlib's freetype): `swebench_sources.py`;
+data files the tests download (pydicom's), from mirrors into the environment's `home/`: `swebench_data.py`.
 A pytest the build's date gives that cannot run on the spec's interpreter is installed again as of the
-interpreter's release (`swebench_probe.py`). Tests that need the internet at test time (requests' calls to
-httpbin.org; the harness's containers had a network, the sandbox has none) are not in the specs: `--offline-skip
-FILE` gives them, as `offline_skip` marks in env.json.
+interpreter's release; a build that cannot be dated (3.7, 3.8) gets its date's pytest pinned (`swebench_probe.py`).
+Tests that need the internet at test time (requests' calls to httpbin.org; the harness's containers had a network,
+the sandbox has none) are not in the specs: `--offline-skip FILE` gives them, as `offline_skip` marks in env.json.
 """
 from __future__ import annotations
 
@@ -381,9 +382,9 @@ def build_swebench_env(repo: str, version: str, records: list[dict], mirrors: Pa
             environ[m[1]] = m[2]
         else:
             skipped.append(cmd)
-    if data := fill_test_data(repo, mirror, [commit, *sorted({str(r["base_commit"]) for r in records})], mirrors, d,
-                              lambda m: log(f"{env.key}: {m}")):
-        notes["test_data"] = data
+    data = fill_test_data(repo, mirror, [commit, *sorted({str(r["base_commit"]) for r in records})], mirrors, d,
+                          lambda m: log(f"{env.key}: {m}"))
+    notes.update({"test_data": data} if data else {})
     overlay = copy_overlay(src, d / "overlay")
     built = TestEnv(repo, version, python=str(spec["python"]), pythonpath=tree_pythonpath(src),
                     runner="swebench", test_cmd=spec["test_cmd"], environ={**runner["environ"], **environ},
