@@ -42,7 +42,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from codechat.tasks.repo import RepoTask  # noqa: E402
+from codechat.tasks.repo import RepoTask, _str_list  # noqa: E402
 from codechat.tasks.repo_loaders import from_swebench  # noqa: E402
 from codechat.verifier.patches import Hunk, apply_diff, parse_diff  # noqa: E402
 from codechat.verifier.repo import RepoJudge  # noqa: E402
@@ -69,7 +69,7 @@ def static_reasons(rec: dict) -> set[str]:
     if any(not p.endswith(".py") for p in test_targets(tp)):
         why.add("data_file_run")
     targets = test_targets(tp)
-    for t in json.loads(rec["FAIL_TO_PASS"]) + json.loads(rec["PASS_TO_PASS"]):
+    for t in record_ids(rec, "FAIL_TO_PASS") + record_ids(rec, "PASS_TO_PASS"):
         if well_formed(t) and not _adaptable(t, targets):
             why.add("id_style")
     return why
@@ -188,11 +188,16 @@ def _read_commit(task) -> object:
     return read
 
 
+def record_ids(rec: dict, key: str) -> list[str]:
+    """A record's FAIL_TO_PASS or PASS_TO_PASS ids: JSON text (Lite, Verified) or a list (the dev records)."""
+    return _str_list(rec.get(key) or [], key, str(rec.get("instance_id")))
+
+
 def offline_reason(rec: dict, envs: dict) -> str | None:
     """Why an instance cannot be judged offline: a FAIL_TO_PASS test of it is marked `offline_skip` in its
     environment (`TestEnv.offline_reason`), or None."""
     env = envs.get(f"{rec['repo']}@{rec['version']}")
-    return env.offline_reason(json.loads(rec["FAIL_TO_PASS"])) if env is not None else None
+    return env.offline_reason(record_ids(rec, "FAIL_TO_PASS")) if env is not None else None
 
 
 def run_live(records: list[dict], trees: Path, envs_dir: str, log_dir: str | None, warm: bool = False) -> dict:

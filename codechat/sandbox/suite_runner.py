@@ -5,7 +5,8 @@ sympy's `bin/test`, pytest for pytest-dev/pytest).
 Standalone (imports nothing of codechat). It reads one JSON line on stdin:
     {"nonce", "root", "kind": "unittest"|"sympy"|"pytest", "script": "tests/runtests.py" (unittest, sympy),
      "args": [...], "cwd": "" (relative to root), "pythonpath": [...], "environ": {NAME: VALUE},
-     "writable": true (run on a copy of the tree in the run's private /tmp)}
+     "writable": true (run on a copy of the tree in the run's private /tmp), "home": a directory whose files are
+     linked into $HOME first (the files the tests would download there) or ""}
 puts `pythonpath` and the root first on sys.path, installs a recorder on the runner's outcome functions *before*
 the script runs, runs the script as `__main__` (pytest: `pytest.main(args)`) in this process, writes what it
 printed to stdout (the log the official SWE-bench parser reads) and one JSON record with the nonce on RESULT_FD.
@@ -181,6 +182,21 @@ class PytestRecorder:
                 self.rec.add([nodeid], "skip")
 
 
+def link_home(src: str, home: str) -> int:
+    """Link each file under `src` (the environment's `home`: the files the tests would download) to the same
+    place under `home` (the run's own, writable: a test may still delete or download one). Returns the count."""
+    n = 0
+    for d, _, files in os.walk(src):
+        rel = os.path.relpath(d, src)
+        os.makedirs(os.path.join(home, rel), exist_ok=True)
+        for f in files:
+            dst = os.path.join(home, rel, f)
+            if not os.path.lexists(dst):
+                os.symlink(os.path.join(d, f), dst)
+                n += 1
+    return n
+
+
 def main() -> None:
     result_fd = int(sys.argv[1])
     write, exit_now, dumps = os.write, os._exit, json.dumps
@@ -196,6 +212,8 @@ def main() -> None:
                 warnings._setoption(opt)
             except warnings._OptionError as e:
                 print(f"runner: invalid PYTHONWARNINGS entry {opt!r}: {e}", file=sys.stderr)
+    if spec.get("home") and os.environ.get("HOME"):  # before any tree code runs, as a download would have left them
+        link_home(spec["home"], os.environ["HOME"])
     if spec.get("writable"):  # the sandbox shows the tree read-only; tests that write into it (as they may in
         # the harness's container) run on a copy in the run's private /tmp, made before any tree code runs
         import shutil

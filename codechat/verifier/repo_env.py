@@ -30,7 +30,7 @@ from pathlib import Path
 from codechat import CodechatError
 
 SPEC_FIELDS = ("repo", "version", "python", "requirements", "pythonpath", "offline_skip", "runner", "test_cmd",
-               "environ", "protected", "bases", "overlays")
+               "environ", "protected", "bases", "overlays", "home")
 RUNNERS = ("pytest", "swebench")
 
 
@@ -75,6 +75,9 @@ class TestEnv:
     and generated files, which the environment commit's may not match (scikit-learn 0.22's generated shims)."""
     overlay: str = "overlay"
     """The overlay laid over the tree of one task (`for_commit`); not part of the spec."""
+    home: str = ""
+    """A directory under `dir` whose files each test run finds in its home directory (linked): the files a
+    repository's tests download there, taken from mirrors at build time (swebench_data.py); empty: none."""
 
     @property
     def key(self) -> str:
@@ -123,13 +126,15 @@ def parse_env(rec: object, where: str) -> TestEnv:
     if unknown:
         raise EnvError(f"{where}: unknown field(s) {', '.join(sorted(unknown))} (valid: {', '.join(SPEC_FIELDS)})")
     env = TestEnv(rec["repo"], rec["version"])
-    for name in ("python", "dir", "runner", "test_cmd"):
+    for name in ("python", "dir", "runner", "test_cmd", "home"):
         if name in rec:
             if not isinstance(rec[name], str):
                 raise EnvError(f"{where}: '{name}' must be a string")
             setattr(env, name, rec[name])
     if env.runner not in RUNNERS:
         raise EnvError(f"{where}: runner {env.runner!r} unknown (valid: {', '.join(RUNNERS)})")
+    if env.home and (os.path.isabs(env.home) or ".." in Path(env.home).parts):
+        raise EnvError(f"{where}: 'home' must be a directory inside the environment")
     for name in ("requirements", "pythonpath", "protected"):
         if name in rec:
             if not isinstance(rec[name], list) or not all(isinstance(x, str) for x in rec[name]):

@@ -70,7 +70,7 @@ def run_suite(root: Path, env: TestEnv, targets: list[str], timeout_s: float, ma
     nonce = secrets.token_hex(16)
     spec = {"nonce": nonce, "root": str(root), "kind": cmd["kind"], "script": cmd["script"],
             "args": cmd["args"] + list(targets), "cwd": "", "pythonpath": env.pythonpath,
-            "environ": env.environ, "writable": True}
+            "environ": env.environ, "writable": True, "home": str(Path(env.dir) / env.home) if env.home else ""}
     limits = isolation.Limits(cpu_s=int(timeout_s) + 1, memory_mb=memory_mb, nproc=64, nofile=512, fsize_mb=64)
     res = run_isolated([env.interpreter, "-I", SUITE_RUNNER, "{fd}"], root, timeout_s=timeout_s, limits=limits,
                        max_output_bytes=max(max_output_bytes, MAX_OUTPUT_BYTES), hide_paths=hide_paths, channel=True,

@@ -23,11 +23,12 @@ Unpinned packages move on after a spec was written (docutils dropped the `roman`
 `as_of` (by default the newest `created_at` of the version's records) every pip step resolves as of that date
 (pip's `--uploaded-prior-to`; a step that cannot, such as a pin released later, runs again undated), see `_step`.
 Reading the specs, the records and the mirrors: `swebench_spec.py`; what a commit's tree holds: `swebench_tree.py`;
-library sources a build would download, given locally (`--sources`: matplotlib's freetype): `swebench_sources.py`.
+library sources a build would download, given locally (`--sources`: matplotlib's freetype): `swebench_sources.py`;
+data files the tests download (pydicom's), from mirrors into the environment's `home/`: `swebench_data.py`.
 A pytest the build's date gives that cannot run on the spec's interpreter is installed again as of the
-interpreter's release (`swebench_probe.py`). Tests that need the internet at test time (requests' calls to
-httpbin.org; the harness's containers had a network, the sandbox has none) are not in the specs: `--offline-skip
-FILE` gives them, as `offline_skip` marks in env.json.
+interpreter's release; a build that cannot be dated (3.7, 3.8) gets its date's pytest pinned (`swebench_probe.py`).
+Tests that need the internet at test time (requests' calls to httpbin.org; the harness's containers had a network,
+the sandbox has none) are not in the specs: `--offline-skip FILE` gives them, as `offline_skip` marks in env.json.
 """
 from __future__ import annotations
 
@@ -49,7 +50,8 @@ from codechat.verifier.swebench_spec import (RUNNER_FILES, as_of_hint, conda_to_
                                              find_mirror, parse_as_of, parse_test_cmd, requirements_txt, spec_for,
                                              build_environ, offline_pre_install, python_caps, spec_packages,
                                              tree_pythonpath)
-from codechat.verifier.swebench_probe import check_runner
+from codechat.verifier.swebench_data import fill_test_data
+from codechat.verifier.swebench_probe import check_runner, date_runner
 from codechat.verifier.swebench_sources import link_sources, linked_version, prepare_sources
 from codechat.verifier.swebench_tree import changed_packaging, copy_overlay, without_absent
 
@@ -281,7 +283,7 @@ def build_swebench_env(repo: str, version: str, records: list[dict], mirrors: Pa
     subprocess.run([python, "-m", "venv", str(d)], check=True, capture_output=True)
     if hint := as_of_hint(as_of, str(spec["python"])):
         log(f"{env.key}: {hint}")
-    as_of, notes = prepare_pip(d, str(spec["python"]), as_of, steps)
+    wanted, (as_of, notes) = as_of, prepare_pip(d, str(spec["python"]), as_of, steps)
     if hint:
         notes["as_of_hint"] = hint
     if "as_of_unavailable" in notes:
@@ -307,6 +309,10 @@ def build_swebench_env(repo: str, version: str, records: list[dict], mirrors: Pa
         conda = python_caps(conda, str(spec["python"]))
         _pip(conda, d, steps, missing, as_of)
     _pip(list(spec.get("pip_packages", [])), d, steps, missing, as_of)
+    own = canonicalize_name(repo.split("/")[-1]) == "pytest"  # pytest-dev/pytest runs its own tree's pytest
+    if wanted and as_of is None and runner["kind"] == "pytest" and not own:  # no dated pip: its pytest dated
+        notes["runner_as_of"] = date_runner(spec, d, wanted, lambda cmd: _step(cmd, d, d, steps),
+                                            lambda m: log(f"{env.key}: {m}"))
     # the harness runs `install` again in every instance's container, at its base commit: what an instance's
     # packaging files resolve differently from the environment commit's comes from installing there once
     installed, overlays = {}, {}
@@ -355,7 +361,7 @@ def build_swebench_env(repo: str, version: str, records: list[dict], mirrors: Pa
         if c != commit and ok:  # what this base's install compiled or generated, for its trees (last: overlay/)
             copy_overlay(src, d / "overlays" / c[:12])
             overlays.update({member: f"overlays/{c[:12]}" for member in groups[c]})
-    if runner["kind"] == "pytest" and canonicalize_name(repo.split("/")[-1]) != "pytest":  # not the tree's own
+    if runner["kind"] == "pytest" and not own:
         notes["runner_probe"] = check_runner(repo, spec, runner, d, as_of,
                                              lambda cmd, date: _step(cmd, d, d, steps, as_of=date), log)
     for name, (source, _) in prepared.items():  # what the built extension links, as the manifest says
@@ -376,11 +382,14 @@ def build_swebench_env(repo: str, version: str, records: list[dict], mirrors: Pa
             environ[m[1]] = m[2]
         else:
             skipped.append(cmd)
+    data = fill_test_data(repo, mirror, [commit, *sorted({str(r["base_commit"]) for r in records})], mirrors, d,
+                          lambda m: log(f"{env.key}: {m}"))
+    notes.update({"test_data": data} if data else {})
     overlay = copy_overlay(src, d / "overlay")
     built = TestEnv(repo, version, python=str(spec["python"]), pythonpath=tree_pythonpath(src),
                     runner="swebench", test_cmd=spec["test_cmd"], environ={**runner["environ"], **environ},
                     protected=RUNNER_FILES[runner["kind"]], bases=bases, overlays=overlays,
-                    offline_skip=dict(offline_skip or {}), dir=str(d))
+                    offline_skip=dict(offline_skip or {}), dir=str(d), home=data.get("home", "") if data else "")
     rec = {k: v for k, v in built.__dict__.items() if k not in ("dir", "layer", "overlay")}
     (d / "env.json").write_text(json.dumps(rec, indent=1) + "\n", encoding="utf-8")
     _write_manifest(d, spec, commit, python, steps, missing, skipped, overlay, t_start, notes)

@@ -7,19 +7,28 @@ pytest instead, 2.9.2, which stops on Python 3.9 before running a test (`warn_ab
 INTERNALERROR): such a pytest predates the interpreter and never ran on it. The harness's pytest ran the tests
 its records name, so a pytest that cannot run one test is never the harness's: it is installed again as of a
 month after the interpreter's release (`later_date`), the spec's pytest pin kept.
+
+The other way round, an interpreter too old for a pip with `--uploaded-prior-to` (3.6 to 3.8) leaves a dated build
+undated, and an unpinned pytest is today's newest for it (pytest 8 on 3.8), which no longer calls the nose-style
+`setup` methods pydicom 2.0's tests rely on (67 of its PASS_TO_PASS tests of `test_filewriter.py` failed). The
+pytest of the build's date is found with codechat's own pip, asked for the spec's interpreter (`dated_version`),
+and installed pinned (`date_runner`); a pytest the spec pins, or that CONDA_PYTHON_CAPS caps for the interpreter
+(3.6), is kept.
 """
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from codechat.verifier.swebench_spec import later_date, spec_packages
+from codechat.verifier.swebench_spec import CONDA_PYTHON_CAPS, later_date, spec_packages
 
 PROBE_ID = "test_codechat_probe.py::test_probe"
 
@@ -84,3 +93,42 @@ def check_runner(repo: str, spec: dict, runner: dict, env_dir: Path, as_of: str 
         out["tail"] = tail
         log(f"{repo}: its pytest does not run a one-test file: {(tail.splitlines() or [''])[-1][:200]}")
     return out
+
+
+def dated_version(line: str, python: str, as_of: str, timeout_s: float = 300) -> str | None:
+    """The version of requirement `line` that pip would have chosen on Python `python` as of `as_of`, asked of
+    codechat's own pip (`pip download --uploaded-prior-to`, wheels only, the package index alone); None when
+    that pip cannot say (too old, no network, no such wheel)."""
+    name = canonicalize_name(Requirement(line).name)
+    env = {**{k: v for k, v in os.environ.items() if k not in ("PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL")},
+           "PIP_CONFIG_FILE": os.devnull}
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            res = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
+                                  "--python-version", python, "--uploaded-prior-to", as_of, "-d", tmp, line],
+                                 env=env, capture_output=True, text=True, timeout=timeout_s)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        for f in os.listdir(tmp) if res.returncode == 0 else []:
+            m = re.match(r"([^-]+)-([^-]+)-.*\.whl$", f)
+            if m and canonicalize_name(m[1]) == name:
+                return m[2]
+    return None
+
+
+def date_runner(spec: dict, env_dir: Path, as_of: str, step, log=print) -> dict:
+    """Pin the environment's pytest to the version of `as_of` when the spec leaves it unpinned and the build could
+    not be dated (see the module docstring); `step(cmd)` runs a pip command in the venv. The manifest's record:
+    {"as_of", "version"} or {"as_of", "unavailable"}; {} when the spec pins pytest or CONDA_PYTHON_CAPS caps it
+    for the interpreter (3.6: below 7, as the harness had it)."""
+    line = pytest_line(spec, env_dir)
+    if "==" in line or "pytest" in CONDA_PYTHON_CAPS.get(str(spec["python"]), {}):
+        return {}
+    version = dated_version(line, str(spec["python"]), as_of)
+    if version is None:
+        log(f"pytest as of {as_of[:10]}: codechat's pip could not tell; the newest pytest for Python "
+            f"{spec['python']} stays")
+        return {"as_of": as_of, "unavailable": True}
+    ok = step(f"python -m pip install -q {shlex.quote(f'pytest=={version}')}")
+    log(f"pytest as of {as_of[:10]}: {version}{'' if ok else ' (its install failed)'}")
+    return {"as_of": as_of, "version": version, **({} if ok else {"failed": True})}
