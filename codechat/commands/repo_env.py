@@ -15,8 +15,8 @@ from codechat.tasks.loaders import read_records
 from codechat.tasks.model import TaskFormatError
 from codechat.verifier.repo_env import (EnvError, build_env, check_env, load_envs, load_offline_marks, load_specs,
                                         set_offline_skip)
-from codechat.verifier.swebench_env import build_swebench_env, group_records
-from codechat.verifier.swebench_spec import parse_as_of
+from codechat.verifier.swebench_env import build_swebench_env
+from codechat.verifier.swebench_spec import group_records, parse_as_of
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

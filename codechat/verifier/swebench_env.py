@@ -41,7 +41,6 @@ import subprocess
 import time
 from pathlib import Path
 
-from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from codechat.tasks.submodules import SubmoduleError, fill_submodules
@@ -49,7 +48,7 @@ from codechat.verifier.repo_env import EnvError, TestEnv, env_dirname, resolve_p
 from codechat.verifier.swebench_spec import (RUNNER_FILES, as_of_hint, conda_to_pypi, environment_yml_packages,
                                              find_mirror, parse_as_of, parse_test_cmd, requirements_txt, spec_for,
                                              build_environ, offline_pre_install, python_caps, spec_packages,
-                                             tree_pythonpath)
+                                             tree_pythonpath, tree_requirements)
 from codechat.verifier.swebench_data import fill_test_data
 from codechat.verifier.swebench_probe import check_runner, date_runner
 from codechat.verifier.swebench_sources import link_sources, linked_version, prepare_sources
@@ -121,23 +120,6 @@ def _index_only(env: dict) -> dict:
     """`env` without pip's configuration files, find-links and extra indexes (the package index alone)."""
     return {**{k: v for k, v in env.items() if k not in ("PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL")},
             "PIP_CONFIG_FILE": os.devnull}
-
-
-def tree_requirements(report: dict) -> list[str]:
-    """The requirements of the local trees a pip installation report installs (their requested extras and the
-    target interpreter's markers applied; markers dropped), other local trees left out."""
-    out = []
-    for item in report.get("install", []):
-        if "dir_info" not in item.get("download_info", {}):
-            continue
-        extras = item.get("requested_extras") or []
-        for line in item.get("metadata", {}).get("requires_dist") or []:
-            req = Requirement(line)
-            if req.url or (req.marker is not None and not any(
-                    req.marker.evaluate({**report.get("environment", {}), "extra": e}) for e in [*extras, ""])):
-                continue
-            out.append(f"{req.name}{'[' + ','.join(sorted(req.extras)) + ']' if req.extras else ''}{req.specifier}")
-    return out
 
 
 def _run(cmd: str, cwd: Path, env: dict, steps: list, timeout_s: float, as_of: str | None = None) -> bool:
@@ -402,11 +384,3 @@ def _write_manifest(d: Path, spec: dict, commit: str, python: str, steps: list, 
         "spec": spec, "commit": commit, "python": python, **notes, "steps": steps, "missing": missing,
         "skipped_docker_only": sorted(set(skipped)), "overlay": overlay, "build_s": round(time.monotonic() - t_start, 1)},
         indent=1, default=str) + "\n", encoding="utf-8")
-
-
-def group_records(records: list[dict]) -> dict[tuple[str, str], list[dict]]:
-    """Records by (repo, version): one environment each."""
-    out: dict[tuple[str, str], list[dict]] = {}
-    for r in records:
-        out.setdefault((str(r["repo"]), str(r["version"])), []).append(r)
-    return out

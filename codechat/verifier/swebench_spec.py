@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import yaml
+from packaging.requirements import Requirement
 
 from codechat.tasks.submodules import find_git, mirror_candidates
 from codechat.verifier.repo_env import EnvError
@@ -259,3 +260,28 @@ def parse_as_of(value: str | None, records: list[dict]) -> str | None:
         raise EnvError(f"--as-of {value!r}: give an ISO 8601 date (2020-07-01, 2020-07-01T00:00:00Z), "
                        f"'records' or 'none'") from None
     return value
+
+
+def group_records(records: list[dict]) -> dict[tuple[str, str], list[dict]]:
+    """Records by (repo, version): one environment each."""
+    out: dict[tuple[str, str], list[dict]] = {}
+    for r in records:
+        out.setdefault((str(r["repo"]), str(r["version"])), []).append(r)
+    return out
+
+
+def tree_requirements(report: dict) -> list[str]:
+    """The requirements of the local trees a pip installation report installs (their requested extras and the
+    target interpreter's markers applied; markers dropped), other local trees left out."""
+    out = []
+    for item in report.get("install", []):
+        if "dir_info" not in item.get("download_info", {}):
+            continue
+        extras = item.get("requested_extras") or []
+        for line in item.get("metadata", {}).get("requires_dist") or []:
+            req = Requirement(line)
+            if req.url or (req.marker is not None and not any(
+                    req.marker.evaluate({**report.get("environment", {}), "extra": e}) for e in [*extras, ""])):
+                continue
+            out.append(f"{req.name}{'[' + ','.join(sorted(req.extras)) + ']' if req.extras else ''}{req.specifier}")
+    return out
