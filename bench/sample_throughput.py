@@ -13,13 +13,22 @@ sides. A decoded token costs 2 x (projection and LM-head weights) FLOPs; attenti
 contexts) are not counted, which understates both sides alike. share = (tokens x FLOPs/token / time) / (GEMM
 FLOPs / GEMM time): 1.0 would be a decoder that does nothing but those matmuls. Ends with one JSON line
 {"ours_tok_s", "hf_tok_s", "ratio", "ours_gemm_share", "hf_gemm_share", "gemm_gflops", "clock", "repeats",
-"compile", "packed_weights", "compile_s", "compile_wall_s"}. --no-packed: ours with `sampling.packed_weights`
+"compile", "packed_weights", "compile_s", "compile_wall_s", "dtype"}. --no-packed: ours with `sampling.packed_weights`
 off. The GEMM rate is F.linear's on the weights as they lie, whichever way ours multiplies. --compile: ours with
 `sampling.compile`; its one-off compile time, the first call's extra time at the timed settings, is compile_s on
 the bench's clock and compile_wall_s in wall seconds (inductor compiles its C++ in worker processes, whose CPU
 time the cpu clock does not see).
 
+--dtype bfloat16: bf16 compute over the fp32 weights on both sides, each as its users run it. Ours: the policy
+loaded with `model.compute_dtype=bfloat16`, so the sampler runs inside the policy's own bf16 autocast (bf16
+oneDNN-packed weights and the lean decode step); generate: inside `torch.autocast("cpu", dtype=torch.bfloat16)`,
+what HF Trainer / TRL users get with bf16=True on a CPU. The GEMM rate is then F.linear's under the same autocast
+(bf16 inputs, autocast's bf16 copies of the weights). Only on CPUs with native bf16 (AVX512-bf16 or AMX), where
+it is not emulated; elsewhere the bench stops with one line. Like a codechat run, the process caps oneDNN's
+per-shape kernel caches (policy/precision.py), for both sides.
+
     PYTHONPATH=. python bench/sample_throughput.py --preset tiny -P 4 -G 8 --new 64 [--compile]
+    PYTHONPATH=. python bench/sample_throughput.py --preset tiny --dtype bfloat16
     PYTHONPATH=. python bench/sample_throughput.py --preset small --tasks ../shared/data/mbpp/mbpp.jsonl
     PYTHONPATH=. python bench/sample_throughput.py --model /path/to/hf_dir --threads 2 --clock wall
 
@@ -29,8 +38,11 @@ takes the first P prompts of a task file instead (MBPP: ~60 tokens).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import json
 import statistics
+import sys
 import time
 
 import torch
@@ -38,6 +50,7 @@ import torch.nn.functional as F
 
 from codechat.config import ModelConfig, SamplingConfig
 from codechat.policy import Sampler, load_policy
+from codechat.policy.precision import bf16_native
 
 PROMPTS = [
     "Write a function `reverse_string(s)` that returns the string s reversed.\ndef reverse_string(s):\n",
@@ -65,6 +78,7 @@ def count_new(seqs: torch.Tensor, eos: set[int]) -> int:
 
 
 CLOCK = time.process_time
+LOWP = contextlib.nullcontext  # the context of generate and of the GEMM timing: bf16 autocast with --dtype bfloat16
 
 
 def gemm_weights(model) -> list[torch.Tensor]:
@@ -76,11 +90,15 @@ def gemm_weights(model) -> list[torch.Tensor]:
 @torch.no_grad()
 def run_gemm(ws, B: int, reps: int = 20) -> tuple[float, float]:
     """FLOPs and seconds of `reps` passes of one (B, in) x (in, out) matmul per weight."""
-    xs = [torch.randn(B, w.shape[1], dtype=w.dtype, device=w.device) for w in ws]
-    t0 = CLOCK()
-    for _ in range(reps):
-        for x, w in zip(xs, ws):
+    with LOWP():
+        dt = torch.get_autocast_dtype(ws[0].device.type) if torch.is_autocast_enabled(ws[0].device.type) else None
+        xs = [torch.randn(B, w.shape[1], dtype=dt or w.dtype, device=w.device) for w in ws]
+        for x, w in zip(xs, ws):  # under autocast: its bf16 copy of each weight, cast once, cached for the region
             F.linear(x, w)
+        t0 = CLOCK()
+        for _ in range(reps):
+            for x, w in zip(xs, ws):
+                F.linear(x, w)
     return reps * sum(2.0 * B * w.numel() for w in ws), CLOCK() - t0
 
 
@@ -99,10 +117,11 @@ def run_hf(policy, prompts, G, cfg):
     attn = torch.tensor([[0] * (Lp - len(p)) + [1] * len(p) for p in rows], device=policy.device)
     torch.manual_seed(cfg.seed)
     t0 = CLOCK()
-    out = policy.model.generate(
-        input_ids=ids, attention_mask=attn, do_sample=cfg.temperature > 0, temperature=cfg.temperature or None,
-        top_p=cfg.top_p, top_k=cfg.top_k, max_new_tokens=cfg.max_new_tokens, pad_token_id=pad,
-        eos_token_id=list(policy.eos_token_ids))
+    with LOWP():
+        out = policy.model.generate(
+            input_ids=ids, attention_mask=attn, do_sample=cfg.temperature > 0, temperature=cfg.temperature or None,
+            top_p=cfg.top_p, top_k=cfg.top_k, max_new_tokens=cfg.max_new_tokens, pad_token_id=pad,
+            eos_token_id=list(policy.eos_token_ids))
     dt = CLOCK() - t0
     return count_new(out[:, Lp:], set(policy.eos_token_ids)), dt
 
@@ -131,15 +150,24 @@ def main() -> None:
                          "is reported apart (the first call at the timed settings), not in the timed runs")
     ap.add_argument("--no-packed", action="store_true",
                     help="ours with sampling.packed_weights=false (F.linear on the weights as they lie)")
+    ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
+                    help="compute dtype of both sides: bfloat16 = ours with model.compute_dtype=bfloat16, generate "
+                         "under torch.autocast bf16 (fp32 weights on both); CPUs with native bf16 only")
     args = ap.parse_args()
-    global CLOCK
+    global CLOCK, LOWP
     CLOCK = time.process_time if args.clock == "cpu" else time.perf_counter
+    if args.dtype == "bfloat16":
+        if not bf16_native(args.device):
+            sys.exit(f"sample_throughput: {args.device} has no native bf16 ("
+                     f"{torch.backends.cpu.get_cpu_capability()}), where bf16 is emulated and slow: skipped")
+        LOWP = functools.partial(torch.autocast, torch.device(args.device).type, dtype=torch.bfloat16)
     if args.repeats < 1:
         ap.error("--repeats must be at least 1")
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    policy = load_policy(ModelConfig(path=args.model or args.preset, device=args.device))
+    policy = load_policy(ModelConfig(path=args.model or args.preset, device=args.device,
+                                     compute_dtype="" if args.dtype == "float32" else args.dtype))
     texts = PROMPTS
     if args.tasks:
         from codechat.tasks import load_tasks
@@ -154,6 +182,10 @@ def main() -> None:
     print(f"model {args.model or args.preset} ({n_params / 1e6:.1f}M params), P={args.P} G={args.G} "
           f"new={args.new} T={args.temperature} top_p={args.top_p} top_k={args.top_k} "
           f"threads={torch.get_num_threads()} clock={args.clock} prompt tokens={[len(p) for p in prompts]}")
+    if args.dtype == "bfloat16":
+        print("bf16 on both sides, fp32 weights: ours = Sampler with model.compute_dtype=bfloat16 (its bf16 "
+              "autocast); hf generate = model.generate under torch.autocast(bfloat16); GEMM rate = F.linear under "
+              "the same autocast")
     warm = SamplingConfig(**{**cfg.__dict__, "max_new_tokens": 4})
     run_ours(sampler, prompts, args.G, warm)
     run_hf(policy, prompts, args.G, warm)
@@ -190,7 +222,7 @@ def main() -> None:
                       "ours_gemm_share": round(o * flops_tok / g, 3), "hf_gemm_share": round(h * flops_tok / g, 3),
                       "gemm_gflops": round(g / 1e9, 1), "clock": args.clock, "repeats": args.repeats,
                       "compile": args.compile, "packed_weights": not args.no_packed, "compile_s": round(compile_s, 1),
-                      "compile_wall_s": round(compile_wall_s, 1)}))
+                      "compile_wall_s": round(compile_wall_s, 1), "dtype": args.dtype}))
 
 
 if __name__ == "__main__":
