@@ -43,6 +43,7 @@ from codechat.config.rollout import COMPUTE_DTYPES
 KERNEL_CACHE_CAPACITY = 16  # oneDNN primitives kept per cache under CPU bf16 compute (module docstring)
 KERNEL_CACHE_VARS = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")  # oneDNN's cache, PyTorch's ideep LRU
 
+
 def autocast_dtype(compute_dtype: str, weight_dtype) -> torch.dtype | None:
     """The autocast dtype for compute_dtype over weights of `weight_dtype`, or None (no autocast)."""
     if compute_dtype not in COMPUTE_DTYPES:
