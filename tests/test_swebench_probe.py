@@ -59,3 +59,45 @@ def test_the_probe_runs_a_real_pytest_and_reads_its_log_with_the_official_parser
     assert ok, tail
     ok, tail = runner_runs("psf/requests", Path(sys.prefix), ["-rA", "--no-such-option"], {})
     assert not ok and "--no-such-option" in tail
+
+
+def _fake_collect(venv, src):
+    """A venv whose pytest collects pytest 7's names of duplicate parameters until `fixed` exists, then pytest 8's."""
+    (venv / "bin").mkdir(parents=True)
+    (src / "tests").mkdir(parents=True)
+    (src / "tests" / "test_rc.py").write_text("")
+    (venv / "bin" / "python").write_text(
+        "#!/bin/bash\n"
+        f'if [ -e {venv}/fixed ]; then s=_; else s=; fi\n'
+        'echo "tests/test_rc.py::test_weight[100-100${s}0]"\necho "tests/test_rc.py::test_weight[100-100${s}1]"\n'
+        'echo "tests/test_rc.py::test_weight[bold-bold]"\n')
+    (venv / "bin" / "python").chmod(0o755)
+
+
+def test_records_that_name_duplicate_parameters_the_pytest_8_way_get_pytest_8(tmp_path):
+    from codechat.verifier.swebench_probe import name_runner, pytest7_name
+    assert pytest7_name("a.py::t[100-100_0]") == "a.py::t[100-1000]"
+    assert pytest7_name("a.py::t[case_0]") is None and pytest7_name("a.py::t[bold-bold]") is None
+    venv, src = tmp_path / "venv", tmp_path / "src"
+    _fake_collect(venv, src)
+    ran = []
+
+    def step(cmd):
+        ran.append(cmd)
+        (venv / "fixed").touch()
+        return True
+    # matplotlib 3.5's 23299: its PASS_TO_PASS holds test_validate_fontweight[100-100_0] and [100-100_1]
+    rec = {"FAIL_TO_PASS": '["tests/test_rc.py::test_new"]',
+           "PASS_TO_PASS": '["tests/test_rc.py::test_weight[100-100_0]", "tests/test_rc.py::test_weight[100-100_1]"]'}
+    spec = {"python": "3.11", "pip_packages": ["pytest"]}
+    out = name_runner([rec], spec, venv, src, {}, step, log=lambda *_: None)
+    assert ran == ["python -m pip install -q 'pytest>=8.0,<8.1'"]
+    assert out == {"ids": 2, "collected": 2, "pytest7_names": 2, "installed": "pytest>=8.0,<8.1"}
+    # collected as the records name them: nothing to do; a spec's pin is kept; records without such ids: {}
+    ran.clear()
+    assert name_runner([rec], spec, venv, src, {}, step, log=lambda *_: None) == {"ids": 2, "collected": 2}
+    (venv / "fixed").unlink()
+    out = name_runner([rec], {**spec, "pip_packages": ["pytest==7.2.0"]}, venv, src, {}, step, log=lambda *_: None)
+    assert ran == [] and out == {"ids": 2, "collected": 0, "pytest7_names": 2}
+    assert name_runner([{"FAIL_TO_PASS": ["tests/test_rc.py::test_weight[bold-bold]"]}], spec, venv, src, {}, step,
+                       log=lambda *_: None) == {}

@@ -26,7 +26,8 @@ Reading the specs, the records and the mirrors: `swebench_spec.py`; what a commi
 library sources a build would download, given locally (`--sources`: matplotlib's freetype): `swebench_sources.py`;
 data files the tests download (pydicom's), from mirrors into the environment's `home/`: `swebench_data.py`.
 A pytest the build's date gives that cannot run on the spec's interpreter is installed again as of the
-interpreter's release; a build that cannot be dated (3.7, 3.8) gets its date's pytest pinned (`swebench_probe.py`).
+interpreter's release; a build that cannot be dated (3.7, 3.8) gets its date's pytest pinned; records that name
+duplicate parameters as pytest 8 does get pytest 8 when the environment's names them otherwise (`swebench_probe.py`).
 Tests that need the internet at test time (requests' calls to httpbin.org; the harness's containers had a network,
 the sandbox has none) are not in the specs: `--offline-skip FILE` gives them, as `offline_skip` marks in env.json.
 """
@@ -50,7 +51,7 @@ from codechat.verifier.swebench_spec import (RUNNER_FILES, as_of_hint, conda_to_
                                              build_environ, offline_pre_install, python_caps, spec_packages,
                                              tree_pythonpath, tree_requirements)
 from codechat.verifier.swebench_data import fill_test_data
-from codechat.verifier.swebench_probe import check_runner, date_runner
+from codechat.verifier.swebench_probe import check_runner, date_runner, name_runner
 from codechat.verifier.swebench_sources import link_sources, linked_version, prepare_sources
 from codechat.verifier.swebench_tree import changed_packaging, copy_overlay, without_absent
 
@@ -346,6 +347,8 @@ def build_swebench_env(repo: str, version: str, records: list[dict], mirrors: Pa
     if runner["kind"] == "pytest" and not own:
         notes["runner_probe"] = check_runner(repo, spec, runner, d, as_of,
                                              lambda cmd, date: _step(cmd, d, d, steps, as_of=date), log)
+        if named := name_runner(records, spec, d, src, runner["environ"], lambda cmd: _step(cmd, d, d, steps), log):
+            notes["runner_names"] = named
     for name, (source, _) in prepared.items():  # what the built extension links, as the manifest says
         used[name]["linked"] = linked = linked_version(source, d)
         if linked != used[name]["version"]:

@@ -1,5 +1,6 @@
 """The built environment's pytest tried on a one-test file, its log read by the repository's official parser, and
-replaced when a build date older than the interpreter gave it one that cannot run there.
+replaced when a build date older than the interpreter gave it one that cannot run there, or when it names tests
+otherwise than the records do.
 
 A spec that names `pytest` unpinned (requests: Python 3.9, `packages: pytest`) had the harness's images take the
 pytest of the day they were built. A build dated by its records (requests 2.10's of June 2016) takes that day's
@@ -14,9 +15,14 @@ undated, and an unpinned pytest is today's newest for it (pytest 8 on 3.8), whic
 pytest of the build's date is found with codechat's own pip, asked for the spec's interpreter (`dated_version`),
 and installed pinned (`date_runner`); a pytest the spec pins, or that CONDA_PYTHON_CAPS caps for the interpreter
 (3.6), is kept.
+
+A third difference is in the names of tests: pytest 8 names duplicate parameter ids that end in a digit `_N`
+(`[100-100_0]`), earlier ones without the `_` (PYTEST8_DUPLICATE); records made by images with pytest 8 name them
+so, and when the environment's pytest collects their other names instead, pytest 8.0 is installed (`name_runner`).
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -132,3 +138,68 @@ def date_runner(spec: dict, env_dir: Path, as_of: str, step, log=print) -> dict:
     ok = step(f"python -m pip install -q {shlex.quote(f'pytest=={version}')}")
     log(f"pytest as of {as_of[:10]}: {version}{'' if ok else ' (its install failed)'}")
     return {"as_of": as_of, "version": version, **({} if ok else {"failed": True})}
+
+
+PYTEST8_DUPLICATE = re.compile(r"(\d)_(\d+)\]$")
+"""pytest 8's name for the N-th of duplicate parameter ids that end in a digit (`[100-100_0]`); pytest 7 and
+earlier write `[100-1000]`. The harness's images took the pytest of the day they were built (8.x for unpinned
+specs), so a record made there names such tests the pytest 8 way, and an environment dated before pytest 8
+(matplotlib 3.5's records on Python 3.11: pytest 7.2) runs them under other names: the record's ids are missing."""
+
+
+def pytest7_name(test_id: str) -> str | None:
+    """pytest 7's name of a test that pytest 8 names `..._N]` (PYTEST8_DUPLICATE), or None."""
+    m = PYTEST8_DUPLICATE.search(test_id)
+    return f"{test_id[:m.start()]}{m[1]}{m[2]}]" if m else None
+
+
+def record_ids(record: dict) -> list[str]:
+    """A record's FAIL_TO_PASS and PASS_TO_PASS ids (JSON text, as SWE-bench writes them, or lists)."""
+    out = []
+    for key in ("FAIL_TO_PASS", "PASS_TO_PASS"):
+        v = record.get(key) or []
+        out += json.loads(v) if isinstance(v, str) else list(v)
+    return [str(i) for i in out]
+
+
+def collected_ids(env_dir: Path, src: Path, files: list[str], environ: dict[str, str],
+                  timeout_s: float = 600) -> set[str]:
+    """The test ids the venv's pytest collects from `files` of the tree `src` (`--collect-only -q`; without its
+    warnings plugin: a tree that makes warnings errors, such as matplotlib's deprecated `pkg_resources` namespace
+    before 3.7, would stop collection, which the judge's runner handles and names do not depend on)."""
+    env = {**os.environ, **environ, "PATH": f"{env_dir / 'bin'}:{os.environ.get('PATH', '')}"}
+    env.pop("PYTHONPATH", None)
+    try:
+        res = subprocess.run([str(env_dir / "bin" / "python"), "-m", "pytest", "--collect-only", "-q",
+                              "-p", "no:cacheprovider", "-p", "no:warnings", *files], cwd=src, env=env, capture_output=True, text=True,
+                             timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return set()
+    return {line.strip() for line in res.stdout.splitlines() if "::" in line}
+
+
+def name_runner(records: list[dict], spec: dict, env_dir: Path, src: Path, environ: dict[str, str], step,
+                log=print) -> dict:
+    """Install pytest 8.0 when the records name duplicate parameters the pytest 8 way (PYTEST8_DUPLICATE) and
+    the environment's pytest collects none of those ids but their pytest 7 names (checked at the environment
+    commit's tree, on the files the ids name); a spec's `==` pin is kept. `step(cmd)` runs a pip command in the
+    venv (undated: pytest 8 came after such a build's date). The manifest's record: {} when no record id has the
+    form, else {"ids", "collected"[, "pytest7_names", "installed"]}."""
+    ids = sorted({i for r in records for i in record_ids(r) if PYTEST8_DUPLICATE.search(i)})
+    if not ids:
+        return {}
+    files = sorted({i.split("::")[0] for i in ids if (src / i.split("::")[0]).is_file()})
+    found = collected_ids(env_dir, src, files, environ) if files else set()
+    out: dict = {"ids": len(ids), "collected": sum(i in found for i in ids)}
+    if out["collected"] or not any(pytest7_name(i) in found for i in ids):
+        return out
+    out["pytest7_names"] = sum(pytest7_name(i) in found for i in ids)
+    if "==" in pytest_line(spec, env_dir):
+        log(f"{len(ids)} record ids use pytest 8's names for duplicate parameters; the spec pins pytest: kept")
+        return out
+    ok = step("python -m pip install -q 'pytest>=8.0,<8.1'")
+    found = collected_ids(env_dir, src, files, environ)
+    out.update(installed="pytest>=8.0,<8.1" if ok else None, collected=sum(i in found for i in ids))
+    log(f"{len(ids)} record ids use pytest 8's names for duplicate parameters (`[100-100_0]`), the environment's "
+        f"pytest 7's (`[100-1000]`): pytest 8.0 installed, {out['collected']} of them collected")
+    return out
