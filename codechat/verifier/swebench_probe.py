@@ -34,6 +34,7 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
+from codechat.verifier.repo_suite import parse_log  # the suite runner's parser: what the judge reads
 from codechat.verifier.swebench_spec import CONDA_PYTHON_CAPS, later_date, spec_packages
 
 PROBE_ID = "test_codechat_probe.py::test_probe"
@@ -43,7 +44,6 @@ def runner_runs(repo: str, venv: Path, args: list[str], environ: dict[str, str],
                 timeout_s: float = 300) -> tuple[bool, str]:
     """Whether the venv's pytest, given the spec's test command arguments, runs a one-test file in an empty
     directory and the repository's official log parser reads that test as passed; and the output's tail."""
-    from codechat.verifier.repo_suite import parse_log  # the suite runner's parser: what the judge reads
     with tempfile.TemporaryDirectory() as tmp:
         Path(tmp, PROBE_ID.split("::")[0]).write_text("def test_probe():\n    assert [1] == [1]\n", encoding="utf-8")
         # its own rootdir: no ini file or conftest.py of a directory above (the build's temporary directory) applies
