@@ -22,7 +22,6 @@ so, and when the environment's pytest collects their other names instead, pytest
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
@@ -34,6 +33,7 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
+from codechat.tasks.repo import _str_list
 from codechat.verifier.repo_suite import parse_log  # the suite runner's parser: what the judge reads
 from codechat.verifier.swebench_spec import CONDA_PYTHON_CAPS, later_date, spec_packages
 
@@ -155,11 +155,8 @@ def pytest7_name(test_id: str) -> str | None:
 
 def record_ids(record: dict) -> list[str]:
     """A record's FAIL_TO_PASS and PASS_TO_PASS ids (JSON text, as SWE-bench writes them, or lists)."""
-    out = []
-    for key in ("FAIL_TO_PASS", "PASS_TO_PASS"):
-        v = record.get(key) or []
-        out += json.loads(v) if isinstance(v, str) else list(v)
-    return [str(i) for i in out]
+    where = str(record.get("instance_id"))
+    return [i for key in ("FAIL_TO_PASS", "PASS_TO_PASS") for i in _str_list(record.get(key) or [], key, where)]
 
 
 def collected_ids(env_dir: Path, src: Path, files: list[str], environ: dict[str, str],
