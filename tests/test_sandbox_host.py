@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import codechat
 from codechat.cli import main
 from codechat.config import VerifierConfig
-from codechat.sandbox import cgroup, isolation
+from codechat.sandbox import cgroup, isolation, rootfs
 from codechat.sandbox.pool import ALL_PROTECTIONS, Job, SandboxPool
 from codechat.tasks import Task
 from codechat.verifier.verify import Verifier
@@ -94,15 +94,39 @@ def test_python_and_its_libraries_are_read_only(verifier):
 
 @root_only
 def test_the_program_has_its_own_proc(verifier):
-    # process 1 of its namespace; /proc shows no host process (ours included) and no system-wide files: not even
-    # the host's memory and CPU figures, which some libraries read at import (dask through psutil)
+    # process 1 of its namespace; /proc shows no host process (ours included) and no system-wide figure: every
+    # such entry is covered, unreadable (not even the host's CPU and load figures, a channel between programs)
     v = run(verifier, f"pids = [p for p in os.listdir('/proc') if p.isdigit()]\n"
                       f"host = [p for p in ('1', '{os.getpid()}', '{os.getppid()}') if p in pids and p != '1']\n"
-                      "gone = [p for p in ('/proc/sys', '/proc/kallsyms', '/proc/kcore', '/proc/sysrq-trigger', "
-                      "'/proc/meminfo', '/proc/stat', '/proc/loadavg') if os.path.exists(p)]\n"
-                      "return 'ok' if os.getpid() == 1 and len(pids) == 1 and not host and not gone else "
-                      "repr((os.getpid(), pids, host, gone))")
+                      "read = []\n"
+                      "for p in ('/proc/sys/kernel/hostname', '/proc/kallsyms', '/proc/kcore', '/proc/stat',\n"
+                      "          '/proc/loadavg', '/proc/uptime', '/proc/cpuinfo', '/proc/interrupts', '/proc/vmstat'):\n"
+                      "    try:\n        read.append((p, open(p, 'rb').read(64)))\n"
+                      "    except OSError:\n        pass\n"
+                      "for d in ('/proc/sys', '/proc/pressure', '/proc/driver'):\n"
+                      "    try:\n        read.append((d, os.listdir(d)))\n"
+                      "    except OSError:\n        pass\n"
+                      "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+                      "unmounted = libc.umount2(b'/proc/stat', 2) == 0 or libc.umount2(b'/proc/meminfo', 2) == 0\n"
+                      "return 'ok' if os.getpid() == 1 and len(pids) == 1 and not host and not read and not unmounted "
+                      "else repr((os.getpid(), pids, host, read, unmounted))")
     assert v.passed, v.message
+
+
+@root_only
+def test_meminfo_is_a_fixed_text_that_psutil_reads(verifier):
+    # dask reads psutil.virtual_memory() at import: the one system-wide file shown, the same for every program
+    # (the host's total, all of it free), so it carries nothing from one program to the next
+    pytest.importorskip("psutil")
+    total = rootfs.host_mem_total_kb()
+    v = run(verifier, "text = open('/proc/meminfo').read()\n"
+                      "import psutil\nvm = psutil.virtual_memory()\n"
+                      f"want = {rootfs.meminfo_text(total)!r}\n"
+                      f"return 'ok' if text == want and vm.total == vm.available == {total} * 1024 else "
+                      "repr((text[:200], vm))")
+    assert v.passed, v.message
+    lines = rootfs.meminfo_text(total).splitlines()
+    assert lines[0] == f"MemTotal:       {total:>8} kB" and any(line.startswith("Committed_AS:") for line in lines)
 
 
 @root_only

@@ -16,8 +16,12 @@ before any program is forked; the zygote, its supervisor, its judge and every pr
                                  `codechat` (test suites ask for the user's name: django's createsuperuser tests
                                  loop forever without one); nothing else of /etc
   /dev/null, zero, full, random, urandom   the host's nodes; /dev/fd and stdio links; /dev/shm -> /tmp
-  /proc                          a new proc instance, hidepid=invisible + subset=pid: a program sees only the
-                                 processes of its own uid, and no system-wide files (/proc/sys, kallsyms, ...)
+  /proc                          a new proc instance, hidepid=invisible: a program sees only the processes of
+                                 its own uid. Every system-wide entry is covered (`cover_proc`): files by an
+                                 empty root-only file, dirs by an empty root-only dir (/proc/sys, kallsyms,
+                                 stat, loadavg, ...: reading one is EACCES), except `meminfo`, a fixed text
+                                 (`MEMINFO`: the host's total, all of it free) that psutil and dask read at
+                                 import; no figure in it moves, so it carries nothing between programs
   /tmp                           a fresh tmpfs per program (mode 1777; /var/tmp and /dev/shm -> /tmp), holding
                                  the program's temp dir (`fresh_tmp`): no file, inode number or free-space count
                                  of one program's /tmp reaches the next. A Python or codechat under the host's
@@ -52,6 +56,13 @@ PARKED = "/.tmp-old/tmp"  # where the last program's /tmp waits to be unmounted:
 HOSTS = "127.0.0.1 localhost\n::1 localhost ip6-localhost ip6-loopback\n"
 NSSWITCH = "hosts: files\npasswd: files\ngroup: files\n"  # (glibc without it asks DNS first for every name)
 USER_NAME = "codechat"
+PROC_COVERS = "/.proc-covers"  # what covers /proc's system-wide entries: below a dir only root may enter
+MEMINFO = ("MemTotal MemFree MemAvailable Buffers:0 Cached:0 SwapCached:0 Active:0 Inactive:0 Active(anon):0 "
+           "Inactive(anon):0 Active(file):0 Inactive(file):0 Unevictable:0 Mlocked:0 SwapTotal:0 SwapFree:0 "
+           "Dirty:0 Writeback:0 AnonPages:0 Mapped:0 Shmem:0 KReclaimable:0 Slab:0 SReclaimable:0 SUnreclaim:0 "
+           "KernelStack:0 PageTables:0 CommitLimit CommittedAS:0 VmallocTotal:0 VmallocUsed:0 VmallocChunk:0")
+"""/proc/meminfo's fields inside: MemTotal, MemFree, MemAvailable and CommitLimit the host's total (read once,
+when the root is built), every other field 0 (kB): a static text, the same for every program."""
 PARK_MAX_USED = 4 << 20  # a /tmp holding more than this is unmounted at once (its pages would count against
 # the next program's memory cgroup until then)
 
@@ -207,7 +218,8 @@ def build_root(package_dir: str, hide_paths: tuple[str, ...] = (), binds: tuple[
         for name, text in etc:
             with open(f"{root}/etc/{name}", "x") as f:
                 f.write(text)
-        mount("proc", f"{root}/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=invisible,subset=pid")
+        mount("proc", f"{root}/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=invisible")
+        cover_proc(f"{root}/proc", root + PROC_COVERS)
     finally:
         for fd in handles.values():
             os.close(fd)
@@ -219,6 +231,49 @@ def build_root(package_dir: str, hide_paths: tuple[str, ...] = (), binds: tuple[
     os.chdir("/")
     mount(None, "/", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, "size=4m,nr_inodes=4096")
     return exposed
+
+
+def meminfo_text(total_kb: int) -> str:
+    """The fixed /proc/meminfo of the sandbox (`MEMINFO`), in the kernel's layout."""
+    lines = []
+    for field in MEMINFO.split():
+        name, _, value = field.partition(":")
+        name = "Committed_AS" if name == "CommittedAS" else name
+        lines.append(f"{name + ':':<16}{total_kb if not value else int(value):>8} kB")
+    return "\n".join(lines) + "\n"
+
+
+def host_mem_total_kb() -> int:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 1024
+
+
+def cover_proc(proc: str, covers: str) -> None:
+    """Cover every system-wide entry of the full proc instance at `proc` (all but the process dirs and the
+    links into them: self, thread-self, mounts, net): files by an empty file and dirs by an empty dir, both
+    read-only and mode 0 (only root, which no program is, may open them), and `meminfo` by `meminfo_text`. The
+    entries are listed when the root is built; covers are mounts of this namespace, which a program (no
+    CAP_SYS_ADMIN, seccomp) cannot remove. `covers` (made here, mode 0700) holds the covering files."""
+    os.mkdir(covers, 0o700)
+    with open(f"{covers}/meminfo", "x") as f:
+        f.write(meminfo_text(host_mem_total_kb()))
+    os.chmod(f"{covers}/meminfo", 0o444)
+    os.close(os.open(f"{covers}/file", os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0))
+    os.mkdir(f"{covers}/dir", 0)
+    for name in sorted(os.listdir(proc)):
+        path = f"{proc}/{name}"
+        if name.isdigit() or os.path.islink(path):  # a process, or a link into one (self, mounts -> self/mounts)
+            continue
+        src = f"{covers}/meminfo" if name == "meminfo" else f"{covers}/dir" if os.path.isdir(path) else \
+            f"{covers}/file"
+        mount(src, path, None, MS_BIND)
+        mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
 
 
 def tmp_mounts() -> list[str]:
