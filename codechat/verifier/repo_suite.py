@@ -53,8 +53,9 @@ def _parser_names(repo: str, test_id: str) -> set[str]:
         return {test_id}
 
 
-# an absolute path of 3+ components in a parameter: not after a word character, '.', ':' (`c:/x`, `http://`) or '/'
-_ABS_PATH = re.compile(r"(?<![\w.:/~\\])(?:/[^/\s\[\]]+){3,}")
+# an absolute path of 3+ components in a parameter: where a parameter or a value starts (not inside a relative
+# path or glob, `tests/**/doc/a.py`, after a drive, `c:/x`, or a scheme, `http://`)
+_ABS_PATH = re.compile(r"(?<![^\s,=(\[{'\"-])(?:/[^/\s\[\]]+){3,}")
 
 
 def machine_paths(repo: str, ids: list[str]) -> list[tuple[str, str]]:
