@@ -130,6 +130,8 @@ def test_ids_naming_files_of_the_record_s_machine_are_caught_where_the_repositor
         "1 of its FAIL_TO_PASS ids and 1 of its PASS_TO_PASS ids name files under /n/fs/p-swe-bench/temp/tmpq/"
         "pydicom__pydicom__2.2 and 1 other directory (the machine the record was made on): no environment can run "
         "them")
+    # a record's ids are its author's text: the reason stays one short line
+    assert len(machine_path_reason("pydicom/pydicom", [], ["a.py::t[" + "/a" * 100000 + "]"])) < 400
 
 
 def test_the_judge_answers_env_error_for_an_instance_whose_ids_no_run_names():

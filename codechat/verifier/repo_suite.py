@@ -96,7 +96,7 @@ def machine_path_reason(repo: str, fail_to_pass: list[str], pass_to_pass: list[s
     if not hits:
         return None
     counts = " and ".join(f"{len(found[name])} of its {name} ids" for name in found if found[name])
-    roots = list(dict.fromkeys(_tree_root(t, path) for t, path in hits))
+    roots = list(dict.fromkeys(_tree_root(t, path)[:200] for t, path in hits))  # a record's text: kept short
     more = f" and {len(roots) - 1} other director{'y' if len(roots) == 2 else 'ies'}" if len(roots) > 1 else ""
     return (f"{counts} name files under {roots[0]}{more} (the machine the record was made on): no environment can "
             f"run them")
