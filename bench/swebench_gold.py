@@ -21,8 +21,10 @@
         gold's program), up to --wrong-tries variants until one does not resolve; the variants
         that still resolved are counted (`wrong_blocks_unneeded`: blocks the tests do not need), an instance
         where all do is in `wrong_resolved_ids`. An instance some of whose FAIL_TO_PASS tests need the internet
-        (the environment's `offline_skip`, from `repo env build --offline-skip FILE`) is not judged: its repository
-        lists it under "skipped" with the reason. One result line per judgement goes to --out as it is made.
+        (the environment's `offline_skip`, from `repo env build --offline-skip FILE`), or some of whose ids name
+        files of the machine the record was made on (`repo_suite.machine_paths`: they resolve nowhere), is not
+        judged: its repository lists it under "skipped" with the reason. One result line per judgement goes to
+        --out as it is made.
 Ends with one JSON line of figures.
 """
 from __future__ import annotations
@@ -47,6 +49,7 @@ from codechat.tasks.repo_loaders import from_swebench  # noqa: E402
 from codechat.verifier.patches import Hunk, apply_diff, parse_diff  # noqa: E402
 from codechat.verifier.repo import RepoJudge  # noqa: E402
 from codechat.verifier.repo_env import load_envs  # noqa: E402
+from codechat.verifier.repo_suite import unjudgeable_reason  # noqa: E402
 from codechat.verifier.repo_rules import drop_reason, hazard, matches, test_targets, well_formed  # noqa: E402
 
 DATA = Path(os.environ.get("CODECHAT_SHARED_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data") / "repo"
@@ -193,11 +196,12 @@ def record_ids(rec: dict, key: str) -> list[str]:
     return _str_list(rec.get(key) or [], key, str(rec.get("instance_id")))
 
 
-def offline_reason(rec: dict, envs: dict) -> str | None:
-    """Why an instance cannot be judged offline: a FAIL_TO_PASS test of it is marked `offline_skip` in its
-    environment (`TestEnv.offline_reason`), or None."""
+def skip_reason(rec: dict, envs: dict) -> str | None:
+    """Why an instance is not judged, as the judge would answer it (`unjudgeable_reason`): a FAIL_TO_PASS test
+    of it is marked `offline_skip` in its environment, or some of its ids name files of the machine the record
+    was made on; or None."""
     env = envs.get(f"{rec['repo']}@{rec['version']}")
-    return env.offline_reason(record_ids(rec, "FAIL_TO_PASS")) if env is not None else None
+    return unjudgeable_reason(rec["repo"], record_ids(rec, "FAIL_TO_PASS"), record_ids(rec, "PASS_TO_PASS"), env)
 
 
 def run_live(records: list[dict], trees: Path, envs_dir: str, log_dir: str | None, warm: bool = False) -> dict:
@@ -210,7 +214,7 @@ def run_live(records: list[dict], trees: Path, envs_dir: str, log_dir: str | Non
                 tf.extractall(Path(tmp) / r["instance_id"], filter="data")
         with RepoJudge(envs=envs, log_dir=log_dir, warm=warm) as judge:
             for r in have:
-                why = offline_reason(r, envs)
+                why = skip_reason(r, envs)
                 if why:
                     skipped[r["instance_id"]] = why
                     print(f"{r['instance_id']:<24} skipped: {why}", file=sys.stderr)
@@ -306,8 +310,8 @@ def judge_wrong(judge, task, patch: str, tries: int) -> tuple[str, float, str, d
     return v.status, time.monotonic() - t0, message, {"blocks": blocks, "tried": n, "tried_resolved": resolved}
 
 
-class Offline(Exception):
-    """An instance whose FAIL_TO_PASS tests need the internet (`offline_reason`): listed as skipped, not judged."""
+class Skipped(Exception):
+    """An instance that cannot be judged here (`skip_reason`): listed as skipped, not judged."""
 
 
 def run_all(records: list[dict], envs_dir: str, mirrors: str, per_repo: int, out: str | None,
@@ -325,12 +329,12 @@ def run_all(records: list[dict], envs_dir: str, mirrors: str, per_repo: int, out
             todo = todo[start:][:per_repo or None]
             for r in todo:
                 try:
-                    if why := offline_reason(r, envs):  # FAIL_TO_PASS tests that need the internet: not judged
-                        raise Offline(why)
+                    if why := skip_reason(r, envs):  # tests that need the internet, ids no run names: not judged
+                        raise Skipped(why)
                     task = from_swebench(r, r["instance_id"], mirrors)
                     if test_timeout_s:
                         task.limits.test_timeout_s = test_timeout_s
-                except Offline as e:
+                except Skipped as e:
                     judged = [("skipped", "skipped", 0.0, str(e)[:300], {})]
                 except Exception as e:  # noqa: BLE001 - a record that cannot load is reported, the run goes on
                     judged = [("gold", "error", 0.0, f"cannot load: {e}"[:300], {})]

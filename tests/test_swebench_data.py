@@ -180,4 +180,4 @@ def test_the_bench_reads_record_test_ids_as_json_text_or_as_lists():
     assert bench.record_ids({"instance_id": "i", "FAIL_TO_PASS": ids}, "FAIL_TO_PASS") == ids
     env = TestEnv("a/b", "1", offline_skip={"a.py::test_y": "needs the internet"})
     rec = {"instance_id": "i", "repo": "a/b", "version": "1", "FAIL_TO_PASS": ids}
-    assert "1 of 2 FAIL_TO_PASS tests are marked offline_skip" in bench.offline_reason(rec, {env.key: env})
+    assert "1 of 2 FAIL_TO_PASS tests are marked offline_skip" in bench.skip_reason(rec, {env.key: env})

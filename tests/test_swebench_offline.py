@@ -11,7 +11,9 @@ import pytest
 
 from codechat.cli import main
 from codechat.verifier.repo import RepoJudge
+from codechat.tasks.repo import RepoTask
 from codechat.verifier.repo_env import TestEnv, load_envs
+from codechat.verifier.repo_suite import machine_path_reason, machine_paths
 from codechat.verifier.swebench_spec import RUNNER_FILES
 from tests.test_swebench_build import _bench
 from tests.test_swebench_envs import F2P, FIX, P2P, _mirror, _task
@@ -105,6 +107,59 @@ def test_the_bench_lists_skipped_instances_with_their_reason_and_judges_the_othe
     assert fig["instances"] == 1 and "o__r-2" in fig["repos"]["o/r"]["not_resolved"]
     assert [json.loads(l)["kind"] for l in out.read_text().splitlines()] == ["skipped", "gold"]
 
+
+MACHINE_P2P = ("pydicom/tests/test_x.py::test_read[/n/fs/p-swe-bench/temp/tmpq/pydicom__pydicom__2.2/pydicom/data/"
+               "test_files/a.dcm-data0]")
+
+
+def test_ids_naming_files_of_the_record_s_machine_are_caught_where_the_repository_s_parser_renames_them():
+    # pydicom's parser names `[/any/abs/path/a.dcm-data0]` `[/a.dcm-data0]`: no log ever holds the record's id
+    assert machine_paths("pydicom/pydicom", ["a.py::t", MACHINE_P2P]) == [
+        (MACHINE_P2P, "/n/fs/p-swe-bench/temp/tmpq/pydicom__pydicom__2.2/pydicom/data/test_files/a.dcm-data0")]
+    # the same literal in pytest's own ids is a test parameter that its parser keeps
+    literal = "testing/test_a.py::test_cache_dir[/tmp/pycs-/home/projects/src/foo.py-/tmp/pycs/home/projects/src]"
+    assert machine_paths("pytest-dev/pytest", [literal]) == []
+    # a one-part path is the parser's own name (pylint's `test_stdin[/mymodule.py]`); a repository the parsers do
+    # not know, or a relative path, is never caught
+    assert machine_paths("pylint-dev/pylint", ["tests/test_self.py::TestRunTC::test_stdin[/mymodule.py]"]) == []
+    assert machine_paths("me/own", [MACHINE_P2P]) == []
+    assert machine_paths("pydicom/pydicom", ["a.py::t[n/fs/a/b/c.dcm]", "a.py::t[http://example.com/a/b/c]"]) == []
+    two = MACHINE_P2P.replace("data0]", "data1]").replace("/n/fs/p-swe-bench/temp/tmpq/pydicom__pydicom__2.2/pydicom",
+                                                          "/home/u/.pydicom")
+    assert machine_path_reason("pydicom/pydicom", [MACHINE_P2P], [two, "a.py::t"]) == (
+        "1 of its FAIL_TO_PASS ids and 1 of its PASS_TO_PASS ids name files under /n/fs/p-swe-bench/temp/tmpq/"
+        "pydicom__pydicom__2.2 and 1 other directory (the machine the record was made on): no environment can run "
+        "them")
+    # a record's ids are its author's text: the reason stays one short line
+    assert len(machine_path_reason("pydicom/pydicom", [], ["a.py::t[" + "/a" * 100000 + "]"])) < 400
+
+
+def test_the_judge_answers_env_error_for_an_instance_whose_ids_no_run_names():
+    task = RepoTask("pydicom__pydicom-1", "", files={"pydicom/a.py": "x = 1\n"}, fail_to_pass=["a.py::t"],
+                    pass_to_pass=[MACHINE_P2P], metadata={"repo": "pydicom/pydicom"})
+    with RepoJudge() as judge:
+        v = judge.judge(task, {"pydicom/a.py": "x = 2\n"})
+    assert v.status == "env_error" and not v.passed and v.env == "codechat"
+    assert v.message.startswith("1 of its PASS_TO_PASS ids name files under /n/fs/p-swe-bench/temp/tmpq/"
+                                "pydicom__pydicom__2.2 (the machine the record was made on)"), v.message
+
+
+def test_real_records_skip_pydicom_1458_only(shared_data, tmp_path):
+    dev = json.loads((shared_data / "repo" / "sweagent_swe-bench-dev-easy.json").read_text())
+    lite = json.loads((shared_data / "repo" / "swe-bench-lite-test.json").read_text())
+    bench, by_id = _bench(), {r["instance_id"]: r for r in dev + lite}
+    why = ("44 of its PASS_TO_PASS ids name files under /n/fs/p-swe-bench/temp/tmpqcg17m39/pydicom__pydicom__2.2 and "
+           "1 other directory (the machine the record was made on): no environment can run them")
+    assert bench.skip_reason(by_id["pydicom__pydicom-1458"], {}) == why
+    # pylint 7080's `test_stdin[/mymodule.py]` is its parser's own name; 1194's ids hold no path
+    assert bench.skip_reason(by_id["pylint-dev__pylint-7080"], {}) is None
+    assert bench.skip_reason(by_id["pydicom__pydicom-1194"], {}) is None
+    assert [r["instance_id"] for r in dev + lite if bench.skip_reason(r, {})] == ["pydicom__pydicom-1458"]
+    (tmp_path / "envs" / "pydicom__pydicom-2.2").mkdir(parents=True)
+    (tmp_path / "envs" / "pydicom__pydicom-2.2" / "env.json").write_text(json.dumps(
+        {"repo": "pydicom/pydicom", "version": "2.2", "runner": "swebench"}))
+    fig = bench.run_all(dev, str(tmp_path / "envs"), str(tmp_path / "no-mirrors"), 0, None, None)
+    assert fig["instances"] == 0 and fig["repos"]["pydicom/pydicom"]["skipped"] == {"pydicom__pydicom-1458": why}
 
 
 GOLD = "diff --git a/r.py b/r.py\n--- a/r.py\n+++ b/r.py\n@@ -1 +1 @@\n-x = 1\n+x = 2\n"

@@ -32,7 +32,7 @@ from codechat.verifier.patches import PatchError, apply_diff, parse_diff
 from codechat.verifier.repo_env import TestEnv, lay_overlay
 from codechat.verifier.repo_rules import CONFIG_FILES, drop_reason, hazard, matches, resolve_ids, test_targets
 from codechat.verifier.repo_run import RUNNER, TestRun, changed_lines, missing_module, run_tests
-from codechat.verifier.repo_suite import directives, path_directives, run_suite
+from codechat.verifier.repo_suite import directives, path_directives, run_suite, unjudgeable_reason
 from codechat.verifier.repo_warm import WarmRunner
 from codechat.verifier.repo_verdict import STATUSES, RepoVerdict
 
@@ -204,11 +204,13 @@ class RepoJudge:
             return self._log(task, change, RepoVerdict("env_error", False, 0.0, dropped=dropped, message=
                              f"no environment for {task.metadata.get('repo')}@{task.metadata.get('version')}"))
         env = self.env_for(task)
-        why = env.offline_reason(task.fail_to_pass) if env else None
-        if why:  # judged on the tests that can run, a required change could pass on 1 of 7 of them
-            return self._log(task, change, RepoVerdict("env_error", False, 0.0, dropped=dropped, message=why, env=env.key,
-                             warnings=[f"{t!r}: not run ({env.offline_skip[t]})" for t in task.fail_to_pass
-                                       if t in env.offline_skip][:50]))
+        why = unjudgeable_reason(env.repo if env else str(task.metadata.get("repo", "")), task.fail_to_pass,
+                                 task.pass_to_pass, env)
+        if why:  # never judged on the tests that can run: a required change could pass on 1 of 7 of them
+            return self._log(task, change, RepoVerdict(
+                "env_error", False, 0.0, dropped=dropped, message=why, env=env.key if env else "codechat",
+                warnings=[f"{t!r}: not run ({env.offline_skip[t]})" for t in task.fail_to_pass
+                          if env and t in env.offline_skip][:50]))
         keep = self.baseline(task)
         ws = self.clone(task)
         try:

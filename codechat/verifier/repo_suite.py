@@ -4,6 +4,10 @@ the repository (`swebench.harness.log_parsers.MAP_REPO_TO_PARSER`), so a status 
 harness. A test passes only when the parser reads it as PASSED (or XFAIL, which the harness counts as passing) and
 the runner's recorder saw the runner report it as a success and never as a failure: a forged log line passes
 nothing. The record comes back on the private result pipe with the run's nonce, exactly once.
+
+An instance that cannot be judged here is not run (`unjudgeable_reason`, for the judge and
+`bench/swebench_gold.py` alike): a FAIL_TO_PASS test needs the internet, or a record id holds a path of the machine the record was made on
+that the repository's parser never names so (`machine_paths`).
 """
 from __future__ import annotations
 
@@ -38,6 +42,73 @@ def parse_log(repo: str, log: str) -> dict[str, str]:
     """{test name: PASSED|FAILED|SKIPPED|ERROR|XFAIL} as the harness's parser for `repo` reads the log."""
     from swebench.harness.log_parsers import MAP_REPO_TO_PARSER  # optional dependency
     return MAP_REPO_TO_PARSER[repo](log, None)
+
+
+def _parser_names(repo: str, test_id: str) -> set[str]:
+    """The names the repository's official parser gives a test reported as `PASSED test_id`: `{test_id}` for a
+    repository it does not know, or without the swebench package (the id as pytest prints it)."""
+    try:
+        return set(parse_log(repo, f"PASSED {test_id}\n"))
+    except (ImportError, KeyError):
+        return {test_id}
+
+
+# an absolute path of 3+ components in a parameter: where a parameter or a value starts (not inside a relative
+# path or glob, `tests/**/doc/a.py`, after a drive, `c:/x`, or a scheme, `http://`)
+_ABS_PATH = re.compile(r"(?<![^\s,=(\[{'\"-])(?:/[^/\s\[\]]+){3,}")
+
+
+def machine_paths(repo: str, ids: list[str]) -> list[tuple[str, str]]:
+    """(id, path) for each record id whose parameter part (`[...]`) holds an absolute path of 3+ components that
+    the repository's log parser never gives back: it names the test otherwise (pydicom's, pylint's and requests'
+    parser shortens a parameter that starts with an absolute path to its last part), so no run's log holds the
+    id. Such ids name files of the machine the record was made on
+    (`test_x[/n/fs/.../pydicom__pydicom__2.2/pydicom/data/test_files/a.dcm-data0]`). A path the parser keeps
+    (pytest's own `test_get_cache_dir[/tmp/pycs-/home/projects/src/foo.py-...]`, a literal of the test) and a
+    one-part path the parser made (pylint's `test_stdin[/mymodule.py-...]`) are not. Not caught: a machine's path
+    in the id of a repository whose parser keeps paths as they are (nothing in the ids tells it from a literal)."""
+    out = []
+    for t in ids:
+        # pytest joins parameters with '-': one that starts with '/' starts a path of its own
+        paths = [m[0] for part in re.split(r"-(?=/)", t.partition("[")[2]) for m in _ABS_PATH.finditer(part)]
+        names = _parser_names(repo, t) if paths else set()
+        lost = next((p for p in paths if not any(p in name for name in names)), None)
+        if lost:
+            out.append((t, lost))
+    return out
+
+
+def _tree_root(test_id: str, path: str) -> str:
+    """The directory of `path` above the repository's tree (the parts before the id's top-level directory, e.g.
+    `pydicom`), else the path's directory."""
+    top, parts = test_id.split("::")[0].split("/")[0], path.split("/")
+    cut = next((i for i in range(2, len(parts) - 1) if parts[i] == top), len(parts) - 1)
+    return "/".join(parts[:cut])
+
+
+def machine_path_reason(repo: str, fail_to_pass: list[str], pass_to_pass: list[str]) -> str | None:
+    """Why no environment can judge an instance some of whose ids hold a path of another machine
+    (`machine_paths`): the harness counts a record id missing from the log as failed, so the instance never
+    resolves anywhere; or None."""
+    found = {name: machine_paths(repo, ids) for name, ids in (("FAIL_TO_PASS", fail_to_pass),
+                                                              ("PASS_TO_PASS", pass_to_pass))}
+    hits = [h for name in found for h in found[name]]
+    if not hits:
+        return None
+    counts = " and ".join(f"{len(found[name])} of its {name} ids" for name in found if found[name])
+    roots = list(dict.fromkeys(_tree_root(t, path)[:200] for t, path in hits))  # a record's text: kept short
+    more = f" and {len(roots) - 1} other director{'y' if len(roots) == 2 else 'ies'}" if len(roots) > 1 else ""
+    return (f"{counts} name files under {roots[0]}{more} (the machine the record was made on): no environment can "
+            f"run them")
+
+
+def unjudgeable_reason(repo: str, fail_to_pass: list[str], pass_to_pass: list[str],
+                       env: TestEnv | None) -> str | None:
+    """Why an instance cannot be judged here, or None: some FAIL_TO_PASS test needs the internet (its environment's
+    `offline_skip`: `TestEnv.offline_reason`), or some record id can be produced by no run (`machine_path_reason`).
+    The judge answers `env_error` with it; `bench/swebench_gold.py` lists the instance under "skipped"."""
+    return (env.offline_reason(fail_to_pass) if env is not None else None) \
+        or machine_path_reason(repo, fail_to_pass, pass_to_pass)
 
 
 def parser_keys(repo: str, seen: dict[str, list[str]]) -> dict[str, list[str]]:
