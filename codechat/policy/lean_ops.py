@@ -23,9 +23,10 @@ down projection is autocast's linear (bf16 inputs and weight copy, bf16 output);
 against a bf16 copy of the weight made again in the backward (autograd would keep autocast's copy) and hands the
 weight's gradient back in fp32, as autocast's cast does. The norm's input is the fp32 residual, which autocast
 leaves in fp32, and its backward stays in fp32. Outputs are bit-identical to the plain ops under autocast
-(tests/test_lean_memory.py), gradients too but for the norm's fp32 rounding and one difference: where one autocast region runs the MLP more than once (fastlm's prompt pass, then the
-completions), autocast's one cached bf16 weight copy sums down_proj's weight gradients in bf16 before casting the
-sum back, and these return each call's in fp32, summed in fp32 (one bf16 rounding apart, and closer to exact).
+(tests/test_lean_memory.py), gradients too but for the norm's fp32 rounding and one difference: where one
+autocast region runs the MLP more than once (fastlm's prompt pass, then the completions), autocast's one cached
+bf16 weight copy sums down_proj's weight gradients in bf16 before casting the sum back, and these return each
+call's in fp32, summed in fp32 (one bf16 rounding apart, and closer to exact).
 On bench/vs_trl.py's workload (1,024-token micro-batches) a bf16 training forward saves 62-64 MB instead of 81-83.
 
 fastlm uses them in training forwards (grad enabled, fp32 activations, no autocast or CPU autocast): SiluMulLinear
