@@ -3,18 +3,22 @@
     python bench/update_speed.py              # fp32 vs model.compute_dtype=bfloat16, 5 alternating repeats; one JSON line
     python bench/update_speed.py --repeats 3 --threads 1
     python bench/update_speed.py --pair head  # fp32, the fused LM head (policy/lm_head.py) vs the (R, V) one
+    python bench/update_speed.py --pair lean-bf16  # bf16 autocast, the plain norm and MLP vs the lean ops
 
 One update = what `rl_update` runs there (one optimizer step, KL to a frozen reference): the reference's no-grad
 log-prob pass, the policy's log-prob forward, the loss (policy term + k3 KL, beta 0.04), the backward, gradient
 clipping and an AdamW step, through codechat's `completion_logprobs` on vs_trl's random Qwen2 (hidden 256,
 4 layers, 4 heads, intermediate 688, vocab 1024, tied embeddings), 4 prompts x 8 completions x 64 tokens, no
 duplicates. `--pair head` compares, both in fp32, the fused chunked head with the (R, V)
-logits + `_PickedLogprob` path (`codechat.policy.lm_head.FUSE_MIN_LOGITS` set to 0 / to infinity). The two variants alternate
-on one model (a step's cost does not depend on the weights), so drift in the
+logits + `_PickedLogprob` path (`codechat.policy.lm_head.FUSE_MIN_LOGITS` set to 0 / to infinity). `--pair lean`
+and `lean-bf16` compare, in fp32 or under bf16 autocast, the model's own MLP and the plain norm with
+policy/lean_ops.py's `SiluMulLinear` and `WeightedRMSNorm` (fastlm's default in training). The two variants alternate
+(A B, B A, ...) on one model (a step's cost does not depend on the weights), so drift in the
 machine's load hits both; figures are medians of this process's CPU seconds (less disturbed by a busy machine than wall
 time). Before timing, the two variants' log-probs and gradients on the same weights are compared.
 JSON: {"fp32_cpu_s", "bf16_cpu_s", "ratio" (fp32 / bf16), "max_logp_diff", "mean_logp_diff", "grad_rel_l2",
-"threads"}; with --pair head, "plain_head_cpu_s" and "fused_head_cpu_s" in place of fp32/bf16, ratio = plain / fused.
+"threads"}; with --pair head, "plain_head_cpu_s" and "fused_head_cpu_s" in place of fp32/bf16, ratio = plain / fused;
+with --pair lean(-bf16), "plain_ops_cpu_s" and "lean_ops_cpu_s", ratio = plain / lean.
 """
 from __future__ import annotations
 
@@ -32,6 +36,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import codechat.policy.lm_head as lm_head_mod  # noqa: E402
+from codechat.policy import fastlm  # noqa: E402
 from codechat.policy.logprobs import completion_logprobs  # noqa: E402
 from codechat.policy.precision import compute_autocast  # noqa: E402
 
@@ -55,8 +60,20 @@ def workload(seed: int = 0):
 @contextlib.contextmanager
 def variant(name: str):
     """fp32 (the default path: at this size the (R, V) head), fused_head (fp32, the fused head forced on whatever
-    the size), plain_head (fp32, the (R, V) head forced) or bf16 (model.compute_dtype=bfloat16)."""
-    if name in ("plain_head", "fused_head"):
+    the size), plain_head (fp32, the (R, V) head forced), bf16 (model.compute_dtype=bfloat16), or
+    plain_ops / lean_ops with an optional _bf16 (fastlm's training norm and MLP without / with the lean ops)."""
+    if name.startswith("plain_ops"):
+        keep = fastlm.lean_training
+        fastlm.lean_training = lambda x: False
+        try:
+            with compute_autocast("bfloat16" if name.endswith("_bf16") else "", "cpu"):
+                yield
+        finally:
+            fastlm.lean_training = keep
+    elif name.startswith("lean_ops"):
+        with compute_autocast("bfloat16" if name.endswith("_bf16") else "", "cpu"):
+            yield
+    elif name in ("plain_head", "fused_head"):
         keep = lm_head_mod.FUSE_MIN_LOGITS
         lm_head_mod.FUSE_MIN_LOGITS = 1 << 62 if name == "plain_head" else 0
         try:
@@ -108,11 +125,13 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=5, help="timed updates per variant (after one warm-up each)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (vs_trl's default: 1)")
-    ap.add_argument("--pair", choices=["bf16", "head"], default="bf16",
-                    help="fp32 against bf16 autocast, or the fused LM head against the (R, V) one (both fp32)")
+    ap.add_argument("--pair", choices=["bf16", "head", "lean", "lean-bf16"], default="bf16",
+                    help="fp32 against bf16 autocast, the fused LM head against the (R, V) one (both fp32), or the "
+                         "plain norm and MLP against the lean ops (fp32, or under bf16 autocast)")
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
-    names = ("fp32", "bf16") if a.pair == "bf16" else ("plain_head", "fused_head")
+    names = {"bf16": ("fp32", "bf16"), "head": ("plain_head", "fused_head"), "lean": ("plain_ops", "lean_ops"),
+             "lean-bf16": ("plain_ops_bf16", "lean_ops_bf16")}[a.pair]
     data = workload()
     max_d, mean_d, grad_rel = compare(data, names)
     model, ref = copy.deepcopy(data[0]).train(), copy.deepcopy(data[0]).eval()
@@ -120,17 +139,20 @@ def main(argv: list[str] | None = None) -> None:
     times: dict[str, list[float]] = {n: [] for n in names}
     for name in times:
         step(model, ref, opt, data, name)  # warm-up: allocator, AdamW state, oneDNN's bf16 kernels
-    for _ in range(a.repeats):
-        for name, ts in times.items():
+    for r in range(a.repeats):
+        for name in names if r % 2 == 0 else names[::-1]:  # A B, B A, ...
             c0 = time.process_time()
             step(model, ref, opt, data, name)
-            ts.append(time.process_time() - c0)
+            times[name].append(time.process_time() - c0)
     base, other = (statistics.median(times[k]) for k in names)
-    label = {"bf16": "bf16 autocast", "fp32": "fp32", "fused_head": "fused head", "plain_head": "fp32 (R, V) head"}
+    label = {"bf16": "bf16 autocast", "fp32": "fp32", "fused_head": "fused head", "plain_head": "fp32 (R, V) head",
+             "plain_ops": "plain ops", "lean_ops": "lean ops", "plain_ops_bf16": "bf16 plain ops",
+             "lean_ops_bf16": "bf16 lean ops"}
     print(f"{P * G} rows x {T} tokens, {a.threads} thread(s): update CPU s {label[names[0]]} {base:.3f}  "
           f"{label[names[1]]} {other:.3f}  ({base / other:.2f}x); {names[1]} vs {names[0]}: max |logp diff| "
           f"{max_d:.1e}, mean {mean_d:.1e}, gradient rel L2 {grad_rel:.1e}", file=sys.stderr)
-    keys = ("fp32_cpu_s", "bf16_cpu_s") if a.pair == "bf16" else ("plain_head_cpu_s", "fused_head_cpu_s")
+    keys = {"bf16": ("fp32_cpu_s", "bf16_cpu_s"), "head": ("plain_head_cpu_s", "fused_head_cpu_s")}.get(
+        a.pair, ("plain_ops_cpu_s", "lean_ops_cpu_s"))
     print(json.dumps({keys[0]: round(base, 4), keys[1]: round(other, 4), "ratio": round(base / other, 3),
                       "max_logp_diff": max_d, "mean_logp_diff": mean_d, "grad_rel_l2": grad_rel,
                       "threads": a.threads}))
