@@ -6,6 +6,7 @@ Tests that need root (namespaces, mounts) skip elsewhere; the iterative cleanup 
 """
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -128,6 +129,47 @@ def test_meminfo_is_a_fixed_text_that_psutil_reads(verifier):
     assert v.passed, v.message
     lines = rootfs.meminfo_text(total).splitlines()
     assert lines[0] == f"MemTotal:       {total:>8} kB" and any(line.startswith("Committed_AS:") for line in lines)
+
+
+PROC_PROBE = """
+import os, sys
+from codechat.sandbox import isolation, rootfs
+assert isolation._unshare(isolation.CLONE_NEWNS)
+rootfs.mount("none", "/", None, rootfs.MS_REC | rootfs.MS_PRIVATE)
+root = sys.argv[1]
+rootfs.mount("tmpfs", root, "tmpfs", 0, "size=1m")
+os.mkdir(root + "/proc")
+if sys.argv[2] == "fail":  # a cover that cannot be mounted, after two that could
+    real, made = rootfs.cover_proc, []
+    def cover_proc(proc, covers):
+        def mount(src, target, *a):
+            if len(made) == 4:
+                raise OSError(22, "no cover")
+            made.append(target)
+            rootfs.__dict__["_real_mount"](src, target, *a)
+        rootfs._real_mount, rootfs.mount = rootfs.mount, mount
+        try:
+            real(proc, covers)
+        finally:
+            rootfs.mount = rootfs._real_mount
+    rootfs.cover_proc = cover_proc
+kind = rootfs.mount_proc(root + "/proc", root + "/.covers")
+names = sorted(n for n in os.listdir(root + "/proc") if not n.isdigit())
+under = [ln.split()[4] for ln in open("/proc/self/mountinfo") if ln.split()[4].startswith(root + "/proc/")]
+print(kind, "stat" in names, "meminfo" in names, len(under))
+"""
+
+
+@root_only
+@pytest.mark.parametrize("case, want", [("ok", "full True True"), ("fail", "pids False False 0")])
+def test_proc_is_covered_whole_or_processes_only(tmp_path, case, want):
+    # never a full proc instance with some entries left uncovered: a cover that fails gives the pid-only view
+    out = subprocess.run([sys.executable, "-c", PROC_PROBE, str(tmp_path), case], capture_output=True, text=True,
+                         cwd=Path(codechat.__file__).parent.parent, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith(want), out.stdout
+    if case == "ok":  # every system-wide entry but the links into processes carries a cover
+        assert int(out.stdout.split()[3]) >= 20, out.stdout
 
 
 @root_only

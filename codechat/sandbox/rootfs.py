@@ -218,8 +218,7 @@ def build_root(package_dir: str, hide_paths: tuple[str, ...] = (), binds: tuple[
         for name, text in etc:
             with open(f"{root}/etc/{name}", "x") as f:
                 f.write(text)
-        mount("proc", f"{root}/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=invisible")
-        cover_proc(f"{root}/proc", root + PROC_COVERS)
+        mount_proc(f"{root}/proc", root + PROC_COVERS)
     finally:
         for fd in handles.values():
             os.close(fd)
@@ -274,6 +273,21 @@ def cover_proc(proc: str, covers: str) -> None:
             f"{covers}/file"
         mount(src, path, None, MS_BIND)
         mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+
+
+def mount_proc(target: str, covers: str) -> str:
+    """A new proc instance at `target` for the programs: the full one with its system-wide entries covered
+    (`cover_proc`), "full"; where a cover cannot be mounted, the processes-only instance (`subset=pid`: no
+    system-wide entry at all, no meminfo either), "pids". Never a full instance left uncovered."""
+    flags = MS_NOSUID | MS_NODEV | MS_NOEXEC
+    mount("proc", target, "proc", flags, "hidepid=invisible")
+    try:
+        cover_proc(target, covers)
+        return "full"
+    except OSError:
+        umount(target)  # (detaches the covers made so far with it)
+        mount("proc", target, "proc", flags, "hidepid=invisible,subset=pid")
+        return "pids"
 
 
 def tmp_mounts() -> list[str]:
