@@ -8,6 +8,8 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from codechat.cli import main
 from codechat.verifier.repo import RepoJudge
@@ -132,6 +134,19 @@ def test_ids_naming_files_of_the_record_s_machine_are_caught_where_the_repositor
         "them")
     # a record's ids are its author's text: the reason stays one short line
     assert len(machine_path_reason("pydicom/pydicom", [], ["a.py::t[" + "/a" * 100000 + "]"])) < 400
+
+
+ID_PARTS = st.lists(st.sampled_from(list("ab/[]-: \n\t()=,'\".x0_\x00\u2028") + [
+    "::", " - ", "[/", "/n/fs/x/y", "PASSED ", "FAILED"]), max_size=20).map("".join)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(repo=st.sampled_from(["immutable-js/immutable-js", "pydicom/pydicom", "django/django", "", "__class__"]),
+       a=ID_PARTS, b=ID_PARTS)
+def test_any_record_text_and_repository_name_gives_a_reason_or_none(repo, a, b):
+    # a record names any repository (some parsers need the test spec, not just a log line) and any id text
+    why = machine_path_reason(repo, ["t.py::x[/" + a], [b, "q.py::y[" + b + "-/" + a + "]"])
+    assert why is None or (why.endswith("no environment can run them") and len(why) < 700)
 
 
 def test_the_judge_answers_env_error_for_an_instance_whose_ids_no_run_names():

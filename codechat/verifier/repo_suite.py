@@ -49,8 +49,8 @@ def _parser_names(repo: str, test_id: str) -> set[str]:
     repository it does not know, or without the swebench package (the id as pytest prints it)."""
     try:
         return set(parse_log(repo, f"PASSED {test_id}\n"))
-    except (ImportError, KeyError):
-        return {test_id}
+    except Exception:  # noqa: BLE001 - a record names any repository: some parsers need more than a log line
+        return {test_id}  # (the JavaScript ones read the test spec), and the record's text is hostile
 
 
 # an absolute path of 3+ components in a parameter: where a parameter or a value starts (not inside a relative
