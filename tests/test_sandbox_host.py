@@ -139,20 +139,15 @@ rootfs.mount("none", "/", None, rootfs.MS_REC | rootfs.MS_PRIVATE)
 root = sys.argv[1]
 rootfs.mount("tmpfs", root, "tmpfs", 0, "size=1m")
 os.mkdir(root + "/proc")
-if sys.argv[2] == "fail":  # a cover that cannot be mounted, after two that could
-    real, made = rootfs.cover_proc, []
-    def cover_proc(proc, covers):
-        def mount(src, target, *a):
+if sys.argv[2] == "fail":  # a cover that cannot be mounted, after two that could (two mounts each)
+    real, made = rootfs.mount, []
+    def mount(src, target, *a):
+        if target.startswith(root + "/proc/"):
             if len(made) == 4:
                 raise OSError(22, "no cover")
             made.append(target)
-            rootfs.__dict__["_real_mount"](src, target, *a)
-        rootfs._real_mount, rootfs.mount = rootfs.mount, mount
-        try:
-            real(proc, covers)
-        finally:
-            rootfs.mount = rootfs._real_mount
-    rootfs.cover_proc = cover_proc
+        real(src, target, *a)
+    rootfs.mount = mount
 kind = rootfs.mount_proc(root + "/proc", root + "/.covers")
 names = sorted(n for n in os.listdir(root + "/proc") if not n.isdigit())
 under = [ln.split()[4] for ln in open("/proc/self/mountinfo") if ln.split()[4].startswith(root + "/proc/")]
