@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from codechat.config import ModelConfig, SamplingConfig
-from codechat.policy import Sampler, decoding, load_policy, packed
+from codechat.policy import Sampler, cattn, decoding, load_policy, packed
 from codechat.policy.precision import bf16_native
 from policy_helpers import pol, prompts  # noqa: F401 - fixtures (the tiny policy, PROMPT_TEXTS encoded)
 from qwen_helpers import qwen_policy
@@ -65,18 +65,24 @@ def test_small_batches_and_short_calls_keep_f_linear(pol, prompts, monkeypatch):
     assert calls
 
 
-@pytest.mark.parametrize("layout", [10_000, -1])  # decoding.FLAT_PROMPT: the per-row cache, the shared-prompt grid
+@pytest.mark.parametrize("layout", [10_000, -1, "c-kernel"])  # the per-row cache, the shared-prompt grid (FLAT_PROMPT)
 @torch.inference_mode()
 def test_packed_logits_match_a_plain_forward(pol, prompts, layout, monkeypatch):
-    """Each packed step's logits equal the model's forward over the row's whole sequence, through a compaction."""
-    monkeypatch.setattr(decoding, "FLAT_PROMPT", layout)
+    """Each packed step's logits equal the model's forward over the row's whole sequence, through a compaction;
+    also with the step's attention, norms and SiLU in C (cattn.py)."""
+    native = layout == "c-kernel"
+    if native and cattn.kernel() is None:
+        pytest.skip(f"no C kernel here: {cattn.unavailable_reason()}")
+    monkeypatch.setattr(decoding, "FLAT_PROMPT", 10_000 if native else layout)
     monkeypatch.setattr(packed, "MIN_TOKENS", 1)
 
     def check(step, logits, seqs):
         ref = torch.stack([pol.model(torch.tensor([s])).logits[0, -1] for s in seqs])  # (B, V)
         assert (logits - ref).abs().max() < 1e-4, f"step {step}"
 
-    walk(decoding.make_decoder(pol.model, pack=True), prompts, check)
+    dec = decoding.make_decoder(pol.model, pack=True, native=native)
+    walk(dec, prompts, check)
+    assert dec.kernel == native
 
 
 def walk(dec, prompts, check, n: int = 3, steps: int = 6):
@@ -136,12 +142,16 @@ def test_packed_weights_on_the_tiny_preset():
 
 
 @pytest.mark.skipif(not bf16_native("cpu"), reason="no native bf16 on this CPU")
-@pytest.mark.parametrize("layout", [10_000, -1])  # decoding.FLAT_PROMPT: the per-row cache, the shared-prompt grid
+@pytest.mark.parametrize("layout", [10_000, -1, "c-kernel"])  # the per-row cache, the shared-prompt grid (FLAT_PROMPT)
 @torch.inference_mode()
 def test_packed_bf16_steps_match_the_autocast_forward(pol, prompts, layout, monkeypatch):
     """model.compute_dtype=bfloat16: inside CPU autocast the lean step runs on bf16 packed copies, and each step's
-    logits are the model's own autocast forward over the whole sequence up to bf16 rounding, not fp32's."""
-    monkeypatch.setattr(decoding, "FLAT_PROMPT", layout)
+    logits are the model's own autocast forward over the whole sequence up to bf16 rounding, not fp32's; also
+    with its attention, norms and SiLU in C (cattn.py)."""
+    native = layout == "c-kernel"
+    if native and cattn.kernel() is None:
+        pytest.skip(f"no C kernel here: {cattn.unavailable_reason()}")
+    monkeypatch.setattr(decoding, "FLAT_PROMPT", 10_000 if native else layout)
     monkeypatch.setattr(packed, "MIN_TOKENS", 1)
     gaps, fp32_gaps = [], []
 
@@ -155,8 +165,8 @@ def test_packed_bf16_steps_match_the_autocast_forward(pol, prompts, layout, monk
             fp32_gaps.append(((logits.float() - fp32).abs().max() / scale).item())
 
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        dec = decoding.make_decoder(pol.model, pack=True)
+        dec = decoding.make_decoder(pol.model, pack=True, native=native)
         walk(dec, prompts, check)
-    assert dec.lean and dec.fast.packed.dtype == torch.bfloat16
+    assert dec.lean and dec.fast.packed.dtype == torch.bfloat16 and dec.kernel == native
     assert max(gaps) < 2e-2, gaps
     assert min(fp32_gaps) > 1e-4, fp32_gaps  # it computes in bf16

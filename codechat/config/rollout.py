@@ -58,6 +58,11 @@ class SamplingConfig:
     """hf engine on CPU: the decode step's matmuls run on weights repacked for oneDNN once per sample call (fp32
     models, calls of 8+ rows and 256+ rows x new tokens; policy/packed.py): the same tokens, logits within float
     rounding."""
+    native_kernels: bool = True
+    """hf engine on CPU: the decode step's attention, norms and SiLU and the sampling math run in small C
+    functions (policy/cattn.py) compiled once per machine with the system C compiler; attention reads each
+    prompt's KV once for all its samples. Where no compiler builds them, the torch ops. Logits within float
+    rounding of the torch ops'; a token differs only where its uniform falls within rounding of a CDF step."""
 
 
 @dataclass

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from codechat.policy import packed
+from codechat.policy import cattn, packed
 from codechat.policy.fastlm import FastLM, unwrap, usable
 from codechat.policy.flatkv import FlatCache, flat_ok, lean_step
 from codechat.policy.staticstep import StaticStep, bucket, supports, width
@@ -64,7 +64,7 @@ class SharedCache:
 
 
 class FastDecoder:
-    def __init__(self, fast: FastLM, compiled: bool = False, pack: bool = False):
+    def __init__(self, fast: FastLM, compiled: bool = False, pack: bool = False, native: bool = False):
         self.fast = fast
         self.compiled = compiled
         """Per-row cache steps run staticstep's compiled static-shape step (sampling.compile)."""
@@ -75,6 +75,10 @@ class FastDecoder:
         """The per-row cache (flatkv.py) when this batch uses it, else None (the shared-prompt grid)."""
         self.lean = False
         """The shared-prompt grid's steps run flatkv.lean_step (fused weights, no autocast, ...)."""
+        self.native = native
+        """Lean steps may attend through the C kernel of cattn.py (sampling.native_kernels) where it builds."""
+        self.kernel = False
+        """This batch's lean steps attend through cattn.py over the shared-prompt grid."""
 
     reuses_kv = True
     """`prefill` can start from a past KV (policy/prefix.py)."""
@@ -97,7 +101,9 @@ class FastDecoder:
         self.lean = flat_ok(self.fast, ids.device) or self._bf16_lean(ids.device, index.numel(), max_new)
         if self.lean and packed.compute_dtype(ids.device) != torch.float32:  # autocast's v is bf16, its k fp32
             kv = [(k, v.to(k.dtype)) for k, v in kv]  # (exact: bf16 values in fp32, as its attention reads them)
-        if self.lean and (valid.shape[1] <= FLAT_PROMPT or one_each):
+        self.kernel = (self.lean and self.native and not self.compiled and kv[0][0].dtype == torch.float32
+                       and cattn.usable(self.fast.head_dim, ids.device))
+        if self.lean and not self.kernel and (valid.shape[1] <= FLAT_PROMPT or one_each):
             static = StaticStep(self.fast, compiled=True) if self.compiled and supports(self.fast) else None
             if static is not None:  # whole buckets of columns, so later batches reuse the graph
                 max_new = width(valid.shape[1] + max_new) - valid.shape[1]
@@ -140,6 +146,8 @@ class FastDecoder:
     def _step(self, tok):
         if self.flat is not None:
             logits = self.flat.step(self.fast, tok, self.pos, self.t)
+        elif self.kernel:
+            logits = lean_step(self.fast, tok, self.pos, self._attend_kernel, raw=True)
         elif self.lean:
             logits = lean_step(self.fast, tok, self.pos, self._attend_grid)
         else:
@@ -155,6 +163,13 @@ class FastDecoder:
         gk[:, :, t], gv[:, :, t] = k, v
         o = self.fast._attend_shared(q[:, :, None], c.prompt[i], gk[:, :, : t + 1], gv[:, :, : t + 1], c)
         return o.view(q.shape[0], -1)
+
+    def _attend_kernel(self, i, qkv, rope):
+        """The shared-prompt grid's attention in C (cattn.py): the rotary, this step's k, v into the cache at
+        column t, and attention over each row's prompt and its generated columns only -> (B, H * D)."""
+        c = self.cache
+        return cattn.attend(qkv, self.fast.n_heads, self.fast.n_kv, rope, c.prompt[i], c.pmask.view(c.pmask.shape[0], -1),
+                            c.gen[i], self.t, c.gstart, c.pidx, self.fast.scaling)
 
     def export(self, b: int, n_gen: int) -> list:
         """Batch row b's KV: its prompt's real tokens, then its first n_gen generated tokens; per layer (k, v)
@@ -269,12 +284,14 @@ class HFDecoder:
         self.pos = self.pos[rows]
 
 
-def make_decoder(model, fast: bool | None = None, compiled: bool = False, pack: bool = False):
+def make_decoder(model, fast: bool | None = None, compiled: bool = False, pack: bool = False,
+                 native: bool = False):
     """FastDecoder (with fused weights when possible) when `fast` is None and fastlm.usable(model) or when fast
     is True; else HFDecoder. compiled: the FastDecoder's per-row cache steps run compiled (sampling.compile);
-    pack: its lean steps' matmuls run on oneDNN-packed weights where they apply (sampling.packed_weights)."""
+    pack: its lean steps' matmuls run on oneDNN-packed weights where they apply (sampling.packed_weights);
+    native: its lean steps attend through cattn.py's C kernel where it builds (sampling.native_kernels)."""
     if fast or (fast is None and usable(model)):
         lm = FastLM(model)
         lm.fuse()
-        return FastDecoder(lm, compiled, pack)
+        return FastDecoder(lm, compiled, pack, native)
     return HFDecoder(model)

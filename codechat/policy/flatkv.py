@@ -26,6 +26,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from codechat.policy import cattn
+
 
 
 def flat_ok(fast, device, autocast_ok: bool = False) -> bool:
@@ -42,34 +44,48 @@ def flat_ok(fast, device, autocast_ok: bool = False) -> bool:
     return all(hasattr(m, "variance_epsilon") and hasattr(m, "weight") for m in norms + [fast.inner.norm])
 
 
-def lean_step(fast, tok, pos, attend):
+def lean_step(fast, tok, pos, attend, raw: bool = False):
     """One token per row through every layer with the fewest ops; attend(layer, q (B, H, D), k, v (B, Hkv, D))
     stores k, v in its cache and returns the attention output (B, H * D). Returns logits (B, V). The matmuls run
-    on fast.packed (packed.py) when it is set, else on the fused weights through F.linear / addmm."""
+    on fast.packed (packed.py) when it is set, else on the fused weights through F.linear / addmm.
+    raw: the elementwise work runs in cattn.py's C functions (the norms, silu x up) and attend(layer, qkv (B,
+    (H + 2 Hkv) D), (cos, sin) each (B, D)) gets the projection's output and applies the rotary itself."""
     inner, pk = fast.inner, fast.packed
     H, Hkv, D = fast.n_heads, fast.n_kv, fast.head_dim
     B = tok.shape[0]
     h = inner.embed_tokens(tok)  # (B, C)
     cos, sin = inner.rotary_emb(h, pos[:, None])  # (B, 1, D)
-    sin = torch.cat([-sin[..., : D // 2], sin[..., D // 2:]], -1)  # rotate_half(x) * sin = roll(x) * sin'
+    if raw:
+        rope = (cos.view(B, D).float().contiguous(), sin.view(B, D).float().contiguous())
+        dt = pk.dtype if pk is not None else torch.float32  # the norms' output: what the next product reads
+        norm = lambda h, ln: cattn.rms_norm(h, ln.weight, ln.variance_epsilon, dt)  # noqa: E731
+    else:
+        sin = torch.cat([-sin[..., : D // 2], sin[..., D // 2:]], -1)  # rotate_half(x) * sin = roll(x) * sin'
+        norm = lambda h, ln: F.rms_norm(h, h.shape[-1:], ln.weight, ln.variance_epsilon)  # noqa: E731
     for i, layer in enumerate(inner.layers):
         w_qkv, b_qkv, w_gu = fast.fused[i]
         w_o, w_down = layer.self_attn.o_proj.weight, layer.mlp.down_proj.weight
-        ln = layer.input_layernorm
-        x = F.rms_norm(h, h.shape[-1:], ln.weight, ln.variance_epsilon)
+        x = norm(h, layer.input_layernorm)
         qkv = F.linear(x, w_qkv, b_qkv) if pk is None else pk.linear(x, pk.layers[i][0], pk.qkv_bias[i])  # (B, .)
-        qk = qkv[:, : (H + Hkv) * D].view(B, H + Hkv, D)
-        qk = torch.addcmul(qk * cos, qk.roll(D // 2, -1), sin)  # (B, H + Hkv, D) rotary
-        o = attend(i, qk[:, :H], qk[:, H:], qkv[:, (H + Hkv) * D:].view(B, Hkv, D))  # (B, H * D)
+        if raw:
+            o = attend(i, qkv, rope)  # (B, H * D)
+        else:
+            qk = qkv[:, : (H + Hkv) * D].view(B, H + Hkv, D)
+            qk = torch.addcmul(qk * cos, qk.roll(D // 2, -1), sin)  # (B, H + Hkv, D) rotary
+            o = attend(i, qk[:, :H], qk[:, H:], qkv[:, (H + Hkv) * D:].view(B, Hkv, D))  # (B, H * D)
         h = torch.addmm(h, o, w_o.t()) if pk is None else pk.add_linear(h, o, pk.layers[i][1])  # + o_proj
-        ln = layer.post_attention_layernorm
-        x = F.rms_norm(h, h.shape[-1:], ln.weight, ln.variance_epsilon)
-        g, u = (F.linear(x, w_gu) if pk is None else pk.linear(x, pk.layers[i][2])).chunk(2, dim=-1)  # (B, I)
-        a = F.silu(g) * u
+        x = norm(h, layer.post_attention_layernorm)
+        gu = F.linear(x, w_gu) if pk is None else pk.linear(x, pk.layers[i][2])  # (B, 2I)
+        if raw:
+            a = cattn.silu_mul(gu)
+        else:
+            g, u = gu.chunk(2, dim=-1)  # (B, I)
+            a = F.silu(g) * u
         h = torch.addmm(h, a, w_down.t()) if pk is None else pk.add_linear(h, a, pk.layers[i][3])  # + down
+    x = norm(h, inner.norm) if raw else fast.final_norm(h)
     if pk is None:
-        return fast.logits(h)
-    return pk.linear(fast.final_norm(h), pk.head, pk.head_bias)
+        return fast.lm.lm_head(x)
+    return pk.linear(x, pk.head, pk.head_bias)
 
 
 CHUNK = 32

@@ -50,6 +50,7 @@ import torch
 
 from codechat import CodechatError
 from codechat.config import SamplingConfig
+from codechat.policy import cattn
 from codechat.policy.context import context_length, new_token_budget
 from codechat.policy.decoding import make_decoder
 from codechat.policy.fsdp import full_weights
@@ -124,11 +125,14 @@ def process_logits(logits, cfg: SamplingConfig):
     return torch.log_softmax(truncate(logits, cfg), dim=-1)
 
 
-def choose(logits, cfg: SamplingConfig, u):
-    """Truncated logits (B, V) and uniforms u (B,) in [0, 1) -> tokens (B,) and their log-probs (B,)."""
+def choose(logits, cfg: SamplingConfig, u, native: bool = False):
+    """Truncated logits (B, V) and uniforms u (B,) in [0, 1) -> tokens (B,) and their log-probs (B,). native:
+    through cattn.sample_rows (one C pass, the same rule; CPU, cattn.kernel() built)."""
     if cfg.temperature <= 0:
         tok = logits.argmax(-1)
         return tok, logits.gather(1, tok[:, None])[:, 0] - torch.logsumexp(logits, dim=-1)
+    if native and logits.dtype == torch.float32:
+        return cattn.sample_rows(logits.contiguous(), u.float().contiguous())
     # inverse CDF, one uniform per row (torch.multinomial draws an exponential per vocabulary entry)
     probs = torch.softmax(logits, dim=-1)  # (B, V)
     cdf = probs.cumsum(-1)  # (B, V); a 0-probability token repeats its predecessor's value exactly
@@ -217,7 +221,7 @@ class Sampler:
                 for p, m in zip(prompts, max_new if max_new is not None else [cfg.max_new_tokens] * P)]
         Tn = max(room)  # generated columns: the largest budget
         row_budget = torch.tensor([room[r // n] for r in range(N)] + [Tn], device=dev)  # (N + 1,) scratch last
-        dec = make_decoder(pol.model, self.fast, cfg.compile, cfg.packed_weights)
+        dec = make_decoder(pol.model, self.fast, cfg.compile, cfg.packed_weights, cfg.native_kernels)
         keys = keys if keys is not None and dec.reuses_kv else None
         reuse = self.prefix.reusable(keys, prompts, weights_version(pol.model)) if keys else [0] * P
         past = self.prefix.past(keys, reuse, pol.model.get_input_embeddings().weight) if keys else None
@@ -242,6 +246,7 @@ class Sampler:
         index = torch.cat([torch.full((g1 - g0,), i, dtype=torch.long) for i, (_, g0, g1) in enumerate(first)]).to(dev)
         rows = torch.cat([torch.arange(p * n + g0, p * n + g1) for p, g0, g1 in first]).to(dev)  # (B,) output row
         gen = torch.Generator(device=dev).manual_seed(cfg.seed)
+        native = cfg.native_kernels and torch.device(dev).type == "cpu" and cattn.kernel() is not None  # sampling math in C
         eos = torch.tensor(pol.eos_token_ids or [-1], device=dev)
         stop_state = self.stops.start(N, cfg.stop)
 
@@ -272,7 +277,7 @@ class Sampler:
             while U.shape[0] < need:
                 U = torch.cat([U, torch.rand(1, N + 1, generator=gen, device=dev)])
             u = U[tidx, rows]  # (B,)
-            tok, logp = choose(truncate(logits, cfg), cfg, u)  # (B,), (B,)
+            tok, logp = choose(truncate(logits, cfg), cfg, u, native)  # (B,), (B,)
             out_tok[rows, tidx] = tok
             out_logp[rows, tidx] = logp
             rows_list = rows.tolist()

@@ -1,0 +1,257 @@
+/* codechat's decode-step functions in C (policy/cattn.py builds and loads them): attention over a shared
+   prompt KV and per-row generated KV, RMSNorm, silu x up, inverse-CDF sampling. fp32 math throughout. */
+#include <stdint.h>
+#include <string.h>
+#include <math.h>
+
+/* exp(x) for the softmax's x <= 0: 2^n p(r), |r| <= ln2 / 2 (Cephes' expf polynomial); 0 below -87 */
+static inline float exp_neg(float x) {
+    float y = x < -87.0f ? -87.0f : x;
+    float n = __builtin_rintf(y * 1.44269504088896341f);
+    float r = y - n * 0.693359375f + n * 2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    int32_t e = ((int32_t)n + 127) << 23;
+    float s;
+    memcpy(&s, &e, 4);
+    return x < -87.0f ? 0.0f : p * s;
+}
+
+/* element i of a row of the fused q/k/v projection's output: fp32, or bf16 (the top half of an fp32) */
+static inline float load(const void *x, int bf16, int64_t i) {
+    if (!bf16) return ((const float *)x)[i];
+    uint32_t u = (uint32_t)((const uint16_t *)x)[i] << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* rotary as the lean step's torch ops compute it: x * cos + rotate_half(x) * sin */
+static inline __attribute__((always_inline)) void rope(const void *x, int bf16, int64_t at, const float *cos,
+                                                       const float *sin, const int64_t D, float *y) {
+    const int64_t h = D / 2;
+    if (!cos) {
+        for (int64_t d = 0; d < D; d++) y[d] = load(x, bf16, at + d);
+        return;
+    }
+    for (int64_t d = 0; d < h; d++) y[d] = load(x, bf16, at + d) * cos[d] - load(x, bf16, at + d + h) * sin[d];
+    for (int64_t d = h; d < D; d++) y[d] = load(x, bf16, at + d) * cos[d] + load(x, bf16, at + d - h) * sin[d];
+}
+
+static inline __attribute__((always_inline)) int attend(
+        const void *qkv, int64_t rs, int bf16, const float *cos, const float *sin,
+        const float *Kp, const float *Vp, const float *pmask, int64_t P, int64_t Lp,
+        float *Kg, float *Vg, int64_t Tcap, int64_t t, const int64_t *gstart, const int64_t *pidx,
+        int64_t b0, int64_t b1, int64_t H, int64_t Hkv, const int64_t D, float scale, float *out, float *sc) {
+    const int64_t grp = H / Hkv;
+    float qq[D];
+    for (int64_t b = b0; b < b1; b++) {
+        const int64_t p = pidx[b], g0 = gstart ? gstart[b] : 0;
+        if (p < 0 || p >= P || g0 < 0 || g0 > t) return 1;
+        const float *cb = cos ? cos + b * D : 0, *sb = sin ? sin + b * D : 0;
+        for (int64_t j = 0; j < Hkv; j++) {  /* this step's k (rotated) and v into generated column t */
+            rope(qkv, bf16, b * rs + (H + j) * D, cb, sb, D, Kg + ((b * Hkv + j) * Tcap + t) * D);
+            float *vc = Vg + ((b * Hkv + j) * Tcap + t) * D;
+            for (int64_t d = 0; d < D; d++) vc[d] = load(qkv, bf16, b * rs + (H + Hkv + j) * D + d);
+        }
+        for (int64_t j = 0; j < Hkv; j++) {
+            const float *kp = Kp + (p * Hkv + j) * Lp * D, *vp = Vp + (p * Hkv + j) * Lp * D;
+            const float *kg = Kg + (b * Hkv + j) * Tcap * D, *vg = Vg + (b * Hkv + j) * Tcap * D;
+            const float *pm = pmask + p * Lp;
+            const int64_t S = Lp + t - g0 + 1;
+            for (int64_t g = 0; g < grp; g++) {
+                const int64_t h = j * grp + g;
+                rope(qkv, bf16, b * rs + h * D, cb, sb, D, qq);
+                for (int64_t c = 0; c < Lp; c++) {
+                    const float *kk = kp + c * D;
+                    float acc = 0.0f;
+                    #pragma omp simd reduction(+:acc)
+                    for (int64_t d = 0; d < D; d++) acc += qq[d] * kk[d];
+                    sc[c] = acc * scale + pm[c];  /* -inf on padding */
+                }
+                for (int64_t c = g0; c <= t; c++) {
+                    const float *kk = kg + c * D;
+                    float acc = 0.0f;
+                    #pragma omp simd reduction(+:acc)
+                    for (int64_t d = 0; d < D; d++) acc += qq[d] * kk[d];
+                    sc[Lp + c - g0] = acc * scale;
+                }
+                float m = -INFINITY;
+                #pragma omp simd reduction(max:m)
+                for (int64_t c = 0; c < S; c++) m = sc[c] > m ? sc[c] : m;
+                float *o = out + (b * H + h) * D;
+                float sum = 0.0f;
+                #pragma omp simd reduction(+:sum)
+                for (int64_t c = 0; c < S; c++) {
+                    const float e = exp_neg(sc[c] - m);
+                    sc[c] = e;
+                    sum += e;
+                }
+                if (!(sum >= 1.0f && sum <= (float)S)) {  /* a NaN or inf score (or none): NaN out, as torch's softmax */
+                    for (int64_t d = 0; d < D; d++) o[d] = NAN;
+                    continue;
+                }
+                float acc[D];
+                for (int64_t d = 0; d < D; d++) acc[d] = 0.0f;
+                for (int64_t c = 0; c < Lp; c++) {
+                    const float w = sc[c];
+                    if (w == 0.0f) continue;
+                    const float *vv = vp + c * D;
+                    #pragma omp simd
+                    for (int64_t d = 0; d < D; d++) acc[d] += w * vv[d];
+                }
+                for (int64_t c = g0; c <= t; c++) {
+                    const float w = sc[Lp + c - g0];
+                    const float *vv = vg + c * D;
+                    #pragma omp simd
+                    for (int64_t d = 0; d < D; d++) acc[d] += w * vv[d];
+                }
+                const float inv = 1.0f / sum;
+                for (int64_t d = 0; d < D; d++) o[d] = acc[d] * inv;
+            }
+        }
+    }
+    return 0;
+}
+
+/* Rows b0 <= b < b1. qkv: (B, (H + 2 Hkv) D) rows rs elements apart, fp32 or (bf16 != 0) bf16, q heads first;
+   cos, sin (B, D) fp32 or NULL (no rotary); Kp, Vp (P, Hkv, Lp, D); pmask (P, Lp) additive; Kg, Vg (B, Hkv,
+   Tcap, D); gstart (B,) or NULL; pidx (B,); out (B, H, D); sc: Lp + Tcap floats of scratch. 0, or 1 when a
+   row's prompt index or first column is out of range. */
+int decode_attend(const void *qkv, int64_t rs, int bf16, const float *cos, const float *sin,
+                  const float *Kp, const float *Vp, const float *pmask, int64_t P, int64_t Lp,
+                  float *Kg, float *Vg, int64_t Tcap, int64_t t, const int64_t *gstart, const int64_t *pidx,
+                  int64_t b0, int64_t b1, int64_t H, int64_t Hkv, int64_t D, float scale, float *out, float *sc) {
+#define ATTEND(DD) attend(qkv, rs, bf16, cos, sin, Kp, Vp, pmask, P, Lp, Kg, Vg, Tcap, t, gstart, pidx, b0, b1, \
+                          H, Hkv, DD, scale, out, sc)
+    switch (D) {  /* the common head sizes as constants: the accumulator stays in registers */
+    case 64: return ATTEND(64);
+    case 128: return ATTEND(128);
+    default: return ATTEND(D);
+    }
+}
+
+/* fp32 -> bf16 bits, round to nearest even (as torch's conversion); NaN stays NaN */
+static inline uint16_t to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+static inline float round_bf16(float f) {
+    uint32_t u = (uint32_t)to_bf16(f) << 16;
+    float r;
+    memcpy(&r, &u, 4);
+    return r;
+}
+
+/* y = w * (x * rsqrt(mean(x^2) + eps)) per row, as torch's rms_norm in fp32; y fp32 or (bf16) bf16 */
+void rms_norm(const float *x, const float *w, int64_t R, int64_t C, float eps, void *y, int bf16) {
+    for (int64_t r = 0; r < R; r++) {
+        const float *xr = x + r * C;
+        float ss = 0.0f;
+        #pragma omp simd reduction(+:ss)
+        for (int64_t c = 0; c < C; c++) ss += xr[c] * xr[c];
+        const float rstd = 1.0f / sqrtf(ss / (float)C + eps);
+        if (bf16) {
+            uint16_t *yr = (uint16_t *)y + r * C;
+            #pragma omp simd
+            for (int64_t c = 0; c < C; c++) yr[c] = to_bf16(xr[c] * rstd * w[c]);
+        } else {
+            float *yr = (float *)y + r * C;
+            #pragma omp simd
+            for (int64_t c = 0; c < C; c++) yr[c] = xr[c] * rstd * w[c];
+        }
+    }
+}
+
+/* exp over the floats' range: 2^n p(r) as exp_neg, n clamped to the finite exponents */
+static inline float exp_any(float x) {
+    float y = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+    float n = __builtin_rintf(y * 1.44269504088896341f);
+    float r = y - n * 0.693359375f + n * 2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    int32_t e = ((int32_t)n + 127) << 23;
+    float s;
+    memcpy(&s, &e, 4);
+    return x < -87.0f ? 0.0f : (x > 88.0f ? INFINITY : p * s);
+}
+
+/* a = silu(g) * u for gu = [g, u] (R, 2I): fp32, or bf16 in and out with torch's roundings (silu's result
+   rounded to bf16, then the product) */
+void silu_mul(const void *gu, int64_t R, int64_t I, void *a, int bf16) {
+    for (int64_t r = 0; r < R; r++) {
+        if (bf16) {
+            const uint16_t *g = (const uint16_t *)gu + r * 2 * I, *u = g + I;
+            uint16_t *ar = (uint16_t *)a + r * I;
+            #pragma omp simd
+            for (int64_t i = 0; i < I; i++) {
+                const float gf = load(g, 1, i), uf = load(u, 1, i);
+                ar[i] = to_bf16(round_bf16(gf / (1.0f + exp_any(-gf))) * uf);
+            }
+        } else {
+            const float *g = (const float *)gu + r * 2 * I, *u = g + I;
+            float *ar = (float *)a + r * I;
+            #pragma omp simd
+            for (int64_t i = 0; i < I; i++) ar[i] = g[i] / (1.0f + exp_any(-g[i])) * u[i];
+        }
+    }
+}
+
+/* One token per row from its logits (B, V) fp32 (tempered and truncated: -inf = excluded) by the inverse CDF
+   with the row's uniform u: the first token whose running sum of exp(x - max) exceeds u times the total (so never
+   one of probability 0; the last token with mass if rounding leaves none), and its log-probability. */
+void sample_rows(const float *logits, int64_t B, int64_t V, const float *u, float *e, int64_t *tok, float *logp) {
+    for (int64_t b = 0; b < B; b++) {
+        const float *x = logits + b * V;
+        float m = -INFINITY;
+        #pragma omp simd reduction(max:m)
+        for (int64_t i = 0; i < V; i++) m = x[i] > m ? x[i] : m;
+        float sum = 0.0f;
+        #pragma omp simd reduction(+:sum)
+        for (int64_t i = 0; i < V; i++) {
+            const float v = exp_neg(x[i] - m);
+            e[i] = v;
+            sum += v;
+        }
+        if (!(sum >= 1.0f && sum <= (float)V)) {  /* NaN or +inf logits, or none finite */
+            tok[b] = 0;
+            logp[b] = NAN;
+            continue;
+        }
+        const float thr = u[b] * sum;
+        float acc = 0.0f;
+        int64_t t = -1;
+        for (int64_t i0 = 0; i0 < V && t < 0; i0 += 256) {
+            const int64_t i1 = i0 + 256 < V ? i0 + 256 : V;
+            float bs = 0.0f;
+            #pragma omp simd reduction(+:bs)
+            for (int64_t i = i0; i < i1; i++) bs += e[i];
+            if (acc + bs <= thr) {  /* not in this block (up to rounding: the scan below settles it) */
+                acc += bs;
+                continue;
+            }
+            for (int64_t i = i0; i < i1; i++) {
+                acc += e[i];
+                if (acc > thr && e[i] > 0.0f) { t = i; break; }
+            }
+        }
+        if (t < 0)
+            for (int64_t i = V - 1; i >= 0 && t < 0; i--)
+                if (e[i] > 0.0f) t = i;
+        tok[b] = t;
+        logp[b] = logf(e[t] / sum);
+    }
+}

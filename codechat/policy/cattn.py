@@ -1,0 +1,199 @@
+"""The lean decode step's elementwise work and attention in C (cattn.c), and the sampler's inverse CDF.
+
+Why: at the presets' sizes a decode step multiplies 32 rows by small matrices, and what is left around the
+matrix products costs about as much as they do. Attention is memory-bound: through torch ops (flatkv.py) each
+row holds a copy of its prompt's KV and attention reads the whole allocation, closed columns included, as one
+contiguous `bmm` operand (a sliced one makes `bmm` run one small product per batch entry), then softmax and a
+second `bmm`, after rotary's three ops. `attend` here reads each prompt's KV in place (the shared-prompt grid of
+decoding.py: once per prompt, its rows one after another while it is in cache) and each row's generated
+columns gstart..t only, and does the rotary, the cache writes, the scale, mask, softmax and weighted sum in one
+call per layer. `rms_norm` and `silu_mul` replace the norm's ~6 ops and silu x up's 3; `sample_rows` replaces
+softmax, a cumsum over the vocabulary (sequential per row in torch), a search and a gather.
+
+cattn.c is compiled once per machine with the system C compiler (`$CC`, else cc / gcc / clang) into
+`<cache>/kernels/` (`$CODECHAT_CACHE`, default ~/.cache/codechat), keyed by the source, the flags and the CPU,
+and loaded through ctypes: no torch headers, no build step at install. Where no compiler is found or the build
+fails, `kernel()` returns None (the reason in `unavailable_reason()`) and the sampler keeps the torch ops
+(`sampling.native_kernels: false` keeps them too; so does `$CODECHAT_NO_CKERNEL`). The math is fp32 (a bf16
+compute run keeps its attention and cache in fp32; its bf16 products are read and written here with torch's
+roundings). Sums run in another order than torch's and exp is a degree-6 polynomial (~1 ulp): outputs within
+float rounding of the torch ops (tests/test_cattn.py), and a sampled token differs from torch's only where its
+uniform falls within rounding of a CDF step.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+
+import torch
+
+from codechat.policy.presets import cache_root
+
+MAX_HEAD_DIM = 512
+"""Largest head dimension the kernel takes (its per-head accumulator lives on the stack)."""
+
+FLAGS = ["-O3", "-march=native", "-fopenmp-simd", "-ffp-contract=fast", "-fno-math-errno", "-fPIC", "-shared",
+         "-std=gnu11"]
+
+SOURCE = (Path(__file__).parent / "cattn.c").read_text()
+"""The C functions: attention, RMSNorm, silu x up, sampling."""
+
+_lock = threading.Lock()
+_state: dict = {}  # "fn": the loaded function, or "why": the reason there is none
+
+
+def _compiler() -> str | None:
+    for cc in (os.environ.get("CC"), "cc", "gcc", "clang"):
+        if cc and shutil.which(cc):
+            return cc
+    return None
+
+
+def _cpu_key() -> str:
+    """What -march=native depends on: the CPU's model and feature flags (a cache shared by machines stays safe)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+        lines = [ln for ln in text.splitlines() if ln.startswith(("model name", "flags"))][:2]
+    except OSError:
+        lines = []
+    return "\n".join([platform.machine(), platform.processor(), *lines])
+
+
+def _build() -> ctypes.CDLL:
+    cc = _compiler()
+    if cc is None:
+        raise RuntimeError("no C compiler (set $CC, or install cc / gcc)")
+    key = hashlib.sha256("\0".join([SOURCE, " ".join(FLAGS), cc, _cpu_key()]).encode()).hexdigest()[:16]
+    out = cache_root() / "kernels" / f"decode_attn-{key}.so"
+    if not out.exists():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
+            src, lib = Path(tmp) / "decode_attn.c", Path(tmp) / "decode_attn.so"
+            src.write_text(SOURCE)
+            r = subprocess.run([cc, *FLAGS, str(src), "-o", str(lib)], capture_output=True, text=True, timeout=120)
+            if r.returncode != 0:
+                raise RuntimeError(f"{cc} failed: {(r.stderr or r.stdout).strip().splitlines()[-1:]}")
+            os.replace(lib, out)  # atomic: processes building at once each install a whole file
+    lib = ctypes.CDLL(str(out))
+    fn = lib.decode_attend
+    i64, ptr = ctypes.c_int64, ctypes.c_void_p
+    fn.argtypes = [ptr, i64, ctypes.c_int, ptr, ptr, ptr, ptr, ptr, i64, i64, ptr, ptr, i64, i64, ptr, ptr, i64, i64,
+                   i64, i64, i64, ctypes.c_float, ptr, ptr]
+    fn.restype = ctypes.c_int
+    lib.rms_norm.argtypes = [ptr, ptr, i64, i64, ctypes.c_float, ptr, ctypes.c_int]
+    lib.rms_norm.restype = None
+    lib.silu_mul.argtypes = [ptr, i64, i64, ptr, ctypes.c_int]
+    lib.silu_mul.restype = None
+    lib.sample_rows.argtypes = [ptr, i64, i64, ptr, ptr, ptr, ptr]
+    lib.sample_rows.restype = None
+    _state["lib"] = lib
+    return fn
+
+
+def kernel():
+    """The compiled kernel's function, built on first use; None where it cannot be built (unavailable_reason)."""
+    if "fn" not in _state and "why" not in _state:
+        with _lock:
+            if "fn" not in _state and "why" not in _state:
+                if os.environ.get("CODECHAT_NO_CKERNEL"):
+                    _state["why"] = "turned off by $CODECHAT_NO_CKERNEL"
+                else:
+                    try:
+                        _state["fn"] = _build()
+                    except (OSError, RuntimeError, subprocess.SubprocessError) as e:
+                        _state["why"] = str(e) or type(e).__name__
+    return _state.get("fn")
+
+
+def unavailable_reason() -> str | None:
+    """Why kernel() is None (None when it is available or not tried yet)."""
+    return _state.get("why")
+
+
+def usable(head_dim: int, device) -> bool:
+    """The kernel applies: CPU, head dim up to MAX_HEAD_DIM, and it builds here."""
+    return torch.device(device).type == "cpu" and 0 < head_dim <= MAX_HEAD_DIM and kernel() is not None
+
+
+def attend(qkv, heads: int, kv_heads: int, rope, prompt_kv, pmask, gen_kv, t: int, gstart, pidx, scale: float):
+    """One decode step's attention for every row. qkv (B, (heads + 2 kv_heads) D): the fused q/k/v projection's
+    output (fp32 or bf16, rows contiguous), q heads first; rope: None, or (cos, sin) each (B, D) fp32, the rotary
+    applied here to q and k (x cos + rotate_half(x) sin); prompt_kv: (K, V) each (P, Hkv, Lp, D); pmask (P, Lp)
+    additive (0 or -inf); gen_kv: (K, V) each (B, Hkv, T, D), where this step's rotated k and its v are written
+    at column t; gstart (B,) long or None (all 0): each row's first generated column; pidx (B,) long: its
+    prompt. Returns (B, heads * D) fp32: softmax(q . [prompt keys, generated keys gstart..t] * scale + mask) .
+    values."""
+    fn = kernel()
+    (Kp, Vp), (Kg, Vg) = prompt_kv, gen_kv
+    P, Hkv, Lp, D = Kp.shape
+    B, T, H = qkv.shape[0], Kg.shape[2], heads
+    if not 0 <= t < T:
+        raise ValueError(f"cattn: column {t} outside the generated cache's {T}")
+    if kv_heads != Hkv or H % Hkv or D > MAX_HEAD_DIM or qkv.dim() != 2 or qkv.shape[1] != (H + 2 * Hkv) * D:
+        raise ValueError(f"cattn: qkv {tuple(qkv.shape)} does not fit {H} heads, {Hkv} kv heads of {D}")
+    if qkv.dtype not in (torch.float32, torch.bfloat16) or qkv.stride(1) != 1:
+        raise ValueError(f"cattn: qkv must be fp32 or bf16 with contiguous rows, got {qkv.dtype} {qkv.stride()}")
+    shapes = [(Kp, (P, Hkv, Lp, D)), (Vp, (P, Hkv, Lp, D)), (Kg, (B, Hkv, T, D)), (Vg, (B, Hkv, T, D)),
+              (pmask, (P, Lp))] + ([(x, (B, D)) for x in rope] if rope is not None else [])
+    for x, shape in shapes:
+        if tuple(x.shape) != shape or not x.is_contiguous() or x.dtype != torch.float32:
+            raise ValueError(f"cattn: expected a contiguous fp32 {shape}, got {x.dtype} {tuple(x.shape)}")
+    for x in (pidx, gstart):
+        if x is not None and (tuple(x.shape) != (B,) or x.dtype != torch.long or not x.is_contiguous()):
+            raise ValueError(f"cattn: prompt index and first columns must be contiguous ({B},) long tensors")
+    out = torch.empty(B, H, D)
+    sc = torch.empty(Lp + T)
+    cos, sin = (rope[0].data_ptr(), rope[1].data_ptr()) if rope is not None else (0, 0)
+    rc = fn(qkv.data_ptr(), qkv.stride(0), int(qkv.dtype == torch.bfloat16), cos, sin, Kp.data_ptr(), Vp.data_ptr(),
+            pmask.data_ptr(), P, Lp, Kg.data_ptr(), Vg.data_ptr(), T, t, 0 if gstart is None else gstart.data_ptr(),
+            pidx.data_ptr(), 0, B, H, Hkv, D, float(scale), out.data_ptr(), sc.data_ptr())
+    if rc:
+        raise ValueError("cattn: a row's prompt index or first generated column is out of range")
+    return out.view(B, H * D)
+
+
+def rms_norm(x, weight, eps: float, dtype=torch.float32):
+    """weight * x * rsqrt(mean(x^2) + eps) over the last dim of fp32 x (R, C), returned in dtype (fp32, or bf16
+    rounded to nearest even as `.to(torch.bfloat16)` does): F.rms_norm's values within float rounding."""
+    lib = _state["lib"]
+    R, C = x.shape
+    if x.dtype != torch.float32 or not x.is_contiguous() or weight.shape != (C,) or weight.dtype != torch.float32 \
+            or not weight.is_contiguous() or dtype not in (torch.float32, torch.bfloat16):
+        raise ValueError(f"cattn.rms_norm: fp32 contiguous (R, C) and (C,), got {x.dtype} {tuple(x.shape)}, "
+                         f"{weight.dtype} {tuple(weight.shape)}")
+    y = torch.empty(R, C, dtype=dtype)
+    lib.rms_norm(x.data_ptr(), weight.data_ptr(), R, C, float(eps), y.data_ptr(), int(dtype == torch.bfloat16))
+    return y
+
+
+def silu_mul(gu):
+    """silu(g) * u for gu = [g, u] (R, 2I), fp32 or bf16 (each op's result rounded as torch rounds it) -> (R, I)."""
+    lib = _state["lib"]
+    R, I2 = gu.shape
+    if gu.dtype not in (torch.float32, torch.bfloat16) or not gu.is_contiguous() or I2 % 2:
+        raise ValueError(f"cattn.silu_mul: contiguous fp32 or bf16 (R, 2I), got {gu.dtype} {tuple(gu.shape)}")
+    a = torch.empty(R, I2 // 2, dtype=gu.dtype)
+    lib.silu_mul(gu.data_ptr(), R, I2 // 2, a.data_ptr(), int(gu.dtype == torch.bfloat16))
+    return a
+
+
+def sample_rows(logits, u):
+    """Tokens (B,) and their log-probs (B,) drawn from fp32 logits (B, V) (tempered and truncated, -inf excluded)
+    by the inverse CDF with one uniform per row u (B,) (sampler.choose's rule, sums in blocks): one pass where
+    torch takes a softmax, a cumsum over the vocabulary and a search."""
+    lib = _state["lib"]
+    B, V = logits.shape
+    if logits.dtype != torch.float32 or not logits.is_contiguous() or u.shape != (B,) or u.dtype != torch.float32 \
+            or not u.is_contiguous():
+        raise ValueError(f"cattn.sample_rows: contiguous fp32 (B, V) and (B,), got {logits.dtype} "
+                         f"{tuple(logits.shape)}, {u.dtype} {tuple(u.shape)}")
+    tok, logp, e = torch.empty(B, dtype=torch.long), torch.empty(B), torch.empty(V)
+    lib.sample_rows(logits.data_ptr(), B, V, u.data_ptr(), e.data_ptr(), tok.data_ptr(), logp.data_ptr())
+    return tok, logp
