@@ -168,3 +168,22 @@ def test_the_build_is_cached_per_source(monkeypatch, tmp_path):
     monkeypatch.setattr(cattn, "_state", {})
     monkeypatch.setattr(cattn.subprocess, "run", lambda *a, **k: calls.append(a) or subprocess.run(*a, **k))
     assert cattn.kernel() is not None and not calls  # loaded, not compiled again
+
+
+def test_rows_split_over_torch_threads_give_the_same_output():
+    """With torch on several threads, row ranges run in parallel (ctypes drops the GIL): the same bits as one."""
+    g = torch.Generator().manual_seed(1)
+    B, P, Hkv, H, D, Lp, T, t = 40, 3, 2, 4, 16, 5, 6, 4
+    qkv, rope = torch.randn(B, (H + 2 * Hkv) * D, generator=g), (torch.randn(B, D, generator=g),) * 2
+    Kp, Vp, pidx = torch.randn(P, Hkv, Lp, D, generator=g), torch.randn(P, Hkv, Lp, D, generator=g), torch.arange(B) % P
+    outs, caches = [], []
+    threads = torch.get_num_threads()
+    try:
+        for n in (1, 3):
+            torch.set_num_threads(n)
+            Kg, Vg = torch.zeros(B, Hkv, T, D), torch.zeros(B, Hkv, T, D)
+            outs.append(cattn.attend(qkv, H, Hkv, rope, (Kp, Vp), torch.zeros(P, Lp), (Kg, Vg), t, None, pidx, 0.3))
+            caches.append((Kg, Vg))
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(outs[0], outs[1]) and all(torch.equal(a, b) for a, b in zip(*caches))

@@ -30,6 +30,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
@@ -45,7 +46,11 @@ FLAGS = ["-O3", "-march=native", "-fopenmp-simd", "-ffp-contract=fast", "-fno-ma
 SOURCE = (Path(__file__).parent / "cattn.c").read_text()
 """The C functions: attention, RMSNorm, silu x up, sampling."""
 
+MIN_ROWS_PER_THREAD = 16
+"""With torch set to several threads, attention splits its rows over that many (at least this many rows each)."""
+
 _lock = threading.Lock()
+_pools: dict = {}
 _state: dict = {}  # "fn": the loaded function, or "why": the reason there is none
 
 
@@ -112,6 +117,13 @@ def kernel():
     return _state.get("fn")
 
 
+def _pool(n: int) -> ThreadPoolExecutor:
+    with _lock:
+        if n not in _pools:
+            _pools[n] = ThreadPoolExecutor(n, thread_name_prefix="cattn")
+        return _pools[n]
+
+
 def unavailable_reason() -> str | None:
     """Why kernel() is None (None when it is available or not tried yet)."""
     return _state.get("why")
@@ -149,12 +161,21 @@ def attend(qkv, heads: int, kv_heads: int, rope, prompt_kv, pmask, gen_kv, t: in
         if x is not None and (tuple(x.shape) != (B,) or x.dtype != torch.long or not x.is_contiguous()):
             raise ValueError(f"cattn: prompt index and first columns must be contiguous ({B},) long tensors")
     out = torch.empty(B, H, D)
-    sc = torch.empty(Lp + T)
     cos, sin = (rope[0].data_ptr(), rope[1].data_ptr()) if rope is not None else (0, 0)
-    rc = fn(qkv.data_ptr(), qkv.stride(0), int(qkv.dtype == torch.bfloat16), cos, sin, Kp.data_ptr(), Vp.data_ptr(),
+    args = (qkv.data_ptr(), qkv.stride(0), int(qkv.dtype == torch.bfloat16), cos, sin, Kp.data_ptr(), Vp.data_ptr(),
             pmask.data_ptr(), P, Lp, Kg.data_ptr(), Vg.data_ptr(), T, t, 0 if gstart is None else gstart.data_ptr(),
-            pidx.data_ptr(), 0, B, H, Hkv, D, float(scale), out.data_ptr(), sc.data_ptr())
-    if rc:
+            pidx.data_ptr())
+    tail = (H, Hkv, D, float(scale), out.data_ptr())
+    parts = max(1, min(torch.get_num_threads(), B // MIN_ROWS_PER_THREAD))
+    bounds = [(B * i // parts, B * (i + 1) // parts) for i in range(parts)]
+
+    def run(rows):
+        sc = torch.empty(Lp + T)  # scratch per call, alive until it returns
+        return fn(*args, rows[0], rows[1], *tail, sc.data_ptr())
+
+    # ctypes lets go of the GIL during the call: row ranges run on torch's thread count, as its ops would
+    rcs = [run(bounds[0])] if parts == 1 else list(_pool(parts).map(run, bounds))
+    if any(rcs):
         raise ValueError("cattn: a row's prompt index or first generated column is out of range")
     return out.view(B, H * D)
 
