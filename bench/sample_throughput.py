@@ -13,8 +13,10 @@ sides. A decoded token costs 2 x (projection and LM-head weights) FLOPs; attenti
 contexts) are not counted, which understates both sides alike. share = (tokens x FLOPs/token / time) / (GEMM
 FLOPs / GEMM time): 1.0 would be a decoder that does nothing but those matmuls. Ends with one JSON line
 {"ours_tok_s", "hf_tok_s", "ratio", "ours_gemm_share", "hf_gemm_share", "gemm_gflops", "clock", "repeats",
-"compile", "packed_weights", "compile_s", "compile_wall_s", "dtype"}. --no-packed: ours with `sampling.packed_weights`
-off. The GEMM rate is F.linear's on the weights as they lie, whichever way ours multiplies. --compile: ours with
+"compile", "packed_weights", "native_kernels", "compile_s", "compile_wall_s", "dtype"}. --no-packed: ours with
+`sampling.packed_weights` off; --no-native: ours with `sampling.native_kernels` off (torch ops where the C functions
+of policy/cattn.py run; "native_kernels" is false too where they do not build). The GEMM rate is F.linear's on
+the weights as they lie, whichever way ours multiplies. --compile: ours with
 `sampling.compile`; its one-off compile time, the first call's extra time at the timed settings, is compile_s on
 the bench's clock and compile_wall_s in wall seconds (inductor compiles its C++ in worker processes, whose CPU
 time the cpu clock does not see).
@@ -49,7 +51,7 @@ import torch
 import torch.nn.functional as F
 
 from codechat.config import ModelConfig, SamplingConfig
-from codechat.policy import Sampler, load_policy
+from codechat.policy import Sampler, cattn, load_policy
 from codechat.policy.precision import bf16_native
 
 PROMPTS = [
@@ -150,6 +152,9 @@ def main() -> None:
                          "is reported apart (the first call at the timed settings), not in the timed runs")
     ap.add_argument("--no-packed", action="store_true",
                     help="ours with sampling.packed_weights=false (F.linear on the weights as they lie)")
+    ap.add_argument("--no-native", action="store_true",
+                    help="ours with sampling.native_kernels=false (the decode step's attention, norms, SiLU and "
+                         "sampling math as torch ops, not policy/cattn.py's C functions)")
     ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
                     help="compute dtype of both sides: bfloat16 = ours with model.compute_dtype=bfloat16, generate "
                          "under torch.autocast bf16 (fp32 weights on both); CPUs with native bf16 only")
@@ -176,7 +181,7 @@ def main() -> None:
     prompts = [policy.encode_prompt(texts[i % len(texts)]) for i in range(args.P)]
     cfg = SamplingConfig(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
                          max_new_tokens=args.new, seed=0, compile=args.compile,
-                         packed_weights=not args.no_packed)
+                         packed_weights=not args.no_packed, native_kernels=not args.no_native)
     sampler = Sampler(policy)
     n_params = sum(p.numel() for p in policy.model.parameters())
     print(f"model {args.model or args.preset} ({n_params / 1e6:.1f}M params), P={args.P} G={args.G} "
@@ -221,7 +226,9 @@ def main() -> None:
     print(json.dumps({"ours_tok_s": round(o, 1), "hf_tok_s": round(h, 1), "ratio": round(o / h, 2),
                       "ours_gemm_share": round(o * flops_tok / g, 3), "hf_gemm_share": round(h * flops_tok / g, 3),
                       "gemm_gflops": round(g / 1e9, 1), "clock": args.clock, "repeats": args.repeats,
-                      "compile": args.compile, "packed_weights": not args.no_packed, "compile_s": round(compile_s, 1),
+                      "compile": args.compile, "packed_weights": not args.no_packed,
+                      "native_kernels": not args.no_native and cattn.kernel() is not None,
+                      "compile_s": round(compile_s, 1),
                       "compile_wall_s": round(compile_wall_s, 1), "dtype": args.dtype}))
 
 

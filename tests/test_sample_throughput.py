@@ -68,3 +68,19 @@ def test_bfloat16_stops_in_one_line_without_native_bf16(monkeypatch):
     monkeypatch.setattr(sys, "argv", ["sample_throughput.py", *TINY_RUN, "--dtype", "bfloat16"])
     with pytest.raises(SystemExit, match=r"^sample_throughput: cpu has no native bf16 .*skipped$"):
         mod.main()
+
+
+@pytest.mark.parametrize("flag", [[], ["--no-native"]])
+def test_no_native_runs_ours_on_torch_ops(monkeypatch, capsys, flag):
+    """--no-native: ours with sampling.native_kernels off, said in the JSON line (on by default where they build)."""
+    from codechat.policy import cattn
+    from codechat.policy.sampler import Sampler
+
+    mod = load_bench()
+    seen = []
+    real = Sampler.sample
+    monkeypatch.setattr(Sampler, "sample", lambda self, p, n, cfg, **kw: seen.append(cfg.native_kernels)
+                        or real(self, p, n, cfg, **kw))
+    out, _, _ = run_bench(mod, monkeypatch, capsys, [*TINY_RUN, *flag])
+    assert set(seen) == {not flag}
+    assert out["native_kernels"] == (not flag and cattn.kernel() is not None)

@@ -31,6 +31,26 @@ static inline float load(const void *x, int bf16, int64_t i) {
     return f;
 }
 
+/* fp32 -> bf16 bits, round to nearest even (as torch's conversion); NaN stays NaN */
+static inline uint16_t to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+static inline void store(void *y, int bf16, int64_t i, float f) {
+    if (bf16) ((uint16_t *)y)[i] = to_bf16(f);
+    else ((float *)y)[i] = f;
+}
+
+static inline float round_bf16(float f) {
+    uint32_t u = (uint32_t)to_bf16(f) << 16;
+    float r;
+    memcpy(&r, &u, 4);
+    return r;
+}
+
 /* rotary as the lean step's torch ops compute it: x * cos + rotate_half(x) * sin */
 static inline __attribute__((always_inline)) void rope(const void *x, int bf16, int64_t at, const float *cos,
                                                        const float *sin, const int64_t D, float *y) {
@@ -45,9 +65,9 @@ static inline __attribute__((always_inline)) void rope(const void *x, int bf16, 
 
 static inline __attribute__((always_inline)) int attend(
         const void *qkv, int64_t rs, int bf16, const float *cos, const float *sin,
-        const float *Kp, const float *Vp, const float *pmask, int64_t P, int64_t Lp,
-        float *Kg, float *Vg, int64_t Tcap, int64_t t, const int64_t *gstart, const int64_t *pidx,
-        int64_t b0, int64_t b1, int64_t H, int64_t Hkv, const int64_t D, float scale, float *out, float *sc) {
+        const float *Kp, const void *Vp, const float *pmask, int64_t P, int64_t Lp,
+        float *Kg, void *Vg, const int vbf, int64_t Tcap, int64_t t, const int64_t *gstart, const int64_t *pidx,
+        int64_t b0, int64_t b1, int64_t H, int64_t Hkv, const int64_t D, float scale, void *out, int obf, float *sc) {
     const int64_t grp = H / Hkv;
     float qq[D];
     for (int64_t b = b0; b < b1; b++) {
@@ -56,12 +76,15 @@ static inline __attribute__((always_inline)) int attend(
         const float *cb = cos ? cos + b * D : 0, *sb = sin ? sin + b * D : 0;
         for (int64_t j = 0; j < Hkv; j++) {  /* this step's k (rotated) and v into generated column t */
             rope(qkv, bf16, b * rs + (H + j) * D, cb, sb, D, Kg + ((b * Hkv + j) * Tcap + t) * D);
-            float *vc = Vg + ((b * Hkv + j) * Tcap + t) * D;
-            for (int64_t d = 0; d < D; d++) vc[d] = load(qkv, bf16, b * rs + (H + Hkv + j) * D + d);
+            const int64_t vat = ((b * Hkv + j) * Tcap + t) * D, from = b * rs + (H + Hkv + j) * D;
+            if (vbf && bf16)  /* bf16 v into a bf16 cache: the bits as they are */
+                memcpy((uint16_t *)Vg + vat, (const uint16_t *)qkv + from, D * sizeof(uint16_t));
+            else
+                for (int64_t d = 0; d < D; d++) store(Vg, vbf, vat + d, load(qkv, bf16, from + d));
         }
         for (int64_t j = 0; j < Hkv; j++) {
-            const float *kp = Kp + (p * Hkv + j) * Lp * D, *vp = Vp + (p * Hkv + j) * Lp * D;
-            const float *kg = Kg + (b * Hkv + j) * Tcap * D, *vg = Vg + (b * Hkv + j) * Tcap * D;
+            const float *kp = Kp + (p * Hkv + j) * Lp * D, *kg = Kg + (b * Hkv + j) * Tcap * D;
+            const int64_t vp = (p * Hkv + j) * Lp * D, vg = (b * Hkv + j) * Tcap * D;  /* element offsets */
             const float *pm = pmask + p * Lp;
             const int64_t S = Lp + t - g0 + 1;
             for (int64_t g = 0; g < grp; g++) {
@@ -84,7 +107,7 @@ static inline __attribute__((always_inline)) int attend(
                 float m = -INFINITY;
                 #pragma omp simd reduction(max:m)
                 for (int64_t c = 0; c < S; c++) m = sc[c] > m ? sc[c] : m;
-                float *o = out + (b * H + h) * D;
+                const int64_t o = (b * H + h) * D;
                 float sum = 0.0f;
                 #pragma omp simd reduction(+:sum)
                 for (int64_t c = 0; c < S; c++) {
@@ -93,7 +116,7 @@ static inline __attribute__((always_inline)) int attend(
                     sum += e;
                 }
                 if (!(sum >= 1.0f && sum <= (float)S)) {  /* a NaN or inf score (or none): NaN out, as torch's softmax */
-                    for (int64_t d = 0; d < D; d++) o[d] = NAN;
+                    for (int64_t d = 0; d < D; d++) store(out, obf, o + d, NAN);
                     continue;
                 }
                 float acc[D];
@@ -101,18 +124,18 @@ static inline __attribute__((always_inline)) int attend(
                 for (int64_t c = 0; c < Lp; c++) {
                     const float w = sc[c];
                     if (w == 0.0f) continue;
-                    const float *vv = vp + c * D;
+                    const int64_t at = vp + c * D;
                     #pragma omp simd
-                    for (int64_t d = 0; d < D; d++) acc[d] += w * vv[d];
+                    for (int64_t d = 0; d < D; d++) acc[d] += w * load(Vp, vbf, at + d);
                 }
                 for (int64_t c = g0; c <= t; c++) {
                     const float w = sc[Lp + c - g0];
-                    const float *vv = vg + c * D;
+                    const int64_t at = vg + c * D;
                     #pragma omp simd
-                    for (int64_t d = 0; d < D; d++) acc[d] += w * vv[d];
+                    for (int64_t d = 0; d < D; d++) acc[d] += w * load(Vg, vbf, at + d);
                 }
                 const float inv = 1.0f / sum;
-                for (int64_t d = 0; d < D; d++) o[d] = acc[d] * inv;
+                for (int64_t d = 0; d < D; d++) store(out, obf, o + d, acc[d] * inv);
             }
         }
     }
@@ -120,35 +143,27 @@ static inline __attribute__((always_inline)) int attend(
 }
 
 /* Rows b0 <= b < b1. qkv: (B, (H + 2 Hkv) D) rows rs elements apart, fp32 or (bf16 != 0) bf16, q heads first;
-   cos, sin (B, D) fp32 or NULL (no rotary); Kp, Vp (P, Hkv, Lp, D); pmask (P, Lp) additive; Kg, Vg (B, Hkv,
-   Tcap, D); gstart (B,) or NULL; pidx (B,); out (B, H, D); sc: Lp + Tcap floats of scratch. 0, or 1 when a
-   row's prompt index or first column is out of range. */
+   cos, sin (B, D) fp32 or NULL (no rotary); Kp (P, Hkv, Lp, D) fp32, Vp the same in fp32 or (vbf16) bf16;
+   pmask (P, Lp) additive; Kg (B, Hkv, Tcap, D) fp32, Vg as Vp's dtype; gstart (B,) or NULL; pidx (B,); out
+   (B, H, D) fp32 or (obf16) bf16; sc: Lp + Tcap floats of scratch. 0, or 1 when a row's prompt index or first
+   column is out of range. */
 int decode_attend(const void *qkv, int64_t rs, int bf16, const float *cos, const float *sin,
-                  const float *Kp, const float *Vp, const float *pmask, int64_t P, int64_t Lp,
-                  float *Kg, float *Vg, int64_t Tcap, int64_t t, const int64_t *gstart, const int64_t *pidx,
-                  int64_t b0, int64_t b1, int64_t H, int64_t Hkv, int64_t D, float scale, float *out, float *sc) {
-#define ATTEND(DD) attend(qkv, rs, bf16, cos, sin, Kp, Vp, pmask, P, Lp, Kg, Vg, Tcap, t, gstart, pidx, b0, b1, \
-                          H, Hkv, DD, scale, out, sc)
-    switch (D) {  /* the common head sizes as constants: the accumulator stays in registers */
-    case 64: return ATTEND(64);
-    case 128: return ATTEND(128);
-    default: return ATTEND(D);
+                  const float *Kp, const void *Vp, const float *pmask, int64_t P, int64_t Lp,
+                  float *Kg, void *Vg, int vbf16, int64_t Tcap, int64_t t, const int64_t *gstart,
+                  const int64_t *pidx, int64_t b0, int64_t b1, int64_t H, int64_t Hkv, int64_t D, float scale,
+                  void *out, int obf16, float *sc) {
+#define ATTEND(DD, VB) attend(qkv, rs, bf16, cos, sin, Kp, Vp, pmask, P, Lp, Kg, Vg, VB, Tcap, t, gstart, pidx, \
+                              b0, b1, H, Hkv, DD, scale, out, obf16, sc)
+    if (vbf16) switch (D) {
+    case 64: return ATTEND(64, 1);
+    case 128: return ATTEND(128, 1);
+    default: return ATTEND(D, 1);
     }
-}
-
-/* fp32 -> bf16 bits, round to nearest even (as torch's conversion); NaN stays NaN */
-static inline uint16_t to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
-static inline float round_bf16(float f) {
-    uint32_t u = (uint32_t)to_bf16(f) << 16;
-    float r;
-    memcpy(&r, &u, 4);
-    return r;
+    switch (D) {  /* the common head sizes as constants: the accumulator stays in registers */
+    case 64: return ATTEND(64, 0);
+    case 128: return ATTEND(128, 0);
+    default: return ATTEND(D, 0);
+    }
 }
 
 /* y = w * (x * rsqrt(mean(x^2) + eps)) per row, as torch's rms_norm in fp32; y fp32 or (bf16) bf16 */

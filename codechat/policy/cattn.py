@@ -89,8 +89,8 @@ def _build() -> ctypes.CDLL:
     lib = ctypes.CDLL(str(out))
     fn = lib.decode_attend
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
-    fn.argtypes = [ptr, i64, ctypes.c_int, ptr, ptr, ptr, ptr, ptr, i64, i64, ptr, ptr, i64, i64, ptr, ptr, i64, i64,
-                   i64, i64, i64, ctypes.c_float, ptr, ptr]
+    fn.argtypes = [ptr, i64, ctypes.c_int, ptr, ptr, ptr, ptr, ptr, i64, i64, ptr, ptr, ctypes.c_int, i64, i64, ptr,
+                   ptr, i64, i64, i64, i64, i64, ctypes.c_float, ptr, ctypes.c_int, ptr]
     fn.restype = ctypes.c_int
     lib.rms_norm.argtypes = [ptr, ptr, i64, i64, ctypes.c_float, ptr, ctypes.c_int]
     lib.rms_norm.restype = None
@@ -134,14 +134,16 @@ def usable(head_dim: int, device) -> bool:
     return torch.device(device).type == "cpu" and 0 < head_dim <= MAX_HEAD_DIM and kernel() is not None
 
 
-def attend(qkv, heads: int, kv_heads: int, rope, prompt_kv, pmask, gen_kv, t: int, gstart, pidx, scale: float):
+def attend(qkv, heads: int, kv_heads: int, rope, prompt_kv, pmask, gen_kv, t: int, gstart, pidx, scale: float,
+           cache_checked: bool = False, out_dtype=torch.float32):
     """One decode step's attention for every row. qkv (B, (heads + 2 kv_heads) D): the fused q/k/v projection's
     output (fp32 or bf16, rows contiguous), q heads first; rope: None, or (cos, sin) each (B, D) fp32, the rotary
-    applied here to q and k (x cos + rotate_half(x) sin); prompt_kv: (K, V) each (P, Hkv, Lp, D); pmask (P, Lp)
-    additive (0 or -inf); gen_kv: (K, V) each (B, Hkv, T, D), where this step's rotated k and its v are written
-    at column t; gstart (B,) long or None (all 0): each row's first generated column; pidx (B,) long: its
-    prompt. Returns (B, heads * D) fp32: softmax(q . [prompt keys, generated keys gstart..t] * scale + mask) .
-    values."""
+    applied here to q and k (x cos + rotate_half(x) sin); prompt_kv: (K, V) each (P, Hkv, Lp, D), K fp32, V fp32
+    or bf16 (a bf16 v is exact there); pmask (P, Lp) additive (0 or -inf); gen_kv: (K, V) each (B, Hkv, T, D),
+    dtypes as prompt_kv's, where this step's rotated k and its v are written at column t; gstart (B,) long or None (all 0): each row's first generated column; pidx (B,) long: its
+    prompt. Returns (B, heads * D) in out_dtype (fp32, or bf16 rounded to nearest even): softmax(q . [prompt
+    keys, generated keys gstart..t] * scale + mask) . values. cache_checked: the caller has had these very cache, mask, gstart and pidx tensors checked by an
+    earlier call (decoding.py, until its cache changes); qkv, rope and t are checked on every call."""
     fn = kernel()
     (Kp, Vp), (Kg, Vg) = prompt_kv, gen_kv
     P, Hkv, Lp, D = Kp.shape
@@ -152,20 +154,26 @@ def attend(qkv, heads: int, kv_heads: int, rope, prompt_kv, pmask, gen_kv, t: in
         raise ValueError(f"cattn: qkv {tuple(qkv.shape)} does not fit {H} heads, {Hkv} kv heads of {D}")
     if qkv.dtype not in (torch.float32, torch.bfloat16) or qkv.stride(1) != 1:
         raise ValueError(f"cattn: qkv must be fp32 or bf16 with contiguous rows, got {qkv.dtype} {qkv.stride()}")
-    shapes = [(Kp, (P, Hkv, Lp, D)), (Vp, (P, Hkv, Lp, D)), (Kg, (B, Hkv, T, D)), (Vg, (B, Hkv, T, D)),
-              (pmask, (P, Lp))] + ([(x, (B, D)) for x in rope] if rope is not None else [])
+    shapes = [(x, (B, D)) for x in rope] if rope is not None else []
+    if not cache_checked or Kg.shape[0] != B:
+        shapes += [(Kp, (P, Hkv, Lp, D)), (Vp, (P, Hkv, Lp, D)), (Kg, (B, Hkv, T, D)), (Vg, (B, Hkv, T, D)),
+                   (pmask, (P, Lp))]
+    vdt = Vp.dtype
     for x, shape in shapes:
-        if tuple(x.shape) != shape or not x.is_contiguous() or x.dtype != torch.float32:
-            raise ValueError(f"cattn: expected a contiguous fp32 {shape}, got {x.dtype} {tuple(x.shape)}")
-    for x in (pidx, gstart):
+        dt = vdt if x is Vp or x is Vg else torch.float32
+        if tuple(x.shape) != shape or not x.is_contiguous() or x.dtype != dt:
+            raise ValueError(f"cattn: expected a contiguous {dt} {shape}, got {x.dtype} {tuple(x.shape)}")
+    if vdt not in (torch.float32, torch.bfloat16) or out_dtype not in (torch.float32, torch.bfloat16):
+        raise ValueError(f"cattn: values and output in fp32 or bf16, got {vdt}, {out_dtype}")
+    for x in (pidx, gstart) if not cache_checked else ():
         if x is not None and (tuple(x.shape) != (B,) or x.dtype != torch.long or not x.is_contiguous()):
             raise ValueError(f"cattn: prompt index and first columns must be contiguous ({B},) long tensors")
-    out = torch.empty(B, H, D)
+    out = torch.empty(B, H, D, dtype=out_dtype)
     cos, sin = (rope[0].data_ptr(), rope[1].data_ptr()) if rope is not None else (0, 0)
     args = (qkv.data_ptr(), qkv.stride(0), int(qkv.dtype == torch.bfloat16), cos, sin, Kp.data_ptr(), Vp.data_ptr(),
-            pmask.data_ptr(), P, Lp, Kg.data_ptr(), Vg.data_ptr(), T, t, 0 if gstart is None else gstart.data_ptr(),
-            pidx.data_ptr())
-    tail = (H, Hkv, D, float(scale), out.data_ptr())
+            pmask.data_ptr(), P, Lp, Kg.data_ptr(), Vg.data_ptr(), int(vdt == torch.bfloat16), T, t,
+            0 if gstart is None else gstart.data_ptr(), pidx.data_ptr())
+    tail = (H, Hkv, D, float(scale), out.data_ptr(), int(out_dtype == torch.bfloat16))
     parts = max(1, min(torch.get_num_threads(), B // MIN_ROWS_PER_THREAD))
     bounds = [(B * i // parts, B * (i + 1) // parts) for i in range(parts)]
 

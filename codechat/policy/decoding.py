@@ -79,6 +79,7 @@ class FastDecoder:
         """Lean steps may attend through the C kernel of cattn.py (sampling.native_kernels) where it builds."""
         self.kernel = False
         """This batch's lean steps attend through cattn.py over the shared-prompt grid."""
+        self._version, self._checked = 0, -1  # the grid's tensors change with each version; cattn checked one
 
     reuses_kv = True
     """`prefill` can start from a past KV (policy/prefix.py)."""
@@ -99,10 +100,11 @@ class FastDecoder:
         dtype = kv[0][0].dtype
         one_each = bool((torch.bincount(index) <= 1).all())
         self.lean = flat_ok(self.fast, ids.device) or self._bf16_lean(ids.device, index.numel(), max_new)
-        if self.lean and packed.compute_dtype(ids.device) != torch.float32:  # autocast's v is bf16, its k fp32
-            kv = [(k, v.to(k.dtype)) for k, v in kv]  # (exact: bf16 values in fp32, as its attention reads them)
         self.kernel = (self.lean and self.native and not self.compiled and kv[0][0].dtype == torch.float32
                        and cattn.usable(self.fast.head_dim, ids.device))
+        vdt = packed.compute_dtype(ids.device) if self.kernel else kv[0][0].dtype  # the cache's v dtype
+        if self.lean:  # autocast's v is bf16, its k fp32: v kept in bf16 for the C kernel (it reads bf16 values),
+            kv = [(k, v.to(vdt)) for k, v in kv]  # else in fp32 (exact either way), as its attention reads them
         if self.lean and not self.kernel and (valid.shape[1] <= FLAT_PROMPT or one_each):
             static = StaticStep(self.fast, compiled=True) if self.compiled and supports(self.fast) else None
             if static is not None:  # whole buckets of columns, so later batches reuse the graph
@@ -111,13 +113,23 @@ class FastDecoder:
             self._pack(index.numel(), max_new, ids.device)
             return logits[index]
         self.flat = None
+        self._version += 1
         pmask = torch.zeros(valid.shape, dtype=dtype, device=ids.device).masked_fill(~valid, float("-inf"))
         self.cache = SharedCache(
             prompt=[(k.contiguous(), v.contiguous()) for k, v in kv], pmask=pmask[:, None, None, :],
-            gen=self.fast.new_cache(index.numel(), max_new, dtype, ids.device), pidx=index.clone())
+            gen=self._gen_cache(index.numel(), max_new, dtype, vdt, ids.device), pidx=index.clone())
         self.cache.regrid()
         self._pack(index.numel(), max_new, ids.device)
         return logits[index]
+
+    def _gen_cache(self, rows: int, columns: int, dtype, vdt, device) -> list:
+        """Per layer (k, v), each (rows, Hkv, columns, D). The C kernel reads only columns it has written (a row's
+        gstart..t), so its cache is left unfilled, its v in vdt; the torch ops read zeros where nothing was."""
+        if not self.kernel:
+            return self.fast.new_cache(rows, columns, dtype, device)
+        shape = (rows, self.fast.n_kv, columns, self.fast.head_dim)
+        return [(torch.empty(shape, dtype=dtype, device=device), torch.empty(shape, dtype=vdt, device=device))
+                for _ in self.fast.inner.layers]
 
     def _bf16_lean(self, device, rows: int, max_new: int) -> bool:
         """Inside bf16 autocast the lean step runs only on bf16 packed weights (packed.py), never compiled."""
@@ -168,8 +180,13 @@ class FastDecoder:
         """The shared-prompt grid's attention in C (cattn.py): the rotary, this step's k, v into the cache at
         column t, and attention over each row's prompt and its generated columns only -> (B, H * D)."""
         c = self.cache
-        return cattn.attend(qkv, self.fast.n_heads, self.fast.n_kv, rope, c.prompt[i], c.pmask.view(c.pmask.shape[0], -1),
-                            c.gen[i], self.t, c.gstart, c.pidx, self.fast.scaling)
+        o = cattn.attend(qkv, self.fast.n_heads, self.fast.n_kv, rope, c.prompt[i], c.pmask.view(c.pmask.shape[0], -1),
+                         c.gen[i], self.t, c.gstart, c.pidx, self.fast.scaling,
+                         cache_checked=self._checked == self._version,
+                         out_dtype=self.fast.packed.dtype if self.fast.packed is not None else torch.float32)
+        if i == len(c.gen) - 1:  # every layer's cache tensors checked: only qkv, rope and t until the cache changes
+            self._checked = self._version
+        return o
 
     def export(self, b: int, n_gen: int) -> list:
         """Batch row b's KV: its prompt's real tokens, then its first n_gen generated tokens; per layer (k, v)
@@ -193,6 +210,7 @@ class FastDecoder:
             self.flat.add(kv, valid, n, self.t)
             return logits.expand(n, -1)
         c = self.cache
+        self._version += 1
         Lp, L = c.pmask.shape[-1], ids.shape[1]
         W = max(Lp, L)  # left-pad the shorter side: padded columns get -inf in pmask, so nothing changes
         lpad = lambda x, w: torch.cat([x.new_zeros(*x.shape[:2], w - x.shape[2], x.shape[3]), x], 2)  # noqa: E731
@@ -215,6 +233,7 @@ class FastDecoder:
         """Make room for `extra` more generated columns (rows added mid-decode run past the first budget)."""
         if self.flat is not None:
             return self.flat.grow(extra)
+        self._version += 1
         self.cache.gen = [(torch.cat([k, k.new_zeros(*k.shape[:2], extra, k.shape[3])], 2),
                            torch.cat([v, v.new_zeros(*v.shape[:2], extra, v.shape[3])], 2)) for k, v in self.cache.gen]
 
@@ -230,6 +249,7 @@ class FastDecoder:
         if self.flat is not None:
             return self.flat.select(rows, self.t)
         c, t = self.cache, self.t
+        self._version += 1
         used, pidx = torch.unique(c.pidx[rows], return_inverse=True)
         c.prompt = [(k[used], v[used]) for k, v in c.prompt]
         c.pmask, c.pidx = c.pmask[used], pidx
