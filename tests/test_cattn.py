@@ -8,16 +8,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from codechat.config import SamplingConfig
-from codechat.policy import Sampler, cattn
+from codechat.policy import Sampler, cattn, lean_ops
+from codechat.policy.fastlm import rotate_half
 from codechat.policy.sampler import choose
 from policy_helpers import pol, prompts  # noqa: F401 - fixtures (the tiny policy, PROMPT_TEXTS encoded)
 
 pytestmark = pytest.mark.skipif(cattn.kernel() is None, reason=f"no C kernel here: {cattn.unavailable_reason()}")
-
-
-def rotate_half(x):
-    h = x.shape[-1] // 2
-    return torch.cat([-x[..., h:], x[..., :h]], -1)
 
 
 def reference(qkv, H, Hkv, rope, Kp, Vp, pmask, Kg, Vg, t, gstart, pidx, scale):
@@ -187,3 +183,59 @@ def test_rows_split_over_torch_threads_give_the_same_output():
     finally:
         torch.set_num_threads(threads)
     assert torch.equal(outs[0], outs[1]) and all(torch.equal(a, b) for a, b in zip(*caches))
+
+
+@settings(max_examples=40, deadline=None)
+@given(shape=st.tuples(st.integers(1, 4), st.integers(1, 9), st.integers(1, 5), st.sampled_from([2, 8, 64, 128])),
+       bf16=st.booleans(), seed=st.integers(0, 2**31 - 1), scale_exp=st.integers(-8, 8))
+def test_rotary_is_the_torch_ops_bit_for_bit(shape, bf16, seed, scale_exp):
+    """The training forward's rotary (lean_ops.Rotary): output and x's gradient equal to the torch ops' bits."""
+    g = torch.Generator().manual_seed(seed)
+    B, L, H, D = shape
+    x = (torch.randn(B, L, H, D, generator=g) * 2.0 ** scale_exp).to(torch.bfloat16 if bf16 else torch.float32)
+    x.requires_grad_()
+    ang = torch.randn(B, L, D, generator=g) * 10
+    cos, sin = ang.cos()[:, :, None], ang.sin()[:, :, None]
+    ref = x * cos + rotate_half(x) * sin
+    grad = torch.randn(ref.shape, generator=g)
+    (ref_gx,) = torch.autograd.grad(ref, x, grad)
+    y = lean_ops.rotary(x, cos, sin, rotate_half)
+    (gx,) = torch.autograd.grad(y, x, grad)
+    assert y.grad_fn is not None and type(y.grad_fn).__name__ == "RotaryBackward"
+    assert y.dtype == ref.dtype and torch.equal(y, ref)
+    assert gx.dtype == x.dtype and torch.equal(gx, ref_gx)
+
+
+def test_rotary_falls_back_where_the_c_function_does_not_apply():
+    x = torch.randn(2, 3, 4, 8).transpose(1, 2)  # not contiguous
+    ang = torch.randn(2, 4, 8)
+    cos, sin = ang.cos()[:, :, None], ang.sin()[:, :, None]
+    y = lean_ops.rotary(x.requires_grad_(), cos, sin, rotate_half)
+    assert type(y.grad_fn).__name__ != "RotaryBackward"
+    assert torch.equal(y, x * cos + rotate_half(x) * sin)
+    h = torch.randn(2, 4, 3, 8, dtype=torch.float16)
+    assert torch.equal(lean_ops.rotary(h, cos, sin, rotate_half), h * cos + rotate_half(h) * sin)
+
+
+def test_training_log_probs_and_gradients_are_unchanged_by_the_c_rotary(pol, prompts, monkeypatch):
+    """completion_logprobs through fastlm with the C rotary and with the torch ops: the same log-probs and the same
+    parameter gradients, bit for bit."""
+    from codechat.policy.logprobs import completion_logprobs
+
+    batch = Sampler(pol).sample(prompts, 2, SamplingConfig(max_new_tokens=6, seed=0))
+
+    def run():
+        pol.model.zero_grad()
+        lp = completion_logprobs(pol.model, prompts, batch.prompt_index, batch.tokens, batch.mask)
+        lp.sum().backward()
+        return lp.detach(), [p.grad.clone() for p in pol.model.parameters() if p.grad is not None]
+
+    calls = []
+    real = lean_ops.Rotary.apply
+    monkeypatch.setattr(lean_ops.Rotary, "apply", lambda *a: calls.append(1) or real(*a))
+    lp_c, grads_c = run()
+    assert calls
+    monkeypatch.setattr(cattn, "rope_applies", lambda x, cos: False)
+    lp_t, grads_t = run()
+    pol.model.zero_grad()
+    assert torch.equal(lp_c, lp_t) and all(torch.equal(a, b) for a, b in zip(grads_c, grads_t))

@@ -270,3 +270,56 @@ void sample_rows(const float *logits, int64_t B, int64_t V, const float *u, floa
         logp[b] = logf(e[t] / sum);
     }
 }
+
+/* Rotary for the training forward, bit for bit as the torch ops x * cos + rotate_half(x) * sin compute it (x fp32
+   or bf16, promoted to fp32: each product rounded, then the sum; no fused multiply-add). x (N, Hx, D), cos and
+   sin (N, D) fp32 (a row's position), y (N, Hx, D) fp32. */
+__attribute__((optimize("fp-contract=off")))
+void rope_fwd(const void *x, int xbf, int64_t N, int64_t Hx, int64_t D, const float *cos, const float *sin,
+              float *y) {
+    const int64_t h = D / 2;
+    for (int64_t n = 0; n < N; n++) {
+        const float *c = cos + n * D, *s = sin + n * D;
+        for (int64_t j = 0; j < Hx; j++) {
+            const int64_t at = (n * Hx + j) * D;
+            float *yr = y + at;
+            #pragma omp simd
+            for (int64_t d = 0; d < h; d++) {
+                const float a = load(x, xbf, at + d) * c[d], b = -load(x, xbf, at + d + h) * s[d];
+                yr[d] = a + b;
+            }
+            #pragma omp simd
+            for (int64_t d = h; d < D; d++) {
+                const float a = load(x, xbf, at + d) * c[d], b = load(x, xbf, at + d - h) * s[d];
+                yr[d] = a + b;
+            }
+        }
+    }
+}
+
+/* Its gradient as autograd computes it: g * cos and g * sin each rounded to x's dtype (the products' inputs
+   were promoted), rotate_half's backward, then the two contributions summed in x's dtype. g (N, Hx, D) fp32. */
+__attribute__((optimize("fp-contract=off")))
+void rope_bwd(const float *g, int64_t N, int64_t Hx, int64_t D, const float *cos, const float *sin, void *gx,
+              int xbf) {
+    const int64_t h = D / 2;
+    for (int64_t n = 0; n < N; n++) {
+        const float *c = cos + n * D, *s = sin + n * D;
+        for (int64_t j = 0; j < Hx; j++) {
+            const int64_t at = (n * Hx + j) * D;
+            const float *gr = g + at;
+            #pragma omp simd
+            for (int64_t d = 0; d < h; d++) {  /* x[d] feeds rotate_half's column d + h (sign +) */
+                float r1 = gr[d] * c[d], r2 = gr[d + h] * s[d + h];
+                if (xbf) { r1 = round_bf16(r1); r2 = round_bf16(r2); }
+                store(gx, xbf, at + d, r1 + r2);
+            }
+            #pragma omp simd
+            for (int64_t d = h; d < D; d++) {  /* x[d] feeds column d - h with sign - */
+                float r1 = gr[d] * c[d], r2 = gr[d - h] * s[d - h];
+                if (xbf) { r1 = round_bf16(r1); r2 = round_bf16(r2); }
+                store(gx, xbf, at + d, r1 - r2);
+            }
+        }
+    }
+}

@@ -98,6 +98,10 @@ def _build() -> ctypes.CDLL:
     lib.silu_mul.restype = None
     lib.sample_rows.argtypes = [ptr, i64, i64, ptr, ptr, ptr, ptr]
     lib.sample_rows.restype = None
+    lib.rope_fwd.argtypes = [ptr, ctypes.c_int, i64, i64, i64, ptr, ptr, ptr]
+    lib.rope_fwd.restype = None
+    lib.rope_bwd.argtypes = [ptr, i64, i64, i64, ptr, ptr, ptr, ctypes.c_int]
+    lib.rope_bwd.restype = None
     _state["lib"] = lib
     return fn
 
@@ -122,6 +126,13 @@ def _pool(n: int) -> ThreadPoolExecutor:
         if n not in _pools:
             _pools[n] = ThreadPoolExecutor(n, thread_name_prefix="cattn")
         return _pools[n]
+
+
+def _lib():
+    """The loaded library (built on first use); RuntimeError where it cannot be built."""
+    if kernel() is None:
+        raise RuntimeError(f"cattn: the C functions are not available here: {unavailable_reason()}")
+    return _state["lib"]
 
 
 def unavailable_reason() -> str | None:
@@ -191,7 +202,7 @@ def attend(qkv, heads: int, kv_heads: int, rope, prompt_kv, pmask, gen_kv, t: in
 def rms_norm(x, weight, eps: float, dtype=torch.float32):
     """weight * x * rsqrt(mean(x^2) + eps) over the last dim of fp32 x (R, C), returned in dtype (fp32, or bf16
     rounded to nearest even as `.to(torch.bfloat16)` does): F.rms_norm's values within float rounding."""
-    lib = _state["lib"]
+    lib = _lib()
     R, C = x.shape
     if x.dtype != torch.float32 or not x.is_contiguous() or weight.shape != (C,) or weight.dtype != torch.float32 \
             or not weight.is_contiguous() or dtype not in (torch.float32, torch.bfloat16):
@@ -204,7 +215,7 @@ def rms_norm(x, weight, eps: float, dtype=torch.float32):
 
 def silu_mul(gu):
     """silu(g) * u for gu = [g, u] (R, 2I), fp32 or bf16 (each op's result rounded as torch rounds it) -> (R, I)."""
-    lib = _state["lib"]
+    lib = _lib()
     R, I2 = gu.shape
     if gu.dtype not in (torch.float32, torch.bfloat16) or not gu.is_contiguous() or I2 % 2:
         raise ValueError(f"cattn.silu_mul: contiguous fp32 or bf16 (R, 2I), got {gu.dtype} {tuple(gu.shape)}")
@@ -217,7 +228,7 @@ def sample_rows(logits, u):
     """Tokens (B,) and their log-probs (B,) drawn from fp32 logits (B, V) (tempered and truncated, -inf excluded)
     by the inverse CDF with one uniform per row u (B,) (sampler.choose's rule, sums in blocks): one pass where
     torch takes a softmax, a cumsum over the vocabulary and a search."""
-    lib = _state["lib"]
+    lib = _lib()
     B, V = logits.shape
     if logits.dtype != torch.float32 or not logits.is_contiguous() or u.shape != (B,) or u.dtype != torch.float32 \
             or not u.is_contiguous():
@@ -226,3 +237,33 @@ def sample_rows(logits, u):
     tok, logp, e = torch.empty(B, dtype=torch.long), torch.empty(B), torch.empty(V)
     lib.sample_rows(logits.data_ptr(), B, V, u.data_ptr(), e.data_ptr(), tok.data_ptr(), logp.data_ptr())
     return tok, logp
+
+
+def rope_applies(x, cos) -> bool:
+    """rope_forward / rope_backward take x: a CPU fp32 or bf16 (..., heads, D) tensor with even D and cos the
+    (..., 1, D) fp32 of its rows, both contiguous, and the kernel built."""
+    return (x.device.type == "cpu" and x.dtype in (torch.float32, torch.bfloat16) and cos.dtype == torch.float32
+            and x.dim() >= 2 and x.shape[-1] % 2 == 0 and x.is_contiguous() and cos.is_contiguous()
+            and cos.shape[-2] == 1 and cos.shape[-1] == x.shape[-1] and cos.numel() * x.shape[-2] == x.numel()
+            and kernel() is not None)
+
+
+def rope_forward(x, cos, sin):
+    """x * cos + rotate_half(x) * sin in fp32, bit for bit as those torch ops give it (rope_applies)."""
+    lib = _lib()
+    D, Hx = x.shape[-1], x.shape[-2]
+    y = torch.empty(x.shape, dtype=torch.float32)
+    lib.rope_fwd(x.data_ptr(), int(x.dtype == torch.bfloat16), x.numel() // (Hx * D), Hx, D, cos.data_ptr(),
+                 sin.data_ptr(), y.data_ptr())
+    return y
+
+
+def rope_backward(g, cos, sin, dtype):
+    """The gradient of rope_forward's x for its output's gradient g, as autograd gives it (rounded to x's dtype)."""
+    lib = _lib()
+    g = g.contiguous().float()
+    D, Hx = g.shape[-1], g.shape[-2]
+    gx = torch.empty(g.shape, dtype=dtype)
+    lib.rope_bwd(g.data_ptr(), g.numel() // (Hx * D), Hx, D, cos.data_ptr(), sin.data_ptr(), gx.data_ptr(),
+                 int(dtype == torch.bfloat16))
+    return gx

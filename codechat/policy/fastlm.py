@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from codechat.policy.lean_ops import WeightedRMSNorm, lean_swiglu, lean_training, swiglu
+from codechat.policy.lean_ops import WeightedRMSNorm, lean_swiglu, lean_training, rotary, swiglu
 from codechat.policy.lm_head import TiedGrad, tied_embedding
 
 SUPPORTED = ("llama", "qwen2", "qwen3", "mistral")
@@ -143,7 +143,7 @@ class FastLM:
             v = attn.v_proj(x).view(B, L, Hkv, D)
             if self.qk_norm:
                 q, k = self._norm(attn.q_norm, q), self._norm(attn.k_norm, k)
-            q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+            q, k = rotary(q, cos, sin, rotate_half), rotary(k, cos, sin, rotate_half)  # C on CPU: the same bits
         return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
 
     def _attend(self, attn, q, k, v, mask):

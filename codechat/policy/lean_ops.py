@@ -38,6 +38,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from codechat.policy import cattn
+
 
 class SiluMulLinear(torch.autograd.Function):
     """g, u (..., I), weight (C, I), bias (C,) or None -> linear(silu(g) * u, weight, bias) (..., C)."""
@@ -94,6 +96,31 @@ class WeightedRMSNorm(torch.autograd.Function):
                 c = torch.mv(gx.reshape(-1, C), weight).view(rstd.shape).mul_(rstd.pow(3)).div_(C)  # (..., 1)
                 d_x = (grad * weight).mul_(rstd).addcmul_(x, c, value=-1)  # (..., C)
         return d_x, d_w, None
+
+
+class Rotary(torch.autograd.Function):
+    """x * cos + rotate_half(x) * sin through cattn.py's C functions: the same bits forward and backward as the
+    torch ops (x fp32 or bf16, cos and sin fp32), one pass each way where autograd runs ~5 ops forward and ~7
+    backward, and only cos and sin kept for the backward."""
+
+    @staticmethod
+    def forward(ctx, x, cos, sin):
+        ctx.save_for_backward(cos, sin)
+        ctx.x_dtype = x.dtype
+        return cattn.rope_forward(x, cos, sin)
+
+    @staticmethod
+    def backward(ctx, grad):
+        cos, sin = ctx.saved_tensors
+        return cattn.rope_backward(grad, cos, sin, ctx.x_dtype), None, None
+
+
+def rotary(x, cos, sin, rotate_half):
+    """x (..., heads, D) with cos, sin (..., 1, D): Rotary where cattn applies (CPU), else the torch ops."""
+    if cattn.rope_applies(x, cos) and sin.is_contiguous() and sin.shape == cos.shape and sin.dtype == cos.dtype \
+            and not (cos.requires_grad or sin.requires_grad):
+        return Rotary.apply(x, cos, sin)
+    return x * cos + rotate_half(x) * sin
 
 
 def lean_swiglu(mlp) -> bool:
