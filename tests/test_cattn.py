@@ -239,3 +239,13 @@ def test_training_log_probs_and_gradients_are_unchanged_by_the_c_rotary(pol, pro
     lp_t, grads_t = run()
     pol.model.zero_grad()
     assert torch.equal(lp_c, lp_t) and all(torch.equal(a, b) for a, b in zip(grads_c, grads_t))
+
+
+def test_a_damaged_build_in_the_cache_is_built_again(monkeypatch, tmp_path):
+    """A library file cut short (a full disk, a killed copy) by another process is replaced, not trusted."""
+    monkeypatch.setenv("CODECHAT_CACHE", str(tmp_path))
+    monkeypatch.setattr(cattn, "_state", {})
+    path = cattn.library_path(cattn._compiler())
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"\x7fELF cut short")
+    assert cattn.kernel() is not None and path.stat().st_size > 1000

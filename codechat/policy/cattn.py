@@ -71,22 +71,33 @@ def _cpu_key() -> str:
     return "\n".join([platform.machine(), platform.processor(), *lines])
 
 
+def library_path(cc: str) -> Path:
+    """Where the library built by compiler cc lives: keyed by the source, the flags, cc and the CPU."""
+    key = hashlib.sha256("\0".join([SOURCE, " ".join(FLAGS), cc, _cpu_key()]).encode()).hexdigest()[:16]
+    return cache_root() / "kernels" / f"decode_attn-{key}.so"
+
+
 def _build() -> ctypes.CDLL:
     cc = _compiler()
     if cc is None:
         raise RuntimeError("no C compiler (set $CC, or install cc / gcc)")
-    key = hashlib.sha256("\0".join([SOURCE, " ".join(FLAGS), cc, _cpu_key()]).encode()).hexdigest()[:16]
-    out = cache_root() / "kernels" / f"decode_attn-{key}.so"
+    out = library_path(cc)
+    if out.exists():
+        try:
+            lib = ctypes.CDLL(str(out))
+        except OSError:  # a damaged file (a full disk, a killed copy): built again below
+            out.unlink(missing_ok=True)
     if not out.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
-            src, lib = Path(tmp) / "decode_attn.c", Path(tmp) / "decode_attn.so"
+            src, built = Path(tmp) / "decode_attn.c", Path(tmp) / "decode_attn.so"
             src.write_text(SOURCE)
-            r = subprocess.run([cc, *FLAGS, str(src), "-o", str(lib)], capture_output=True, text=True, timeout=120)
+            r = subprocess.run([cc, *FLAGS, str(src), "-o", str(built)], capture_output=True, text=True,
+                               timeout=120)
             if r.returncode != 0:
                 raise RuntimeError(f"{cc} failed: {(r.stderr or r.stdout).strip().splitlines()[-1:]}")
-            os.replace(lib, out)  # atomic: processes building at once each install a whole file
-    lib = ctypes.CDLL(str(out))
+            os.replace(built, out)  # atomic: processes building at once each install a whole file
+        lib = ctypes.CDLL(str(out))
     fn = lib.decode_attend
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
     fn.argtypes = [ptr, i64, ctypes.c_int, ptr, ptr, ptr, ptr, ptr, i64, i64, ptr, ptr, ctypes.c_int, i64, i64, ptr,
