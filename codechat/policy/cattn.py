@@ -255,7 +255,7 @@ def rope_applies(x, cos) -> bool:
     (..., 1, D) fp32 of its rows, both contiguous, and the kernel built."""
     return (x.device.type == "cpu" and x.dtype in (torch.float32, torch.bfloat16) and cos.dtype == torch.float32
             and x.dim() >= 2 and x.shape[-1] % 2 == 0 and x.is_contiguous() and cos.is_contiguous()
-            and cos.shape[-2] == 1 and cos.shape[-1] == x.shape[-1] and cos.numel() * x.shape[-2] == x.numel()
+            and cos.shape[-2] == 1 and cos.shape[-1] == x.shape[-1] and cos.shape[:-2] == x.shape[:-2]
             and kernel() is not None)
 
 
