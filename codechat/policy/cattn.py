@@ -152,8 +152,9 @@ def unavailable_reason() -> str | None:
 
 
 def usable(head_dim: int, device) -> bool:
-    """The kernel applies: CPU, head dim up to MAX_HEAD_DIM, and it builds here."""
-    return torch.device(device).type == "cpu" and 0 < head_dim <= MAX_HEAD_DIM and kernel() is not None
+    """The kernel applies: CPU, an even head dim up to MAX_HEAD_DIM (rotary halves it), and it builds here."""
+    return (torch.device(device).type == "cpu" and 0 < head_dim <= MAX_HEAD_DIM and head_dim % 2 == 0
+            and kernel() is not None)
 
 
 def attend(qkv, heads: int, kv_heads: int, rope, prompt_kv, pmask, gen_kv, t: int, gstart, pidx, scale: float,
