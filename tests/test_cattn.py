@@ -249,3 +249,37 @@ def test_a_damaged_build_in_the_cache_is_built_again(monkeypatch, tmp_path):
     path.parent.mkdir(parents=True)
     path.write_bytes(b"\x7fELF cut short")
     assert cattn.kernel() is not None and path.stat().st_size > 1000
+
+
+def test_a_forked_child_splits_rows_over_threads_of_its_own():
+    """The thread pool of a parent that forked holds threads the child does not have: the child makes its own."""
+    import os
+    import signal
+    import time
+
+    def attend_once():
+        B, P, Hkv, H, D, Lp, T = 40, 2, 1, 1, 8, 2, 2
+        Kg, Vg = torch.zeros(B, Hkv, T, D), torch.zeros(B, Hkv, T, D)
+        return cattn.attend(torch.randn(B, 3 * D), H, Hkv, None, (torch.randn(P, 1, Lp, D), torch.randn(P, 1, Lp, D)),
+                            torch.zeros(P, Lp), (Kg, Vg), 0, None, torch.arange(B) % P, 1.0)
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        attend_once()  # the parent's pool exists now
+        pid = os.fork()
+        if pid == 0:  # the child: exit code 0 only if the split call returns
+            try:
+                attend_once()
+                os._exit(0)
+            except BaseException:
+                os._exit(1)
+        deadline = time.monotonic() + 60
+        while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if done[0] == 0:  # the child hangs (waiting on threads it does not have): fail, not hang the suite
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        assert done[0] != 0 and os.waitstatus_to_exitcode(done[1]) == 0
+    finally:
+        torch.set_num_threads(threads)

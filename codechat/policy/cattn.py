@@ -133,10 +133,12 @@ def kernel():
 
 
 def _pool(n: int) -> ThreadPoolExecutor:
+    """n worker threads of this process (a forked child has none of its parent's threads: it gets its own)."""
+    key = (os.getpid(), n)
     with _lock:
-        if n not in _pools:
-            _pools[n] = ThreadPoolExecutor(n, thread_name_prefix="cattn")
-        return _pools[n]
+        if key not in _pools:
+            _pools[key] = ThreadPoolExecutor(n, thread_name_prefix="cattn")
+        return _pools[key]
 
 
 def _lib():
