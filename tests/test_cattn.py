@@ -1,5 +1,8 @@
 """The decode step's C functions (policy/cattn.py) against the torch ops they stand in for."""
+import os
+import signal
 import subprocess
+import time
 
 import pytest
 import torch
@@ -10,6 +13,7 @@ from hypothesis import strategies as st
 from codechat.config import SamplingConfig
 from codechat.policy import Sampler, cattn, lean_ops
 from codechat.policy.fastlm import rotate_half
+from codechat.policy.logprobs import completion_logprobs
 from codechat.policy.sampler import choose
 from policy_helpers import pol, prompts  # noqa: F401 - fixtures (the tiny policy, PROMPT_TEXTS encoded)
 
@@ -220,8 +224,6 @@ def test_rotary_falls_back_where_the_c_function_does_not_apply():
 def test_training_log_probs_and_gradients_are_unchanged_by_the_c_rotary(pol, prompts, monkeypatch):
     """completion_logprobs through fastlm with the C rotary and with the torch ops: the same log-probs and the same
     parameter gradients, bit for bit."""
-    from codechat.policy.logprobs import completion_logprobs
-
     batch = Sampler(pol).sample(prompts, 2, SamplingConfig(max_new_tokens=6, seed=0))
 
     def run():
@@ -253,10 +255,6 @@ def test_a_damaged_build_in_the_cache_is_built_again(monkeypatch, tmp_path):
 
 def test_a_forked_child_splits_rows_over_threads_of_its_own():
     """The thread pool of a parent that forked holds threads the child does not have: the child makes its own."""
-    import os
-    import signal
-    import time
-
     def attend_once():
         B, P, Hkv, H, D, Lp, T = 40, 2, 1, 1, 8, 2, 2
         Kg, Vg = torch.zeros(B, Hkv, T, D), torch.zeros(B, Hkv, T, D)
