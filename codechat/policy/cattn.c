@@ -4,9 +4,8 @@
 #include <string.h>
 #include <math.h>
 
-/* exp(x) for the softmax's x <= 0: 2^n p(r), |r| <= ln2 / 2 (Cephes' expf polynomial); 0 below -87 */
-static inline float exp_neg(float x) {
-    float y = x < -87.0f ? -87.0f : x;
+/* e^y for y in [-87, 88]: 2^n p(r), |r| <= ln2 / 2 (Cephes' expf polynomial, ~1 ulp) */
+static inline float exp_core(float y) {
     float n = __builtin_rintf(y * 1.44269504088896341f);
     float r = y - n * 0.693359375f + n * 2.12194440e-4f;
     float p = 1.9875691500e-4f;
@@ -19,7 +18,13 @@ static inline float exp_neg(float x) {
     int32_t e = ((int32_t)n + 127) << 23;
     float s;
     memcpy(&s, &e, 4);
-    return x < -87.0f ? 0.0f : p * s;
+    return p * s;
+}
+
+/* exp(x) for the softmax's x <= 0: 0 below -87 */
+static inline float exp_neg(float x) {
+    const float y = exp_core(x < -87.0f ? -87.0f : x);
+    return x < -87.0f ? 0.0f : y;
 }
 
 /* element i of a row of the fused q/k/v projection's output: fp32, or bf16 (the top half of an fp32) */
@@ -186,22 +191,10 @@ void rms_norm(const float *x, const float *w, int64_t R, int64_t C, float eps, v
     }
 }
 
-/* exp over the floats' range: 2^n p(r) as exp_neg, n clamped to the finite exponents */
+/* exp(x) over the floats' range: 0 below -87, inf above 88 */
 static inline float exp_any(float x) {
-    float y = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
-    float n = __builtin_rintf(y * 1.44269504088896341f);
-    float r = y - n * 0.693359375f + n * 2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    int32_t e = ((int32_t)n + 127) << 23;
-    float s;
-    memcpy(&s, &e, 4);
-    return x < -87.0f ? 0.0f : (x > 88.0f ? INFINITY : p * s);
+    const float y = exp_core(x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x));
+    return x < -87.0f ? 0.0f : (x > 88.0f ? INFINITY : y);
 }
 
 /* a = silu(g) * u for gu = [g, u] (R, 2I): fp32, or bf16 in and out with torch's roundings (silu's result
