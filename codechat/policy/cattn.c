@@ -27,6 +27,21 @@ static inline float exp_neg(float x) {
     return x < -87.0f ? 0.0f : y;
 }
 
+/* e[i] = exp(x[i] - max x) for i < n (x and e may be the same array); returns their sum: softmax's numerators
+   and denominator, the sum in [1, n] unless x holds a NaN or +inf or nothing above -inf */
+static inline float exp_shifted(const float *x, float *e, int64_t n) {
+    float m = -INFINITY, sum = 0.0f;
+    #pragma omp simd reduction(max:m)
+    for (int64_t i = 0; i < n; i++) m = x[i] > m ? x[i] : m;
+    #pragma omp simd reduction(+:sum)
+    for (int64_t i = 0; i < n; i++) {
+        const float v = exp_neg(x[i] - m);
+        e[i] = v;
+        sum += v;
+    }
+    return sum;
+}
+
 /* element i of a row of the fused q/k/v projection's output: fp32, or bf16 (the top half of an fp32) */
 static inline float load(const void *x, int bf16, int64_t i) {
     if (!bf16) return ((const float *)x)[i];
@@ -109,17 +124,8 @@ static inline __attribute__((always_inline)) int attend(
                     for (int64_t d = 0; d < D; d++) acc += qq[d] * kk[d];
                     sc[Lp + c - g0] = acc * scale;
                 }
-                float m = -INFINITY;
-                #pragma omp simd reduction(max:m)
-                for (int64_t c = 0; c < S; c++) m = sc[c] > m ? sc[c] : m;
                 const int64_t o = (b * H + h) * D;
-                float sum = 0.0f;
-                #pragma omp simd reduction(+:sum)
-                for (int64_t c = 0; c < S; c++) {
-                    const float e = exp_neg(sc[c] - m);
-                    sc[c] = e;
-                    sum += e;
-                }
+                const float sum = exp_shifted(sc, sc, S);
                 if (!(sum >= 1.0f && sum <= (float)S)) {  /* a NaN or inf score (or none): NaN out, as torch's softmax */
                     for (int64_t d = 0; d < D; d++) store(out, obf, o + d, NAN);
                     continue;
@@ -224,16 +230,7 @@ void silu_mul(const void *gu, int64_t R, int64_t I, void *a, int bf16) {
 void sample_rows(const float *logits, int64_t B, int64_t V, const float *u, float *e, int64_t *tok, float *logp) {
     for (int64_t b = 0; b < B; b++) {
         const float *x = logits + b * V;
-        float m = -INFINITY;
-        #pragma omp simd reduction(max:m)
-        for (int64_t i = 0; i < V; i++) m = x[i] > m ? x[i] : m;
-        float sum = 0.0f;
-        #pragma omp simd reduction(+:sum)
-        for (int64_t i = 0; i < V; i++) {
-            const float v = exp_neg(x[i] - m);
-            e[i] = v;
-            sum += v;
-        }
+        const float sum = exp_shifted(x, e, V);
         if (!(sum >= 1.0f && sum <= (float)V)) {  /* NaN or +inf logits, or none finite */
             tok[b] = 0;
             logp[b] = NAN;
