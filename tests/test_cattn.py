@@ -88,7 +88,8 @@ def test_attention_gives_nan_for_nan_input_as_torch_does():
     qkv = torch.randn(B, 3 * D)
     qkv[0, 0] = float("nan")
     out = cattn.attend(qkv, H, 1, None, (torch.randn(1, 1, Lp, D), torch.randn(1, 1, Lp, D)), torch.zeros(1, Lp),
-                       (torch.zeros(B, 1, T, D), torch.zeros(B, 1, T, D)), 0, None, torch.zeros(B, dtype=torch.long), 1.0)
+                       (torch.zeros(B, 1, T, D), torch.zeros(B, 1, T, D)), 0, None, torch.zeros(B, dtype=torch.long),
+                       1.0)
     assert out.isnan().all()
 
 

@@ -1,5 +1,6 @@
-/* codechat's decode-step functions in C (policy/cattn.py builds and loads them): attention over a shared
-   prompt KV and per-row generated KV, RMSNorm, silu x up, inverse-CDF sampling. fp32 math throughout. */
+/* codechat's functions in C (policy/cattn.py builds and loads them): the decode step's attention over a shared
+   prompt KV and per-row generated KV, RMSNorm, silu x up and inverse-CDF sampling; the training forward's rotary
+   and its gradient. fp32 math throughout (bf16 read and written with torch's roundings). */
 #include <stdint.h>
 #include <string.h>
 #include <math.h>
@@ -126,7 +127,7 @@ static inline __attribute__((always_inline)) int attend(
                 }
                 const int64_t o = (b * H + h) * D;
                 const float sum = exp_shifted(sc, sc, S);
-                if (!(sum >= 1.0f && sum <= (float)S)) {  /* a NaN or inf score (or none): NaN out, as torch's softmax */
+                if (!(sum >= 1.0f && sum <= (float)S)) {  /* NaN or inf scores (or none): NaN out, as torch's */
                     for (int64_t d = 0; d < D; d++) store(out, obf, o + d, NAN);
                     continue;
                 }

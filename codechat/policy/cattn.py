@@ -165,11 +165,12 @@ def attend(qkv, heads: int, kv_heads: int, rope, prompt_kv, pmask, gen_kv, t: in
     output (fp32 or bf16, rows contiguous), q heads first; rope: None, or (cos, sin) each (B, D) fp32, the rotary
     applied here to q and k (x cos + rotate_half(x) sin); prompt_kv: (K, V) each (P, Hkv, Lp, D), K fp32, V fp32
     or bf16 (a bf16 v is exact there); pmask (P, Lp) additive (0 or -inf); gen_kv: (K, V) each (B, Hkv, T, D),
-    dtypes as prompt_kv's, where this step's rotated k and its v are written at column t; gstart (B,) long or None (all 0): each row's first generated column; pidx (B,) long: its
-    prompt. Returns (B, heads * D) in out_dtype (fp32, or bf16 rounded to nearest even): softmax(q . [prompt
-    keys, generated keys gstart..t] * scale + mask) . values. cache_checked: the caller has had these very cache, mask, gstart and pidx tensors checked by an
-    earlier call (decoding.py, until its cache changes); qkv, rope and t are checked on every call."""
-    fn = kernel()
+    dtypes as prompt_kv's, where this step's rotated k and its v are written at column t; gstart (B,) long or
+    None (all 0): each row's first generated column; pidx (B,) long: its prompt. Returns (B, heads * D) in
+    out_dtype (fp32, or bf16 rounded to nearest even): softmax(q . [prompt keys, generated keys gstart..t] *
+    scale + mask) . values. cache_checked: these very cache, mask, gstart and pidx tensors passed the checks in
+    an earlier call (decoding.py, until its cache changes); qkv, rope and t are checked on every call."""
+    fn = _lib().decode_attend
     (Kp, Vp), (Kg, Vg) = prompt_kv, gen_kv
     P, Hkv, Lp, D = Kp.shape
     B, T, H = qkv.shape[0], Kg.shape[2], heads

@@ -246,7 +246,8 @@ class Sampler:
         index = torch.cat([torch.full((g1 - g0,), i, dtype=torch.long) for i, (_, g0, g1) in enumerate(first)]).to(dev)
         rows = torch.cat([torch.arange(p * n + g0, p * n + g1) for p, g0, g1 in first]).to(dev)  # (B,) output row
         gen = torch.Generator(device=dev).manual_seed(cfg.seed)
-        native = cfg.native_kernels and torch.device(dev).type == "cpu" and cattn.kernel() is not None  # sampling math in C
+        # the sampling math in C (cattn.sample_rows) where the C functions build
+        native = cfg.native_kernels and torch.device(dev).type == "cpu" and cattn.kernel() is not None
         eos = torch.tensor(pol.eos_token_ids or [-1], device=dev)
         stop_state = self.stops.start(N, cfg.stop)
 
